@@ -1,0 +1,628 @@
+package extent
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+)
+
+// Mutations stage every change in memory (copying each node before its
+// first change) and allocate tree blocks as the change needs them. If an
+// allocation or read fails, the staged copies are put back and the blocks
+// allocated so far are returned with FreeTreeBlock: nothing was written and
+// the tree is as it was. Only when the whole operation has succeeded in
+// memory are the changed blocks written (children before parents, the root
+// last, in memory) and then the freed tree and data blocks handed to the
+// Allocator. A write error at that point leaves the on-disk tree
+// inconsistent; the Tree then refuses further use (as ext4 aborts).
+
+// txn is the staged state of one mutation.
+type txn struct {
+	t        *Tree
+	saved    map[*node]*node // original node -> copy before the first change
+	order    []*node         // touched or created nodes, in first-touch order
+	created  []uint64        // blocks allocated by this mutation
+	freed    []*node         // tree nodes dropped by this mutation
+	freeData [][2]uint64     // data runs unmapped by this mutation
+	must     bool            // pass mustSucceed to the allocator
+}
+
+func (t *Tree) begin(must bool) (*txn, error) {
+	if t.mu.broken != nil {
+		return nil, t.mu.broken
+	}
+	if t.cfg.Alloc == nil {
+		return nil, invalidf("Config.Alloc is nil")
+	}
+	return &txn{t: t, saved: make(map[*node]*node), must: must}, nil
+}
+
+// touch records n's state before its first change in this mutation.
+func (tx *txn) touch(n *node) {
+	if _, ok := tx.saved[n]; ok {
+		return
+	}
+	tx.saved[n] = n.clone()
+	tx.order = append(tx.order, n)
+	n.dirty = true
+}
+
+// alloc allocates and registers a new node.
+func (tx *txn) alloc(goal uint64, depth int) (*node, error) {
+	t := tx.t
+	if goal == 0 {
+		goal = t.cfg.Goal
+	}
+	p, err := t.cfg.Alloc.AllocTreeBlock(goal, tx.must)
+	if err != nil {
+		return nil, fmt.Errorf("extent: inode %d: allocating a tree block: %w", t.cfg.Ino, err)
+	}
+	if !t.cfg.pblkOK(p, 1) || t.mu.cache[p] != nil {
+		tx.created = append(tx.created, p) // returned on abort
+		return nil, fmt.Errorf("extent: allocator returned block %d, unusable for inode %d: %w", p, t.cfg.Ino, ErrInvalid)
+	}
+	tx.created = append(tx.created, p)
+	n := &node{pblk: p, hdr: Header{Magic: Magic, Max: uint16(t.cfg.newCap()), Depth: uint16(depth)}, dirty: true}
+	tx.saved[n] = nil
+	tx.order = append(tx.order, n)
+	t.mu.cache[p] = n
+	return n, nil
+}
+
+// free drops tree node n (not the root) at commit.
+func (tx *txn) free(n *node) {
+	tx.touch(n)
+	tx.freed = append(tx.freed, n)
+}
+
+// abort puts back every staged node and frees the blocks allocated.
+func (tx *txn) abort(cause error) error {
+	t := tx.t
+	for n, old := range tx.saved {
+		if old == nil {
+			continue
+		}
+		*n = *old
+		n.dirty = old.dirty
+	}
+	for _, p := range tx.created {
+		delete(t.mu.cache, p)
+	}
+	for _, p := range tx.created {
+		if err := t.cfg.Alloc.FreeTreeBlock(p); err != nil {
+			return errors.Join(cause, err)
+		}
+	}
+	return cause
+}
+
+// commit writes every changed block, then hands back freed blocks.
+func (tx *txn) commit() error {
+	t := tx.t
+	freed := make(map[*node]bool, len(tx.freed))
+	for _, n := range tx.freed {
+		freed[n] = true
+	}
+	nodes := make([]*node, 0, len(tx.order))
+	for _, n := range tx.order {
+		if !freed[n] && !n.root {
+			nodes = append(nodes, n)
+		}
+	}
+	sort.SliceStable(nodes, func(i, j int) bool { return nodes[i].hdr.Depth < nodes[j].hdr.Depth })
+	for _, n := range nodes {
+		b := t.encodeLocked(n, true)
+		if err := t.cfg.IO.WriteBlock(n.pblk, b); err != nil {
+			t.mu.broken = fmt.Errorf("extent: inode %d: tree half-written: %w", t.cfg.Ino, err)
+			return t.mu.broken
+		}
+		if n.raw == nil {
+			n.raw = make([]byte, t.cfg.BlockSize)
+		}
+		copy(n.raw, b)
+		n.dirty = false
+	}
+	if _, ok := tx.saved[t.mu.root]; ok {
+		r := t.mu.root
+		r.raw = t.encodeLocked(r, true)
+		r.dirty = false
+	}
+	var errOut error
+	for _, n := range tx.freed {
+		delete(t.mu.cache, n.pblk)
+		if err := t.cfg.Alloc.FreeTreeBlock(n.pblk); err != nil && errOut == nil {
+			errOut = err
+		}
+	}
+	for _, r := range tx.freeData {
+		if err := t.cfg.Alloc.FreeData(r[0], r[1]); err != nil && errOut == nil {
+			errOut = err
+		}
+	}
+	return errOut
+}
+
+// run executes op as one all-or-nothing mutation.
+func (t *Tree) run(must bool, op func(tx *txn) error) error {
+	tx, err := t.begin(must)
+	if err != nil {
+		return err
+	}
+	if err := op(tx); err != nil {
+		return tx.abort(err)
+	}
+	if err := tx.shrink(); err != nil {
+		return tx.abort(err)
+	}
+	return tx.commit()
+}
+
+func maxLen(unwritten bool) uint32 {
+	if unwritten {
+		return MaxUnwrittenLen
+	}
+	return MaxWrittenLen
+}
+
+// canMerge reports whether b directly follows a, logically and physically,
+// in the same state, and the merged extent is not too long.
+func canMerge(a, b Extent) bool {
+	return a.End() == uint64(b.Lblk) && a.Pblk+uint64(a.Len) == b.Pblk &&
+		a.Unwritten == b.Unwritten && a.Len+b.Len <= maxLen(a.Unwritten)
+}
+
+// fixKeys makes the index keys above path[level] match its node's first key
+// after that key changed (ext4_ext_correct_indexes).
+func (tx *txn) fixKeys(path []pathElem, level int) {
+	key := path[level].n.firstKey()
+	for l := level - 1; l >= 0; l-- {
+		p := path[l]
+		if p.n.idx[p.pos].Lblk != key {
+			tx.touch(p.n)
+			p.n.idx[p.pos].Lblk = key
+		}
+		if p.pos != 0 {
+			return
+		}
+	}
+}
+
+// goalFor returns an allocation goal near the data path maps.
+func (tx *txn) goalFor(path []pathElem) uint64 {
+	leaf := path[len(path)-1]
+	if len(leaf.n.ext) > 0 {
+		i := leaf.pos
+		if i < 0 {
+			i = 0
+		}
+		e := leaf.n.ext[i]
+		return e.Pblk + uint64(e.Len)
+	}
+	if len(path) > 1 {
+		return path[len(path)-2].n.idx[path[len(path)-2].pos].Pblk
+	}
+	return 0
+}
+
+// insert adds e, which overlaps no extent, merging it with a contiguous
+// neighbour in its leaf unless noMerge, and making room by splitting nodes
+// or growing the tree as ext4_ext_insert_extent does.
+func (tx *txn) insert(e Extent, noMerge bool) error {
+	t := tx.t
+	for try := 0; try < 2*MaxDepth+4; try++ {
+		path, err := t.findLocked(e.Lblk)
+		if err != nil {
+			return err
+		}
+		lv := len(path) - 1
+		leaf, pos := path[lv].n, path[lv].pos
+		if !noMerge {
+			if pos >= 0 && canMerge(leaf.ext[pos], e) {
+				tx.touch(leaf)
+				leaf.ext[pos].Len += e.Len
+				if pos+1 < len(leaf.ext) && canMerge(leaf.ext[pos], leaf.ext[pos+1]) {
+					leaf.ext[pos].Len += leaf.ext[pos+1].Len
+					leaf.ext = append(leaf.ext[:pos+1], leaf.ext[pos+2:]...)
+				}
+				return nil
+			}
+			if pos+1 < len(leaf.ext) && canMerge(e, leaf.ext[pos+1]) {
+				tx.touch(leaf)
+				x := &leaf.ext[pos+1]
+				x.Lblk, x.Pblk, x.Len = e.Lblk, e.Pblk, x.Len+e.Len
+				if pos+1 == 0 {
+					tx.fixKeys(path, lv)
+				}
+				return nil
+			}
+		}
+		if len(leaf.ext) < int(leaf.hdr.Max) {
+			tx.touch(leaf)
+			leaf.ext = append(leaf.ext, Extent{})
+			copy(leaf.ext[pos+2:], leaf.ext[pos+1:])
+			leaf.ext[pos+1] = e
+			if pos+1 == 0 {
+				tx.fixKeys(path, lv)
+			}
+			return nil
+		}
+		if err := tx.makeRoom(path, e.Lblk); err != nil {
+			return err
+		}
+	}
+	return t.cfg.corrupt(0, -1, "insert of [%d,+%d) did not converge", e.Lblk, e.Len)
+}
+
+// makeRoom splits the full leaf at the end of path after its insertion
+// point (ext4_ext_split), or, when every node up to the root is full, moves
+// the root's entries into a new block (ext4_ext_grow_indepth). The caller
+// looks the path up again afterwards.
+func (tx *txn) makeRoom(path []pathElem, newLblk uint32) error {
+	t := tx.t
+	lv := len(path) - 1
+	at := -1
+	for l := lv - 1; l >= 0; l-- {
+		if len(path[l].n.idx) < int(path[l].n.hdr.Max) {
+			at = l
+			break
+		}
+	}
+	goal := tx.goalFor(path)
+	if at < 0 {
+		return tx.grow(goal)
+	}
+	// Allocate the new nodes for levels at+1..lv before changing anything.
+	fresh := make([]*node, lv+1)
+	for l := at + 1; l <= lv; l++ {
+		n, err := tx.alloc(goal, int(path[l].n.hdr.Depth))
+		if err != nil {
+			return err
+		}
+		fresh[l] = n
+	}
+	leaf := path[lv].n
+	split := path[lv].pos + 1
+	if split < 1 {
+		split = 1
+	}
+	tx.touch(leaf)
+	moved := append([]Extent(nil), leaf.ext[split:]...)
+	leaf.ext = leaf.ext[:split]
+	border := newLblk
+	if len(moved) > 0 {
+		border = moved[0].Lblk
+	}
+	fresh[lv].ext = moved
+	for l := lv - 1; l > at; l-- {
+		n := path[l].n
+		tx.touch(n)
+		fresh[l].idx = append([]Index{{Lblk: border, Pblk: fresh[l+1].pblk}}, n.idx[path[l].pos+1:]...)
+		n.idx = n.idx[:path[l].pos+1]
+	}
+	p := path[at]
+	tx.touch(p.n)
+	p.n.idx = append(p.n.idx, Index{})
+	copy(p.n.idx[p.pos+2:], p.n.idx[p.pos+1:])
+	p.n.idx[p.pos+1] = Index{Lblk: border, Pblk: fresh[at+1].pblk}
+	return nil
+}
+
+// grow moves the root's entries into a new block and makes the root a
+// single index entry pointing at it (ext4_ext_grow_indepth).
+func (tx *txn) grow(goal uint64) error {
+	t := tx.t
+	r := t.mu.root
+	if int(r.hdr.Depth) >= MaxDepth {
+		return fmt.Errorf("extent: inode %d: tree would exceed depth %d: %w", t.cfg.Ino, MaxDepth, ErrNoSpace)
+	}
+	n, err := tx.alloc(goal, int(r.hdr.Depth))
+	if err != nil {
+		return err
+	}
+	tx.touch(r)
+	n.ext, n.idx = r.ext, r.idx
+	r.ext, r.idx = nil, []Index{{Lblk: n.firstKey(), Pblk: n.pblk}}
+	r.hdr.Depth++
+	return nil
+}
+
+// removeAt deletes the extent at path's leaf position pos, dropping nodes
+// that become empty.
+func (tx *txn) removeAt(path []pathElem, pos int) {
+	lv := len(path) - 1
+	leaf := path[lv].n
+	tx.touch(leaf)
+	leaf.ext = append(leaf.ext[:pos], leaf.ext[pos+1:]...)
+	if len(leaf.ext) > 0 || lv == 0 {
+		if pos == 0 && len(leaf.ext) > 0 {
+			tx.fixKeys(path, lv)
+		}
+		return
+	}
+	// The leaf is empty: drop it and its index entry, up the path.
+	tx.free(leaf)
+	for l := lv - 1; l >= 0; l-- {
+		p := path[l]
+		tx.touch(p.n)
+		p.n.idx = append(p.n.idx[:p.pos], p.n.idx[p.pos+1:]...)
+		if len(p.n.idx) > 0 {
+			if p.pos == 0 {
+				tx.fixKeys(path, l)
+			}
+			return
+		}
+		if l == 0 {
+			// Everything is gone: the root becomes an empty leaf.
+			p.n.hdr.Depth = 0
+			p.n.idx = nil
+			return
+		}
+		tx.free(p.n)
+	}
+}
+
+// shrink pulls the single child of the root into the root while its
+// entries fit there (ext4_ext_try_to_merge_up, at any depth).
+func (tx *txn) shrink() error {
+	t := tx.t
+	for {
+		r := t.mu.root
+		if r.hdr.Depth == 0 || len(r.idx) != 1 {
+			return nil
+		}
+		path := []pathElem{{r, 0}}
+		c, err := t.childLocked(path)
+		if err != nil {
+			return err
+		}
+		if c.entries() > int(r.hdr.Max) {
+			return nil
+		}
+		tx.touch(r)
+		r.hdr.Depth = c.hdr.Depth
+		r.ext = append([]Extent(nil), c.ext...)
+		r.idx = append([]Index(nil), c.idx...)
+		tx.free(c)
+	}
+}
+
+// checkExtent validates an extent given to Insert.
+func (t *Tree) checkExtent(e Extent) error {
+	if e.Len == 0 || e.Len > maxLen(e.Unwritten) {
+		return invalidf("extent length %d (unwritten %v)", e.Len, e.Unwritten)
+	}
+	if e.End() > EndLblk {
+		return invalidf("extent [%d,+%d) past logical block %d", e.Lblk, e.Len, uint32(EndLblk))
+	}
+	if !t.cfg.pblkOK(e.Pblk, uint64(e.Len)) {
+		return invalidf("physical blocks [%d,+%d) outside [%d,%d)", e.Pblk, e.Len, t.cfg.FirstDataBlock, t.cfg.BlocksCount)
+	}
+	return nil
+}
+
+// Insert maps e, which must not overlap a mapped block (ErrInvalid
+// otherwise). It merges e with a physically contiguous neighbour of the
+// same state within the maximum lengths, and splits full nodes or grows the
+// tree as needed. On any error the tree is unchanged (see the staging note
+// at the top of mutate.go): new tree blocks are allocated before the nodes
+// they relieve are changed, and a failed allocation undoes the step.
+func (t *Tree) Insert(e Extent) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := t.checkExtent(e); err != nil {
+		return err
+	}
+	return t.run(false, func(tx *txn) error {
+		path, pos, err := t.firstFromLocked(e.Lblk)
+		if err != nil {
+			return err
+		}
+		if path != nil {
+			if x := path[len(path)-1].n.ext[pos]; uint64(x.Lblk) < e.End() {
+				return invalidf("extent [%d,+%d) overlaps [%d,+%d)", e.Lblk, e.Len, x.Lblk, x.Len)
+			}
+		}
+		return tx.insert(e, false)
+	})
+}
+
+// Remove unmaps logical blocks [from, to] (inclusive; to = EndLblk-1 or
+// larger truncates everything from from), trimming extents that straddle
+// the ends and splitting one that spans the whole range, dropping emptied
+// leaves and index blocks, and pulling the tree back into the inode when it
+// fits. Unmapped data blocks go to Allocator.FreeData once the tree is
+// written. Splitting an extent may need a tree block; if that allocation
+// fails the staged changes are undone and the tree is unchanged.
+func (t *Tree) Remove(from, to uint32) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if from > to {
+		return invalidf("remove [%d,%d]", from, to)
+	}
+	return t.run(false, func(tx *txn) error {
+		cur := from
+		for {
+			path, pos, err := t.firstFromLocked(cur)
+			if err != nil || path == nil {
+				return err
+			}
+			lv := len(path) - 1
+			leaf := path[lv].n
+			e := leaf.ext[pos]
+			if e.Lblk > to {
+				return nil
+			}
+			s := max(e.Lblk, cur)
+			last := min(uint32(e.End()-1), to)
+			off := uint64(s - e.Lblk)
+			tx.freeData = append(tx.freeData, [2]uint64{e.Pblk + off, uint64(last-s) + 1})
+			tx.touch(leaf)
+			switch x := &leaf.ext[pos]; {
+			case s == e.Lblk && uint64(last)+1 == e.End():
+				tx.removeAt(path, pos)
+			case s == e.Lblk:
+				n := last - e.Lblk + 1
+				x.Lblk += n
+				x.Pblk += uint64(n)
+				x.Len -= n
+				if pos == 0 {
+					tx.fixKeys(path, lv)
+				}
+			case uint64(last)+1 == e.End():
+				x.Len = s - e.Lblk
+			default:
+				x.Len = s - e.Lblk
+				skip := last + 1 - e.Lblk
+				right := Extent{Lblk: last + 1, Len: e.Len - skip, Pblk: e.Pblk + uint64(skip), Unwritten: e.Unwritten}
+				if err := tx.insert(right, true); err != nil {
+					return err
+				}
+			}
+			if last >= to {
+				return nil
+			}
+			cur = last + 1
+		}
+	})
+}
+
+// SplitAt makes lblk the first block of an extent when an extent maps both
+// lblk-1 and lblk (ext4_split_extent_at), so that a later MarkWritten of a
+// range starting or ending there needs no new tree block. It is done
+// before I/O to unwritten extents. With mustSucceed the allocator may draw
+// on its reserve. On error the tree is unchanged (the split's new tree
+// blocks, if any, are allocated before the leaf is changed).
+func (t *Tree) SplitAt(lblk uint32, mustSucceed bool) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.run(mustSucceed, func(tx *txn) error { return tx.splitAt(lblk) })
+}
+
+func (tx *txn) splitAt(lblk uint32) error {
+	path, err := tx.t.findLocked(lblk)
+	if err != nil {
+		return err
+	}
+	lv := len(path) - 1
+	leaf, pos := path[lv].n, path[lv].pos
+	if pos < 0 || leaf.ext[pos].Lblk == lblk || leaf.ext[pos].End() <= uint64(lblk) {
+		return nil
+	}
+	e := leaf.ext[pos]
+	tx.touch(leaf)
+	leaf.ext[pos].Len = lblk - e.Lblk
+	off := lblk - e.Lblk
+	return tx.insert(Extent{Lblk: lblk, Len: e.Len - off, Pblk: e.Pblk + uint64(off), Unwritten: e.Unwritten}, true)
+}
+
+// MarkWritten converts the unwritten parts of [from, from+n) to written
+// (ext4_ext_convert_to_initialized), splitting an unwritten extent into up
+// to three pieces and merging the written piece with written neighbours.
+// With ZeroOut set, an unwritten extent of at most ZeroOutMax blocks is
+// zeroed outside the range and converted whole, and an unwritten remainder
+// of at most ZeroOutMax blocks is zeroed and converted with the range, as
+// ext4 does, instead of being split off. Zeroes are written before the
+// tree, so a crash in between still reads zeroes.
+//
+// A range whose boundaries were split beforehand with SplitAt never needs a
+// tree block. Otherwise a split may; with mustSucceed the allocator may
+// draw on its reserve (conversion at I/O completion must not fail). On an
+// allocation error the staged changes are undone and the tree is unchanged
+// (zeroes already written are harmless: those blocks read as zero either
+// way).
+func (t *Tree) MarkWritten(from, n uint32, mustSucceed bool) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	end := uint64(from) + uint64(n)
+	if end > EndLblk {
+		return invalidf("range [%d,+%d) past logical block %d", from, n, uint32(EndLblk))
+	}
+	if n == 0 {
+		return nil
+	}
+	return t.run(mustSucceed, func(tx *txn) error {
+		cur := from
+		for uint64(cur) < end {
+			path, pos, err := t.firstFromLocked(cur)
+			if err != nil || path == nil {
+				return err
+			}
+			e := path[len(path)-1].n.ext[pos]
+			if uint64(e.Lblk) >= end {
+				return nil
+			}
+			if !e.Unwritten {
+				cur = uint32(e.End())
+				continue
+			}
+			s := uint64(max(e.Lblk, cur))
+			f := min(e.End(), end)
+			next := uint32(f)
+			if z := uint64(t.cfg.ZeroOutMax); z > 0 && t.cfg.ZeroOut != nil {
+				zs, zf := s, f
+				if uint64(e.Len) <= z {
+					zs, zf = uint64(e.Lblk), e.End()
+				} else {
+					if l := s - uint64(e.Lblk); l > 0 && l <= z {
+						zs = uint64(e.Lblk)
+					}
+					if r := e.End() - f; r > 0 && r <= z {
+						zf = e.End()
+					}
+				}
+				if zs < s {
+					if err := t.cfg.ZeroOut(e.Pblk, s-zs); err != nil {
+						return fmt.Errorf("extent: inode %d: zeroing blocks: %w", t.cfg.Ino, err)
+					}
+				}
+				if zf > f {
+					if err := t.cfg.ZeroOut(e.Pblk+(f-uint64(e.Lblk)), zf-f); err != nil {
+						return fmt.Errorf("extent: inode %d: zeroing blocks: %w", t.cfg.Ino, err)
+					}
+				}
+				s, f = zs, zf
+			}
+			if err := tx.convert(e, uint32(s), uint32(f)); err != nil {
+				return err
+			}
+			cur = next
+		}
+		return nil
+	})
+}
+
+// convert makes [s, f) of unwritten extent e written: split off the
+// unwritten pieces before s and from f, flip the middle, merge it with
+// written neighbours.
+func (tx *txn) convert(e Extent, s, f uint32) error {
+	if uint64(f) < e.End() {
+		if err := tx.splitAt(f); err != nil {
+			return err
+		}
+	}
+	if s > e.Lblk {
+		if err := tx.splitAt(s); err != nil {
+			return err
+		}
+	}
+	path, err := tx.t.findLocked(s)
+	if err != nil {
+		return err
+	}
+	lv := len(path) - 1
+	leaf, pos := path[lv].n, path[lv].pos
+	if pos < 0 || leaf.ext[pos].Lblk != s || !leaf.ext[pos].Unwritten {
+		return tx.t.cfg.corrupt(leaf.pblk, -1, "conversion lost extent at %d", s)
+	}
+	tx.touch(leaf)
+	leaf.ext[pos].Unwritten = false
+	if pos+1 < len(leaf.ext) && canMerge(leaf.ext[pos], leaf.ext[pos+1]) {
+		leaf.ext[pos].Len += leaf.ext[pos+1].Len
+		leaf.ext = append(leaf.ext[:pos+1], leaf.ext[pos+2:]...)
+	}
+	if pos > 0 && canMerge(leaf.ext[pos-1], leaf.ext[pos]) {
+		leaf.ext[pos-1].Len += leaf.ext[pos].Len
+		leaf.ext = append(leaf.ext[:pos], leaf.ext[pos+1:]...)
+	}
+	return nil
+}

@@ -1,0 +1,504 @@
+package extent
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// Tree is one inode's extent tree. It is safe for concurrent use: every
+// method holds the tree's mutex. Decoded tree blocks are cached, so the
+// Tree must be the only writer of its blocks while it is in use.
+type Tree struct {
+	cfg Config // immutable after Open
+	mu  struct {
+		sync.Mutex
+		root  *node            // the in-inode node; pblk 0
+		cache map[uint64]*node // decoded tree blocks by physical block
+		buf   []byte           // scratch block buffer
+		broken error           // set when a commit failed half-way
+	}
+}
+
+// node is one decoded tree node. Exactly one of ext, idx is in use,
+// depending on hdr.Depth.
+type node struct {
+	pblk  uint64 // 0 for the root
+	root  bool
+	hdr   Header // Entries is recomputed on encode
+	ext   []Extent
+	idx   []Index
+	raw   []byte // the bytes it was decoded from (nil for new nodes)
+	dirty bool   // changed since decoded (zero the unused slots on encode)
+}
+
+func (n *node) entries() int {
+	if n.hdr.Depth == 0 {
+		return len(n.ext)
+	}
+	return len(n.idx)
+}
+
+func (n *node) firstKey() uint32 {
+	if n.hdr.Depth == 0 {
+		if len(n.ext) == 0 {
+			return 0
+		}
+		return n.ext[0].Lblk
+	}
+	if len(n.idx) == 0 {
+		return 0
+	}
+	return n.idx[0].Lblk
+}
+
+func (n *node) clone() *node {
+	c := *n
+	c.ext = append([]Extent(nil), n.ext...)
+	c.idx = append([]Index(nil), n.idx...)
+	return &c
+}
+
+// pathElem is one level of a root-to-leaf path: node and position. At an
+// index level pos is the child followed; at the leaf it is the last extent
+// starting at or before the key looked up, or -1.
+type pathElem struct {
+	n   *node
+	pos int
+}
+
+// Open returns the tree rooted in root (an inode's i_block). It validates
+// the root node only; deeper nodes are validated as they are read.
+func Open(root *[RootSize]byte, cfg Config) (*Tree, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	t := &Tree{cfg: cfg}
+	raw := append([]byte(nil), root[:]...)
+	n, err := t.decodeNode(raw, 0, true, -1, "root")
+	if err != nil {
+		return nil, err
+	}
+	t.mu.root = n
+	t.mu.cache = make(map[uint64]*node)
+	t.mu.buf = make([]byte, cfg.BlockSize)
+	return t, nil
+}
+
+// Depth returns the tree's depth: 0 when the root holds the extents.
+func (t *Tree) Depth() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return int(t.mu.root.hdr.Depth)
+}
+
+// Root returns the root node's bytes, to be stored in the inode's i_block.
+func (t *Tree) Root() [RootSize]byte {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var r [RootSize]byte
+	copy(r[:], t.encodeLocked(t.mu.root, false))
+	return r
+}
+
+// decodeNode decodes and validates the node in raw (a block, or the 60-byte
+// root). wantDepth < 0 accepts any depth up to MaxDepth. where names the
+// node for error messages.
+func (t *Tree) decodeNode(raw []byte, pblk uint64, root bool, wantDepth int, where string) (*node, error) {
+	c := &t.cfg
+	h := DecodeHeader(raw)
+	bad := func(off int, format string, args ...any) error {
+		return c.corrupt(pblk, off, "%s: %s", where, fmt.Sprintf(format, args...))
+	}
+	if h.Magic != Magic {
+		return nil, bad(0, "bad magic %#04x", h.Magic)
+	}
+	capacity := RootMax
+	if !root {
+		capacity = c.blockCap()
+	}
+	if h.Max == 0 || int(h.Max) > capacity {
+		return nil, bad(4, "eh_max %d not in [1, %d]", h.Max, capacity)
+	}
+	if h.Entries > h.Max {
+		return nil, bad(2, "eh_entries %d > eh_max %d", h.Entries, h.Max)
+	}
+	if h.Depth > MaxDepth {
+		return nil, bad(6, "depth %d > %d", h.Depth, MaxDepth)
+	}
+	if wantDepth >= 0 && int(h.Depth) != wantDepth {
+		return nil, bad(6, "depth %d, parent expects %d", h.Depth, wantDepth)
+	}
+	if h.Depth > 0 && h.Entries == 0 {
+		return nil, bad(2, "empty index node")
+	}
+	if !root && c.Csum && !VerifyBlockChecksum(raw, c.Seed) {
+		return nil, bad(TailOffset(int(h.Max)), "extent block checksum mismatch")
+	}
+	n := &node{pblk: pblk, root: root, hdr: h, raw: raw}
+	if h.Depth == 0 {
+		n.ext = make([]Extent, h.Entries)
+		var prevEnd uint64
+		for i := range n.ext {
+			off := HeaderSize + EntrySize*i
+			e := DecodeExtent(raw[off:])
+			switch {
+			case e.Len == 0:
+				return nil, bad(off, "entry %d: zero-length extent", i)
+			case e.End() > EndLblk:
+				return nil, bad(off, "entry %d: extent [%d,+%d) past logical block %d", i, e.Lblk, e.Len, uint32(EndLblk))
+			case !c.pblkOK(e.Pblk, uint64(e.Len)):
+				return nil, bad(off, "entry %d: physical blocks [%d,+%d) outside [%d,%d)", i, e.Pblk, e.Len, c.FirstDataBlock, c.BlocksCount)
+			case i > 0 && uint64(e.Lblk) < prevEnd:
+				return nil, bad(off, "entry %d: extent at %d overlaps or precedes the previous one ending at %d", i, e.Lblk, prevEnd)
+			}
+			prevEnd = e.End()
+			n.ext[i] = e
+		}
+	} else {
+		n.idx = make([]Index, h.Entries)
+		for i := range n.idx {
+			off := HeaderSize + EntrySize*i
+			x := DecodeIndex(raw[off:])
+			switch {
+			case !c.pblkOK(x.Pblk, 1):
+				return nil, bad(off, "entry %d: child block %d outside [%d,%d)", i, x.Pblk, c.FirstDataBlock, c.BlocksCount)
+			case i > 0 && x.Lblk <= n.idx[i-1].Lblk:
+				return nil, bad(off, "entry %d: index key %d not above previous %d", i, x.Lblk, n.idx[i-1].Lblk)
+			}
+			n.idx[i] = x
+		}
+	}
+	return n, nil
+}
+
+// encodeLocked returns the on-disk bytes of n (60 for the root). The
+// returned slice is only valid until the next call.
+func (t *Tree) encodeLocked(n *node, _ bool) []byte {
+	var b []byte
+	if n.root {
+		b = make([]byte, RootSize)
+	} else {
+		b = t.mu.buf
+		clear(b)
+	}
+	if n.raw != nil {
+		copy(b, n.raw)
+	}
+	h := n.hdr
+	h.Entries = uint16(n.entries())
+	h.Encode(b)
+	for i := 0; i < n.entries(); i++ {
+		off := HeaderSize + EntrySize*i
+		if h.Depth == 0 {
+			_ = n.ext[i].Encode(b[off:]) // valid by construction
+		} else {
+			_ = n.idx[i].Encode(b[off:])
+		}
+	}
+	if n.dirty {
+		clear(b[HeaderSize+EntrySize*n.entries() : TailOffset(int(h.Max))])
+	}
+	if !n.root && t.cfg.Csum {
+		SetBlockChecksum(b, t.cfg.Seed)
+	}
+	return b
+}
+
+// loadLocked returns the validated node at pblk, expected at depth with
+// keys in [lo, hi).
+func (t *Tree) loadLocked(pblk uint64, depth int, lo, hi uint64, where func() string) (*node, error) {
+	n := t.mu.cache[pblk]
+	if n == nil {
+		if t.cfg.IO == nil {
+			return nil, invalidf("tree of inode %d has depth > 0 but Config.IO is nil", t.cfg.Ino)
+		}
+		raw := make([]byte, t.cfg.BlockSize)
+		if err := t.cfg.IO.ReadBlock(pblk, raw); err != nil {
+			return nil, fmt.Errorf("extent: inode %d: %s: %w", t.cfg.Ino, where(), err)
+		}
+		var err error
+		if n, err = t.decodeNode(raw, pblk, false, depth, where()); err != nil {
+			return nil, err
+		}
+		t.mu.cache[pblk] = n
+	} else if int(n.hdr.Depth) != depth {
+		return nil, t.cfg.corrupt(pblk, 6, "%s: depth %d, parent expects %d", where(), n.hdr.Depth, depth)
+	}
+	if err := t.checkBounds(n, lo, hi, where); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// checkBounds checks invariant I3 for n under its parent's key range.
+func (t *Tree) checkBounds(n *node, lo, hi uint64, where func() string) error {
+	if n.entries() == 0 {
+		return nil
+	}
+	first := uint64(n.firstKey())
+	var last uint64
+	if n.hdr.Depth == 0 {
+		last = n.ext[len(n.ext)-1].End() - 1
+	} else {
+		last = uint64(n.idx[len(n.idx)-1].Lblk)
+	}
+	if first < lo || last >= hi {
+		return t.cfg.corrupt(n.pblk, -1, "%s: keys [%d,%d] outside parent range [%d,%d)", where(), first, last, lo, hi)
+	}
+	return nil
+}
+
+// pathString describes the path for error messages, e.g.
+// "depth 2 idx 3 -> block 1234 idx 0 -> block 99".
+func pathString(path []pathElem, next uint64) string {
+	var sb strings.Builder
+	for i, p := range path {
+		if i > 0 {
+			fmt.Fprintf(&sb, " -> block %d ", p.n.pblk)
+		} else {
+			sb.WriteString("root ")
+		}
+		fmt.Fprintf(&sb, "depth %d idx %d", p.n.hdr.Depth, p.pos)
+	}
+	fmt.Fprintf(&sb, " -> block %d", next)
+	return sb.String()
+}
+
+// child loads the child of path's last (index) element.
+func (t *Tree) childLocked(path []pathElem) (*node, error) {
+	p := path[len(path)-1]
+	lo, hi := t.rangeOf(path)
+	x := p.n.idx[p.pos]
+	clo := uint64(x.Lblk)
+	chi := hi
+	if p.pos+1 < len(p.n.idx) {
+		chi = uint64(p.n.idx[p.pos+1].Lblk)
+	}
+	_ = lo
+	return t.loadLocked(x.Pblk, int(p.n.hdr.Depth)-1, clo, chi, func() string { return pathString(path, x.Pblk) })
+}
+
+// rangeOf returns the key range [lo, hi) of path's last node.
+func (t *Tree) rangeOf(path []pathElem) (lo, hi uint64) {
+	lo, hi = 0, EndLblk
+	for i := 0; i < len(path)-1; i++ {
+		p := path[i]
+		lo = uint64(p.n.idx[p.pos].Lblk)
+		if p.pos+1 < len(p.n.idx) {
+			hi = uint64(p.n.idx[p.pos+1].Lblk)
+		}
+	}
+	return lo, hi
+}
+
+// findLocked returns the path to the leaf that would hold lblk.
+func (t *Tree) findLocked(lblk uint32) ([]pathElem, error) {
+	if t.mu.broken != nil {
+		return nil, t.mu.broken
+	}
+	n := t.mu.root
+	path := make([]pathElem, 0, int(n.hdr.Depth)+1)
+	for {
+		if n.hdr.Depth == 0 {
+			pos := sort.Search(len(n.ext), func(i int) bool { return n.ext[i].Lblk > lblk }) - 1
+			return append(path, pathElem{n, pos}), nil
+		}
+		pos := sort.Search(len(n.idx), func(i int) bool { return n.idx[i].Lblk > lblk }) - 1
+		if pos < 0 {
+			pos = 0
+		}
+		path = append(path, pathElem{n, pos})
+		c, err := t.childLocked(path)
+		if err != nil {
+			return nil, err
+		}
+		n = c
+	}
+}
+
+// leftmostLocked extends path (ending at an index node with pos set) down
+// to the leftmost leaf below it.
+func (t *Tree) leftmostLocked(path []pathElem) ([]pathElem, error) {
+	for {
+		n, err := t.childLocked(path)
+		if err != nil {
+			return nil, err
+		}
+		if n.hdr.Depth == 0 {
+			return append(path, pathElem{n, 0}), nil
+		}
+		path = append(path, pathElem{n, 0})
+	}
+}
+
+// nextLeafLocked returns the path to the leaf after path's leaf, or nil.
+// path is not modified.
+func (t *Tree) nextLeafLocked(path []pathElem) ([]pathElem, error) {
+	for l := len(path) - 2; l >= 0; l-- {
+		if path[l].pos+1 < len(path[l].n.idx) {
+			np := append([]pathElem(nil), path[:l+1]...)
+			np[l].pos++
+			return t.leftmostLocked(np)
+		}
+	}
+	return nil, nil
+}
+
+// firstFromLocked returns the path and position of the first extent that
+// ends after lblk, or a nil path if there is none.
+func (t *Tree) firstFromLocked(lblk uint32) ([]pathElem, int, error) {
+	path, err := t.findLocked(lblk)
+	if err != nil {
+		return nil, 0, err
+	}
+	leaf := path[len(path)-1]
+	pos := leaf.pos
+	if pos < 0 || leaf.n.ext[pos].End() <= uint64(lblk) {
+		pos++
+	}
+	for guard := 0; pos >= len(path[len(path)-1].n.ext); guard++ {
+		if path, err = t.nextLeafLocked(path); err != nil || path == nil {
+			return nil, 0, err
+		}
+		if guard > 1<<24 {
+			return nil, 0, t.cfg.corrupt(0, -1, "too many empty leaves")
+		}
+		pos = 0
+	}
+	path[len(path)-1].pos = pos
+	return path, pos, nil
+}
+
+// Lookup returns the extent holding logical block lblk. If no extent holds
+// it, found is false and holeLen is the number of blocks from lblk to the
+// next extent, or to 2^32 when no extent follows.
+func (t *Tree) Lookup(lblk uint32) (e Extent, found bool, holeLen uint64, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	path, pos, err := t.firstFromLocked(lblk)
+	if err != nil {
+		return Extent{}, false, 0, err
+	}
+	if path == nil {
+		return Extent{}, false, 1<<32 - uint64(lblk), nil
+	}
+	e = path[len(path)-1].n.ext[pos]
+	if e.Lblk <= lblk {
+		return e, true, 0, nil
+	}
+	return Extent{}, false, uint64(e.Lblk - lblk), nil
+}
+
+// Walk calls fn for every extent in logical order, stopping at the first
+// error. fn must not call the Tree's methods.
+func (t *Tree) Walk(fn func(Extent) error) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.walkLocked(func(path []pathElem) error {
+		for _, e := range path[len(path)-1].n.ext {
+			if err := fn(e); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, nil)
+}
+
+// Blocks calls fn for each tree block (not the in-inode root) with the
+// depth of the node it holds, parents before children. The count is what the
+// tree adds to i_blocks beyond its data blocks.
+func (t *Tree) Blocks(fn func(pblk uint64, depth int) error) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.walkLocked(nil, fn)
+}
+
+// walkLocked visits every leaf in order (leafFn) and every tree block
+// (blockFn), detecting blocks reached twice.
+func (t *Tree) walkLocked(leafFn func([]pathElem) error, blockFn func(uint64, int) error) error {
+	if t.mu.broken != nil {
+		return t.mu.broken
+	}
+	seen := make(map[uint64]bool)
+	var rec func(path []pathElem) error
+	rec = func(path []pathElem) error {
+		n := path[len(path)-1].n
+		if n.hdr.Depth == 0 {
+			if leafFn != nil {
+				return leafFn(path)
+			}
+			return nil
+		}
+		for i := range n.idx {
+			path[len(path)-1].pos = i
+			c, err := t.childLocked(path)
+			if err != nil {
+				return err
+			}
+			if seen[c.pblk] {
+				return t.cfg.corrupt(c.pblk, -1, "%s: block referenced twice", pathString(path, c.pblk))
+			}
+			seen[c.pblk] = true
+			if blockFn != nil {
+				if err := blockFn(c.pblk, int(c.hdr.Depth)); err != nil {
+					return err
+				}
+			}
+			if err := rec(append(path, pathElem{c, 0})); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return rec([]pathElem{{t.mu.root, 0}})
+}
+
+// Check validates the whole tree: every node as when reading (I1-I3, I5,
+// I6), plus invariant I4 strictly (index key == first key of the child), no
+// empty non-root leaves, no block reached twice, and no physical block used
+// twice (by two extents, two tree blocks, or an extent and a tree block).
+// Errors wrap ErrCorrupt and name the path to the bad node.
+func (t *Tree) Check() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.checkLocked()
+}
+
+func (t *Tree) checkLocked() error {
+	type run struct{ p, n uint64 }
+	var runs []run
+	err := t.walkLocked(func(path []pathElem) error {
+		leaf := path[len(path)-1].n
+		for _, e := range leaf.ext {
+			runs = append(runs, run{e.Pblk, uint64(e.Len)})
+		}
+		if len(path) > 1 {
+			if len(leaf.ext) == 0 {
+				return t.cfg.corrupt(leaf.pblk, -1, "%s: empty leaf block", pathString(path[:len(path)-1], leaf.pblk))
+			}
+		}
+		// Strict I4 along the path: each index key equals its child's first key.
+		for l := 0; l+1 < len(path); l++ {
+			p := path[l]
+			if k, f := p.n.idx[p.pos].Lblk, path[l+1].n.firstKey(); k != f {
+				return t.cfg.corrupt(path[l+1].n.pblk, -1, "%s: index key %d != first key %d of child", pathString(path[:l+1], path[l+1].n.pblk), k, f)
+			}
+		}
+		return nil
+	}, func(pblk uint64, _ int) error {
+		runs = append(runs, run{pblk, 1})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	sort.Slice(runs, func(i, j int) bool { return runs[i].p < runs[j].p })
+	for i := 1; i < len(runs); i++ {
+		if runs[i-1].p+runs[i-1].n > runs[i].p {
+			return t.cfg.corrupt(runs[i].p, -1, "physical block %d used twice", runs[i].p)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,169 @@
+package layout
+
+import (
+	"encoding/binary"
+
+	"github.com/ext4io/ext4io/internal/crc32c"
+	"github.com/ext4io/ext4io/internal/errs"
+)
+
+// Directory entry file types (ext4_dir_entry_2.file_type). Part of the
+// on-disk format.
+const (
+	FtUnknown = 0
+	FtRegFile = 1
+	FtDir     = 2
+	FtChrdev  = 3
+	FtBlkdev  = 4
+	FtFifo    = 5
+	FtSock    = 6
+	FtSymlink = 7
+
+	// FtDirCsum marks the fake entry holding a directory block's checksum
+	// (struct ext4_dir_entry_tail).
+	FtDirCsum = 0xDE
+
+	DirEntryHeaderLen = 8   // inode, rec_len, name_len, file_type
+	DirTailLen        = 12  // struct ext4_dir_entry_tail
+	MaxNameLen        = 255 // EXT4_NAME_LEN
+)
+
+// DirEntry mirrors struct ext4_dir_entry_2 (the filetype form).
+type DirEntry struct {
+	Inode    uint32 // 0x0; 0 for an unused entry
+	RecLen   int    // 0x4 (decoded: 64 KiB blocks encode it specially)
+	NameLen  uint8  // 0x6
+	FileType uint8  // 0x7 (the high byte of name_len without filetype)
+	Name     []byte // 0x8, NameLen bytes (aliases the block)
+	Off      int    // in-memory only: byte offset in the block
+}
+
+// DirRecLen returns the minimal record length for a name of n bytes.
+func DirRecLen(n int) int { return (DirEntryHeaderLen + n + 3) &^ 3 }
+
+// DecodeRecLen decodes rec_len as ext4_rec_len_from_disk does.
+func DecodeRecLen(v uint16, blockSize int) int {
+	l := int(v)
+	if blockSize < 65536 {
+		return l
+	}
+	if v == 65535 || v == 0 {
+		return blockSize
+	}
+	return l&65532 | (l&3)<<16
+}
+
+// EncodeRecLen encodes a record length as ext4_rec_len_to_disk does.
+func EncodeRecLen(l, blockSize int) uint16 {
+	if blockSize < 65536 {
+		return uint16(l)
+	}
+	if l == blockSize {
+		if blockSize == 65536 {
+			return 65535
+		}
+		return 0
+	}
+	return uint16(l&65532 | (l>>16)&3)
+}
+
+// DirBlock iterates over the entries of one linear directory block.
+// It validates each record as ext4_check_dir_entry does. Entries with
+// Inode 0 (unused space) are yielded too; callers skip them.
+//
+// hasTail says the block ends in a checksum tail (metadata_csum), which is
+// not yielded. filetype says whether the high name_len byte is a file type.
+func DirBlock(b []byte, block uint64, ino uint32, hasTail, filetype bool, fn func(DirEntry) error) error {
+	bs := len(b)
+	end := bs
+	if hasTail {
+		end -= DirTailLen
+	}
+	le := binary.LittleEndian
+	for off := 0; off < end; {
+		bad := func(format string, args ...any) error {
+			return &errs.CorruptError{What: "directory entry", Ino: ino, Block: block, Off: off, Msg: sprintf(format, args...)}
+		}
+		if end-off < DirEntryHeaderLen {
+			return bad("%d bytes left, too short for an entry", end-off)
+		}
+		e := DirEntry{
+			Inode:   le.Uint32(b[off:]),
+			RecLen:  DecodeRecLen(le.Uint16(b[off+4:]), bs),
+			NameLen: b[off+6],
+			Off:     off,
+		}
+		if filetype {
+			e.FileType = b[off+7]
+		}
+		nameLen := int(e.NameLen)
+		if !filetype {
+			nameLen |= int(b[off+7]) << 8
+		}
+		switch {
+		case e.RecLen < DirRecLen(1):
+			return bad("rec_len %d too small", e.RecLen)
+		case e.RecLen&3 != 0:
+			return bad("rec_len %d not a multiple of 4", e.RecLen)
+		case e.RecLen < DirRecLen(nameLen):
+			return bad("rec_len %d too small for name_len %d", e.RecLen, nameLen)
+		case off+e.RecLen > end:
+			return bad("rec_len %d runs past the end of the block", e.RecLen)
+		case nameLen > MaxNameLen:
+			return bad("name_len %d", nameLen)
+		}
+		e.Name = b[off+DirEntryHeaderLen : off+DirEntryHeaderLen+nameLen]
+		if err := fn(e); err != nil {
+			return err
+		}
+		off += e.RecLen
+	}
+	return nil
+}
+
+// PutDirEntry writes an entry at off with the given record length.
+func PutDirEntry(b []byte, off int, ino uint32, recLen int, ft uint8, name []byte) {
+	le := binary.LittleEndian
+	le.PutUint32(b[off:], ino)
+	le.PutUint16(b[off+4:], EncodeRecLen(recLen, len(b)))
+	b[off+6] = uint8(len(name))
+	b[off+7] = ft
+	copy(b[off+DirEntryHeaderLen:], name)
+}
+
+// HasDirTail reports whether the block ends in a well-formed checksum tail
+// (struct ext4_dir_entry_tail: inode 0, rec_len 12, name_len 0, type 0xDE).
+func HasDirTail(b []byte) bool {
+	t := b[len(b)-DirTailLen:]
+	le := binary.LittleEndian
+	return le.Uint32(t) == 0 && le.Uint16(t[4:]) == DirTailLen && t[6] == 0 && t[7] == FtDirCsum
+}
+
+// DirBlockChecksum returns the checksum of a linear directory block:
+// crc32c(inode seed, block[0 : len-12]).
+func DirBlockChecksum(inodeSeed uint32, b []byte) uint32 {
+	return crc32c.Kernel(inodeSeed, b[:len(b)-DirTailLen])
+}
+
+// SetDirTail writes the checksum tail into the last 12 bytes of b.
+func SetDirTail(inodeSeed uint32, b []byte) {
+	t := b[len(b)-DirTailLen:]
+	le := binary.LittleEndian
+	le.PutUint32(t, 0)
+	le.PutUint16(t[4:], DirTailLen)
+	t[6], t[7] = 0, FtDirCsum
+	le.PutUint32(t[8:], DirBlockChecksum(inodeSeed, b))
+}
+
+// VerifyDirBlock checks a linear directory block's checksum tail.
+func VerifyDirBlock(inodeSeed uint32, b []byte, block uint64, ino uint32) error {
+	if !HasDirTail(b) {
+		return &errs.CorruptError{What: "directory block", Ino: ino, Block: block, Off: len(b) - DirTailLen, Msg: "missing checksum tail"}
+	}
+	stored := binary.LittleEndian.Uint32(b[len(b)-4:])
+	if want := DirBlockChecksum(inodeSeed, b); stored != want {
+		return &errs.CorruptError{What: "directory block", Ino: ino, Block: block, Off: len(b) - 4,
+			Msg: sprintf("checksum %#x != computed %#x", stored, want)}
+	}
+	return nil
+}
