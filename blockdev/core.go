@@ -84,6 +84,20 @@ func (c *fileCore) close() error {
 	return nil
 }
 
+// control runs fn on the descriptor of f, holding a reference that keeps a
+// concurrent Close from recycling the descriptor number.
+func control(f *os.File, fn func(fd int) error) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ferr error
+	if err := rc.Control(func(fd uintptr) { ferr = fn(int(fd)) }); err != nil {
+		return err
+	}
+	return ferr
+}
+
 // zeroBuf is a shared, never-written buffer of zeroes for ZeroOut fallbacks.
 var zeroBuf = make([]byte, 64<<10)
 

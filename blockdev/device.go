@@ -1,14 +1,31 @@
 // Package blockdev is the bottom of ext4io: the Device interface every other
 // package reads and writes through, and its backends.
 //
-// Backends: file (pread/pwrite on a regular file or block device), direct
-// (O_DIRECT with aligned bounce buffers), mmap (a pmem-like shared mapping),
-// memory (a sparse in-process device for tests) and a fault-injecting wrapper
-// for crash tests. All are safe for concurrent use.
+// Backends, all safe for concurrent use:
 //
-// Durability contract: a WriteAt that returned is visible to every later
-// ReadAt, but survives a crash only once a later Flush has returned nil.
-// ZeroOut and Discard follow the same rule.
+//	File    OpenFile, CreateFile   pread/pwrite through the page cache, on a
+//	                               regular file or a block device
+//	Direct  OpenDirect             O_DIRECT; aligned I/O is zero-copy, the
+//	                               rest goes through bounce buffers (Aligner)
+//	Mmap    OpenMmap               a shared mapping of a file, pmem-like
+//	memdev  memdev.New             sparse, in process, copy-on-write clones
+//	errordev errordev.New          fault injection around any Device;
+//	         errordev.NewCrashable crash images (durable state + torn writes)
+//
+// blockdevtest.Run is the conformance suite every backend passes.
+//
+// Invariants every backend keeps:
+//   - Durability: a WriteAt that returned is visible to every later ReadAt,
+//     but survives a crash only once a later Flush has returned nil. ZeroOut
+//     and Discard follow the same rule.
+//   - Devices do not grow: Size is fixed at open; an operation reaching past
+//     it fails with ErrInvalid and changes nothing. Reads past it return
+//     io.EOF after the bytes that exist.
+//   - Errors from the OS wrap ErrIO and name the operation, path and offset;
+//     operations after Close wrap ErrClosed; modifications of a read-only
+//     device wrap ErrReadOnly.
+//   - Concurrent writes to disjoint byte ranges never disturb each other,
+//     even inside one logical block.
 package blockdev
 
 import (

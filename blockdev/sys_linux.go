@@ -8,20 +8,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// control runs fn on the descriptor of f, holding a reference that keeps a
-// concurrent Close from recycling the descriptor number.
-func control(f *os.File, fn func(fd int) error) error {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var ferr error
-	if err := rc.Control(func(fd uintptr) { ferr = fn(int(fd)) }); err != nil {
-		return err
-	}
-	return ferr
-}
-
 func fdatasync(f *os.File) error {
 	return control(f, func(fd int) error { return ignoringEINTR(func() error { return unix.Fdatasync(fd) }) })
 }

@@ -19,7 +19,7 @@
 //	8       8     pst    bits 0..59: physical block of lblk (Written,
 //	                     Unwritten; 0 otherwise); bits 60..63: Status
 //
-// With btree degree 16 an entry costs about 40 bytes including the tree's
+// With btree degree 18 an entry costs 26 to 39 bytes including the tree's
 // nodes (measured by TestBytesPerEntry and BenchmarkBytesPerExtent).
 //
 // # Invariants (checked by Tree.check in tests)

@@ -25,6 +25,7 @@ const statusShift = 60
 
 // Status is the state of a cached range. It mirrors the kernel's
 // EXTENT_STATUS_{WRITTEN,UNWRITTEN,DELAYED,HOLE}. The zero value is invalid.
+// It is a plain value, safe to copy and share.
 type Status uint8
 
 const (
@@ -60,7 +61,8 @@ func (s Status) mapped() bool { return s == Written || s == Unwritten }
 
 // Extent is a range of logical blocks [Lblk, Lblk+Len) with one status. Pblk
 // is the physical block of Lblk for Written and Unwritten ranges and is
-// ignored (reported as 0) for Delayed and Hole.
+// ignored (reported as 0) for Delayed and Hole. It is a plain value, safe to
+// copy and share; the cache never aliases it.
 type Extent struct {
 	Lblk   uint32
 	Len    uint32

@@ -116,7 +116,7 @@ type Config struct {
 	ZeroOutMax uint32
 	// MaxEntries, when nonzero, caps eh_max of new tree blocks (a test mode
 	// like the kernel's AGGRESSIVE_TEST: small nodes make deep trees; e2fsck
-	// rejects blocks with eh_max below (blockSize-12)/12-2). At least 3.
+	// rejects blocks with eh_max below (blockSize-12)/12-2). At least 4.
 	MaxEntries int
 }
 
@@ -136,7 +136,7 @@ func (c *Config) validate() error {
 	if bs < 1024 || bs > 65536 || bs&(bs-1) != 0 {
 		return invalidf("block size %d", bs)
 	}
-	if c.MaxEntries != 0 && (c.MaxEntries < 3 || c.MaxEntries > c.blockCap()) {
+	if c.MaxEntries != 0 && (c.MaxEntries < RootMax || c.MaxEntries > c.blockCap()) {
 		return invalidf("MaxEntries %d not in [3, %d]", c.MaxEntries, c.blockCap())
 	}
 	if c.BlocksCount <= c.FirstDataBlock {

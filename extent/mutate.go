@@ -111,7 +111,7 @@ func (tx *txn) commit() error {
 	}
 	sort.SliceStable(nodes, func(i, j int) bool { return nodes[i].hdr.Depth < nodes[j].hdr.Depth })
 	for _, n := range nodes {
-		b := t.encodeLocked(n, true)
+		b := t.encodeLocked(n)
 		if err := t.cfg.IO.WriteBlock(n.pblk, b); err != nil {
 			t.mu.broken = fmt.Errorf("extent: inode %d: tree half-written: %w", t.cfg.Ino, err)
 			return t.mu.broken
@@ -124,7 +124,7 @@ func (tx *txn) commit() error {
 	}
 	if _, ok := tx.saved[t.mu.root]; ok {
 		r := t.mu.root
-		r.raw = t.encodeLocked(r, true)
+		r.raw = t.encodeLocked(r)
 		r.dirty = false
 	}
 	var errOut error
@@ -258,7 +258,6 @@ func (tx *txn) insert(e Extent, noMerge bool) error {
 // the root's entries into a new block (ext4_ext_grow_indepth). The caller
 // looks the path up again afterwards.
 func (tx *txn) makeRoom(path []pathElem, newLblk uint32) error {
-	t := tx.t
 	lv := len(path) - 1
 	at := -1
 	for l := lv - 1; l >= 0; l-- {

@@ -14,10 +14,10 @@ type Tree struct {
 	cfg Config // immutable after Open
 	mu  struct {
 		sync.Mutex
-		root  *node            // the in-inode node; pblk 0
-		cache map[uint64]*node // decoded tree blocks by physical block
-		buf   []byte           // scratch block buffer
-		broken error           // set when a commit failed half-way
+		root   *node            // the in-inode node; pblk 0
+		cache  map[uint64]*node // decoded tree blocks by physical block
+		buf    []byte           // scratch block buffer
+		broken error            // set when a commit failed half-way
 	}
 }
 
@@ -98,7 +98,7 @@ func (t *Tree) Root() [RootSize]byte {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var r [RootSize]byte
-	copy(r[:], t.encodeLocked(t.mu.root, false))
+	copy(r[:], t.encodeLocked(t.mu.root))
 	return r
 }
 
@@ -175,7 +175,7 @@ func (t *Tree) decodeNode(raw []byte, pblk uint64, root bool, wantDepth int, whe
 
 // encodeLocked returns the on-disk bytes of n (60 for the root). The
 // returned slice is only valid until the next call.
-func (t *Tree) encodeLocked(n *node, _ bool) []byte {
+func (t *Tree) encodeLocked(n *node) []byte {
 	var b []byte
 	if n.root {
 		b = make([]byte, RootSize)
@@ -358,12 +358,18 @@ func (t *Tree) firstFromLocked(lblk uint32) ([]pathElem, int, error) {
 	if pos < 0 || leaf.n.ext[pos].End() <= uint64(lblk) {
 		pos++
 	}
-	for guard := 0; pos >= len(path[len(path)-1].n.ext); guard++ {
+	var seen map[uint64]bool // empty leaves passed; a repeat means a cycle
+	for pos >= len(path[len(path)-1].n.ext) {
+		if seen == nil {
+			seen = make(map[uint64]bool)
+		}
+		if p := path[len(path)-1].n.pblk; seen[p] {
+			return nil, 0, t.cfg.corrupt(p, -1, "empty leaf block reached twice")
+		} else {
+			seen[p] = true
+		}
 		if path, err = t.nextLeafLocked(path); err != nil || path == nil {
 			return nil, 0, err
-		}
-		if guard > 1<<24 {
-			return nil, 0, t.cfg.corrupt(0, -1, "too many empty leaves")
 		}
 		pos = 0
 	}

@@ -302,6 +302,9 @@ type Descriptor struct {
 	// Rest holds the bytes after the last tag, verbatim, when decoded. When
 	// nil, Encode zero-fills and writes the tail checksum.
 	Rest []byte
+	// TruncatedUUID is set when the last tag's UUID runs past the block
+	// (corrupt input; jbd2 still counts and replays that tag).
+	TruncatedUUID bool
 }
 
 // DecodeDescriptor parses the tags of a descriptor block the way jbd2's
@@ -342,7 +345,12 @@ func DecodeDescriptor(f Format, b []byte) (*Descriptor, error) {
 		p += tb
 		if t.Flags&FlagSameUUID == 0 {
 			if p+16 > len(b) {
-				return nil, errs.Corruptf("journal descriptor", 0, p, "tag UUID runs past the block")
+				// count_tags still counts this tag; its UUID is cut short.
+				copy(t.UUID[:], b[p:])
+				d.Tags = append(d.Tags, t)
+				d.TruncatedUUID = true
+				d.Rest = []byte{}
+				return d, nil
 			}
 			copy(t.UUID[:], b[p:p+16])
 			p += 16
@@ -351,9 +359,6 @@ func DecodeDescriptor(f Format, b []byte) (*Descriptor, error) {
 		if t.Flags&FlagLastTag != 0 {
 			break
 		}
-	}
-	if p > len(b) {
-		return nil, errs.Corruptf("journal descriptor", 0, p, "tags run past the block")
 	}
 	d.Rest = append([]byte{}, b[p:]...)
 	return d, nil
@@ -370,7 +375,7 @@ func (d *Descriptor) Encode(f Format, b []byte) error {
 	p := headerSize
 	for _, t := range d.Tags {
 		need := tb
-		if t.Flags&FlagSameUUID == 0 {
+		if t.Flags&FlagSameUUID == 0 && !d.TruncatedUUID {
 			need += 16
 		}
 		if p+need > len(b) {
@@ -397,6 +402,10 @@ func (d *Descriptor) Encode(f Format, b []byte) error {
 		}
 		p += tb
 		if t.Flags&FlagSameUUID == 0 {
+			if d.TruncatedUUID && p+16 > len(b) {
+				copy(b[p:], t.UUID[:])
+				return nil
+			}
 			copy(b[p:p+16], t.UUID[:])
 			p += 16
 		}
@@ -458,8 +467,8 @@ func DecodeCommit(b []byte) (*Commit, error) {
 }
 
 // Encode writes the commit block into b. With Rest nil the rest is zeroed
-// and, with csum v2/v3, h_chksum[0] is set to the block checksum (type
-// crc32c, size 4 as jbd2_commit_block_csum_set leaves it).
+// and, with csum v2/v3, h_chksum[0] is set to the block checksum
+// (jbd2_commit_block_csum_set; type and size are left as given, 0 for v2/v3).
 func (c *Commit) Encode(f Format, b []byte) {
 	Header{Magic, BlockTypeCommit, c.Sequence}.encode(b)
 	b[12], b[13] = c.ChksumType, c.ChksumSize

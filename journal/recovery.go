@@ -63,8 +63,9 @@ func (j *Journal) NeedsRecovery() bool {
 // next transaction, and at the first commit that fails its checksum),
 // PASS_REVOKE collects revoke records, PASS_REPLAY writes every unrevoked
 // journalled block home. Then the device is flushed and the journal
-// superblock emptied as e2fsck does: s_start = 0, s_sequence = EndSeq + 1
-// (and s_errno = -EINVAL when a commit was found corrupt).
+// superblock emptied as e2fsck does: s_start = 0, s_sequence = EndSeq + 1.
+// When FailedCommit is set the caller should mark the file system as having
+// errors (ext4 sets EXT4_ERROR_FS; e2fsck goes through s_errno).
 //
 // Journalled blocks whose tag checksum fails are skipped (others are still
 // replayed, the journal is still emptied) and the error returned wraps
@@ -108,7 +109,7 @@ func (j *Journal) Recover() (RecoveryInfo, error) {
 	}
 	next := r.info.EndSeq + 1
 	r.info.NextSeq = next
-	if err := j.resetAfterRecovery(next, r.info.FailedCommit != 0); err != nil {
+	if err := j.resetAfterRecovery(next); err != nil {
 		return r.info, err
 	}
 	return r.info, r.fatal
@@ -116,15 +117,12 @@ func (j *Journal) Recover() (RecoveryInfo, error) {
 
 // resetAfterRecovery writes the emptied superblock (FUA: write + flush) and
 // sets up the in-memory log state for new transactions.
-func (j *Journal) resetAfterRecovery(next uint32, failed bool) error {
+func (j *Journal) resetAfterRecovery(next uint32) error {
 	j.sbMu.Lock()
 	defer j.sbMu.Unlock()
 	nsb := j.sb
 	nsb.SeqTail = next
 	nsb.Start = 0
-	if failed {
-		nsb.Errno = -22 // -EINVAL, as e2fsck records a corrupt transaction
-	}
 	if err := j.writeSuperblockLocked(&nsb, true); err != nil {
 		return err
 	}

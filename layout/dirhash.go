@@ -5,13 +5,13 @@ import "math/bits"
 // Directory hash versions (dx_root_info.hash_version, s_def_hash_version).
 // Part of the on-disk format.
 const (
-	HashLegacy           = 0
-	HashHalfMD4          = 1
-	HashTea              = 2
-	HashLegacyUnsigned   = 3
-	HashHalfMD4Unsigned  = 4
-	HashTeaUnsigned      = 5
-	HashSiphash          = 6
+	HashLegacy          = 0
+	HashHalfMD4         = 1
+	HashTea             = 2
+	HashLegacyUnsigned  = 3
+	HashHalfMD4Unsigned = 4
+	HashTeaUnsigned     = 5
+	HashSiphash         = 6
 
 	htreeEOF32 = 0x7FFFFFFF // EXT4_HTREE_EOF_32BIT
 )

@@ -32,15 +32,15 @@ const (
 
 // Inode offsets of the checksum fields.
 const (
-	inodeChecksumLoOff   = 0x7C
-	inodeExtraIsizeOff   = 0x80
-	inodeChecksumHiOff   = 0x82
-	inodeChecksumHiEnd   = 4 // i_extra_isize needed for i_checksum_hi
-	inodeCtimeExtraEnd   = 8
-	inodeMtimeExtraEnd   = 12
-	inodeAtimeExtraEnd   = 16
-	inodeCrtimeEnd       = 20
-	inodeCrtimeExtraEnd  = 24
+	inodeChecksumLoOff  = 0x7C
+	inodeExtraIsizeOff  = 0x80
+	inodeChecksumHiOff  = 0x82
+	inodeChecksumHiEnd  = 4 // i_extra_isize needed for i_checksum_hi
+	inodeCtimeExtraEnd  = 8
+	inodeMtimeExtraEnd  = 12
+	inodeAtimeExtraEnd  = 16
+	inodeCrtimeEnd      = 20
+	inodeCrtimeExtraEnd = 24
 )
 
 // Timestamp is an inode time: seconds since the epoch (with ext4's 34-bit
@@ -60,25 +60,25 @@ func TimestampOf(t time.Time) Timestamp { return Timestamp{t.Unix(), uint32(t.Na
 // first 128 bytes when i_extra_isize covers them. Split fields are joined.
 // Raw keeps the decoded bytes (the whole on-disk inode, s_inode_size long).
 type Inode struct {
-	Mode       uint16    // 0x00
-	UID        uint32    // 0x02 lo, 0x78 hi
-	Size       uint64    // 0x04 lo, 0x6C hi
-	Atime      Timestamp // 0x08, extra 0x8C
-	Ctime      Timestamp // 0x0C, extra 0x84
-	Mtime      Timestamp // 0x10, extra 0x88
-	Dtime      uint32    // 0x14
-	GID        uint32    // 0x18 lo, 0x7A hi
-	LinksCount uint16    // 0x1A
-	BlocksRaw  uint64    // 0x1C lo, 0x74 hi: i_blocks as stored (see Blocks)
-	Flags      uint32    // 0x20
-	Version    uint64    // 0x24 lo (osd1), 0x98 hi
+	Mode       uint16               // 0x00
+	UID        uint32               // 0x02 lo, 0x78 hi
+	Size       uint64               // 0x04 lo, 0x6C hi
+	Atime      Timestamp            // 0x08, extra 0x8C
+	Ctime      Timestamp            // 0x0C, extra 0x84
+	Mtime      Timestamp            // 0x10, extra 0x88
+	Dtime      uint32               // 0x14
+	GID        uint32               // 0x18 lo, 0x7A hi
+	LinksCount uint16               // 0x1A
+	BlocksRaw  uint64               // 0x1C lo, 0x74 hi: i_blocks as stored (see Blocks)
+	Flags      uint32               // 0x20
+	Version    uint64               // 0x24 lo (osd1), 0x98 hi
 	Block      [InodeBlockSize]byte // 0x28 i_block
-	Generation uint32    // 0x64
-	FileACL    uint64    // 0x68 lo, 0x76 hi
-	ExtraIsize uint16    // 0x80
-	Checksum   uint32    // 0x7C lo, 0x82 hi
-	Crtime     Timestamp // 0x90, extra 0x94
-	Projid     uint32    // 0x9C
+	Generation uint32               // 0x64
+	FileACL    uint64               // 0x68 lo, 0x76 hi
+	ExtraIsize uint16               // 0x80
+	Checksum   uint32               // 0x7C lo, 0x82 hi
+	Crtime     Timestamp            // 0x90, extra 0x94
+	Projid     uint32               // 0x9C
 
 	Raw []byte
 }

@@ -9,6 +9,7 @@ package errs
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 )
 
 var (
@@ -26,13 +27,15 @@ var (
 	ErrUnsupported = errors.New("ext4: unsupported")
 	// ErrIO wraps an error from the underlying device.
 	ErrIO = errors.New("ext4: I/O error")
-	// ErrInvalid is returned for arguments that can never succeed:
+	// ErrInvalid (which matches fs.ErrInvalid) is returned for arguments that can never succeed:
 	// negative or overflowing offsets, misaligned direct I/O, bad options.
-	ErrInvalid = errors.New("ext4: invalid argument")
-	// ErrNotFound is returned when a path or inode does not exist.
-	ErrNotFound = errors.New("ext4: not found")
-	// ErrClosed is returned by operations on a closed object.
-	ErrClosed = errors.New("ext4: closed")
+	ErrInvalid = fmt.Errorf("ext4: %w", fs.ErrInvalid)
+	// ErrNotFound (which matches fs.ErrNotExist) is returned when a path or inode does not exist.
+	ErrNotFound = fmt.Errorf("ext4: %w", fs.ErrNotExist)
+	// ErrClosed (which matches fs.ErrClosed) is returned by operations on a closed object.
+	ErrClosed = fmt.Errorf("ext4: %w", fs.ErrClosed)
+	// ErrExist is returned when a name to be created already exists.
+	ErrExist = fmt.Errorf("ext4: %w", fs.ErrExist)
 )
 
 // CorruptError describes corrupt metadata and where it was found. It wraps

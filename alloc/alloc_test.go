@@ -1,0 +1,299 @@
+package alloc
+
+import (
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/ext4io/ext4io/blockdev/memdev"
+	"github.com/ext4io/ext4io/internal/mkfs"
+	"github.com/ext4io/ext4io/layout"
+)
+
+// TestConcurrent runs 16 goroutines allocating and freeing; at the end the
+// bitmaps must show exactly the union of the runs they own.
+func TestConcurrent(t *testing.T) {
+	m := newImage(t, 128<<20, mkfs.Options{BlockSize: 1024}, nil)
+	a := m.a
+	free0 := a.FreeBlocks()
+	var wg sync.WaitGroup
+	owned := make([][]run, 16)
+	inos := make([][]uint32, 16)
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []run
+			for i := 0; i < 300; i++ {
+				var s, n uint64
+				var err error
+				switch i % 3 {
+				case 0:
+					s, n, err = a.Alloc(uint64(w*7000+i), 1, 1)
+				case 1:
+					s, n, err = a.AllocFor(uint32(100+w), uint64(w*7000), 1, 16)
+				default:
+					s, n, err = a.Alloc(uint64(w*7000), 8, 64)
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mine = append(mine, run{s, n})
+				if i%5 == 4 {
+					r := mine[len(mine)/2]
+					mine = append(mine[:len(mine)/2], mine[len(mine)/2+1:]...)
+					if err := a.Free(r.start, r.n); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+				if i%30 == 0 {
+					ino, err := a.AllocInode(2, i%60 == 0)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					inos[w] = append(inos[w], ino)
+				}
+			}
+			a.ReleasePrealloc(uint32(100 + w))
+			owned[w] = mine
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	// No block owned twice; the reopened bitmaps hold every owned block.
+	seen := map[uint64]bool{}
+	total := uint64(0)
+	var all []run
+	for _, rs := range owned {
+		for _, r := range rs {
+			for b := r.start; b < r.start+r.n; b++ {
+				if seen[b] {
+					t.Fatalf("block %d owned twice", b)
+				}
+				seen[b] = true
+			}
+			total += r.n
+			all = append(all, r)
+		}
+	}
+	if got := a.FreeBlocks(); got != free0-total {
+		t.Fatalf("FreeBlocks %d, want %d (lost or double blocks)", got, free0-total)
+	}
+	m.sync(t)
+	m.reopen(t, Options{})
+	for _, r := range all {
+		gi := m.a.groupOf(r.start)
+		g := m.a.g[gi]
+		g.mu.Lock()
+		if err := m.a.loadLocked(gi); err != nil {
+			t.Fatal(err)
+		}
+		base := m.sb.GroupFirstBlock(gi)
+		ok := allSet(g.mu.bitmap, r.start-base, r.n)
+		g.mu.Unlock()
+		if !ok {
+			t.Fatalf("owned run %d+%d not marked on disk", r.start, r.n)
+		}
+	}
+	if got := m.a.FreeBlocks(); got != free0-total {
+		t.Fatalf("reopened FreeBlocks %d, want %d", got, free0-total)
+	}
+	// Free the inodes (they were never written) and check with e2fsck.
+	for w := range inos {
+		for k, ino := range inos[w] {
+			if err := m.a.FreeInode(ino, k%2 == 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, r := range all {
+		if err := m.a.Free(r.start, r.n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.sync(t)
+	fsck(t, m.path)
+}
+
+func TestPreallocContiguous(t *testing.T) {
+	m := newImage(t, 64<<20, mkfs.Options{}, nil)
+	a := m.a
+	free0 := a.FreeBlocks()
+	// Two files appended block by block, interleaved.
+	var last [2]uint64
+	for i := 0; i < 100; i++ {
+		for f := range 2 {
+			s, n, err := a.AllocFor(uint32(20+f), last[f], 1, 1)
+			if err != nil || n != 1 {
+				t.Fatal(err)
+			}
+			if i > 0 && s != last[f] {
+				t.Fatalf("file %d block %d at %d, want %d (not contiguous)", f, i, s, last[f])
+			}
+			last[f] = s + 1
+		}
+	}
+	if a.FreeBlocks() != free0-200 {
+		t.Fatalf("windows counted as used: %d free, want %d", a.FreeBlocks(), free0-200)
+	}
+	a.ReleasePrealloc(20)
+	a.ReleasePrealloc(21)
+	m.sync(t)
+	m.reopen(t, Options{})
+	if m.a.FreeBlocks() != free0-200 {
+		t.Fatal("on-disk count differs")
+	}
+}
+
+func TestReservations(t *testing.T) {
+	m := newImage(t, 32<<20, mkfs.Options{}, nil)
+	a := m.a
+	av := a.Available(0)
+	if err := a.Reserve(100); err != nil {
+		t.Fatal(err)
+	}
+	if a.Available(0) != av-100 {
+		t.Fatalf("Available %d after reserving 100 of %d", a.Available(0), av)
+	}
+	s, n, err := a.Allocate(Request{Min: 60, Max: 60, Flags: Delalloc})
+	if err != nil || n != 60 {
+		t.Fatal(n, err)
+	}
+	if a.Reserved() != 40 || a.Available(0) != av-100 {
+		t.Fatalf("after claim: reserved %d available %d", a.Reserved(), a.Available(0))
+	}
+	if _, _, err := a.Allocate(Request{Min: 41, Max: 41, Flags: Delalloc}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("over-claim: %v", err)
+	}
+	if err := a.Unreserve(40); err != nil {
+		t.Fatal(err)
+	}
+	if a.Available(0) != av-60 {
+		t.Fatalf("Available %d, want %d", a.Available(0), av-60)
+	}
+	// Reserving everything blocks ordinary allocations but not the pool.
+	if err := a.Reserve(a.Available(0)); err != nil {
+		t.Fatal(err)
+	}
+	before := a.FreeBlocks()
+	if _, _, err := a.Alloc(0, 1, 1); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("ordinary alloc with all space reserved: %v", err)
+	}
+	if a.FreeBlocks() != before {
+		t.Fatal("failed alloc changed counts")
+	}
+	if _, _, err := a.Allocate(Request{Min: 1, Max: 1, Flags: Privileged}); err != nil {
+		t.Fatalf("privileged alloc into root reserve: %v", err)
+	}
+	if _, _, err := a.AllocReserved(0, 1, 1); err != nil {
+		t.Fatalf("must-succeed alloc: %v", err)
+	}
+	_ = s
+}
+
+func TestInodes(t *testing.T) {
+	m := newImage(t, 256<<20, mkfs.Options{BlockSize: 1024}, nil)
+	a := m.a
+	fi := a.FreeInodes()
+	groups := map[uint64]bool{}
+	var dirs []uint32
+	for i := 0; i < 4; i++ {
+		ino, err := a.AllocInode(layout.RootIno, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dirs = append(dirs, ino)
+		groups[uint64((ino-1)/m.sb.InodesPerGroup)] = true
+	}
+	if len(groups) < 2 {
+		t.Fatalf("top-level directories not spread: %v", dirs)
+	}
+	f, err := a.AllocInode(dirs[1], false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if (f-1)/m.sb.InodesPerGroup != (dirs[1]-1)/m.sb.InodesPerGroup {
+		t.Fatalf("file %d not in its parent %d's group", f, dirs[1])
+	}
+	if a.FreeInodes() != fi-5 {
+		t.Fatal("free inode count")
+	}
+	if err := a.FreeInode(f, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.FreeInode(f, false); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("double FreeInode: %v", err)
+	}
+	if err := a.FreeInode(5, false); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("freeing reserved inode: %v", err)
+	}
+	for _, d := range dirs {
+		if err := a.FreeInode(d, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.sync(t)
+	fsck(t, m.path)
+}
+
+// TestCorruptBitmap: a bitmap whose checksum or count is wrong is refused.
+func TestCorruptBitmap(t *testing.T) {
+	m := newImage(t, 32<<20, mkfs.Options{}, nil)
+	d, _ := m.a.GroupDesc(0)
+	if _, err := m.dev.WriteAt([]byte{0}, int64(d.BlockBitmap)*int64(m.sb.BlockSize())+100); err != nil {
+		t.Fatal(err)
+	}
+	m.reopen(t, Options{})
+	if _, _, err := m.a.Alloc(0, 1, 1); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Alloc on a corrupt bitmap: %v", err)
+	}
+}
+
+// FuzzLoadBitmap feeds arbitrary bitmap blocks to the loader: it must not
+// panic, and a bitmap it accepts must allocate consistently.
+func FuzzLoadBitmap(f *testing.F) {
+	f.Add(make([]byte, 64), uint16(0))
+	f.Add([]byte{0xff, 0x0f, 0, 1}, uint16(3))
+	f.Fuzz(func(t *testing.T, pat []byte, flags uint16) {
+		dev := memdev.New(16 << 20)
+		if err := mkfs.Format(dev, mkfs.Options{BlockSize: 1024, UUID: [16]byte{1}, HashSeed: [16]byte{2}}); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 1024)
+		dev.ReadAt(buf, 1024)
+		sb, err := layout.DecodeSuperblock(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := New(sb, NewDirectIO(dev, 1024), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, _ := a.GroupDesc(1)
+		if len(pat) > 0 {
+			bm := make([]byte, 1024)
+			for i := range bm {
+				bm[i] = pat[i%len(pat)]
+			}
+			dev.WriteAt(bm, int64(d.BlockBitmap)*1024)
+		}
+		g := a.g[1]
+		g.mu.desc.Flags = flags
+		g.mu.Lock()
+		err = a.loadLocked(1)
+		g.mu.Unlock()
+		if err != nil {
+			return
+		}
+		if s, n, err := a.Alloc(a.sb.GroupFirstBlock(1), 1, 8); err == nil {
+			if err := a.Free(s, n); err != nil {
+				t.Fatalf("free after alloc: %v", err)
+			}
+		}
+	})
+}

@@ -1,0 +1,256 @@
+package alloc
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/ext4io/ext4io/internal/errs"
+	"github.com/ext4io/ext4io/layout"
+)
+
+func isNoSpace(err error) bool { return errors.Is(err, ErrNoSpace) }
+
+// AllocInode allocates an inode for a new file (dir false) or directory
+// in directory parentIno. Directories are spread (Orlov-lite: a group with
+// at least average free inodes and blocks and the fewest directories);
+// files go to their parent's group, then the next groups.
+func (a *Allocator) AllocInode(parentIno uint32, dir bool) (uint32, error) {
+	pg := uint64(0)
+	if parentIno >= 1 && parentIno <= a.sb.InodesCount {
+		pg = uint64((parentIno - 1) / a.ipg)
+	}
+	start := pg
+	if dir {
+		start = a.pickDirGroup(pg, parentIno)
+	}
+	for d := uint64(0); d < a.groups; d++ {
+		gi := (start + d) % a.groups
+		if a.g[gi].freeInodes.Load() <= 0 {
+			continue
+		}
+		ino, err := a.allocInodeIn(gi, dir)
+		if err != nil {
+			return 0, err
+		}
+		if ino != 0 {
+			return ino, nil
+		}
+	}
+	return 0, fmt.Errorf("alloc: no free inode: %w", ErrNoSpace)
+}
+
+// pickDirGroup chooses a group for a new directory.
+func (a *Allocator) pickDirGroup(pg uint64, parent uint32) uint64 {
+	n := int64(a.groups)
+	avgI := a.freeInodes.Load() / n
+	avgB := a.free.Load() / n
+	avgD := a.dirs.Load() / n
+	ok := func(gi uint64) bool {
+		g := a.g[gi]
+		return g.freeInodes.Load() > 0 && g.freeInodes.Load() >= avgI && g.freeBlocks.Load() >= avgB
+	}
+	if parent != layout.RootIno && ok(pg) && a.g[pg].dirs.Load() <= avgD+1 {
+		return pg
+	}
+	// Top-level directories (and crowded parents): scan from a rotating
+	// start for the eligible group with the fewest directories.
+	rot := a.dirRotor.Add(1) % a.groups
+	best, bestDirs := pg, int64(-1)
+	for d := uint64(0); d < a.groups; d++ {
+		gi := (rot + d) % a.groups
+		if !ok(gi) {
+			continue
+		}
+		if dirs := a.g[gi].dirs.Load(); bestDirs < 0 || dirs < bestDirs {
+			best, bestDirs = gi, dirs
+			if dirs == 0 {
+				break
+			}
+		}
+	}
+	return best
+}
+
+// allocInodeIn takes the first free inode of group gi; 0 if it is full.
+func (a *Allocator) allocInodeIn(gi uint64, dir bool) (uint32, error) {
+	g := a.g[gi]
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := a.loadInodesLocked(gi); err != nil {
+		return 0, err
+	}
+	d := g.mu.desc
+	from := uint64(0)
+	if gi == 0 {
+		from = uint64(a.sb.FirstInode() - 1)
+	}
+	idx, ok := nextZero(g.mu.ibitmap, from, uint64(a.ipg))
+	if !ok {
+		return 0, nil
+	}
+	if d.FreeInodesCount == 0 {
+		return 0, errs.Corruptf("inode bitmap", d.InodeBitmap, -1, "group %d: free inode %d but the descriptor counts none", gi, idx)
+	}
+	old := *d
+	oldRaw := append([]byte(nil), d.Raw...)
+	wasUninit := a.csum && d.Flags&layout.BgInodeUninit != 0
+	// The kernel initialises the block bitmap of a group whose inodes
+	// start being used.
+	if a.csum && d.Flags&layout.BgBlockUninit != 0 {
+		if err := a.loadLocked(gi); err != nil {
+			return 0, err
+		}
+		if err := a.writeBlockBitmapLocked(gi); err != nil {
+			return 0, err
+		}
+		old.Flags &^= layout.BgBlockUninit
+		old.BlockBitmapCsum = d.BlockBitmapCsum
+	}
+	if wasUninit && d.Flags&layout.BgInodeZeroed == 0 {
+		if err := a.io.ZeroOut(d.InodeTable, a.itb); err != nil {
+			return 0, fmt.Errorf("alloc: zeroing inode table of group %d: %w", gi, err)
+		}
+		d.Flags |= layout.BgInodeZeroed
+	}
+	setBits(g.mu.ibitmap, idx, 1)
+	d.FreeInodesCount--
+	if dir {
+		d.UsedDirsCount++
+	}
+	d.Flags &^= layout.BgInodeUninit
+	if a.csum {
+		if used := uint64(a.ipg - d.ItableUnused); idx+1 > used {
+			d.ItableUnused = a.ipg - uint32(idx+1)
+		}
+	}
+	if err := a.writeInodeBitmapLocked(gi); err != nil {
+		clearBits(g.mu.ibitmap, idx, 1)
+		*d = old
+		d.Raw = oldRaw
+		return 0, err
+	}
+	g.freeInodes.Add(-1)
+	a.freeInodes.Add(-1)
+	if dir {
+		g.dirs.Add(1)
+		a.dirs.Add(1)
+	}
+	return uint32(gi*uint64(a.ipg) + idx + 1), nil
+}
+
+// FreeInode frees inode ino (dir: it was a directory). Freeing a free or
+// reserved inode fails with ErrCorrupt / ErrInvalid and changes nothing.
+// The caller clears the inode itself (i_dtime, i_links_count).
+func (a *Allocator) FreeInode(ino uint32, dir bool) error {
+	if ino < a.sb.FirstInode() || ino > a.sb.InodesCount {
+		return fmt.Errorf("alloc: free inode %d (first %d, count %d): %w", ino, a.sb.FirstInode(), a.sb.InodesCount, ErrInvalid)
+	}
+	gi := uint64((ino - 1) / a.ipg)
+	idx := uint64((ino - 1) % a.ipg)
+	g := a.g[gi]
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := a.loadInodesLocked(gi); err != nil {
+		return err
+	}
+	d := g.mu.desc
+	if !allSet(g.mu.ibitmap, idx, 1) {
+		return &errs.CorruptError{What: "inode bitmap", Ino: ino, Block: d.InodeBitmap, Off: -1, Msg: "freeing a free inode"}
+	}
+	if dir && d.UsedDirsCount == 0 {
+		return &errs.CorruptError{What: "group descriptor", Ino: ino, Off: -1, Msg: fmt.Sprintf("group %d: freeing a directory with no directories counted", gi)}
+	}
+	clearBits(g.mu.ibitmap, idx, 1)
+	d.FreeInodesCount++
+	if dir {
+		d.UsedDirsCount--
+	}
+	if err := a.writeInodeBitmapLocked(gi); err != nil {
+		setBits(g.mu.ibitmap, idx, 1)
+		d.FreeInodesCount--
+		if dir {
+			d.UsedDirsCount++
+		}
+		return err
+	}
+	g.freeInodes.Add(1)
+	a.freeInodes.Add(1)
+	if dir {
+		g.dirs.Add(-1)
+		a.dirs.Add(-1)
+	}
+	return nil
+}
+
+// InodeInUse reports whether inode ino is marked in use.
+func (a *Allocator) InodeInUse(ino uint32) (bool, error) {
+	if ino < 1 || ino > a.sb.InodesCount {
+		return false, fmt.Errorf("alloc: inode %d: %w", ino, ErrInvalid)
+	}
+	gi := uint64((ino - 1) / a.ipg)
+	g := a.g[gi]
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := a.loadInodesLocked(gi); err != nil {
+		return false, err
+	}
+	return allSet(g.mu.ibitmap, uint64((ino-1)%a.ipg), 1), nil
+}
+
+// loadInodesLocked reads (or, for INODE_UNINIT, creates) the inode bitmap.
+func (a *Allocator) loadInodesLocked(gi uint64) error {
+	g := a.g[gi]
+	if g.mu.ibitmap != nil {
+		return nil
+	}
+	d := g.mu.desc
+	ipg := uint64(a.ipg)
+	var bm []byte
+	if a.csum && d.Flags&layout.BgInodeUninit != 0 {
+		bm = make([]byte, a.bs)
+		setBits(bm, ipg, a.bs*8-ipg)
+	} else {
+		raw, err := a.io.Read(d.InodeBitmap)
+		if err != nil {
+			return fmt.Errorf("alloc: inode bitmap of group %d: %w", gi, err)
+		}
+		bm = append([]byte(nil), raw...)
+		if a.mcsum {
+			if c := layout.InodeBitmapChecksum(a.sb, bm); !layout.BitmapCsumMatches(a.sb, d.InodeBitmapCsum, c, true) {
+				return errs.Corruptf("inode bitmap", d.InodeBitmap, -1, "group %d: checksum %#x != computed %#x", gi, d.InodeBitmapCsum, c)
+			}
+		}
+	}
+	free := uint64(0)
+	for i := uint64(0); i < ipg; {
+		s, ok := nextZero(bm, i, ipg)
+		if !ok {
+			break
+		}
+		e := nextOne(bm, s, ipg)
+		free += e - s
+		i = e
+	}
+	if free != uint64(d.FreeInodesCount) {
+		return errs.Corruptf("group descriptor", d.InodeBitmap, -1, "group %d: %d free inodes in the bitmap, descriptor says %d", gi, free, d.FreeInodesCount)
+	}
+	g.mu.ibitmap = bm
+	return nil
+}
+
+func (a *Allocator) writeInodeBitmapLocked(gi uint64) error {
+	g := a.g[gi]
+	d := g.mu.desc
+	buf, err := a.io.GetWrite(d.InodeBitmap)
+	if err != nil {
+		return fmt.Errorf("alloc: inode bitmap of group %d: %w", gi, err)
+	}
+	copy(buf, g.mu.ibitmap)
+	if err := a.io.Dirty(d.InodeBitmap, buf); err != nil {
+		return fmt.Errorf("alloc: inode bitmap of group %d: %w", gi, err)
+	}
+	if a.mcsum {
+		d.InodeBitmapCsum = layout.InodeBitmapChecksum(a.sb, g.mu.ibitmap)
+	}
+	return a.writeDescLocked(gi)
+}

@@ -1,0 +1,473 @@
+package ext4io
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"strings"
+
+	"github.com/ext4io/ext4io/internal/errs"
+	"github.com/ext4io/ext4io/layout"
+)
+
+// DirEntry is one name in a directory.
+type DirEntry struct {
+	Name string
+	Ino  uint32
+	Type uint8 // layout.Ft*; FtUnknown without the filetype feature
+}
+
+// maxSymlinkHops bounds symlink resolution, like Linux's 40.
+const maxSymlinkHops = 40
+
+// errStop ends a directory scan early.
+var errStop = errors.New("stop")
+
+// isDxDir reports whether the directory is hash-indexed and the
+// filesystem honours the index.
+func (v *Volume) isDxDir(in *layout.Inode) bool {
+	return in.Flags&layout.InodeFlagIndex != 0 && v.sb.HasCompat(layout.CompatDirIndex)
+}
+
+// dirBlock reads logical block lblk of directory f.
+func (f *File) dirBlock(lblk uint64, buf []byte) (bool, error) {
+	m, err := f.m.lookup(lblk)
+	if err != nil {
+		return false, err
+	}
+	if m.kind != mapWritten {
+		return false, nil // holes and unwritten blocks hold no entries
+	}
+	if err := f.v.readBlock(m.pblk, buf); err != nil {
+		return false, fmt.Errorf("ext4io: directory inode %d block %d: %w", f.ino, lblk, err)
+	}
+	return true, nil
+}
+
+// leafEntries calls fn for every used entry of a leaf (or linear) block,
+// after verifying its checksum tail. Index blocks of an htree directory
+// (a single unused entry spanning the block) hold no entries.
+func (f *File) leafEntries(lblk uint64, b []byte, fn func(layout.DirEntry) error) error {
+	v := f.v
+	le := binary.LittleEndian
+	if v.isDxDir(f.in) {
+		if lblk == 0 {
+			return f.dxRootEntries(b, fn)
+		}
+		if le.Uint32(b) == 0 && layout.DecodeRecLen(le.Uint16(b[4:]), len(b)) == len(b) {
+			return nil // dx node (or an empty non-checksummed block)
+		}
+	}
+	hasTail := v.csum && layout.HasDirTail(b)
+	if v.csum && !v.opts.SkipChecksums {
+		if err := layout.VerifyDirBlock(layout.InodeSeed(v.csumSeed, f.ino, f.in.Generation), b, f.physOf(lblk), f.ino); err != nil {
+			return err
+		}
+	}
+	return layout.DirBlock(b, f.physOf(lblk), f.ino, hasTail, v.sb.HasIncompat(layout.IncompatFiletype), func(e layout.DirEntry) error {
+		if e.Inode == 0 {
+			return nil
+		}
+		return fn(e)
+	})
+}
+
+// dxRootEntries yields "." and ".." from an htree root block.
+func (f *File) dxRootEntries(b []byte, fn func(layout.DirEntry) error) error {
+	n := 0
+	err := layout.DirBlock(b[:layout.DxRootInfoOff], f.physOf(0), f.ino, false, true, func(e layout.DirEntry) error {
+		n++
+		if n > 2 {
+			return errStop
+		}
+		if e.Inode == 0 {
+			return nil
+		}
+		return fn(e)
+	})
+	if errors.Is(err, errStop) {
+		return nil
+	}
+	if err != nil {
+		// ".." claims the rest of the block; parse the two fixed entries.
+		le := binary.LittleEndian
+		if string(b[8:9]) != "." || string(b[0x14:0x16]) != ".." {
+			return &errs.CorruptError{What: "htree root", Ino: f.ino, Block: f.physOf(0), Off: 0, Msg: "missing . and .. entries"}
+		}
+		if err := fn(layout.DirEntry{Inode: le.Uint32(b), Name: b[8:9], NameLen: 1, FileType: b[7]}); err != nil {
+			return err
+		}
+		return fn(layout.DirEntry{Inode: le.Uint32(b[12:]), Name: b[0x14:0x16], NameLen: 2, FileType: b[0x13]})
+	}
+	return nil
+}
+
+// physOf returns the physical block of a directory's logical block, for
+// error messages (0 if unknown).
+func (f *File) physOf(lblk uint64) uint64 {
+	if f.m == nil {
+		return 0
+	}
+	m, err := f.m.lookup(lblk)
+	if err != nil || m.kind == mapHole {
+		return 0
+	}
+	return m.pblk
+}
+
+// scanDir calls fn for every entry of directory f in on-disk order.
+func (f *File) scanDir(fn func(layout.DirEntry) error) error {
+	if f.inl != nil || f.in.Flags&layout.InodeFlagInlineData != 0 {
+		return f.scanInlineDir(fn)
+	}
+	bs := uint64(f.v.bs)
+	nblk := (f.in.Size + bs - 1) / bs
+	buf := make([]byte, bs)
+	for lblk := uint64(0); lblk < nblk; lblk++ {
+		ok, err := f.dirBlock(lblk, buf)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		if err := f.leafEntries(lblk, buf, fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// scanInlineDir walks an inline-data directory: the parent inode number in
+// the first 4 bytes of i_block, then entries in the rest of i_block and in
+// the system.data xattr. "." and ".." are not stored; they are yielded.
+func (f *File) scanInlineDir(fn func(layout.DirEntry) error) error {
+	data := f.inl
+	if len(data) < 4 {
+		return &errs.CorruptError{What: "inline directory", Ino: f.ino, Off: -1, Msg: "shorter than its parent pointer"}
+	}
+	if err := fn(layout.DirEntry{Inode: f.ino, Name: []byte("."), NameLen: 1, FileType: layout.FtDir}); err != nil {
+		return err
+	}
+	parent := binary.LittleEndian.Uint32(data)
+	if err := fn(layout.DirEntry{Inode: parent, Name: []byte(".."), NameLen: 2, FileType: layout.FtDir}); err != nil {
+		return err
+	}
+	regions := [][]byte{data[4:min(len(data), layout.InodeBlockSize)]}
+	if len(data) > layout.InodeBlockSize {
+		regions = append(regions, data[layout.InodeBlockSize:])
+	}
+	for _, r := range regions {
+		if len(r) == 0 {
+			continue
+		}
+		err := layout.DirBlock(r, 0, f.ino, false, f.v.sb.HasIncompat(layout.IncompatFiletype), func(e layout.DirEntry) error {
+			if e.Inode == 0 {
+				return nil
+			}
+			return fn(e)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// lookupName finds name in directory f, through the hash index when the
+// directory has one.
+func (f *File) lookupName(name string) (layout.DirEntry, error) {
+	var found layout.DirEntry
+	match := func(e layout.DirEntry) error {
+		if string(e.Name) == name {
+			found = e
+			found.Name = []byte(name)
+			return errStop
+		}
+		return nil
+	}
+	var err error
+	if f.m != nil && f.v.isDxDir(f.in) && name != "." && name != ".." {
+		err = f.dxLookup(name, match)
+	} else {
+		err = f.scanDir(match)
+	}
+	if errors.Is(err, errStop) {
+		return found, nil
+	}
+	if err != nil {
+		return layout.DirEntry{}, err
+	}
+	return layout.DirEntry{}, ErrNotFound
+}
+
+// dxLookup walks the htree index to the leaf (and any continuation leaves
+// for hash collisions) that may hold name, calling fn on their entries.
+func (f *File) dxLookup(name string, fn func(layout.DirEntry) error) error {
+	v := f.v
+	buf := make([]byte, v.bs)
+	ok, err := f.dirBlock(0, buf)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return &errs.CorruptError{What: "htree root", Ino: f.ino, Off: -1, Msg: "block 0 is not mapped"}
+	}
+	info, root, err := layout.DecodeDxRoot(buf, f.physOf(0), f.ino, v.csum, v.sb.HasIncompat(layout.IncompatLargeDir))
+	if err != nil {
+		return err
+	}
+	seed := layout.InodeSeed(v.csumSeed, f.ino, f.in.Generation)
+	if v.csum && !v.opts.SkipChecksums {
+		if err := layout.VerifyDx(seed, buf, root, f.physOf(0), f.ino); err != nil {
+			return err
+		}
+	}
+	hv := info.HashVersion
+	if hv <= layout.HashTea && v.sb.Flags&layout.FlagsUnsignedHash != 0 {
+		hv += 3
+	}
+	hash, _, ok := layout.DirHash(hv, v.sb.HashSeed, []byte(name))
+	if !ok {
+		return fmt.Errorf("ext4io: directory inode %d: hash version %d: %w", f.ino, info.HashVersion, ErrUnsupported)
+	}
+	nblk := (f.in.Size + uint64(v.bs) - 1) / uint64(v.bs)
+	// Descend, remembering each level's node and position for collisions.
+	type level struct {
+		node *layout.DxNode
+		at   int
+	}
+	path := []level{{root, root.DxLookup(hash)}}
+	for len(path) <= int(info.IndirectLevels) {
+		top := path[len(path)-1]
+		blk := uint64(top.node.Entries[top.at].Block)
+		node, err := f.dxNode(blk, nblk, buf, seed)
+		if err != nil {
+			return err
+		}
+		path = append(path, level{node, node.DxLookup(hash)})
+	}
+	leaf := make([]byte, v.bs)
+	for {
+		top := path[len(path)-1]
+		blk := uint64(top.node.Entries[top.at].Block)
+		if blk >= nblk {
+			return &errs.CorruptError{What: "htree index", Ino: f.ino, Off: -1, Msg: fmt.Sprintf("leaf block %d past directory end %d", blk, nblk)}
+		}
+		if ok, err := f.dirBlock(blk, leaf); err != nil {
+			return err
+		} else if ok {
+			if err := f.leafEntries(blk, leaf, fn); err != nil {
+				return err
+			}
+		}
+		// A following leaf continues this hash when its index hash is
+		// ours with the collision bit (bit 0) set.
+		i := len(path) - 1
+		for i >= 0 && path[i].at+1 >= len(path[i].node.Entries) {
+			i--
+		}
+		if i < 0 {
+			return nil
+		}
+		path[i].at++
+		if next := path[i].node.Entries[path[i].at].Hash; next&1 == 0 || next&^1 != hash {
+			return nil
+		}
+		for j := i + 1; j < len(path); j++ {
+			blk := uint64(path[j-1].node.Entries[path[j-1].at].Block)
+			node, err := f.dxNode(blk, nblk, buf, seed)
+			if err != nil {
+				return err
+			}
+			path[j] = level{node, 0}
+		}
+	}
+}
+
+func (f *File) dxNode(blk, nblk uint64, buf []byte, seed uint32) (*layout.DxNode, error) {
+	if blk == 0 || blk >= nblk {
+		return nil, &errs.CorruptError{What: "htree index", Ino: f.ino, Off: -1, Msg: fmt.Sprintf("index block %d outside directory of %d blocks", blk, nblk)}
+	}
+	ok, err := f.dirBlock(blk, buf)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, &errs.CorruptError{What: "htree index", Ino: f.ino, Off: -1, Msg: fmt.Sprintf("index block %d not mapped", blk)}
+	}
+	node, err := layout.DecodeDxNode(buf, f.physOf(blk), f.ino, f.v.csum)
+	if err != nil {
+		return nil, err
+	}
+	if f.v.csum && !f.v.opts.SkipChecksums {
+		if err := layout.VerifyDx(seed, buf, node, f.physOf(blk), f.ino); err != nil {
+			return nil, err
+		}
+	}
+	return node, nil
+}
+
+// resolve walks path from the root and returns the inode it names.
+// followLast says whether a final symlink is followed.
+func (v *Volume) resolve(name string, followLast bool) (*File, error) {
+	if err := v.checkOpen(); err != nil {
+		return nil, err
+	}
+	hops := 0
+	return v.resolveFrom(layout.RootIno, name, followLast, &hops)
+}
+
+func (v *Volume) resolveFrom(start uint32, name string, followLast bool, hops *int) (*File, error) {
+	if strings.HasPrefix(name, "/") {
+		start = layout.RootIno
+	}
+	parts := strings.FieldsFunc(name, func(r rune) bool { return r == '/' })
+	dir, err := v.openInode(start, "/")
+	if err != nil {
+		return nil, err
+	}
+	if len(parts) == 0 {
+		if !dir.in.IsDir() {
+			return nil, &errs.CorruptError{What: "root inode", Ino: start, Off: -1, Msg: "not a directory"}
+		}
+		return dir, nil
+	}
+	for i, p := range parts {
+		if !dir.in.IsDir() {
+			return nil, fmt.Errorf("%s: not a directory: %w", path.Join(parts[:i]...), ErrNotFound)
+		}
+		if len(p) > layout.MaxNameLen {
+			return nil, fmt.Errorf("name %.20q... longer than %d bytes: %w", p, layout.MaxNameLen, ErrInvalid)
+		}
+		e, err := dir.lookupName(p)
+		if err != nil {
+			if errors.Is(err, ErrNotFound) {
+				return nil, fmt.Errorf("%s: %w", path.Join(parts[:i+1]...), ErrNotFound)
+			}
+			return nil, err
+		}
+		child, err := v.openInode(e.Inode, p)
+		if err != nil {
+			return nil, err
+		}
+		last := i == len(parts)-1
+		if child.in.IsSymlink() && (!last || followLast) {
+			*hops++
+			if *hops > maxSymlinkHops {
+				return nil, fmt.Errorf("%s: too many levels of symbolic links: %w", name, ErrInvalid)
+			}
+			target, err := child.readlink()
+			if err != nil {
+				return nil, err
+			}
+			rest := path.Join(parts[i+1:]...)
+			child, err = v.resolveFrom(dir.ino, target+"/"+rest, followLast, hops)
+			if err != nil {
+				return nil, err
+			}
+			if rest == "" {
+				child.name = p
+			}
+			return child, nil
+		}
+		dir = child
+	}
+	return dir, nil
+}
+
+// readlink returns a symlink's target.
+func (f *File) readlink() (string, error) {
+	if f.in.Size > uint64(f.v.bs) || f.in.Size > 4096 {
+		return "", &errs.CorruptError{What: "symlink", Ino: f.ino, Off: -1, Msg: fmt.Sprintf("target length %d", f.in.Size)}
+	}
+	b := make([]byte, f.in.Size)
+	n, err := f.readAt(b, 0)
+	if err != nil {
+		return "", err
+	}
+	b = b[:n]
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	return string(b), nil
+}
+
+// Open opens the file at name (symlinks followed). Paths are slash
+// separated, relative to the root; a leading slash is allowed.
+func (v *Volume) Open(name string) (*File, error) {
+	f, err := v.resolve(name, true)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
+	}
+	if f.name == "/" {
+		f.name = path.Base("/" + name)
+	}
+	return f, nil
+}
+
+// Stat returns metadata of the file at name, following symlinks.
+func (v *Volume) Stat(name string) (*FileInfo, error) {
+	f, err := v.resolve(name, true)
+	if err != nil {
+		return nil, &fs.PathError{Op: "stat", Path: name, Err: err}
+	}
+	return f.info(), nil
+}
+
+// Lstat returns metadata of the file at name without following a final
+// symlink.
+func (v *Volume) Lstat(name string) (*FileInfo, error) {
+	f, err := v.resolve(name, false)
+	if err != nil {
+		return nil, &fs.PathError{Op: "lstat", Path: name, Err: err}
+	}
+	return f.info(), nil
+}
+
+// Readlink returns the target of the symlink at name.
+func (v *Volume) Readlink(name string) (string, error) {
+	f, err := v.resolve(name, false)
+	if err != nil {
+		return "", &fs.PathError{Op: "readlink", Path: name, Err: err}
+	}
+	if !f.in.IsSymlink() {
+		return "", &fs.PathError{Op: "readlink", Path: name, Err: fmt.Errorf("not a symlink: %w", ErrInvalid)}
+	}
+	t, err := f.readlink()
+	if err != nil {
+		return "", &fs.PathError{Op: "readlink", Path: name, Err: err}
+	}
+	return t, nil
+}
+
+// ReadDir returns the entries of the directory at name in on-disk order,
+// without "." and "..".
+func (v *Volume) ReadDir(name string) ([]DirEntry, error) {
+	f, err := v.resolve(name, true)
+	if err != nil {
+		return nil, &fs.PathError{Op: "readdir", Path: name, Err: err}
+	}
+	ents, err := f.readDirAll()
+	if err != nil {
+		return nil, &fs.PathError{Op: "readdir", Path: name, Err: err}
+	}
+	return ents, nil
+}
+
+func (f *File) readDirAll() ([]DirEntry, error) {
+	if !f.in.IsDir() {
+		return nil, fmt.Errorf("not a directory: %w", ErrInvalid)
+	}
+	var out []DirEntry
+	err := f.scanDir(func(e layout.DirEntry) error {
+		if n := string(e.Name); n != "." && n != ".." {
+			out = append(out, DirEntry{Name: n, Ino: e.Inode, Type: e.FileType})
+		}
+		return nil
+	})
+	return out, err
+}

@@ -1,0 +1,34 @@
+package ext4io
+
+import "github.com/ext4io/ext4io/internal/errs"
+
+// Sentinel errors. Every error ext4io returns for one of these conditions
+// wraps the matching sentinel (test with errors.Is) and says which
+// structure, block or inode it concerns. The same values are re-exported by
+// the lower packages, so errors.Is works whichever package produced them.
+var (
+	// ErrCorrupt: on-disk metadata failed a magic, checksum, range or
+	// structural check. The error is (or wraps) a *CorruptError.
+	ErrCorrupt = errs.ErrCorrupt
+	// ErrNoSpace: no free blocks or inodes for the request; nothing changed.
+	ErrNoSpace = errs.ErrNoSpace
+	// ErrReadOnly: a write to a read-only volume, device or file.
+	ErrReadOnly = errs.ErrReadOnly
+	// ErrUnsupported: a feature ext4io does not implement, such as an
+	// unknown incompat feature flag; the message names it.
+	ErrUnsupported = errs.ErrUnsupported
+	// ErrIO: the device failed; the device's own error is wrapped too.
+	ErrIO = errs.ErrIO
+	// ErrInvalid: an argument that can never succeed (negative offset,
+	// misaligned direct I/O, bad option).
+	ErrInvalid = errs.ErrInvalid
+	// ErrNotFound: no such file or directory (matches fs.ErrNotExist).
+	ErrNotFound = errs.ErrNotFound
+	// ErrClosed: the volume or file was closed.
+	ErrClosed = errs.ErrClosed
+	// ErrExist: a name to be created already exists (matches fs.ErrExist).
+	ErrExist = errs.ErrExist
+)
+
+// CorruptError describes corrupt metadata and where it was found.
+type CorruptError = errs.CorruptError

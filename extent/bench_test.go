@@ -1,0 +1,96 @@
+package extent
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+func benchTree(b *testing.B, bs int) (*Tree, *memAlloc) {
+	al := newMemAlloc(treeBase)
+	root := EmptyRoot()
+	tr, err := Open(&root, Config{BlockSize: bs, Ino: 12, Seed: 1, Csum: true, FirstDataBlock: 1, BlocksCount: 1 << 40, IO: newMemIO(bs), Alloc: al})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return tr, al
+}
+
+func BenchmarkLookupDepth0(b *testing.B) {
+	tr, _ := benchTree(b, 4096)
+	for k := uint32(0); k < 4; k++ {
+		_ = tr.Insert(Extent{Lblk: 10 * k, Len: 5, Pblk: regionA + uint64(10*k)})
+	}
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		if _, _, _, err := tr.Lookup(uint32(i % 40)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkLookupDepth2(b *testing.B) {
+	tr, _ := benchTree(b, 4096)
+	const n = 5000
+	for k := uint32(0); k < n; k++ {
+		_ = tr.Insert(Extent{Lblk: 2 * k, Len: 1, Pblk: regionA + uint64(2*k)})
+	}
+	if tr.Depth() != 2 {
+		b.Fatalf("depth %d", tr.Depth())
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	b.ResetTimer()
+	for b.Loop() {
+		if _, _, _, err := tr.Lookup(uint32(rng.IntN(2 * n))); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkAppend inserts one-block extents at the end, as sequential
+// writes with a fragmented allocator do (no merging).
+func BenchmarkAppend(b *testing.B) {
+	tr, _ := benchTree(b, 4096)
+	for i := 0; b.Loop(); i++ {
+		l := uint32(2 * i % (EndLblk - 2))
+		if err := tr.Insert(Extent{Lblk: l, Len: 1, Pblk: regionA + uint64(l)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkMarkWritten4K converts random 4 KiB blocks of a 1 GiB
+// unwritten file (32768 unwritten extents' worth of 4 KiB blocks).
+func BenchmarkMarkWritten4K(b *testing.B) {
+	tr, _ := benchTree(b, 4096)
+	const blocks = 1 << 18 // 1 GiB of 4 KiB blocks
+	for l := uint32(0); l < blocks; l += MaxUnwrittenLen {
+		n := min(uint32(MaxUnwrittenLen), blocks-l)
+		if err := tr.Insert(Extent{Lblk: l, Len: n, Pblk: regionA + uint64(l), Unwritten: true}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for b.Loop() {
+		if err := tr.MarkWritten(uint32(rng.IntN(blocks)), 1, false); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkPunch punches random 1-block holes in a 1 GiB written file.
+func BenchmarkPunch(b *testing.B) {
+	tr, _ := benchTree(b, 4096)
+	const blocks = 1 << 18
+	for l := uint32(0); l < blocks; l += MaxWrittenLen {
+		if err := tr.Insert(Extent{Lblk: l, Len: MaxWrittenLen, Pblk: regionA + uint64(l)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for b.Loop() {
+		l := uint32(rng.IntN(blocks))
+		if err := tr.Remove(l, l); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,275 @@
+package ext4io
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"sync"
+	"time"
+
+	"github.com/ext4io/ext4io/extent"
+	"github.com/ext4io/ext4io/layout"
+)
+
+// File is an open file on a Volume.
+//
+// ReadAt is safe for concurrent use; Read and Seek share an offset and
+// must not be used concurrently with each other.
+type File struct {
+	v    *Volume
+	ino  uint32
+	name string // base name, for Stat
+	in   *layout.Inode
+	m    *mapper // nil for inline data
+	inl  []byte  // inline data (inline-data files)
+
+	mu     sync.Mutex // guards off, closed, dir
+	off    int64
+	closed bool
+	dir    *dirReader // ReadDir state for directories
+}
+
+func (v *Volume) openInode(ino uint32, name string) (*File, error) {
+	in, err := v.readInode(ino)
+	if err != nil {
+		return nil, err
+	}
+	f := &File{v: v, ino: ino, name: name, in: in}
+	switch {
+	case in.Flags&layout.InodeFlagInlineData != 0:
+		f.inl, err = v.inlineData(ino, in)
+	case in.IsSymlink() && isFastSymlink(v.sb, in):
+		f.inl = append([]byte(nil), in.Block[:min(int(in.Size), layout.InodeBlockSize)]...)
+	default:
+		f.m, err = v.newMapper(ino, in)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// isFastSymlink reports a symlink whose target sits in i_block, as
+// ext4_inode_is_fast_symlink decides it.
+func isFastSymlink(sb *layout.Superblock, in *layout.Inode) bool {
+	if in.Flags&layout.InodeFlagEAInode != 0 {
+		return false
+	}
+	blocks := in.Blocks(sb)
+	if in.FileACL != 0 {
+		blocks -= uint64(sb.BlockSize() / 512)
+	}
+	return blocks == 0 && in.Size < layout.InodeBlockSize
+}
+
+// Ino returns the file's inode number.
+func (f *File) Ino() uint32 { return f.ino }
+
+// Size returns the file size in bytes.
+func (f *File) Size() int64 { return int64(f.in.Size) }
+
+// ReadAt reads len(p) bytes at off. Holes and unwritten extents read as
+// zeroes. At end of file it returns io.EOF, like io.ReaderAt.
+func (f *File) ReadAt(p []byte, off int64) (int, error) {
+	if err := f.v.checkOpen(); err != nil {
+		return 0, err
+	}
+	if off < 0 {
+		return 0, &fs.PathError{Op: "read", Path: f.name, Err: fmt.Errorf("negative offset %d: %w", off, ErrInvalid)}
+	}
+	if f.in.IsDir() {
+		return 0, &fs.PathError{Op: "read", Path: f.name, Err: fmt.Errorf("is a directory: %w", ErrInvalid)}
+	}
+	size := int64(f.in.Size)
+	if off >= size {
+		return 0, io.EOF
+	}
+	want := len(p)
+	if int64(want) > size-off {
+		p = p[:size-off]
+	}
+	n, err := f.readAt(p, off)
+	if err == nil && n < want {
+		err = io.EOF
+	}
+	return n, err
+}
+
+func (f *File) readAt(p []byte, off int64) (int, error) {
+	if f.m == nil {
+		return copy(p, f.inl[off:]), nil
+	}
+	bs := int64(f.v.bs)
+	done := 0
+	for done < len(p) {
+		pos := off + int64(done)
+		lblk := uint64(pos / bs)
+		m, err := f.m.lookup(lblk)
+		if err != nil {
+			return done, err
+		}
+		inBlk := pos % bs
+		runBytes := int64(m.n)*bs - inBlk
+		if m.n > uint64(1<<62/bs) {
+			runBytes = 1 << 62
+		}
+		chunk := p[done:]
+		if int64(len(chunk)) > runBytes {
+			chunk = chunk[:runBytes]
+		}
+		switch m.kind {
+		case mapWritten:
+			if m.pblk+m.n > f.v.sb.BlocksCount {
+				return done, fmt.Errorf("ext4io: inode %d: block %d beyond filesystem end: %w", f.ino, m.pblk, ErrCorrupt)
+			}
+			if _, err := readFull(f.v.dev, chunk, int64(m.pblk)*bs+inBlk); err != nil {
+				return done, fmt.Errorf("ext4io: inode %d: %w", f.ino, err)
+			}
+		default:
+			clear(chunk)
+		}
+		done += len(chunk)
+	}
+	return done, nil
+}
+
+// Read reads from the file's current offset.
+func (f *File) Read(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return 0, &fs.PathError{Op: "read", Path: f.name, Err: ErrClosed}
+	}
+	n, err := f.ReadAt(p, f.off)
+	f.off += int64(n)
+	if errors.Is(err, io.EOF) && n > 0 {
+		err = nil
+	}
+	return n, err
+}
+
+// Seek sets the offset for the next Read (io.Seeker).
+func (f *File) Seek(offset int64, whence int) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch whence {
+	case io.SeekCurrent:
+		offset += f.off
+	case io.SeekEnd:
+		offset += int64(f.in.Size)
+	}
+	if offset < 0 {
+		return 0, &fs.PathError{Op: "seek", Path: f.name, Err: ErrInvalid}
+	}
+	f.off = offset
+	return offset, nil
+}
+
+// Close closes the file. It is safe to call more than once.
+func (f *File) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return &fs.PathError{Op: "close", Path: f.name, Err: ErrClosed}
+	}
+	f.closed = true
+	return nil
+}
+
+// FileExtent is one mapped run of a file, as fiemap reports it.
+type FileExtent struct {
+	Logical   uint64 // first logical block
+	Physical  uint64 // first physical block
+	Length    uint64 // blocks
+	Unwritten bool   // preallocated: reads as zeroes
+}
+
+// Extents returns the file's mapped runs in logical order. Inline-data
+// files and fast symlinks have none.
+func (f *File) Extents() ([]FileExtent, error) {
+	if f.m == nil {
+		return nil, nil
+	}
+	var out []FileExtent
+	err := f.m.walk(func(e extent.Extent) error {
+		out = append(out, FileExtent{Logical: uint64(e.Lblk), Physical: e.Pblk, Length: uint64(e.Len), Unwritten: e.Unwritten})
+		return nil
+	})
+	return out, err
+}
+
+// Stat returns the file's metadata.
+func (f *File) Stat() (fs.FileInfo, error) { return f.info(), nil }
+
+// Info returns the file's metadata as a *FileInfo.
+func (f *File) info() *FileInfo {
+	return newFileInfo(f.v, f.name, f.ino, f.in)
+}
+
+// FileInfo describes an inode. It implements fs.FileInfo; Sys returns the
+// *FileInfo itself.
+type FileInfo struct {
+	name       string
+	Ino        uint32
+	Mode_      uint16 // raw i_mode
+	Nlink      uint16
+	UID        uint32
+	GID        uint32
+	Size_      int64
+	Blocks     uint64 // 512-byte units
+	Atime      time.Time
+	Mtime      time.Time
+	Ctime      time.Time
+	Crtime     time.Time // zero when the inode has no crtime field
+	Flags      uint32
+	Generation uint32
+}
+
+func newFileInfo(v *Volume, name string, ino uint32, in *layout.Inode) *FileInfo {
+	fi := &FileInfo{
+		name: name, Ino: ino, Mode_: in.Mode, Nlink: in.LinksCount, UID: in.UID, GID: in.GID,
+		Size_: int64(in.Size), Blocks: in.Blocks(v.sb),
+		Atime: in.Atime.Time(), Mtime: in.Mtime.Time(), Ctime: in.Ctime.Time(),
+		Flags: in.Flags, Generation: in.Generation,
+	}
+	if in.ExtraIsize >= 24 {
+		fi.Crtime = in.Crtime.Time()
+	}
+	return fi
+}
+
+func (fi *FileInfo) Name() string       { return fi.name }
+func (fi *FileInfo) Size() int64        { return fi.Size_ }
+func (fi *FileInfo) ModTime() time.Time { return fi.Mtime }
+func (fi *FileInfo) IsDir() bool        { return fi.Mode_&layout.ModeFmt == layout.ModeDir }
+func (fi *FileInfo) Sys() any           { return fi }
+
+// Mode converts i_mode to an fs.FileMode.
+func (fi *FileInfo) Mode() fs.FileMode {
+	m := fs.FileMode(fi.Mode_ & 0o777)
+	if fi.Mode_&0o4000 != 0 {
+		m |= fs.ModeSetuid
+	}
+	if fi.Mode_&0o2000 != 0 {
+		m |= fs.ModeSetgid
+	}
+	if fi.Mode_&0o1000 != 0 {
+		m |= fs.ModeSticky
+	}
+	switch fi.Mode_ & layout.ModeFmt {
+	case layout.ModeDir:
+		m |= fs.ModeDir
+	case layout.ModeLnk:
+		m |= fs.ModeSymlink
+	case layout.ModeFIFO:
+		m |= fs.ModeNamedPipe
+	case layout.ModeSock:
+		m |= fs.ModeSocket
+	case layout.ModeChr:
+		m |= fs.ModeDevice | fs.ModeCharDevice
+	case layout.ModeBlk:
+		m |= fs.ModeDevice
+	}
+	return m
+}

@@ -1,0 +1,199 @@
+package ext4io
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/ext4io/ext4io/extent"
+	"github.com/ext4io/ext4io/internal/errs"
+	"github.com/ext4io/ext4io/layout"
+)
+
+// readInode reads and validates inode ino.
+func (v *Volume) readInode(ino uint32) (*layout.Inode, error) {
+	if ino == 0 || ino > v.sb.InodesCount {
+		return nil, &errs.CorruptError{What: "inode number", Ino: ino, Off: -1,
+			Msg: fmt.Sprintf("inode %d outside 1..%d", ino, v.sb.InodesCount)}
+	}
+	g, idx := v.sb.InodeLocation(ino)
+	gd := v.groups[g]
+	isz := v.sb.InodeSizeBytes()
+	byteOff := uint64(idx) * uint64(isz)
+	blk := gd.InodeTable + byteOff/uint64(v.bs)
+	off := int(byteOff % uint64(v.bs))
+	buf := make([]byte, v.bs)
+	if err := v.readBlock(blk, buf); err != nil {
+		return nil, fmt.Errorf("ext4io: reading inode %d: %w", ino, err)
+	}
+	in, err := layout.DecodeInode(buf[off:off+isz], isz)
+	if err != nil {
+		if ce, ok := err.(*errs.CorruptError); ok {
+			ce.Ino, ce.Block, ce.Off = ino, blk, off
+		}
+		return nil, err
+	}
+	if v.csum && !v.opts.SkipChecksums {
+		if err := in.VerifyChecksum(v.csumSeed, ino, blk, off); err != nil {
+			return nil, err
+		}
+	}
+	return in, nil
+}
+
+// mapKind says what backs a run of logical blocks.
+type mapKind uint8
+
+const (
+	mapHole mapKind = iota
+	mapWritten
+	mapUnwritten
+)
+
+// blockMap is one run of a file's logical blocks.
+type blockMap struct {
+	lblk uint64
+	n    uint64 // blocks in the run (holes: up to the next mapping)
+	pblk uint64 // first physical block (written/unwritten)
+	kind mapKind
+}
+
+// mapper maps a file's logical blocks: an extent tree, the ext2/ext3
+// block map, or nothing (inline data, fast symlinks).
+type mapper struct {
+	tree *extent.Tree // extent-mapped files
+	ind  *[60]byte    // block-mapped files
+	cfg  extent.Config
+}
+
+func (v *Volume) extentConfig(ino uint32, in *layout.Inode) extent.Config {
+	return extent.Config{
+		BlockSize:      v.bs,
+		Ino:            ino,
+		Seed:           layout.InodeSeed(v.csumSeed, ino, in.Generation),
+		Csum:           v.csum && !v.opts.SkipChecksums,
+		FirstDataBlock: uint64(v.sb.FirstDataBlock),
+		BlocksCount:    v.sb.BlocksCount,
+		IO:             extent.NewDeviceIO(v.dev, v.bs),
+	}
+}
+
+func (v *Volume) newMapper(ino uint32, in *layout.Inode) (*mapper, error) {
+	cfg := v.extentConfig(ino, in)
+	m := &mapper{cfg: cfg}
+	if in.Flags&layout.InodeFlagExtents != 0 {
+		root := in.Block
+		t, err := extent.Open(&root, cfg)
+		if err != nil {
+			return nil, err
+		}
+		m.tree = t
+		return m, nil
+	}
+	blk := in.Block
+	m.ind = &blk
+	return m, nil
+}
+
+// lookup maps logical block lblk.
+func (m *mapper) lookup(lblk uint64) (blockMap, error) {
+	if lblk >= 1<<32 {
+		return blockMap{lblk: lblk, n: 1 << 32, kind: mapHole}, nil
+	}
+	if m.tree != nil {
+		e, found, hole, err := m.tree.Lookup(uint32(lblk))
+		if err != nil {
+			return blockMap{}, err
+		}
+		if !found {
+			if hole == 0 {
+				hole = 1
+			}
+			return blockMap{lblk: lblk, n: hole, kind: mapHole}, nil
+		}
+		d := lblk - uint64(e.Lblk)
+		k := mapWritten
+		if e.Unwritten {
+			k = mapUnwritten
+		}
+		return blockMap{lblk: lblk, n: uint64(e.Len) - d, pblk: e.Pblk + d, kind: k}, nil
+	}
+	p, found, err := extent.MapIndirect(m.ind, m.cfg, uint32(lblk))
+	if err != nil {
+		return blockMap{}, err
+	}
+	if !found {
+		return blockMap{lblk: lblk, n: 1, kind: mapHole}, nil
+	}
+	return blockMap{lblk: lblk, n: 1, pblk: p, kind: mapWritten}, nil
+}
+
+// walk calls fn for every mapped run in logical order.
+func (m *mapper) walk(fn func(extent.Extent) error) error {
+	if m.tree != nil {
+		return m.tree.Walk(fn)
+	}
+	return extent.WalkIndirect(m.ind, m.cfg, fn, nil)
+}
+
+// inlineData returns the bytes of an inline-data inode: i_block, then the
+// "system.data" extended attribute in the inode's extra space.
+func (v *Volume) inlineData(ino uint32, in *layout.Inode) ([]byte, error) {
+	data := append([]byte(nil), in.Block[:]...)
+	if in.Size <= uint64(len(data)) {
+		return data[:in.Size], nil
+	}
+	extra, err := inodeXattr(in, 7, "data")
+	if err != nil {
+		if ce, ok := err.(*errs.CorruptError); ok {
+			ce.Ino = ino
+		}
+		return nil, err
+	}
+	data = append(data, extra...)
+	if uint64(len(data)) < in.Size {
+		return nil, &errs.CorruptError{What: "inline data", Ino: ino, Off: -1,
+			Msg: fmt.Sprintf("size %d but only %d bytes stored inline", in.Size, len(data))}
+	}
+	return data[:in.Size], nil
+}
+
+// inodeXattr finds an extended attribute stored in the inode body after
+// i_extra_isize (struct ext4_xattr_ibody_header + ext4_xattr_entry list).
+func inodeXattr(in *layout.Inode, index uint8, name string) ([]byte, error) {
+	const magic = 0xEA020000
+	r := in.Raw
+	start := layout.GoodOldInodeSize + int(in.ExtraIsize)
+	bad := func(off int, msg string) error {
+		return &errs.CorruptError{What: "in-inode xattr", Off: off, Msg: msg}
+	}
+	if len(r) < start+4 || binary.LittleEndian.Uint32(r[start:]) != magic {
+		return nil, nil
+	}
+	base := start + 4
+	le := binary.LittleEndian
+	for off := base; off+16 <= len(r); {
+		if le.Uint32(r[off:]) == 0 { // end of entries
+			break
+		}
+		nameLen := int(r[off])
+		idx := r[off+1]
+		valOff := int(le.Uint16(r[off+2:]))
+		valInum := le.Uint32(r[off+4:])
+		valSize := int(le.Uint32(r[off+8:]))
+		if off+16+nameLen > len(r) {
+			return nil, bad(off, "entry name runs past the inode")
+		}
+		n := string(r[off+16 : off+16+nameLen])
+		if idx == index && n == name {
+			if valInum != 0 {
+				return nil, bad(off, "value in an EA inode is not supported for inline data")
+			}
+			if base+valOff+valSize > len(r) || valOff < 0 {
+				return nil, bad(off, fmt.Sprintf("value [%d,+%d) runs past the inode", valOff, valSize))
+			}
+			return r[base+valOff : base+valOff+valSize], nil
+		}
+		off += (16 + nameLen + 3) &^ 3
+	}
+	return nil, nil
+}

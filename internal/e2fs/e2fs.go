@@ -1,0 +1,150 @@
+// Package e2fs runs the e2fsprogs tools (mkfs.ext4, e2fsck, debugfs,
+// dumpe2fs) for tests: the oracles every ext4io image is checked against.
+// Helpers skip the test when the tools are missing.
+package e2fs
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Tool returns the path of an e2fsprogs binary, or skips t.
+func Tool(t testing.TB, name string) string {
+	t.Helper()
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	for _, dir := range []string{"/usr/sbin", "/sbin"} {
+		p := filepath.Join(dir, name)
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	t.Skipf("%s not installed (e2fsprogs); .ci/run installs it", name)
+	return ""
+}
+
+// Mkfs creates an ext4 image of the given size at img with mkfs.ext4 and
+// extra arguments (for example "-b", "1024", "-d", dir).
+func Mkfs(t testing.TB, img, size string, args ...string) {
+	t.Helper()
+	MkfsConf(t, "", img, size, args...)
+}
+
+// MkfsConf is Mkfs with MKE2FS_CONFIG set to conf (if not empty).
+func MkfsConf(t testing.TB, conf, img, size string, args ...string) {
+	t.Helper()
+	a := append([]string{"-q", "-F"}, args...)
+	a = append(a, img, size)
+	cmd := exec.Command(Tool(t, "mkfs.ext4"), a...)
+	if conf != "" {
+		cmd.Env = append(os.Environ(), "MKE2FS_CONFIG="+conf)
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("mkfs.ext4 %s: %v\n%s", strings.Join(a, " "), err, out)
+	}
+}
+
+// Fsck runs e2fsck -fn on img and fails t unless it reports a clean
+// filesystem. It returns the output.
+func Fsck(t testing.TB, img string) string {
+	t.Helper()
+	out, err := exec.Command(Tool(t, "e2fsck"), "-fn", img).CombinedOutput()
+	if err != nil {
+		t.Fatalf("e2fsck -fn %s: %v\n%s", img, err, out)
+	}
+	return string(out)
+}
+
+// Debugfs runs debugfs with the given request (-R) on img, read-only
+// unless write is set, and returns stdout.
+func Debugfs(t testing.TB, img string, write bool, request string) string {
+	t.Helper()
+	args := []string{"-R", request, img}
+	if write {
+		args = append([]string{"-w"}, args...)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(Tool(t, "debugfs"), args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("debugfs %s: %v\n%s", request, err, stderr.String())
+	}
+	return stdout.String()
+}
+
+// DebugfsScript runs a debugfs command file (one request per line) on img.
+func DebugfsScript(t testing.TB, img string, write bool, lines []string) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "debugfs.cmds")
+	if err := os.WriteFile(f, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"-f", f, img}
+	if write {
+		args = append([]string{"-w"}, args...)
+	}
+	out, err := exec.Command(Tool(t, "debugfs"), args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("debugfs -f: %v\n%s", err, out)
+	}
+	return string(out)
+}
+
+// ExtentLine is one row of debugfs's "ex" output.
+type ExtentLine struct {
+	Level, Depth       int
+	Logical, LogicalTo uint64
+	Physical           uint64
+	Length             uint64
+	Unwritten          bool
+	Leaf               bool // a leaf entry (an extent), not an index entry
+}
+
+// Extents parses `debugfs -R "ex FILE"` output into its rows.
+func Extents(t testing.TB, img, file string) []ExtentLine {
+	t.Helper()
+	out := Debugfs(t, img, false, "ex "+file)
+	var rows []ExtentLine
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(strings.NewReplacer("/", " ", "-", " ", "Uninit", "UNINIT").Replace(line))
+		// Level Entries Logical Physical Length Flags, e.g.
+		//  0/ 1   1/  1     0 -    99  1234 -  1333    100 Uninit
+		if len(f) < 9 {
+			continue
+		}
+		var r ExtentLine
+		var lvl, depth, ent, ents int
+		if _, err := fmt.Sscan(strings.Join(f[:4], " "), &lvl, &depth, &ent, &ents); err != nil {
+			continue
+		}
+		r.Level, r.Depth = lvl, depth
+		r.Leaf = lvl == depth
+		if _, err := fmt.Sscan(f[4], &r.Logical); err != nil {
+			continue
+		}
+		fmt.Sscan(f[5], &r.LogicalTo)
+		fmt.Sscan(f[6], &r.Physical)
+		rest := f[7:]
+		if r.Leaf {
+			// physical range then length
+			if len(rest) >= 2 {
+				fmt.Sscan(rest[1], &r.Length)
+			}
+		} else if len(rest) >= 1 {
+			fmt.Sscan(rest[0], &r.Length)
+		}
+		for _, w := range rest {
+			if w == "UNINIT" {
+				r.Unwritten = true
+			}
+		}
+		rows = append(rows, r)
+	}
+	return rows
+}

@@ -1,0 +1,458 @@
+package journal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ext4io/ext4io/blockdev"
+	"github.com/ext4io/ext4io/internal/errs"
+)
+
+// BlockMap maps a journal logical block (0 = the journal superblock) to a
+// block of Config.Dev, in units of the file system block size. For the
+// journal inode it is the inode's block map; for an external journal device
+// it is jblk + offset.
+type BlockMap func(jblk uint32) (devBlock uint64, err error)
+
+// Config describes where a journal lives.
+type Config struct {
+	Dev       blockdev.Device // device holding the journal
+	FSDev     blockdev.Device // device holding home locations; nil means Dev
+	Map       BlockMap        // journal block -> Dev block; nil means identity
+	Blocks    uint32          // journal blocks Map covers (journal inode size / block size)
+	BlockSize int             // file system block size in bytes
+	// CommitInterval is the age at which the running transaction is
+	// committed (jbd2's commit=5 default). Zero means 5 s; negative
+	// disables timed commits.
+	CommitInterval time.Duration
+	// BeforeCommit, when set, is called by the commit goroutine before the
+	// commit block of every transaction is written (after the transaction's
+	// own OnCommit callbacks): ordered mode's "make newly mapped data
+	// durable" hook. An error aborts the journal.
+	BeforeCommit func(tid uint32) error
+	// Now supplies commit timestamps; nil means time.Now.
+	Now func() time.Time
+}
+
+// Journal is a jbd2 journal: recovery, running/committing transactions,
+// checkpointing. It is safe for concurrent use.
+//
+// Lock order: cpMu, then sbMu, then mu. The commit goroutine never holds
+// mu while doing I/O.
+type Journal struct {
+	dev, fsdev blockdev.Device
+	bmap       BlockMap
+	bs         int
+	f          Format
+	first      uint32 // first log block (s_first)
+	last       uint32 // one past the last log block (s_maxlen)
+	maxTxn     int    // largest log footprint of one transaction
+	interval   time.Duration
+	before     func(uint32) error
+	now        func() time.Time
+
+	cpMu sync.Mutex // serializes checkpoints
+
+	sbMu sync.Mutex // guards sb and serializes superblock writes
+	sb   Superblock // the on-disk superblock as last written
+
+	mu struct {
+		sync.Mutex
+		nextTid    uint32         // tid of the next transaction created
+		running    *transaction   // accepting handles; nil if none yet
+		committing *transaction   // being written to the log
+		checkpoint []*transaction // committed, not yet home; oldest first
+		commitSeq  uint32         // newest committed tid
+		commitReq  uint32         // newest tid a caller asked to commit
+		head       uint32         // next log block to write
+		tail       uint32         // log block of the oldest live transaction
+		tailSeq    uint32         // its tid
+		used       uint32         // log blocks from the on-disk tail to head
+		err        error          // set when the journal aborts
+		closed     bool
+		started    bool // commit goroutine running
+		changed    chan struct{}
+	}
+	kick chan struct{}
+	stop chan struct{}
+	done chan struct{}
+}
+
+// Open reads and validates the journal superblock the way jbd2's
+// journal_load_superblock does. It starts no goroutine and writes nothing;
+// call Recover when NeedsRecovery reports true, before starting handles.
+func Open(cfg Config) (*Journal, error) {
+	if cfg.Dev == nil || cfg.BlockSize < 1024 || cfg.BlockSize > 65536 || cfg.BlockSize&(cfg.BlockSize-1) != 0 || cfg.Blocks < 2 {
+		return nil, fmt.Errorf("journal: bad config (block size %d, %d blocks): %w", cfg.BlockSize, cfg.Blocks, ErrInvalid)
+	}
+	j := &Journal{dev: cfg.Dev, fsdev: cfg.FSDev, bmap: cfg.Map, bs: cfg.BlockSize,
+		interval: cfg.CommitInterval, before: cfg.BeforeCommit, now: cfg.Now}
+	if j.fsdev == nil {
+		j.fsdev = j.dev
+	}
+	if j.bmap == nil {
+		j.bmap = func(b uint32) (uint64, error) { return uint64(b), nil }
+	}
+	if j.interval == 0 {
+		j.interval = 5 * time.Second
+	}
+	if j.now == nil {
+		j.now = time.Now
+	}
+	j.last = cfg.Blocks
+	buf := make([]byte, j.bs)
+	if err := j.readLog(0, buf); err != nil {
+		return nil, err
+	}
+	sb, err := DecodeSuperblock(buf)
+	if err != nil {
+		return nil, err
+	}
+	if err := j.validate(sb, cfg.Blocks); err != nil {
+		return nil, err
+	}
+	j.sb = *sb
+	j.f = sb.format()
+	j.first, j.last = sb.First, sb.MaxLen
+	j.maxTxn = int(j.last-j.first) / 4
+	j.mu.changed = make(chan struct{})
+	j.mu.nextTid = sb.SeqTail
+	j.mu.commitSeq = sb.SeqTail - 1
+	j.mu.commitReq = sb.SeqTail - 1
+	j.mu.tailSeq = sb.SeqTail
+	j.mu.head, j.mu.tail = j.first, j.first
+	j.kick = make(chan struct{}, 1)
+	j.stop = make(chan struct{})
+	j.done = make(chan struct{})
+	return j, nil
+}
+
+func (j *Journal) validate(sb *Superblock, blocks uint32) error {
+	bad := func(off int, format string, args ...any) error {
+		return errs.Corruptf("journal superblock", 0, off, format, args...)
+	}
+	if int(sb.BlockSize) != j.bs {
+		return bad(0x0C, "block size %d, file system block size %d", sb.BlockSize, j.bs)
+	}
+	if sb.MaxLen > blocks || sb.MaxLen < 2 {
+		return bad(0x10, "s_maxlen %d, journal has %d blocks", sb.MaxLen, blocks)
+	}
+	if sb.First == 0 || sb.First >= sb.MaxLen {
+		return bad(0x14, "invalid start block of journal: %d", sb.First)
+	}
+	if sb.Start != 0 && (sb.Start < sb.First || sb.Start >= sb.MaxLen) {
+		return bad(0x1C, "s_start %d outside the log [%d,%d)", sb.Start, sb.First, sb.MaxLen)
+	}
+	compat, incompat, _ := sb.features()
+	if incompat&^knownIncompat != 0 {
+		return fmt.Errorf("journal: unknown incompat features %#x: %w", incompat&^knownIncompat, ErrUnsupported)
+	}
+	f := sb.format()
+	if incompat&FeatureIncompatCsumV2 != 0 && incompat&FeatureIncompatCsumV3 != 0 {
+		return bad(0x28, "both checksum v2 and v3 set")
+	}
+	if f.csumV2or3() {
+		if compat&FeatureCompatChecksum != 0 {
+			return bad(0x24, "checksum v1 and v2/v3 both set")
+		}
+		if sb.ChecksumType != ChecksumTypeCRC32C {
+			return bad(0x50, "unknown checksum type %d", sb.ChecksumType)
+		}
+		if got := sb.ComputeChecksum(); got != sb.Checksum {
+			return bad(0xFC, "checksum %#x, computed %#x", sb.Checksum, got)
+		}
+	}
+	return nil
+}
+
+// Superblock returns a copy of the journal superblock as last written.
+func (j *Journal) Superblock() Superblock {
+	j.sbMu.Lock()
+	defer j.sbMu.Unlock()
+	return j.sb
+}
+
+// Format returns the block format parameters of this journal.
+func (j *Journal) Format() Format { return j.f }
+
+// CreateOptions selects the features of a new journal.
+type CreateOptions struct {
+	UUID       [16]byte // s_uuid (the file system UUID for an internal journal)
+	Is64Bit    bool     // FeatureIncompat64Bit
+	CsumV3     bool     // FeatureIncompatCsumV3 (crc32c)
+	CsumV2     bool     // FeatureIncompatCsumV2 (ignored with CsumV3)
+	Sequence   uint32   // first tid; 0 means 1
+	NoZeroLog  bool     // skip zeroing the log area (lazy_journal_init)
+	NrUsers    uint32   // s_nr_users; 0 means 1
+	FirstBlock uint32   // s_first; 0 means 1
+}
+
+// Create writes a fresh, empty v2 journal superblock (as mke2fs does, with
+// the revoke feature always on) and zeroes the log unless NoZeroLog, then
+// opens the journal.
+func Create(cfg Config, o CreateOptions) (*Journal, error) {
+	if cfg.Dev == nil || cfg.BlockSize < 1024 || cfg.Blocks < 2 {
+		return nil, fmt.Errorf("journal: bad config: %w", ErrInvalid)
+	}
+	sb := Superblock{Header: Header{Magic, BlockTypeSuperblockV2, 0},
+		BlockSize: uint32(cfg.BlockSize), MaxLen: cfg.Blocks, First: max(o.FirstBlock, 1),
+		SeqTail: max(o.Sequence, 1), UUID: o.UUID, NrUsers: max(o.NrUsers, 1),
+		FeatureIncompat: FeatureIncompatRevoke}
+	if o.Is64Bit {
+		sb.FeatureIncompat |= FeatureIncompat64Bit
+	}
+	switch {
+	case o.CsumV3:
+		sb.FeatureIncompat |= FeatureIncompatCsumV3
+	case o.CsumV2:
+		sb.FeatureIncompat |= FeatureIncompatCsumV2
+	}
+	if o.CsumV3 || o.CsumV2 {
+		sb.ChecksumType = ChecksumTypeCRC32C
+	}
+	if sb.First >= sb.MaxLen {
+		return nil, fmt.Errorf("journal: s_first %d >= %d blocks: %w", sb.First, sb.MaxLen, ErrInvalid)
+	}
+	tmp := &Journal{dev: cfg.Dev, bmap: cfg.Map, bs: cfg.BlockSize, last: cfg.Blocks}
+	if tmp.bmap == nil {
+		tmp.bmap = func(b uint32) (uint64, error) { return uint64(b), nil }
+	}
+	if !o.NoZeroLog {
+		zero := make([]byte, cfg.BlockSize)
+		for b := uint32(1); b < cfg.Blocks; b++ {
+			if err := tmp.writeLog(b, zero); err != nil {
+				return nil, err
+			}
+		}
+	}
+	sb.SetChecksum()
+	buf := make([]byte, cfg.BlockSize)
+	sb.Encode(buf)
+	if err := tmp.writeLog(0, buf); err != nil {
+		return nil, err
+	}
+	if err := cfg.Dev.Flush(); err != nil {
+		return nil, fmt.Errorf("journal: flush new journal: %w", ioErr(err))
+	}
+	return Open(cfg)
+}
+
+func ioErr(err error) error {
+	if errors.Is(err, ErrIO) || errors.Is(err, ErrClosed) || errors.Is(err, ErrCorrupt) || errors.Is(err, ErrInvalid) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrIO, err)
+}
+
+// devOffset maps a journal block to a byte offset of Dev.
+func (j *Journal) devOffset(jblk uint32) (int64, error) {
+	if jblk >= j.last {
+		return 0, errs.Corruptf("journal", 0, -1, "log block %d past the journal end %d", jblk, j.last)
+	}
+	db, err := j.bmap(jblk)
+	if err != nil {
+		return 0, fmt.Errorf("journal: map log block %d: %w", jblk, err)
+	}
+	off := int64(db) * int64(j.bs)
+	if db > uint64(1<<62)/uint64(j.bs) || off+int64(j.bs) > j.dev.Size() {
+		return 0, errs.Corruptf("journal", 0, -1, "log block %d maps to device block %d past the device", jblk, db)
+	}
+	return off, nil
+}
+
+// readLog reads journal block jblk (jbd2's jread).
+func (j *Journal) readLog(jblk uint32, buf []byte) error {
+	off, err := j.devOffset(jblk)
+	if err != nil {
+		return err
+	}
+	if _, err := j.dev.ReadAt(buf[:j.bs], off); err != nil {
+		return fmt.Errorf("journal: read log block %d: %w", jblk, ioErr(err))
+	}
+	return nil
+}
+
+func (j *Journal) writeLog(jblk uint32, buf []byte) error {
+	off, err := j.devOffset(jblk)
+	if err != nil {
+		return err
+	}
+	if _, err := j.dev.WriteAt(buf[:j.bs], off); err != nil {
+		return fmt.Errorf("journal: write log block %d: %w", jblk, ioErr(err))
+	}
+	return nil
+}
+
+// writeHome writes a file system block to its home location on FSDev.
+func (j *Journal) writeHome(blk uint64, buf []byte) error {
+	if blk > uint64(1<<62)/uint64(j.bs) || int64(blk)*int64(j.bs)+int64(j.bs) > j.fsdev.Size() {
+		return errs.Corruptf("journal", 0, -1, "journalled block %d is past the file system device", blk)
+	}
+	if _, err := j.fsdev.WriteAt(buf[:j.bs], int64(blk)*int64(j.bs)); err != nil {
+		return fmt.Errorf("journal: write home block %d: %w", blk, ioErr(err))
+	}
+	return nil
+}
+
+// writeSuperblockLocked encodes sb with its checksum, writes it to journal
+// block 0 and, with fua, flushes (jbd2 writes it REQ_FUA). j.sbMu is held.
+func (j *Journal) writeSuperblockLocked(sb *Superblock, fua bool) error {
+	sb.SetChecksum()
+	buf := make([]byte, j.bs)
+	if err := j.readLog(0, buf); err != nil {
+		return err
+	}
+	sb.Encode(buf)
+	if err := j.writeLog(0, buf); err != nil {
+		return err
+	}
+	if fua {
+		if err := j.dev.Flush(); err != nil {
+			return fmt.Errorf("journal: flush superblock: %w", ioErr(err))
+		}
+	}
+	j.sb = *sb
+	return nil
+}
+
+// broadcastLocked wakes every waiter. j.mu is held.
+func (j *Journal) broadcastLocked() {
+	close(j.mu.changed)
+	j.mu.changed = make(chan struct{})
+}
+
+// waitLocked releases j.mu until the next broadcast. j.mu is held.
+func (j *Journal) waitLocked() {
+	ch := j.mu.changed
+	j.mu.Unlock()
+	<-ch
+	j.mu.Lock()
+}
+
+// Lookup copies into buf the newest journalled contents of file system block
+// blk (running, committing or committed but not yet checkpointed) and
+// reports whether there was one. Readers of metadata must consult it before
+// the device: home locations are only updated at checkpoint. A block revoked
+// by the newest transaction holding it reports false.
+func (j *Journal) Lookup(blk uint64, buf []byte) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	ts := make([]*transaction, 0, len(j.mu.checkpoint)+2)
+	if j.mu.running != nil {
+		ts = append(ts, j.mu.running)
+	}
+	if j.mu.committing != nil {
+		ts = append(ts, j.mu.committing)
+	}
+	for i := len(j.mu.checkpoint) - 1; i >= 0; i-- {
+		ts = append(ts, j.mu.checkpoint[i])
+	}
+	for _, t := range ts {
+		if d, ok := t.buffers[blk]; ok {
+			copy(buf, d)
+			return true
+		}
+		if _, ok := t.revokes[blk]; ok {
+			return false
+		}
+	}
+	return false
+}
+
+// Err returns the error that aborted the journal, or nil.
+func (j *Journal) Err() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.mu.err
+}
+
+// abortLocked records the first fatal error. j.mu is held.
+func (j *Journal) abortLocked(err error) {
+	if j.mu.err == nil {
+		j.mu.err = fmt.Errorf("journal aborted: %w", err)
+	}
+	j.broadcastLocked()
+}
+
+// Sync commits the running transaction, if it holds changes, and returns
+// once every transaction whose handles stopped before the call is durable.
+// Concurrent Syncs share one commit (group commit).
+func (j *Journal) Sync(ctx context.Context) error {
+	j.mu.Lock()
+	if j.mu.err != nil {
+		defer j.mu.Unlock()
+		return j.mu.err
+	}
+	var target uint32
+	need := false
+	if t := j.mu.running; t != nil && !t.empty() {
+		target, need = t.tid, true
+		j.requestCommitLocked(t.tid)
+	} else if t := j.mu.committing; t != nil {
+		target, need = t.tid, true
+	}
+	j.mu.Unlock()
+	if !need {
+		return nil
+	}
+	return j.WaitCommit(ctx, target)
+}
+
+// WaitCommit returns once transaction tid is committed (or the journal
+// aborts, or ctx is done). It does not request the commit.
+func (j *Journal) WaitCommit(ctx context.Context, tid uint32) error {
+	j.mu.Lock()
+	for {
+		if j.mu.err != nil {
+			err := j.mu.err
+			j.mu.Unlock()
+			return err
+		}
+		if tidGEQ(j.mu.commitSeq, tid) {
+			j.mu.Unlock()
+			return nil
+		}
+		ch := j.mu.changed
+		j.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		j.mu.Lock()
+	}
+}
+
+// Commit requests the commit of the running transaction and waits for it;
+// it is Sync without a context.
+func (j *Journal) Commit() error { return j.Sync(context.Background()) }
+
+// requestCommitLocked asks the commit goroutine to commit tid. j.mu is held.
+func (j *Journal) requestCommitLocked(tid uint32) {
+	if tidGT(tid, j.mu.commitReq) {
+		j.mu.commitReq = tid
+	}
+	j.startLocked()
+	select {
+	case j.kick <- struct{}{}:
+	default:
+	}
+}
+
+// startLocked starts the commit goroutine on first use. j.mu is held.
+func (j *Journal) startLocked() {
+	if !j.mu.started && !j.mu.closed {
+		j.mu.started = true
+		go j.commitLoop()
+	}
+}
+
+// Stats are cumulative counters.
+type Stats struct {
+	Commits     uint64 // transactions committed
+	Checkpoints uint64 // checkpoint rounds
+	LogBlocks   uint64 // blocks written to the log
+}

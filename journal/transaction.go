@@ -1,0 +1,611 @@
+package journal
+
+import (
+	"fmt"
+	"sort"
+	"sync/atomic"
+	"time"
+)
+
+// transaction is one jbd2 transaction. All fields are guarded by Journal.mu;
+// buffers are immutable once the transaction is committing.
+type transaction struct {
+	tid       uint32
+	locked    bool                // no handle may join: a commit is pending
+	updates   int                 // open handles
+	reserved  int                 // credits of open handles + credits used by stopped ones
+	declared  map[uint64]struct{} // blocks a handle got write access to
+	buffers   map[uint64][]byte   // newest contents of dirtied blocks
+	revokes   map[uint64]struct{} // revoked blocks
+	callbacks []func() error      // ordered-mode data hooks (OnCommit)
+	born      time.Time           // when the first handle joined
+	start     uint32              // first log block, once committing
+	nblocks   uint32              // log blocks, once committing
+}
+
+func (t *transaction) empty() bool { return len(t.buffers) == 0 && len(t.revokes) == 0 }
+
+// logBound is the most log blocks a transaction with c credits can take:
+// every credit a journalled block or a revoke record, plus descriptor,
+// revoke and commit blocks.
+func (j *Journal) logBound(c int) int {
+	tp, rp := j.f.TagsPerDescriptor(), j.f.RevokesPerBlock()
+	return c + (c+tp-1)/tp + (c+rp-1)/rp + 1
+}
+
+// logSlack is kept free so a full log never has its head meet its tail.
+const logSlack = 2
+
+// Handle is one atomic metadata update, jbd2's handle_t. A Handle is used by
+// one goroutine at a time.
+type Handle struct {
+	j       *Journal
+	t       *transaction
+	credits int
+	used    int
+	stopped bool
+}
+
+// Start returns a handle with room for credits changes (each GetWriteAccess
+// of a block new to the transaction, and each Revoke, takes one) joined to
+// the running transaction. When the transaction or the log has no room it
+// waits for a commit or runs a checkpoint instead of failing.
+//
+// No deadlock: Start only waits for commits and checkpoints, and a commit
+// only waits for open handles to Stop. So a goroutine must not call Start
+// while it holds an unstopped Handle (jbd2 nests such handles; this package
+// does not). Start fails with ErrInvalid if credits can never fit one
+// transaction, with ErrClosed after Close and with the abort error after
+// an I/O failure.
+func (j *Journal) Start(credits int) (*Handle, error) {
+	if credits < 1 || j.logBound(credits) > j.maxTxn {
+		return nil, fmt.Errorf("journal: %d credits exceed the transaction limit: %w", credits, ErrInvalid)
+	}
+	j.mu.Lock()
+	for {
+		if j.mu.err != nil {
+			err := j.mu.err
+			j.mu.Unlock()
+			return nil, err
+		}
+		if j.mu.closed {
+			j.mu.Unlock()
+			return nil, fmt.Errorf("journal: start: %w", ErrClosed)
+		}
+		j.startLocked()
+		t := j.mu.running
+		if t == nil {
+			t = &transaction{tid: j.mu.nextTid, declared: map[uint64]struct{}{},
+				buffers: map[uint64][]byte{}, revokes: map[uint64]struct{}{}}
+			j.mu.nextTid++
+			j.mu.running = t
+		}
+		if t.locked {
+			j.waitLocked()
+			continue
+		}
+		need := j.logBound(t.reserved + credits)
+		if need > j.maxTxn {
+			// Full: commit it and join the next one.
+			t.locked = true
+			j.requestCommitLocked(t.tid)
+			j.waitLocked()
+			continue
+		}
+		free := int(j.last-j.first) - int(j.mu.used) - logSlack
+		if need > free {
+			switch {
+			case len(j.mu.checkpoint) > 0:
+				j.mu.Unlock()
+				if err := j.Checkpoint(); err != nil {
+					return nil, err
+				}
+				j.mu.Lock()
+			case j.mu.committing != nil:
+				j.waitLocked()
+			case t.reserved > 0:
+				t.locked = true
+				j.requestCommitLocked(t.tid)
+				j.waitLocked()
+			default:
+				j.mu.Unlock()
+				return nil, fmt.Errorf("journal: %d credits do not fit an empty log: %w", credits, ErrInvalid)
+			}
+			continue
+		}
+		if t.updates == 0 && t.born.IsZero() {
+			t.born = j.now()
+		}
+		t.updates++
+		t.reserved += credits
+		j.mu.Unlock()
+		return &Handle{j: j, t: t, credits: credits}, nil
+	}
+}
+
+// TID returns the id of the transaction the handle belongs to.
+func (h *Handle) TID() uint32 { return h.t.tid }
+
+func (h *Handle) check() error {
+	if h.stopped {
+		return fmt.Errorf("journal: handle already stopped: %w", ErrInvalid)
+	}
+	return h.j.mu.err
+}
+
+// GetWriteAccess declares that the handle will modify file system block
+// blk (jbd2_journal_get_write_access). It takes one credit the first time
+// blk joins the transaction.
+func (h *Handle) GetWriteAccess(blk uint64) error {
+	j := h.j
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if err := h.check(); err != nil {
+		return err
+	}
+	if _, ok := h.t.declared[blk]; ok {
+		return nil
+	}
+	if h.used >= h.credits {
+		return fmt.Errorf("journal: handle out of credits (%d) declaring block %d: %w", h.credits, blk, ErrInvalid)
+	}
+	h.used++
+	h.t.declared[blk] = struct{}{}
+	return nil
+}
+
+// Dirty records data (one block) as the new contents of blk
+// (jbd2_journal_dirty_metadata). The transaction keeps its own copy; data
+// may be reused after the call. blk must have been declared with
+// GetWriteAccess in this transaction. Dirtying cancels an earlier Revoke of
+// blk in the same transaction.
+func (h *Handle) Dirty(blk uint64, data []byte) error {
+	j := h.j
+	if len(data) != j.bs {
+		return fmt.Errorf("journal: dirty block %d with %d bytes: %w", blk, len(data), ErrInvalid)
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if err := h.check(); err != nil {
+		return err
+	}
+	if _, ok := h.t.declared[blk]; !ok {
+		return fmt.Errorf("journal: block %d dirtied without write access: %w", blk, ErrInvalid)
+	}
+	b := h.t.buffers[blk]
+	if b == nil {
+		b = make([]byte, j.bs)
+		h.t.buffers[blk] = b
+	}
+	copy(b, data)
+	delete(h.t.revokes, blk)
+	return nil
+}
+
+// Revoke records that blk was freed (jbd2_journal_revoke): recovery will not
+// replay older journalled copies of it, and older transactions no longer
+// write it home once this one commits. It takes one credit. The caller must
+// not reuse blk for data until this transaction has committed.
+func (h *Handle) Revoke(blk uint64) error {
+	j := h.j
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if err := h.check(); err != nil {
+		return err
+	}
+	if _, ok := h.t.revokes[blk]; ok {
+		return nil
+	}
+	if h.used >= h.credits {
+		return fmt.Errorf("journal: handle out of credits (%d) revoking block %d: %w", h.credits, blk, ErrInvalid)
+	}
+	h.used++
+	h.t.revokes[blk] = struct{}{}
+	delete(h.t.buffers, blk)
+	delete(h.t.declared, blk)
+	return nil
+}
+
+// OnCommit registers fn to run before the commit block of this handle's
+// transaction is written: ordered mode's hook to make data blocks newly
+// mapped by the transaction durable. An error aborts the journal.
+func (h *Handle) OnCommit(fn func() error) error {
+	j := h.j
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if err := h.check(); err != nil {
+		return err
+	}
+	h.t.callbacks = append(h.t.callbacks, fn)
+	return nil
+}
+
+// Stop ends the handle and returns its unused credits to the transaction.
+func (h *Handle) Stop() error {
+	j := h.j
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if h.stopped {
+		return fmt.Errorf("journal: handle stopped twice: %w", ErrInvalid)
+	}
+	h.stopped = true
+	h.t.updates--
+	h.t.reserved -= h.credits - h.used
+	if h.t.updates == 0 {
+		j.broadcastLocked()
+	}
+	return j.mu.err
+}
+
+var stats struct{ commits, checkpoints, logBlocks atomic.Uint64 }
+
+// GlobalStats returns process-wide counters (all journals).
+func GlobalStats() Stats {
+	return Stats{Commits: stats.commits.Load(), Checkpoints: stats.checkpoints.Load(), LogBlocks: stats.logBlocks.Load()}
+}
+
+// commitLoop is the commit goroutine (jbd2's kjournald2).
+func (j *Journal) commitLoop() {
+	defer close(j.done)
+	tick := time.Duration(0)
+	if j.interval > 0 {
+		tick = max(j.interval/4, time.Millisecond)
+	}
+	var timer <-chan time.Time
+	for {
+		if tick > 0 {
+			timer = time.After(tick)
+		}
+		select {
+		case <-j.stop:
+			return
+		case <-j.kick:
+		case <-timer:
+		}
+		j.mu.Lock()
+		t := j.mu.running
+		do := t != nil && j.mu.err == nil && (tidGEQ(j.mu.commitReq, t.tid) || t.locked ||
+			(j.interval > 0 && !t.born.IsZero() && j.now().Sub(t.born) >= j.interval))
+		j.mu.Unlock()
+		if do {
+			j.commitRunning()
+		}
+		j.mu.Lock()
+		low := j.mu.err == nil && j.mu.used > (j.last-j.first)/2 && len(j.mu.checkpoint) > 0
+		j.mu.Unlock()
+		if low {
+			_ = j.Checkpoint() // errors abort the journal
+		}
+	}
+}
+
+// commitRunning commits the running transaction (jbd2_journal_commit_transaction).
+func (j *Journal) commitRunning() {
+	j.mu.Lock()
+	t := j.mu.running
+	if t == nil || j.mu.err != nil {
+		j.mu.Unlock()
+		return
+	}
+	t.locked = true
+	for t.updates > 0 {
+		j.waitLocked()
+	}
+	if j.mu.running != t || j.mu.err != nil {
+		j.mu.Unlock()
+		return
+	}
+	if t.empty() {
+		// Nothing to log: let handles join it again.
+		t.locked = false
+		t.born = time.Time{}
+		j.broadcastLocked()
+		j.mu.Unlock()
+		return
+	}
+	nrev := (len(t.revokes) + j.f.RevokesPerBlock() - 1) / j.f.RevokesPerBlock()
+	tp := j.f.TagsPerDescriptor()
+	ndesc := (len(t.buffers) + tp - 1) / tp
+	t.nblocks = uint32(nrev + ndesc + len(t.buffers) + 1)
+	t.start = j.mu.head
+	j.mu.head = j.wrap(j.mu.head + t.nblocks)
+	j.mu.used += t.nblocks
+	j.mu.running = nil
+	j.mu.committing = t
+	j.broadcastLocked()
+	j.mu.Unlock()
+
+	err := j.writeTransaction(t)
+
+	j.mu.Lock()
+	j.mu.committing = nil
+	if err != nil {
+		j.abortLocked(err)
+		j.mu.Unlock()
+		return
+	}
+	j.mu.checkpoint = append(j.mu.checkpoint, t)
+	j.mu.commitSeq = t.tid
+	stats.commits.Add(1)
+	j.broadcastLocked()
+	j.mu.Unlock()
+}
+
+// writeTransaction writes t to the log. The barrier sequence follows
+// fs/jbd2/commit.c jbd2_journal_commit_transaction:
+//   - if the on-disk superblock says the log is empty (JBD2_FLUSHED), it is
+//     rewritten first with s_start/s_sequence of this transaction, without a
+//     flush: the commit block's preflush makes it durable;
+//   - ordered data is written (OnCommit callbacks, then Config.BeforeCommit);
+//   - revoke blocks (jbd2_journal_write_revoke_records), then descriptor
+//     blocks each followed by its journalled blocks, escaped when they begin
+//     with the jbd2 magic;
+//   - with an external journal the file system device is flushed before the
+//     commit record ("if the journal is not located on the file system
+//     device, then we must flush the file system device");
+//   - without async_commit the commit block is written REQ_PREFLUSH|REQ_FUA
+//     (journal_submit_commit_record): here Flush, write, Flush. With
+//     async_commit it is written with the other blocks and one flush follows.
+//     On a shared device the preflush also covers the ordered data.
+func (j *Journal) writeTransaction(t *transaction) error {
+	j.sbMu.Lock()
+	if j.sb.Start == 0 {
+		nsb := j.sb
+		nsb.Start, nsb.SeqTail = t.start, t.tid
+		if err := j.writeSuperblockLocked(&nsb, false); err != nil {
+			j.sbMu.Unlock()
+			return err
+		}
+	}
+	j.sbMu.Unlock()
+	for _, fn := range t.callbacks {
+		if err := fn(); err != nil {
+			return fmt.Errorf("journal: ordered data for transaction %d: %w", t.tid, err)
+		}
+	}
+	if j.before != nil {
+		if err := j.before(t.tid); err != nil {
+			return fmt.Errorf("journal: ordered data for transaction %d: %w", t.tid, err)
+		}
+	}
+	pos := t.start
+	buf := make([]byte, j.bs)
+	put := func(b []byte) error {
+		if err := j.writeLog(pos, b); err != nil {
+			return err
+		}
+		stats.logBlocks.Add(1)
+		pos = j.wrap(pos + 1)
+		return nil
+	}
+	// Revoke blocks.
+	revs := sortedKeys(t.revokes)
+	for len(revs) > 0 {
+		n := min(len(revs), j.f.RevokesPerBlock())
+		r := Revoke{Sequence: t.tid, Blocks: revs[:n]}
+		if err := r.Encode(j.f, buf); err != nil {
+			return err
+		}
+		if err := put(buf); err != nil {
+			return err
+		}
+		revs = revs[n:]
+	}
+	// Descriptors and journalled blocks.
+	blocks := sortedKeys(t.buffers)
+	crcSum := ^uint32(0)
+	tp := j.f.TagsPerDescriptor()
+	data := make([]byte, j.bs)
+	for len(blocks) > 0 {
+		n := min(len(blocks), tp)
+		d := Descriptor{Sequence: t.tid, Tags: make([]Tag, n)}
+		for i, b := range blocks[:n] {
+			tg := Tag{Block: b, Flags: FlagSameUUID}
+			if i == 0 {
+				tg.Flags, tg.UUID = 0, j.sb.UUID
+			}
+			if i == n-1 {
+				tg.Flags |= FlagLastTag
+			}
+			src := t.buffers[b]
+			if be.Uint32(src) == Magic {
+				tg.Flags |= FlagEscape
+			}
+			if j.f.csumV2or3() {
+				copy(data, src)
+				if tg.Flags&FlagEscape != 0 {
+					clear(data[:4])
+				}
+				tg.Checksum = j.f.TagCsum(t.tid, data)
+				if !j.f.csumV3() {
+					tg.Checksum &= 0xFFFF
+				}
+			}
+			d.Tags[i] = tg
+		}
+		if err := d.Encode(j.f, buf); err != nil {
+			return err
+		}
+		crcSum = crc32BE(crcSum, buf)
+		if err := put(buf); err != nil {
+			return err
+		}
+		for i, b := range blocks[:n] {
+			copy(data, t.buffers[b])
+			if d.Tags[i].Flags&FlagEscape != 0 {
+				clear(data[:4])
+			}
+			crcSum = crc32BE(crcSum, data)
+			if err := put(data); err != nil {
+				return err
+			}
+		}
+		blocks = blocks[n:]
+	}
+	if j.fsdev != j.dev && len(t.callbacks)+btoi(j.before != nil) > 0 {
+		if err := j.fsdev.Flush(); err != nil {
+			return fmt.Errorf("journal: flush data device: %w", ioErr(err))
+		}
+	}
+	async := j.f.Incompat&FeatureIncompatAsyncCommit != 0
+	if async {
+		if err := j.dev.Flush(); err != nil {
+			return fmt.Errorf("journal: preflush before commit %d: %w", t.tid, ioErr(err))
+		}
+	}
+	now := j.now()
+	c := Commit{Sequence: t.tid, Sec: uint64(now.Unix()), Nsec: uint32(now.Nanosecond())}
+	if j.f.Compat&FeatureCompatChecksum != 0 {
+		c.ChksumType, c.ChksumSize, c.Chksum[0] = ChecksumTypeCRC32, crc32ChksumSize, crcSum
+	}
+	c.Encode(j.f, buf)
+	if err := put(buf); err != nil {
+		return err
+	}
+	if err := j.dev.Flush(); err != nil {
+		return fmt.Errorf("journal: flush commit %d: %w", t.tid, ioErr(err))
+	}
+	if pos != j.wrap(t.start+t.nblocks) {
+		return fmt.Errorf("journal: transaction %d wrote to %d, expected %d: %w", t.tid, pos, j.wrap(t.start+t.nblocks), ErrInvalid)
+	}
+	return nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func sortedKeys[V any](m map[uint64]V) []uint64 {
+	ks := make([]uint64, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Slice(ks, func(a, b int) bool { return ks[a] < ks[b] })
+	return ks
+}
+
+// Checkpoint writes every committed transaction's blocks to their home
+// locations (skipping blocks a newer committed transaction rewrote or
+// revoked), flushes the file system device, then advances the log tail in
+// the journal superblock (written with FUA), as jbd2_log_do_checkpoint and
+// jbd2_cleanup_journal_tail do. It runs in the background when the log is
+// half full and from Start when the log is short of space.
+func (j *Journal) Checkpoint() error {
+	j.cpMu.Lock()
+	defer j.cpMu.Unlock()
+	j.mu.Lock()
+	if j.mu.err != nil {
+		defer j.mu.Unlock()
+		return j.mu.err
+	}
+	list := append([]*transaction(nil), j.mu.checkpoint...)
+	j.mu.Unlock()
+	if len(list) == 0 {
+		return nil
+	}
+	owner := map[uint64]*transaction{}
+	for _, t := range list {
+		for b := range t.revokes {
+			owner[b] = nil
+		}
+		for b := range t.buffers {
+			owner[b] = t
+		}
+	}
+	fail := func(err error) error {
+		j.mu.Lock()
+		j.abortLocked(err)
+		j.mu.Unlock()
+		return err
+	}
+	for _, b := range sortedKeys(owner) {
+		if t := owner[b]; t != nil {
+			if err := j.writeHome(b, t.buffers[b]); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	if err := j.fsdev.Flush(); err != nil {
+		return fail(fmt.Errorf("journal: flush before tail update: %w", ioErr(err)))
+	}
+	j.sbMu.Lock()
+	j.mu.Lock()
+	j.mu.checkpoint = j.mu.checkpoint[len(list):]
+	tail, seq := j.mu.head, j.mu.nextTid
+	if j.mu.running != nil {
+		seq = j.mu.running.tid
+	}
+	if len(j.mu.checkpoint) > 0 {
+		tail, seq = j.mu.checkpoint[0].start, j.mu.checkpoint[0].tid
+	} else if c := j.mu.committing; c != nil {
+		tail, seq = c.start, c.tid
+	}
+	j.mu.Unlock()
+	var freed uint32
+	for _, t := range list {
+		freed += t.nblocks
+	}
+	nsb := j.sb
+	err := error(nil)
+	if nsb.Start != 0 {
+		nsb.Start, nsb.SeqTail = tail, seq
+		err = j.writeSuperblockLocked(&nsb, true)
+	}
+	j.sbMu.Unlock()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if err != nil {
+		j.abortLocked(err)
+		return err
+	}
+	j.mu.tail, j.mu.tailSeq = tail, seq
+	j.mu.used -= freed
+	stats.checkpoints.Add(1)
+	j.broadcastLocked()
+	return nil
+}
+
+// Close commits the running transaction, stops the commit goroutine,
+// checkpoints everything and marks the journal empty (s_start = 0,
+// s_sequence = the next tid) with FUA. It waits for open handles to stop.
+// It does not close the devices.
+func (j *Journal) Close() error {
+	j.mu.Lock()
+	if j.mu.closed {
+		j.mu.Unlock()
+		return fmt.Errorf("journal: close: %w", ErrClosed)
+	}
+	j.mu.closed = true
+	started := j.mu.started
+	j.broadcastLocked()
+	j.mu.Unlock()
+	if started {
+		close(j.stop)
+		<-j.done
+	}
+	j.commitRunning()
+	if err := j.Checkpoint(); err != nil {
+		return err
+	}
+	j.mu.Lock()
+	if err := j.mu.err; err != nil {
+		j.mu.Unlock()
+		return err
+	}
+	seq := j.mu.nextTid
+	if j.mu.running != nil {
+		seq = j.mu.running.tid // empty: never committed, its tid is free
+	}
+	j.mu.Unlock()
+	j.sbMu.Lock()
+	defer j.sbMu.Unlock()
+	if j.sb.Start == 0 && j.sb.SeqTail == seq {
+		return nil
+	}
+	nsb := j.sb
+	nsb.Start, nsb.SeqTail = 0, seq
+	return j.writeSuperblockLocked(&nsb, true)
+}
