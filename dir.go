@@ -345,7 +345,7 @@ func (v *Volume) resolveFrom(start uint32, name string, followLast bool, hops *i
 		}
 		e, err := dir.lookupName(p)
 		if err != nil {
-			if errors.Is(err, ErrNotFound) {
+			if errors.Is(err, ErrNotFound) && i < len(parts)-1 {
 				return nil, fmt.Errorf("%s: %w", path.Join(parts[:i+1]...), ErrNotFound)
 			}
 			return nil, err

@@ -148,3 +148,29 @@ func Extents(t testing.TB, img, file string) []ExtentLine {
 	}
 	return rows
 }
+
+// Dump returns the bytes of file in img as `debugfs -R "dump FILE OUT"`
+// reads them.
+func Dump(t testing.TB, img, file string) []byte {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "dump")
+	Debugfs(t, img, false, fmt.Sprintf("dump %s %s", file, out))
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatalf("debugfs dump %s: %v", file, err)
+	}
+	return b
+}
+
+// Leaves returns the leaf rows (the extents) of `debugfs -R "ex FILE"`
+// and the tree depth debugfs reports (0 when the inode holds the extents).
+func Leaves(t testing.TB, img, file string) (leaves []ExtentLine, depth int) {
+	t.Helper()
+	for _, r := range Extents(t, img, file) {
+		depth = max(depth, r.Depth)
+		if r.Leaf {
+			leaves = append(leaves, r)
+		}
+	}
+	return leaves, depth
+}

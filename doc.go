@@ -1,0 +1,55 @@
+// Package ext4io is an ext4-compatible block-mapping and I/O engine: what
+// the Linux kernel's ext4 does for block mapping and I/O, as a Go library,
+// on real ext4 images that e2fsck accepts and Linux mounts.
+//
+// A Volume is an ext4 filesystem on a [blockdev.Device] (an image file, a
+// block device, an O_DIRECT or mmap backend, or memory). Open validates the
+// superblock and group descriptors and refuses features it cannot handle,
+// naming them. Files are opened by path; [File.ReadAt] reads through the
+// extent tree (or the ext2/ext3 block map, or inline data), returning
+// zeroes for holes and for unwritten (preallocated) extents. [Volume.FS]
+// is an io/fs view, so fs.WalkDir, http.FS and testing/fstest work on an
+// image. [Format] creates a new filesystem.
+//
+// # Basics
+//
+// The library is a stack of packages, each usable on its own:
+//
+//	blockdev            Device interface; file, O_DIRECT, mmap, memory backends;
+//	                    fault injection and crash simulation (errordev)
+//	layout              ext4 on-disk structures and checksums (no I/O)
+//	alloc, journal      block/inode allocation on ext4 bitmaps; jbd2 journal
+//	extent <-> esc      on-disk extent tree; in-memory extent-status cache
+//	iomap               Begin/End mapping ops, direct and buffered I/O
+//	ext4io (this)       Volume, File, Format: wires the layers together
+//
+// Lower packages never import higher ones.
+//
+// # Caveats
+//
+// Volumes are read-only in this version: the write path (allocation,
+// journaling, the extent engine, iomap) exists in the lower packages and is
+// being wired into Volume. A volume whose journal needs recovery is refused
+// (ErrUnsupported) unless Options.NoRecovery is set, in which case reads
+// may see metadata older than the journal's.
+//
+// # Lock order
+//
+// Outer to inner, across all packages (see each package for its locks):
+//
+//	Volume state
+//	└─ inode lock (read/write, per File)
+//	   └─ extent.Tree mutex
+//	      └─ esc per-inode lock
+//	         └─ alloc: prealloc window → group locks (ascending) → descriptor block
+//	            └─ journal transaction state
+//
+// No lock is held across device I/O unless the comment beside it says why.
+//
+// # Errors
+//
+// Errors wrap one of the sentinels ErrCorrupt, ErrNoSpace, ErrReadOnly,
+// ErrUnsupported, ErrIO, ErrInvalid, ErrNotFound, ErrExist and ErrClosed;
+// corrupt metadata is reported as a *CorruptError naming the structure,
+// inode, block and byte offset.
+package ext4io
