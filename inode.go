@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/ext4io/ext4io/esc"
 	"github.com/ext4io/ext4io/extent"
 	"github.com/ext4io/ext4io/internal/errs"
 	"github.com/ext4io/ext4io/layout"
@@ -61,6 +62,7 @@ type blockMap struct {
 // block map, or nothing (inline data, fast symlinks).
 type mapper struct {
 	tree *extent.Tree // extent-mapped files
+	es   *esc.Tree    // the volume's extent-status cache for this inode
 	ind  *[60]byte    // block-mapped files
 	cfg  extent.Config
 }
@@ -87,6 +89,7 @@ func (v *Volume) newMapper(ino uint32, in *layout.Inode) (*mapper, error) {
 			return nil, err
 		}
 		m.tree = t
+		m.es = v.cache.Inode(ino)
 		return m, nil
 	}
 	blk := in.Block
@@ -100,22 +103,24 @@ func (m *mapper) lookup(lblk uint64) (blockMap, error) {
 		return blockMap{lblk: lblk, n: 1 << 32, kind: mapHole}, nil
 	}
 	if m.tree != nil {
-		e, found, hole, err := m.tree.Lookup(uint32(lblk))
+		if lblk >= esc.MaxBlocks {
+			return blockMap{lblk: lblk, n: 1, kind: mapHole}, nil
+		}
+		e, err := m.es.Fill(uint32(lblk), m.diskLookup)
 		if err != nil {
 			return blockMap{}, err
 		}
-		if !found {
-			if hole == 0 {
-				hole = 1
-			}
-			return blockMap{lblk: lblk, n: hole, kind: mapHole}, nil
-		}
 		d := lblk - uint64(e.Lblk)
-		k := mapWritten
-		if e.Unwritten {
-			k = mapUnwritten
+		bm := blockMap{lblk: lblk, n: uint64(e.Len) - d}
+		switch e.Status {
+		case esc.Written:
+			bm.kind, bm.pblk = mapWritten, e.Pblk+d
+		case esc.Unwritten:
+			bm.kind, bm.pblk = mapUnwritten, e.Pblk+d
+		default:
+			bm.kind = mapHole
 		}
-		return blockMap{lblk: lblk, n: uint64(e.Len) - d, pblk: e.Pblk + d, kind: k}, nil
+		return bm, nil
 	}
 	p, found, err := extent.MapIndirect(m.ind, m.cfg, uint32(lblk))
 	if err != nil {
@@ -125,6 +130,26 @@ func (m *mapper) lookup(lblk uint64) (blockMap, error) {
 		return blockMap{lblk: lblk, n: 1, kind: mapHole}, nil
 	}
 	return blockMap{lblk: lblk, n: 1, pblk: p, kind: mapWritten}, nil
+}
+
+// diskLookup answers an extent-status cache miss from the on-disk tree
+// with the whole extent holding lblk, or the hole from lblk to the next
+// extent.
+func (m *mapper) diskLookup(lblk uint32) (esc.Extent, bool, error) {
+	e, found, hole, err := m.tree.Lookup(lblk)
+	if err != nil {
+		return esc.Extent{}, false, err
+	}
+	inRoot := m.tree.Depth() == 0
+	if !found {
+		n := min(hole, uint64(esc.MaxBlocks)-uint64(lblk))
+		return esc.Extent{Lblk: lblk, Len: uint32(max(n, 1)), Status: esc.Hole}, inRoot, nil
+	}
+	st := esc.Written
+	if e.Unwritten {
+		st = esc.Unwritten
+	}
+	return esc.Extent{Lblk: e.Lblk, Len: e.Len, Pblk: e.Pblk, Status: st}, inRoot, nil
 }
 
 // walk calls fn for every mapped run in logical order.

@@ -7,25 +7,39 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	"github.com/ext4io/ext4io/alloc"
 	"github.com/ext4io/ext4io/blockdev"
+	"github.com/ext4io/ext4io/esc"
 	"github.com/ext4io/ext4io/internal/errs"
 	"github.com/ext4io/ext4io/layout"
 )
 
 // Options configure Open.
 type Options struct {
+	// Writable opens the volume read-write: the superblock is marked
+	// not clean and its mount count and times updated, as Linux does on
+	// mount, until Close marks it clean again. The device must be
+	// writable. Features ext4io cannot keep consistent when writing
+	// (unknown ro_compat or incompat bits, inline_data, ...) make Open
+	// fail with ErrUnsupported naming them.
+	Writable bool
 	// NoRecovery opens a volume whose journal needs recovery without
 	// replaying it (like mount -o norecovery): reads may see stale
 	// metadata. Without it such a volume is refused with ErrUnsupported
 	// until journal recovery lands in ext4io.
 	NoRecovery bool
+	// CacheBudget bounds the extent-status cache's memory in bytes across
+	// all inodes (0: 64 MiB).
+	CacheBudget int64
 	// SkipChecksums disables metadata checksum verification on read (for
 	// salvaging data from damaged images). Structural checks stay on.
 	SkipChecksums bool
 }
 
-// Volume is an ext4 filesystem on a block device. It is read-only for now.
+// Volume is an ext4 filesystem on a block device, opened read-only or
+// (Options.Writable) read-write.
 //
 // A Volume is safe for concurrent use by multiple goroutines.
 type Volume struct {
@@ -38,10 +52,16 @@ type Volume struct {
 	bs       int
 	groups   []*layout.GroupDesc
 	csumSeed uint32
-	csum     bool // metadata_csum
+	csum     bool       // metadata_csum
+	cache    *esc.Cache // extent-status cache, safe for concurrent use
+
+	alloc *alloc.Allocator // writable volumes only; safe for concurrent use
+
+	// sbMu guards sb's mutable fields (state, counters, times) and
+	// serializes superblock writes.
+	sbMu sync.Mutex
 
 	closed atomic.Bool
-	mu     sync.Mutex // guards nothing yet beyond Close ordering
 }
 
 // Open opens the ext4 filesystem on dev. It validates the superblock and
@@ -54,9 +74,6 @@ func Open(dev blockdev.Device, opts Options) (*Volume, error) {
 	}
 	sb, err := layout.DecodeSuperblock(buf)
 	if err != nil {
-		if opts.SkipChecksums && sb == nil {
-			return nil, err
-		}
 		return nil, err
 	}
 	if bad := layout.UnsupportedIncompat(sb.FeatureIncompat, layout.IncompatSupportedRead); len(bad) > 0 {
@@ -65,20 +82,97 @@ func Open(dev blockdev.Device, opts Options) (*Volume, error) {
 	if sb.HasIncompat(layout.IncompatRecover) && !opts.NoRecovery {
 		return nil, fmt.Errorf("ext4io: journal needs recovery (needs_recovery set); replay it with e2fsck or open with NoRecovery: %w", ErrUnsupported)
 	}
-	v := &Volume{dev: dev, opts: opts, sb: sb, bs: sb.BlockSize(), csumSeed: sb.CsumSeed(), csum: sb.MetadataCsum()}
+	budget := opts.CacheBudget
+	if budget <= 0 {
+		budget = 64 << 20
+	}
+	v := &Volume{dev: dev, opts: opts, sb: sb, bs: sb.BlockSize(), csumSeed: sb.CsumSeed(), csum: sb.MetadataCsum(),
+		cache: esc.New(esc.Options{Budget: budget})}
 	if size := dev.Size(); uint64(size)/uint64(v.bs) < sb.BlocksCount {
 		return nil, errs.Corruptf("superblock", 0, -1, "filesystem has %d blocks of %d bytes but the device holds %d bytes", sb.BlocksCount, v.bs, size)
 	}
 	if err := v.loadGroups(); err != nil {
 		return nil, err
 	}
+	if opts.Writable {
+		if err := v.openWritable(); err != nil {
+			return nil, err
+		}
+	}
 	return v, nil
 }
 
-// OpenImage opens the image file (or block device) at path read-only with
-// the file backend. Close closes the file too.
+// openWritable checks that ext4io can keep the filesystem consistent,
+// starts the allocator and marks the superblock as in use.
+func (v *Volume) openWritable() error {
+	sb := v.sb
+	if bad := layout.UnsupportedIncompat(sb.FeatureIncompat, layout.IncompatSupportedWrite); len(bad) > 0 {
+		return fmt.Errorf("ext4io: cannot write with incompat feature %s: %w", strings.Join(bad, ","), ErrUnsupported)
+	}
+	if bad := layout.UnsupportedRoCompat(sb.FeatureRoCompat, layout.RoCompatSupportedWrite); len(bad) > 0 {
+		return fmt.Errorf("ext4io: cannot write with ro_compat feature %s: %w", strings.Join(bad, ","), ErrUnsupported)
+	}
+	if sb.HasIncompat(layout.IncompatRecover) {
+		return fmt.Errorf("ext4io: journal needs recovery before the volume can be written: %w", ErrUnsupported)
+	}
+	if sb.State&layout.StateErrors != 0 {
+		return fmt.Errorf("ext4io: filesystem has errors recorded (run e2fsck): %w", ErrReadOnly)
+	}
+	a, err := alloc.New(sb, alloc.NewDirectIO(v.dev, v.bs), alloc.Options{})
+	if err != nil {
+		return err
+	}
+	v.alloc = a
+	now := time.Now().Unix()
+	v.sbMu.Lock()
+	defer v.sbMu.Unlock()
+	sb.State &^= layout.StateValid
+	sb.MntCount++
+	sb.Mtime = now
+	sb.Wtime = now
+	if err := v.writeSuperLocked(); err != nil {
+		return err
+	}
+	return v.flushDev()
+}
+
+// writeSuperLocked writes the primary superblock. Backups are left as
+// they are, as the kernel leaves them.
+func (v *Volume) writeSuperLocked() error {
+	b := v.sb.Encode()
+	if _, err := v.dev.WriteAt(b, layout.SuperblockOffset); err != nil {
+		return fmt.Errorf("ext4io: writing superblock: %w", wrapIO(err))
+	}
+	return nil
+}
+
+func (v *Volume) flushDev() error {
+	if err := v.dev.Flush(); err != nil {
+		return fmt.Errorf("ext4io: flush: %w", wrapIO(err))
+	}
+	return nil
+}
+
+func wrapIO(err error) error {
+	if errors.Is(err, ErrIO) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrIO, err)
+}
+
+// Writable reports whether the volume was opened read-write.
+func (v *Volume) Writable() bool { return v.alloc != nil }
+
+// Allocator returns the block and inode allocator of a writable volume
+// (nil when read-only). Blocks it hands out belong to the caller, who must
+// reference them from an inode or free them before Close for the image to
+// pass e2fsck.
+func (v *Volume) Allocator() *alloc.Allocator { return v.alloc }
+
+// OpenImage opens the image file (or block device) at path with the file
+// backend, read-only unless opts.Writable. Close closes the file too.
 func OpenImage(path string, opts Options) (*Volume, error) {
-	dev, err := blockdev.OpenFile(path, true)
+	dev, err := blockdev.OpenFile(path, !opts.Writable)
 	if err != nil {
 		return nil, err
 	}
@@ -128,8 +222,15 @@ func (v *Volume) loadGroups() error {
 	return nil
 }
 
-// Superblock returns a copy of the superblock as read at Open.
-func (v *Volume) Superblock() layout.Superblock { return *v.sb }
+// CacheStats returns the extent-status cache's counters.
+func (v *Volume) CacheStats() esc.Stats { return v.cache.Stats() }
+
+// Superblock returns a copy of the superblock.
+func (v *Volume) Superblock() layout.Superblock {
+	v.sbMu.Lock()
+	defer v.sbMu.Unlock()
+	return *v.sb
+}
 
 // BlockSize returns the filesystem block size in bytes.
 func (v *Volume) BlockSize() int { return v.bs }
@@ -144,14 +245,39 @@ func (v *Volume) Group(g int) (layout.GroupDesc, error) {
 
 // Close releases the volume (and the device, if OpenImage opened it).
 // It is safe to call more than once.
+//
+// Closing a writable volume writes the free counts, marks the superblock
+// clean and flushes the device; the first error is returned and the
+// volume is closed regardless.
 func (v *Volume) Close() error {
 	if v.closed.Swap(true) {
 		return nil
 	}
-	if v.closeDev {
-		return v.dev.Close()
+	var err error
+	if v.alloc != nil {
+		err = v.unmount()
 	}
-	return nil
+	if v.closeDev {
+		if cerr := v.dev.Close(); err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+func (v *Volume) unmount() error {
+	v.sbMu.Lock()
+	defer v.sbMu.Unlock()
+	if err := v.flushDev(); err != nil { // data and metadata before "clean"
+		return err
+	}
+	v.alloc.FillSuperblock(v.sb)
+	v.sb.State |= layout.StateValid
+	v.sb.Wtime = time.Now().Unix()
+	if err := v.writeSuperLocked(); err != nil {
+		return err
+	}
+	return v.flushDev()
 }
 
 func (v *Volume) checkOpen() error {

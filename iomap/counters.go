@@ -1,0 +1,111 @@
+package iomap
+
+import "sync/atomic"
+
+// OpCounts counts Begin or End calls by request kind. A call is counted
+// once, under the first kind that applies in the order Writeback, Report,
+// Zero, Write, Read; Direct additionally counts calls with the Direct flag.
+type OpCounts struct {
+	Read, Write, Zero, Report, Writeback int64
+	Direct                               int64
+}
+
+// Counters is a snapshot of the package's counters (process-wide, atomic).
+// Subtract two snapshots to measure an operation.
+type Counters struct {
+	Begins, Ends OpCounts
+	// DeviceReads and DeviceWrites count ReadAt and WriteAt calls issued by
+	// this package (direct I/O, page read-in, write-back, sub-block zeroing).
+	DeviceReads, DeviceWrites int64
+	// ZeroedBytes counts bytes zeroed on the device by direct I/O sub-block
+	// zeroing and in the page cache by ZeroRange.
+	ZeroedBytes int64
+	// EndIOBytes counts bytes reported to DioOptions.EndIO.
+	EndIOBytes int64
+	// StaleMappings counts mappings dropped because Valid said stale.
+	StaleMappings int64
+	// Page cache (all caches): pages inserted, evicted, written back,
+	// dropped by Invalidate/Forget, and write-backs forced by eviction.
+	PagesCached, PagesEvicted, PagesWrittenBack, PagesInvalidated int64
+	EvictionWritebacks                                            int64
+}
+
+// Sub returns c - o, field by field.
+func (c Counters) Sub(o Counters) Counters {
+	sub := func(a, b OpCounts) OpCounts {
+		return OpCounts{a.Read - b.Read, a.Write - b.Write, a.Zero - b.Zero, a.Report - b.Report,
+			a.Writeback - b.Writeback, a.Direct - b.Direct}
+	}
+	return Counters{
+		Begins: sub(c.Begins, o.Begins), Ends: sub(c.Ends, o.Ends),
+		DeviceReads: c.DeviceReads - o.DeviceReads, DeviceWrites: c.DeviceWrites - o.DeviceWrites,
+		ZeroedBytes: c.ZeroedBytes - o.ZeroedBytes, EndIOBytes: c.EndIOBytes - o.EndIOBytes,
+		StaleMappings: c.StaleMappings - o.StaleMappings,
+		PagesCached:   c.PagesCached - o.PagesCached, PagesEvicted: c.PagesEvicted - o.PagesEvicted,
+		PagesWrittenBack: c.PagesWrittenBack - o.PagesWrittenBack, PagesInvalidated: c.PagesInvalidated - o.PagesInvalidated,
+		EvictionWritebacks: c.EvictionWritebacks - o.EvictionWritebacks,
+	}
+}
+
+const (
+	kRead = iota
+	kWrite
+	kZero
+	kReport
+	kWriteback
+	kDirect
+	numKinds
+)
+
+type atomicCounters struct {
+	begins, ends                                                [numKinds]atomic.Int64
+	devReads, devWrites, zeroed, endIO, stale                   atomic.Int64
+	pagesCached, pagesEvicted, pagesWritten, pagesInval, evicWb atomic.Int64
+}
+
+var counters atomicCounters
+
+func kindOf(f Flags) int {
+	switch {
+	case f&Writeback != 0:
+		return kWriteback
+	case f&Report != 0:
+		return kReport
+	case f&Zero != 0:
+		return kZero
+	case f&Write != 0:
+		return kWrite
+	}
+	return kRead
+}
+
+func (a *atomicCounters) countBegin(f Flags) {
+	a.begins[kindOf(f)].Add(1)
+	if f&Direct != 0 {
+		a.begins[kDirect].Add(1)
+	}
+}
+
+func (a *atomicCounters) countEnd(f Flags) {
+	a.ends[kindOf(f)].Add(1)
+	if f&Direct != 0 {
+		a.ends[kDirect].Add(1)
+	}
+}
+
+// ReadCounters returns a snapshot of the package counters.
+func ReadCounters() Counters {
+	a := &counters
+	oc := func(v *[numKinds]atomic.Int64) OpCounts {
+		return OpCounts{v[kRead].Load(), v[kWrite].Load(), v[kZero].Load(), v[kReport].Load(),
+			v[kWriteback].Load(), v[kDirect].Load()}
+	}
+	return Counters{
+		Begins: oc(&a.begins), Ends: oc(&a.ends),
+		DeviceReads: a.devReads.Load(), DeviceWrites: a.devWrites.Load(),
+		ZeroedBytes: a.zeroed.Load(), EndIOBytes: a.endIO.Load(), StaleMappings: a.stale.Load(),
+		PagesCached: a.pagesCached.Load(), PagesEvicted: a.pagesEvicted.Load(),
+		PagesWrittenBack: a.pagesWritten.Load(), PagesInvalidated: a.pagesInval.Load(),
+		EvictionWritebacks: a.evicWb.Load(),
+	}
+}

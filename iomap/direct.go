@@ -1,0 +1,202 @@
+package iomap
+
+import (
+	"fmt"
+
+	"github.com/ext4io/ext4io/blockdev"
+)
+
+// DioOptions configure DirectRead and DirectWrite. The zero value (or nil)
+// means no sub-block zeroing and no completion hook.
+type DioOptions struct {
+	// BlockSize is the filesystem block size, a power of two. When a write
+	// does not cover whole blocks of a mapping that is New or Unwritten,
+	// the rest of those blocks is zeroed on the device first
+	// (iomap_dio_zero), so converting or exposing the blocks never exposes
+	// stale data. 0 disables zeroing; Ops whose blocks are bigger than the
+	// device's logical block must set it.
+	BlockSize int64
+	// EndIO is the completion hook (iomap_dio_ops->end_io): it is called
+	// for each mapping segment of a write once its data (and its zeroed
+	// head and tail) is on the device, before End, with the file range
+	// written and its mapping. It is where the Ops converts unwritten
+	// extents. It is never called for bytes that failed: a device error in
+	// a segment counts none of that segment as written. An error from
+	// EndIO stops the write, and the segment counts as not written.
+	EndIO func(off, n int64, m Mapping) error
+}
+
+// zeroes is a shared source of zero bytes for sub-block zeroing (the
+// kernel's ZERO_PAGE). It is never written.
+var zeroes = make([]byte, 64<<10)
+
+// dioAlignment returns the offset and length alignment direct I/O on dev
+// requires: its logical block size, or its Aligner offset alignment if
+// larger.
+func dioAlignment(dev blockdev.Device) int64 {
+	a := int64(dev.LogicalBlockSize())
+	if al, ok := dev.(blockdev.Aligner); ok {
+		if _, off := al.Alignment(); int64(off) > a {
+			a = int64(off)
+		}
+	}
+	if a <= 0 {
+		a = 1
+	}
+	return a
+}
+
+func checkDio(what string, dev blockdev.Device, n int, off int64, opt *DioOptions) error {
+	if err := checkRange(what, off, int64(n)); err != nil {
+		return err
+	}
+	a := dioAlignment(dev)
+	if off%a != 0 || int64(n)%a != 0 {
+		return fmt.Errorf("iomap: %s [%d, +%d) not aligned to the device's %d-byte logical block: %w",
+			what, off, n, a, ErrInvalid)
+	}
+	if opt != nil && opt.BlockSize != 0 && (opt.BlockSize < 0 || opt.BlockSize&(opt.BlockSize-1) != 0) {
+		return fmt.Errorf("iomap: %s: block size %d not a power of two: %w", what, opt.BlockSize, ErrInvalid)
+	}
+	return nil
+}
+
+// DirectRead reads len(p) bytes at file offset off straight from the
+// device, mapping with Begin(Direct) (iomap_dio_rw for reads): one ReadAt
+// per Mapped segment; Hole and Unwritten read as zeroes; Inline is copied.
+// off and len(p) must be multiples of the device's logical block size (or
+// its Aligner offset alignment); otherwise the error wraps ErrInvalid.
+// Delalloc mappings are an error wrapping ErrBadMapping: callers write back
+// the page cache over the range first. The caller clips reads at EOF.
+// It returns the bytes read before the first error.
+//
+// DirectRead is safe for concurrent use if ops and dev are.
+func DirectRead(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOptions) (int, error) {
+	if err := checkDio("direct read", dev, len(p), off, opt); err != nil {
+		return 0, err
+	}
+	c := cursor{ops: ops, pos: off, end: off + int64(len(p)), flags: Direct}
+	for c.more() {
+		if err := c.begin(); err != nil {
+			return int(c.done), err
+		}
+		b := p[c.pos-off : c.pos-off+c.n]
+		var err error
+		switch c.m.Type {
+		case Mapped:
+			counters.devReads.Add(1)
+			if _, rerr := dev.ReadAt(b, c.m.Addr+(c.pos-c.m.Offset)); rerr != nil {
+				err = fmt.Errorf("iomap: direct read file [%d, +%d) at device %d: %w", c.pos, c.n, c.m.Addr+(c.pos-c.m.Offset), rerr)
+			}
+		case Hole, Unwritten:
+			clear(b)
+		case Inline:
+			copy(b, c.m.InlineData[c.pos-c.m.Offset:])
+		default:
+			err = fmt.Errorf("iomap: direct read at %d got %v mapping (write back first): %w", c.pos, c.m.Type, ErrBadMapping)
+		}
+		processed := c.n
+		if err != nil {
+			processed = 0
+		}
+		if err := c.finish(processed, err); err != nil {
+			return int(c.done), err
+		}
+	}
+	return int(c.done), nil
+}
+
+// DirectWrite writes p at file offset off straight to the device
+// (iomap_dio_rw for writes). For each mapping from Begin(Write|Direct) it
+// zeroes the uncovered parts of partial blocks of New or Unwritten
+// mappings (when opt.BlockSize is set), issues one WriteAt for the data,
+// calls opt.EndIO for the completed segment, then End with the bytes
+// written. Hole and Delalloc mappings are errors wrapping ErrBadMapping
+// (the Ops must allocate for direct writes). Alignment as for DirectRead.
+// It returns the bytes written and converted before the first error; End
+// and EndIO only ever see completed bytes.
+//
+// DirectWrite is safe for concurrent use if ops and dev are; concurrent
+// sub-block writes into the same New or Unwritten block race on the zeroing
+// (as in Linux), so callers serialise unaligned writes.
+func DirectWrite(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOptions) (int, error) {
+	if err := checkDio("direct write", dev, len(p), off, opt); err != nil {
+		return 0, err
+	}
+	var o DioOptions
+	if opt != nil {
+		o = *opt
+	}
+	c := cursor{ops: ops, pos: off, end: off + int64(len(p)), flags: Write | Direct}
+	for c.more() {
+		if err := c.begin(); err != nil {
+			return int(c.done), err
+		}
+		b := p[c.pos-off : c.pos-off+c.n]
+		var err error
+		switch c.m.Type {
+		case Mapped, Unwritten:
+			err = dioWriteSegment(dev, &o, c.m, b, c.pos)
+		case Inline:
+			copy(c.m.InlineData[c.pos-c.m.Offset:], b)
+		default:
+			err = fmt.Errorf("iomap: direct write at %d got %v mapping (Begin must allocate): %w", c.pos, c.m.Type, ErrBadMapping)
+		}
+		if err == nil && o.EndIO != nil {
+			if err = o.EndIO(c.pos, c.n, c.m); err != nil {
+				err = fmt.Errorf("iomap: end io [%d, +%d): %w", c.pos, c.n, err)
+			} else {
+				counters.endIO.Add(c.n)
+			}
+		}
+		processed := c.n
+		if err != nil {
+			processed = 0
+		}
+		if err := c.finish(processed, err); err != nil {
+			return int(c.done), err
+		}
+	}
+	return int(c.done), nil
+}
+
+// dioWriteSegment writes b at file offset pos inside mapping m, zeroing the
+// rest of partial blocks first when m is New or Unwritten.
+func dioWriteSegment(dev blockdev.Device, o *DioOptions, m Mapping, b []byte, pos int64) error {
+	addr := m.Addr + (pos - m.Offset)
+	n := int64(len(b))
+	if bs := o.BlockSize; bs > 0 && (m.Flags&MapNew != 0 || m.Type == Unwritten) {
+		if head := pos & (bs - 1); head != 0 {
+			head = min(head, pos-m.Offset) // never zero outside the mapping
+			if err := zeroDevice(dev, addr-head, head); err != nil {
+				return err
+			}
+		}
+		if e := pos + n; e&(bs-1) != 0 {
+			tail := min(bs-e&(bs-1), m.End()-e)
+			if err := zeroDevice(dev, addr+n, tail); err != nil {
+				return err
+			}
+		}
+	}
+	counters.devWrites.Add(1)
+	if _, err := dev.WriteAt(b, addr); err != nil {
+		return fmt.Errorf("iomap: direct write file [%d, +%d) at device %d: %w", pos, n, addr, err)
+	}
+	return nil
+}
+
+// zeroDevice writes n zero bytes at device address addr (iomap_dio_zero).
+func zeroDevice(dev blockdev.Device, addr, n int64) error {
+	for n > 0 {
+		l := min(n, int64(len(zeroes)))
+		counters.devWrites.Add(1)
+		if _, err := dev.WriteAt(zeroes[:l], addr); err != nil {
+			return fmt.Errorf("iomap: zeroing partial block at device %d (+%d): %w", addr, l, err)
+		}
+		counters.zeroed.Add(l)
+		addr += l
+		n -= l
+	}
+	return nil
+}
