@@ -207,6 +207,27 @@ func (f *File) lookupName(name string) (layout.DirEntry, error) {
 // dxLookup walks the htree index to the leaf (and any continuation leaves
 // for hash collisions) that may hold name, calling fn on their entries.
 func (f *File) dxLookup(name string, fn func(layout.DirEntry) error) error {
+	return f.dxWalk(name, func(blk uint64) (bool, error) {
+		leaf := make([]byte, f.v.bs)
+		if ok, err := f.dirBlock(blk, leaf); err != nil || !ok {
+			return false, err
+		}
+		return false, f.leafEntries(blk, leaf, fn)
+	})
+}
+
+// dxLeaf calls fn with the leaf block the name's hash selects.
+func (f *File) dxLeaf(name string, fn func(blk uint64)) error {
+	return f.dxWalk(name, func(blk uint64) (bool, error) {
+		fn(blk)
+		return true, nil
+	})
+}
+
+// dxWalk walks the htree index to the leaf for name's hash and calls
+// onLeaf with it and with each following leaf continuing that hash, until
+// onLeaf returns stop or an error.
+func (f *File) dxWalk(name string, onLeaf func(blk uint64) (stop bool, err error)) error {
 	v := f.v
 	buf := make([]byte, v.bs)
 	ok, err := f.dirBlock(0, buf)
@@ -250,19 +271,14 @@ func (f *File) dxLookup(name string, fn func(layout.DirEntry) error) error {
 		}
 		path = append(path, level{node, node.DxLookup(hash)})
 	}
-	leaf := make([]byte, v.bs)
 	for {
 		top := path[len(path)-1]
 		blk := uint64(top.node.Entries[top.at].Block)
 		if blk >= nblk {
 			return &errs.CorruptError{What: "htree index", Ino: f.ino, Off: -1, Msg: fmt.Sprintf("leaf block %d past directory end %d", blk, nblk)}
 		}
-		if ok, err := f.dirBlock(blk, leaf); err != nil {
+		if stop, err := onLeaf(blk); err != nil || stop {
 			return err
-		} else if ok {
-			if err := f.leafEntries(blk, leaf, fn); err != nil {
-				return err
-			}
 		}
 		// A following leaf continues this hash when its index hash is
 		// ours with the collision bit (bit 0) set.

@@ -14,15 +14,17 @@ import (
 
 // File is an open file on a Volume.
 //
-// ReadAt is safe for concurrent use; Read and Seek share an offset and
-// must not be used concurrently with each other.
+// ReadAt (and, on writable volumes, WriteAt, Truncate and Fallocate) are
+// safe for concurrent use; Read and Seek share an offset and must not be
+// used concurrently with each other.
 type File struct {
 	v    *Volume
+	n    *inode // shared by every File of this inode
 	ino  uint32
-	name string // base name, for Stat
-	in   *layout.Inode
-	m    *mapper // nil for inline data
-	inl  []byte  // inline data (inline-data files)
+	name string        // base name, for Stat
+	in   *layout.Inode // == n.in; fields guarded by n.mu
+	m    *mapper       // == n.m; nil for inline data
+	inl  []byte        // inline data (inline-data files, fast symlinks)
 
 	mu     sync.Mutex // guards off, closed, dir
 	off    int64
@@ -30,24 +32,57 @@ type File struct {
 	dir    *dirReader // ReadDir state for directories
 }
 
+// inode is the in-memory state of an inode shared by all its Files.
+type inode struct {
+	// mu is the inode lock: readers share it, changes to the inode or its
+	// mapping take it exclusively (ext4's i_rwsem).
+	mu  sync.RWMutex
+	ino uint32
+	in  *layout.Inode // decoded inode; changed in place under mu
+	m   *mapper
+	inl []byte
+}
+
 func (v *Volume) openInode(ino uint32, name string) (*File, error) {
+	n, err := v.getInode(ino)
+	if err != nil {
+		return nil, err
+	}
+	return &File{v: v, n: n, ino: ino, name: name, in: n.in, m: n.m, inl: n.inl}, nil
+}
+
+// getInode returns the shared state of inode ino, reading it on first use.
+// Inodes stay cached while the volume is open.
+func (v *Volume) getInode(ino uint32) (*inode, error) {
+	v.inoMu.Lock()
+	n := v.inodes[ino]
+	v.inoMu.Unlock()
+	if n != nil {
+		return n, nil
+	}
 	in, err := v.readInode(ino)
 	if err != nil {
 		return nil, err
 	}
-	f := &File{v: v, ino: ino, name: name, in: in}
+	n = &inode{ino: ino, in: in}
 	switch {
 	case in.Flags&layout.InodeFlagInlineData != 0:
-		f.inl, err = v.inlineData(ino, in)
+		n.inl, err = v.inlineData(ino, in)
 	case in.IsSymlink() && isFastSymlink(v.sb, in):
-		f.inl = append([]byte(nil), in.Block[:min(int(in.Size), layout.InodeBlockSize)]...)
+		n.inl = append([]byte(nil), in.Block[:min(int(in.Size), layout.InodeBlockSize)]...)
 	default:
-		f.m, err = v.newMapper(ino, in)
+		n.m, err = v.newMapper(n)
 	}
 	if err != nil {
 		return nil, err
 	}
-	return f, nil
+	v.inoMu.Lock()
+	defer v.inoMu.Unlock()
+	if old := v.inodes[ino]; old != nil {
+		return old, nil
+	}
+	v.inodes[ino] = n
+	return n, nil
 }
 
 // isFastSymlink reports a symlink whose target sits in i_block, as
@@ -67,7 +102,11 @@ func isFastSymlink(sb *layout.Superblock, in *layout.Inode) bool {
 func (f *File) Ino() uint32 { return f.ino }
 
 // Size returns the file size in bytes.
-func (f *File) Size() int64 { return int64(f.in.Size) }
+func (f *File) Size() int64 {
+	f.n.mu.RLock()
+	defer f.n.mu.RUnlock()
+	return int64(f.in.Size)
+}
 
 // ReadAt reads len(p) bytes at off. Holes and unwritten extents read as
 // zeroes. At end of file it returns io.EOF, like io.ReaderAt.
@@ -78,6 +117,8 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, &fs.PathError{Op: "read", Path: f.name, Err: fmt.Errorf("negative offset %d: %w", off, ErrInvalid)}
 	}
+	f.n.mu.RLock()
+	defer f.n.mu.RUnlock()
 	if f.in.IsDir() {
 		return 0, &fs.PathError{Op: "read", Path: f.name, Err: fmt.Errorf("is a directory: %w", ErrInvalid)}
 	}
@@ -157,7 +198,7 @@ func (f *File) Seek(offset int64, whence int) (int64, error) {
 	case io.SeekCurrent:
 		offset += f.off
 	case io.SeekEnd:
-		offset += int64(f.in.Size)
+		offset += f.Size()
 	}
 	if offset < 0 {
 		return 0, &fs.PathError{Op: "seek", Path: f.name, Err: ErrInvalid}
@@ -188,6 +229,8 @@ type FileExtent struct {
 // Extents returns the file's mapped runs in logical order. Inline-data
 // files and fast symlinks have none.
 func (f *File) Extents() ([]FileExtent, error) {
+	f.n.mu.RLock()
+	defer f.n.mu.RUnlock()
 	if f.m == nil {
 		return nil, nil
 	}
@@ -202,8 +245,10 @@ func (f *File) Extents() ([]FileExtent, error) {
 // Stat returns the file's metadata.
 func (f *File) Stat() (fs.FileInfo, error) { return f.info(), nil }
 
-// Info returns the file's metadata as a *FileInfo.
+// info returns the file's metadata as a *FileInfo.
 func (f *File) info() *FileInfo {
+	f.n.mu.RLock()
+	defer f.n.mu.RUnlock()
 	return newFileInfo(f.v, f.name, f.ino, f.in)
 }
 

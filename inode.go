@@ -79,8 +79,16 @@ func (v *Volume) extentConfig(ino uint32, in *layout.Inode) extent.Config {
 	}
 }
 
-func (v *Volume) newMapper(ino uint32, in *layout.Inode) (*mapper, error) {
+func (v *Volume) newMapper(n *inode) (*mapper, error) {
+	ino, in := n.ino, n.in
 	cfg := v.extentConfig(ino, in)
+	if v.alloc != nil {
+		cfg.IO = treeIO{v}
+		cfg.Alloc = treeAlloc{v, n}
+		cfg.Goal = v.inodeGoal(ino)
+		cfg.ZeroOut = func(pblk, cnt uint64) error { return v.zeroBlocks(pblk, cnt) }
+		cfg.ZeroOutMax = uint32(32 << 10 / v.bs) // ext4's extent_max_zeroout_kb
+	}
 	m := &mapper{cfg: cfg}
 	if in.Flags&layout.InodeFlagExtents != 0 {
 		root := in.Block

@@ -55,7 +55,12 @@ type Volume struct {
 	csum     bool       // metadata_csum
 	cache    *esc.Cache // extent-status cache, safe for concurrent use
 
-	alloc *alloc.Allocator // writable volumes only; safe for concurrent use
+	alloc    *alloc.Allocator // writable volumes only; safe for concurrent use
+	meta     alloc.MetaIO     // metadata block I/O of a writable volume
+	blkLocks blockLocks
+
+	inoMu  sync.Mutex
+	inodes map[uint32]*inode // guarded by inoMu
 
 	// sbMu guards sb's mutable fields (state, counters, times) and
 	// serializes superblock writes.
@@ -87,7 +92,7 @@ func Open(dev blockdev.Device, opts Options) (*Volume, error) {
 		budget = 64 << 20
 	}
 	v := &Volume{dev: dev, opts: opts, sb: sb, bs: sb.BlockSize(), csumSeed: sb.CsumSeed(), csum: sb.MetadataCsum(),
-		cache: esc.New(esc.Options{Budget: budget})}
+		cache: esc.New(esc.Options{Budget: budget}), inodes: make(map[uint32]*inode)}
 	if size := dev.Size(); uint64(size)/uint64(v.bs) < sb.BlocksCount {
 		return nil, errs.Corruptf("superblock", 0, -1, "filesystem has %d blocks of %d bytes but the device holds %d bytes", sb.BlocksCount, v.bs, size)
 	}
@@ -118,7 +123,8 @@ func (v *Volume) openWritable() error {
 	if sb.State&layout.StateErrors != 0 {
 		return fmt.Errorf("ext4io: filesystem has errors recorded (run e2fsck): %w", ErrReadOnly)
 	}
-	a, err := alloc.New(sb, alloc.NewDirectIO(v.dev, v.bs), alloc.Options{})
+	v.meta = alloc.NewDirectIO(v.dev, v.bs)
+	a, err := alloc.New(sb, v.meta, alloc.Options{})
 	if err != nil {
 		return err
 	}
@@ -287,13 +293,38 @@ func (v *Volume) checkOpen() error {
 	return nil
 }
 
-// readBlock reads filesystem block blk into buf (len(buf) == block size).
+// readBlock reads metadata block blk into buf (len(buf) == block size),
+// through the metadata layer on writable volumes so that blocks changed in
+// a running transaction are seen.
 func (v *Volume) readBlock(blk uint64, buf []byte) error {
 	if blk >= v.sb.BlocksCount {
 		return errs.Corruptf("block pointer", blk, -1, "block %d beyond filesystem end %d", blk, v.sb.BlocksCount)
 	}
+	if v.meta != nil {
+		b, err := v.meta.Read(blk)
+		if err != nil {
+			return err
+		}
+		copy(buf, b)
+		return nil
+	}
 	_, err := readFull(v.dev, buf, int64(blk)*int64(v.bs))
 	return err
+}
+
+// inodeGoal returns the first block of inode ino's group, the allocation
+// goal for its first blocks.
+func (v *Volume) inodeGoal(ino uint32) uint64 {
+	g, _ := v.sb.InodeLocation(ino)
+	return v.sb.GroupFirstBlock(g)
+}
+
+// zeroBlocks makes n blocks at pblk read as zeroes on the device.
+func (v *Volume) zeroBlocks(pblk, n uint64) error {
+	if err := v.dev.ZeroOut(int64(pblk)*int64(v.bs), int64(n)*int64(v.bs)); err != nil {
+		return fmt.Errorf("ext4io: zeroing blocks %d+%d: %w", pblk, n, wrapIO(err))
+	}
+	return nil
 }
 
 // readFull reads len(buf) bytes at off; a short read is an I/O error.

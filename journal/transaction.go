@@ -448,7 +448,7 @@ func (j *Journal) writeTransaction(t *transaction) error {
 		}
 	}
 	async := j.f.Incompat&FeatureIncompatAsyncCommit != 0
-	if async {
+	if !async {
 		if err := j.dev.Flush(); err != nil {
 			return fmt.Errorf("journal: preflush before commit %d: %w", t.tid, ioErr(err))
 		}

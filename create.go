@@ -1,0 +1,248 @@
+package ext4io
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"io/fs"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/ext4io/ext4io/extent"
+	"github.com/ext4io/ext4io/layout"
+)
+
+// Create makes a new empty regular file at name (mode 0644) in an existing
+// directory and opens it. It fails with ErrExist if the name is taken.
+//
+// Directory inserts into linear directories are complete; in a
+// hash-indexed (htree) directory the entry goes into the leaf its hash
+// selects, and a full leaf fails with ErrUnsupported until leaf splits are
+// implemented.
+func (v *Volume) Create(name string) (*File, error) {
+	f, err := v.create(name, layout.ModeReg|0o644)
+	if err != nil {
+		return nil, &fs.PathError{Op: "create", Path: name, Err: err}
+	}
+	return f, nil
+}
+
+func (v *Volume) create(name string, mode uint16) (*File, error) {
+	if err := v.checkOpen(); err != nil {
+		return nil, err
+	}
+	if v.alloc == nil {
+		return nil, ErrReadOnly
+	}
+	dirName, base := path.Split(strings.TrimRight(name, "/"))
+	if base == "" || base == "." || base == ".." || strings.ContainsRune(base, 0) {
+		return nil, fmt.Errorf("bad file name %q: %w", base, ErrInvalid)
+	}
+	if len(base) > layout.MaxNameLen {
+		return nil, fmt.Errorf("name longer than %d bytes: %w", layout.MaxNameLen, ErrInvalid)
+	}
+	dir, err := v.resolve(dirName, true)
+	if err != nil {
+		return nil, err
+	}
+	if !dir.in.IsDir() {
+		return nil, fmt.Errorf("%s: not a directory: %w", dirName, ErrInvalid)
+	}
+	dir.n.mu.Lock()
+	defer dir.n.mu.Unlock()
+	if _, err := dir.lookupName(base); err == nil {
+		return nil, ErrExist
+	} else if !isNotExist(err) {
+		return nil, err
+	}
+	ino, err := v.alloc.AllocInode(dir.ino, false)
+	if err != nil {
+		return nil, err
+	}
+	in := v.newInode(mode)
+	if err := v.writeInode(ino, in); err != nil {
+		v.alloc.FreeInode(ino, false)
+		return nil, err
+	}
+	if err := dir.addEntryLocked(base, ino, layout.FtRegFile); err != nil {
+		in.LinksCount, in.Dtime = 0, uint32(time.Now().Unix())
+		v.writeInode(ino, in)
+		v.alloc.FreeInode(ino, false)
+		return nil, err
+	}
+	return v.openInode(ino, base)
+}
+
+// newInode returns a fresh extent-mapped inode with the given mode.
+func (v *Volume) newInode(mode uint16) *layout.Inode {
+	now := layout.TimestampOf(time.Now())
+	var gen [4]byte
+	rand.Read(gen[:])
+	in := &layout.Inode{
+		Mode: mode, LinksCount: 1, Flags: layout.InodeFlagExtents,
+		Atime: now, Ctime: now, Mtime: now, Crtime: now,
+		Generation: binary.LittleEndian.Uint32(gen[:]),
+		Block:      extent.EmptyRoot(),
+	}
+	if isz := v.sb.InodeSizeBytes(); isz > layout.GoodOldInodeSize {
+		in.ExtraIsize = 32
+		if want := int(v.sb.WantExtraIsize); want >= 32 && layout.GoodOldInodeSize+want <= isz {
+			in.ExtraIsize = uint16(want)
+		}
+	}
+	in.Encode(v.sb.InodeSizeBytes())
+	return in
+}
+
+// addEntryLocked inserts name -> ino into directory d (lock held): into
+// the first block with room, or a new block appended to the directory.
+func (d *File) addEntryLocked(name string, ino uint32, ft uint8) error {
+	v := d.v
+	if d.m == nil || d.m.tree == nil {
+		return fmt.Errorf("directory inode %d is not extent-mapped: %w", d.ino, ErrUnsupported)
+	}
+	need := layout.DirRecLen(len(name))
+	bs := uint64(v.bs)
+	nblk := d.in.Size / bs
+	if v.isDxDir(d.in) {
+		return d.addDxEntryLocked(name, ino, ft, need)
+	}
+	buf := make([]byte, bs)
+	for lblk := uint64(0); lblk < nblk; lblk++ {
+		ok, err := d.dirBlock(lblk, buf)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		done, err := d.insertInBlock(lblk, buf, name, ino, ft, need)
+		if done || err != nil {
+			return err
+		}
+	}
+	return d.appendDirBlockLocked(name, ino, ft)
+}
+
+// insertInBlock puts the entry into block b (logical lblk) if it has room
+// and writes the block back.
+func (d *File) insertInBlock(lblk uint64, b []byte, name string, ino uint32, ft uint8, need int) (bool, error) {
+	v := d.v
+	hasTail := v.csum && layout.HasDirTail(b)
+	slot, slotLen, used := -1, 0, 0
+	err := layout.DirBlock(b, d.physOf(lblk), d.ino, hasTail, v.sb.HasIncompat(layout.IncompatFiletype), func(e layout.DirEntry) error {
+		u := 0
+		if e.Inode != 0 {
+			u = layout.DirRecLen(int(e.NameLen))
+		}
+		if e.RecLen-u >= need && slot < 0 {
+			slot, slotLen, used = e.Off, e.RecLen, u
+		}
+		return nil
+	})
+	if err != nil || slot < 0 {
+		return false, err
+	}
+	if used > 0 {
+		// Shrink the live entry and put ours in its slack.
+		binary.LittleEndian.PutUint16(b[slot+4:], layout.EncodeRecLen(used, len(b)))
+		layout.PutDirEntry(b, slot+used, ino, slotLen-used, ft, []byte(name))
+	} else {
+		layout.PutDirEntry(b, slot, ino, slotLen, ft, []byte(name))
+	}
+	return true, d.writeDirBlock(lblk, b)
+}
+
+// writeDirBlock recomputes the checksum tail and writes a directory block.
+func (d *File) writeDirBlock(lblk uint64, b []byte) error {
+	v := d.v
+	m, err := d.m.lookup(lblk)
+	if err != nil {
+		return err
+	}
+	if m.kind != mapWritten {
+		return fmt.Errorf("directory inode %d block %d is not mapped: %w", d.ino, lblk, ErrCorrupt)
+	}
+	if v.csum && layout.HasDirTail(b) {
+		layout.SetDirTail(layout.InodeSeed(v.csumSeed, d.ino, d.in.Generation), b)
+	}
+	w, err := v.meta.GetWrite(m.pblk)
+	if err != nil {
+		return err
+	}
+	copy(w, b)
+	if err := v.meta.Dirty(m.pblk, w); err != nil {
+		return err
+	}
+	d.touchLocked()
+	return v.writeInodeLocked(d.n)
+}
+
+// appendDirBlockLocked grows the directory by one block holding the entry.
+func (d *File) appendDirBlockLocked(name string, ino uint32, ft uint8) error {
+	v := d.v
+	bs := uint64(v.bs)
+	lblk := d.in.Size / bs
+	if lblk >= maxFileBlocks {
+		return fmt.Errorf("directory inode %d is full: %w", d.ino, ErrNoSpace)
+	}
+	b := make([]byte, bs)
+	end := int(bs)
+	if v.csum {
+		end -= layout.DirTailLen
+	}
+	layout.PutDirEntry(b, 0, ino, end, ft, []byte(name))
+	if v.csum {
+		layout.SetDirTail(layout.InodeSeed(v.csumSeed, d.ino, d.in.Generation), b)
+	}
+	start, got, err := d.allocRun(lblk, 1, 1)
+	if err != nil {
+		return err
+	}
+	w, err := v.meta.GetWrite(start)
+	if err != nil {
+		v.alloc.Free(start, got)
+		return err
+	}
+	copy(w, b)
+	if err := v.meta.Dirty(start, w); err != nil {
+		v.alloc.Free(start, got)
+		return err
+	}
+	if err := d.mapRun(lblk, start, got, false); err != nil {
+		return err
+	}
+	d.in.Size += bs
+	d.touchLocked()
+	return v.writeInodeLocked(d.n)
+}
+
+// addDxEntryLocked inserts into the htree leaf the name's hash selects.
+func (d *File) addDxEntryLocked(name string, ino uint32, ft uint8, need int) error {
+	var leaf uint64
+	found := false
+	err := d.dxLeaf(name, func(blk uint64) { leaf, found = blk, true })
+	if err != nil {
+		return err
+	}
+	if !found {
+		return fmt.Errorf("directory inode %d: no htree leaf for %q: %w", d.ino, name, ErrCorrupt)
+	}
+	buf := make([]byte, d.v.bs)
+	ok, err := d.dirBlock(leaf, buf)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("directory inode %d: htree leaf %d unmapped: %w", d.ino, leaf, ErrCorrupt)
+	}
+	done, err := d.insertInBlock(leaf, buf, name, ino, ft, need)
+	if err != nil {
+		return err
+	}
+	if !done {
+		return fmt.Errorf("directory inode %d: htree leaf %d is full and leaf splits are not implemented yet: %w", d.ino, leaf, ErrUnsupported)
+	}
+	return nil
+}

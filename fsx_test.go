@@ -1,0 +1,215 @@
+package ext4io_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/ext4io/ext4io"
+	"github.com/ext4io/ext4io/internal/e2fs"
+)
+
+// fsxModel is the expected contents of one file.
+type fsxModel struct {
+	name string
+	data []byte
+}
+
+func (m *fsxModel) write(off int64, p []byte) {
+	if end := off + int64(len(p)); end > int64(len(m.data)) {
+		m.data = append(m.data, make([]byte, end-int64(len(m.data)))...)
+	}
+	copy(m.data[off:], p)
+}
+
+func (m *fsxModel) truncate(size int64) {
+	if size <= int64(len(m.data)) {
+		m.data = m.data[:size]
+		return
+	}
+	m.data = append(m.data, make([]byte, size-int64(len(m.data)))...)
+}
+
+func (m *fsxModel) zero(off, n int64, grow bool) {
+	end := off + n
+	if end > int64(len(m.data)) {
+		if grow {
+			m.truncate(end)
+		} else {
+			end = int64(len(m.data))
+		}
+	}
+	if off < end {
+		clear(m.data[off:end])
+	}
+}
+
+// TestFsx runs random writes, truncates, fallocates (every implemented
+// mode) and reads on several files of a writable volume, checking every
+// read against an in-memory model, reopening the volume now and then, and
+// running e2fsck -fn at each reopen and at the end.
+func TestFsx(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		opts ext4io.FormatOptions
+		size int64
+	}{
+		{"4k", ext4io.FormatOptions{}, 256 << 20},
+		{"1k-nocsum", ext4io.FormatOptions{BlockSize: 1024, Features: "^metadata_csum"}, 128 << 20},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			seed := uint64(len(c.name)) * 7919
+			if s := os.Getenv("EXT4IO_FSX_SEED"); s != "" {
+				seed, _ = strconv.ParseUint(s, 10, 64)
+			}
+			t.Logf("seed %d", seed)
+			rng := rand.New(rand.NewPCG(seed, 1))
+			img := formatImage(t, c.size, c.opts)
+			v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { v.Close() }()
+			const nfiles = 4
+			models := make([]*fsxModel, nfiles)
+			files := make([]*ext4io.File, nfiles)
+			for i := range models {
+				models[i] = &fsxModel{name: fmt.Sprintf("file%d", i)}
+				if files[i], err = v.Create(models[i].name); err != nil {
+					t.Fatal(err)
+				}
+			}
+			bs := int64(v.BlockSize())
+			const maxSize = 8 << 20
+			randOff := func() int64 {
+				if rng.IntN(3) == 0 {
+					return rng.Int64N(maxSize/bs) * bs // aligned
+				}
+				return rng.Int64N(maxSize)
+			}
+			randLen := func() int64 {
+				switch rng.IntN(4) {
+				case 0:
+					return 1 + rng.Int64N(100)
+				case 1:
+					return bs * (1 + rng.Int64N(8))
+				default:
+					return 1 + rng.Int64N(300_000)
+				}
+			}
+			check := func(step int, i int) {
+				m, f := models[i], files[i]
+				if f.Size() != int64(len(m.data)) {
+					t.Fatalf("step %d %s: size %d, model %d", step, m.name, f.Size(), len(m.data))
+				}
+				got := make([]byte, len(m.data))
+				if n, err := f.ReadAt(got, 0); n != len(got) || (err != nil && err != io.EOF) {
+					t.Fatalf("step %d %s: read %d of %d: %v", step, m.name, n, len(got), err)
+				}
+				if !bytes.Equal(got, m.data) {
+					for j := range got {
+						if got[j] != m.data[j] {
+							t.Fatalf("step %d %s: first difference at byte %d (block %d): got %#x want %#x", step, m.name, j, int64(j)/bs, got[j], m.data[j])
+						}
+					}
+				}
+			}
+			steps := 400
+			if testing.Short() {
+				steps = 100
+			}
+			if s := os.Getenv("EXT4IO_FSX_STEPS"); s != "" {
+				steps, _ = strconv.Atoi(s)
+			}
+			for step := 0; step < steps; step++ {
+				i := rng.IntN(nfiles)
+				m, f := models[i], files[i]
+				switch op := rng.IntN(10); {
+				case op < 4:
+					off, n := randOff(), randLen()
+					p := make([]byte, n)
+					for j := range p {
+						p[j] = byte(rng.Uint32()) | 1
+					}
+					if _, err := f.WriteAt(p, off); err != nil {
+						t.Fatalf("step %d: write %s [%d,+%d): %v", step, m.name, off, n, err)
+					}
+					m.write(off, p)
+				case op == 4:
+					size := rng.Int64N(maxSize)
+					if err := f.Truncate(size); err != nil {
+						t.Fatalf("step %d: truncate %s %d: %v", step, m.name, size, err)
+					}
+					m.truncate(size)
+				case op < 9:
+					modes := []ext4io.FallocMode{ext4io.FallocAllocate, ext4io.FallocKeepSize, ext4io.FallocPunchHole, ext4io.FallocZeroRange, ext4io.FallocWriteZeroes}
+					mode := modes[rng.IntN(len(modes))]
+					off, n := randOff(), randLen()
+					if err := f.Fallocate(mode, off, n); err != nil {
+						t.Fatalf("step %d: fallocate %v %s [%d,+%d): %v", step, mode, m.name, off, n, err)
+					}
+					switch mode {
+					case ext4io.FallocAllocate:
+						if off+n > int64(len(m.data)) {
+							m.truncate(off + n)
+						}
+					case ext4io.FallocPunchHole:
+						m.zero(off, n, false)
+					case ext4io.FallocZeroRange, ext4io.FallocWriteZeroes:
+						m.zero(off, n, true)
+					}
+				default:
+					// Reopen the volume and check the image.
+					if err := v.Close(); err != nil {
+						t.Fatal(err)
+					}
+					e2fs.Fsck(t, img)
+					if v, err = ext4io.OpenImage(img, ext4io.Options{Writable: true}); err != nil {
+						t.Fatal(err)
+					}
+					for j := range files {
+						if files[j], err = v.Open(models[j].name); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				check(step, i)
+			}
+			for i := range files {
+				check(steps, i)
+			}
+			if err := v.Close(); err != nil {
+				t.Fatal(err)
+			}
+			out := e2fs.Fsck(t, img)
+			if !strings.Contains(out, "clean") && !strings.Contains(out, "files") {
+				t.Logf("%s", out)
+			}
+			// Read back through a fresh read-only open and through debugfs.
+			ro, err := ext4io.OpenImage(img, ext4io.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ro.Close()
+			for _, m := range models {
+				f, err := ro.Open(m.name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, _ := io.ReadAll(f)
+				if !bytes.Equal(got, m.data) {
+					t.Fatalf("%s differs after reopen", m.name)
+				}
+			}
+			if _, err := v.Create("file0"); !errors.Is(err, ext4io.ErrClosed) {
+				t.Fatalf("Create on a closed volume: %v", err)
+			}
+		})
+	}
+}

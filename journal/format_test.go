@@ -1,0 +1,232 @@
+package journal
+
+import (
+	"bytes"
+	"reflect"
+	"testing"
+)
+
+// formats covers every tag layout: 8, 12, 10, 14 and 16 bytes.
+var formats = []Format{
+	{BlockSize: 1024},
+	{BlockSize: 1024, Incompat: FeatureIncompat64Bit},
+	{BlockSize: 1024, Incompat: FeatureIncompatCsumV2, Seed: 0x1234},
+	{BlockSize: 1024, Incompat: FeatureIncompatCsumV2 | FeatureIncompat64Bit, Seed: 7},
+	{BlockSize: 1024, Incompat: FeatureIncompatCsumV3 | FeatureIncompat64Bit, Seed: 9},
+	{BlockSize: 1024, Incompat: FeatureIncompatCsumV3, Seed: 9},
+}
+
+func TestTagBytes(t *testing.T) {
+	want := []int{8, 12, 10, 14, 16, 16}
+	for i, f := range formats {
+		if got := f.TagBytes(); got != want[i] {
+			t.Errorf("format %d: tag bytes %d, want %d", i, got, want[i])
+		}
+	}
+}
+
+func TestCRC32BE(t *testing.T) {
+	// CRC-32/MPEG-2 (init ~0, MSB first, no final xor) check value.
+	if got := crc32BE(^uint32(0), []byte("123456789")); got != 0x0376E6E7 {
+		t.Fatalf("crc32_be check %#x", got)
+	}
+}
+
+func TestDescriptorRoundTrip(t *testing.T) {
+	for i, f := range formats {
+		n := f.TagsPerDescriptor()
+		d := &Descriptor{Sequence: 42}
+		for k := range n {
+			tg := Tag{Block: uint64(1000 + k), Flags: FlagSameUUID, Checksum: uint32(k * 77)}
+			if f.is64() {
+				tg.Block |= uint64(k) << 33
+				tg.High = uint32(tg.Block >> 32)
+			}
+			if f.Incompat&FeatureIncompatCsumV2 != 0 {
+				tg.Checksum &= 0xFFFF
+			}
+			if k == 0 {
+				tg.Flags, tg.UUID = FlagEscape, [16]byte{5, 6, 7}
+			}
+			if k == n-1 {
+				tg.Flags |= FlagLastTag
+			}
+			d.Tags = append(d.Tags, tg)
+		}
+		b := make([]byte, f.BlockSize)
+		if err := d.Encode(f, b); err != nil {
+			t.Fatalf("format %d: %v", i, err)
+		}
+		if !f.blockTailOK(b) {
+			t.Fatalf("format %d: tail checksum", i)
+		}
+		got, err := DecodeDescriptor(f, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got.Tags, d.Tags) {
+			t.Fatalf("format %d: tags differ\n%+v\n%+v", i, got.Tags[:2], d.Tags[:2])
+		}
+		if err := d.Encode(f, make([]byte, f.BlockSize)); err != nil {
+			t.Fatal(err)
+		}
+		d.Tags = append(d.Tags, Tag{})
+		if err := d.Encode(f, make([]byte, f.BlockSize)); err == nil {
+			t.Fatalf("format %d: one tag too many encoded", i)
+		}
+	}
+}
+
+func TestRevokeAndCommitRoundTrip(t *testing.T) {
+	for i, f := range formats {
+		r := &Revoke{Sequence: 3}
+		for k := range f.RevokesPerBlock() {
+			r.Blocks = append(r.Blocks, uint64(k+1))
+		}
+		b := make([]byte, f.BlockSize)
+		if err := r.Encode(f, b); err != nil {
+			t.Fatal(err)
+		}
+		got, err := DecodeRevoke(f, b)
+		if err != nil || !reflect.DeepEqual(got.Blocks, r.Blocks) || !f.blockTailOK(b) {
+			t.Fatalf("format %d: revoke %v", i, err)
+		}
+		c := &Commit{Sequence: 5, Sec: 1 << 40, Nsec: 999}
+		c.Encode(f, b)
+		if f.csumV2or3() && be.Uint32(b[16:]) != f.commitCsum(b) {
+			t.Fatalf("format %d: commit checksum", i)
+		}
+		gc, err := DecodeCommit(b)
+		if err != nil || gc.Sec != c.Sec || gc.Nsec != c.Nsec || gc.Sequence != 5 {
+			t.Fatalf("format %d: commit %+v %v", i, gc, err)
+		}
+	}
+}
+
+func fmtFromByte(x byte) Format {
+	return formats[int(x)%len(formats)]
+}
+
+func seedBlocks(f *testing.F, kind int) {
+	for i, fm := range formats {
+		b := make([]byte, fm.BlockSize)
+		switch kind {
+		case 0:
+			d := &Descriptor{Sequence: 1, Tags: []Tag{{Block: 9}, {Block: 10, Flags: FlagSameUUID | FlagLastTag}}}
+			d.Encode(fm, b)
+		case 1:
+			(&Revoke{Sequence: 1, Blocks: []uint64{4, 5}}).Encode(fm, b)
+		case 2:
+			(&Commit{Sequence: 1, Sec: 7}).Encode(fm, b)
+		}
+		f.Add(byte(i), b)
+	}
+}
+
+func FuzzDescriptor(f *testing.F) {
+	seedBlocks(f, 0)
+	f.Fuzz(func(t *testing.T, x byte, b []byte) {
+		fm := fmtFromByte(x)
+		if len(b) != fm.BlockSize {
+			return
+		}
+		d, err := DecodeDescriptor(fm, b)
+		if err != nil {
+			return
+		}
+		out := make([]byte, len(b))
+		if err := d.Encode(fm, out); err != nil {
+			t.Fatalf("re-encode: %v", err)
+		}
+		if !bytes.Equal(out, b) {
+			t.Fatalf("re-encoding differs")
+		}
+	})
+}
+
+func FuzzRevoke(f *testing.F) {
+	seedBlocks(f, 1)
+	f.Fuzz(func(t *testing.T, x byte, b []byte) {
+		fm := fmtFromByte(x)
+		if len(b) != fm.BlockSize {
+			return
+		}
+		r, err := DecodeRevoke(fm, b)
+		if err != nil {
+			return
+		}
+		out := make([]byte, len(b))
+		if err := r.Encode(fm, out); err != nil || !bytes.Equal(out, b) {
+			t.Fatalf("re-encoding differs: %v", err)
+		}
+	})
+}
+
+func FuzzCommit(f *testing.F) {
+	seedBlocks(f, 2)
+	f.Fuzz(func(t *testing.T, x byte, b []byte) {
+		fm := fmtFromByte(x)
+		c, err := DecodeCommit(b)
+		if err != nil {
+			return
+		}
+		out := make([]byte, len(b))
+		c.Encode(fm, out)
+		if !bytes.Equal(out, b) {
+			t.Fatalf("re-encoding differs")
+		}
+	})
+}
+
+func FuzzSuperblock(f *testing.F) {
+	sb := Superblock{Header: Header{Magic, BlockTypeSuperblockV2, 0}, BlockSize: 1024, MaxLen: 1024, First: 1,
+		SeqTail: 3, FeatureIncompat: FeatureIncompatCsumV3, ChecksumType: ChecksumTypeCRC32C}
+	sb.SetChecksum()
+	b := make([]byte, SuperblockSize)
+	sb.Encode(b)
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		sb, err := DecodeSuperblock(b)
+		if err != nil {
+			return
+		}
+		out := make([]byte, SuperblockSize)
+		sb.Encode(out)
+		if !bytes.Equal(out, b[:SuperblockSize]) {
+			t.Fatalf("re-encoding differs")
+		}
+	})
+}
+
+// FuzzRecover mutates the log of a journal holding two transactions and a
+// revoke: Open and Recover must not panic or hang.
+func FuzzRecover(f *testing.F) {
+	dev := newTestDev(f)
+	j, err := Create(testConfig(dev), CreateOptions{CsumV3: true, Is64Bit: true})
+	if err != nil {
+		f.Fatal(err)
+	}
+	for i := range 2 {
+		h, _ := j.Start(3)
+		h.GetWriteAccess(tHome0 + uint64(i))
+		h.Dirty(tHome0+uint64(i), bytes.Repeat([]byte{byte(i)}, tBS))
+		h.Revoke(tHome0 + 5)
+		h.Stop()
+		j.Commit()
+	}
+	img := dev.snapshot()
+	log := img[tJOff*tBS : (tJOff+12)*tBS]
+	f.Add(uint16(0), []byte{0})
+	f.Add(uint16(1024*2+12), []byte{0xff, 0xff})
+	f.Fuzz(func(t *testing.T, off uint16, patch []byte) {
+		l := append([]byte(nil), log...)
+		copy(l[int(off)%len(l):], patch)
+		im := append([]byte(nil), img...)
+		copy(im[tJOff*tBS:], l)
+		j, err := Open(testConfig(memDevFrom(im)))
+		if err != nil {
+			return
+		}
+		j.Recover()
+	})
+}

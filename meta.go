@@ -1,0 +1,136 @@
+package ext4io
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/ext4io/ext4io/alloc"
+	"github.com/ext4io/ext4io/extent"
+	"github.com/ext4io/ext4io/internal/errs"
+	"github.com/ext4io/ext4io/layout"
+)
+
+// Metadata writes of a writable volume.
+//
+// Every metadata block (inode table blocks, extent tree blocks, bitmaps and
+// descriptors through alloc) is changed through v.meta, an alloc.MetaIO.
+// Without a journal it writes in place; the journal replaces it with one
+// that logs each block in the running transaction.
+
+// blockLocks serialize read-modify-write of shared metadata blocks (an
+// inode table block holds several inodes).
+type blockLocks [64]sync.Mutex
+
+func (l *blockLocks) lock(blk uint64) *sync.Mutex {
+	m := &l[blk%uint64(len(l))]
+	m.Lock()
+	return m
+}
+
+// writeInodeLocked encodes n's inode (with its checksum) into its inode
+// table block. The caller holds n.mu exclusively.
+func (v *Volume) writeInodeLocked(n *inode) error {
+	if n.m != nil && n.m.tree != nil {
+		n.in.Block = n.m.tree.Root()
+	}
+	return v.writeInode(n.ino, n.in)
+}
+
+func (v *Volume) writeInode(ino uint32, in *layout.Inode) error {
+	g, idx := v.sb.InodeLocation(ino)
+	isz := v.sb.InodeSizeBytes()
+	byteOff := uint64(idx) * uint64(isz)
+	blk := v.groups[g].InodeTable + byteOff/uint64(v.bs)
+	off := int(byteOff % uint64(v.bs))
+	in.Encode(isz)
+	if v.csum {
+		in.SetChecksum(v.csumSeed, ino)
+	}
+	mu := v.blkLocks.lock(blk)
+	defer mu.Unlock()
+	b, err := v.meta.GetWrite(blk)
+	if err != nil {
+		return fmt.Errorf("ext4io: inode %d: %w", ino, err)
+	}
+	copy(b[off:off+isz], in.Raw)
+	if err := v.meta.Dirty(blk, b); err != nil {
+		return fmt.Errorf("ext4io: inode %d: %w", ino, err)
+	}
+	return nil
+}
+
+// treeIO is the extent.BlockIO of a writable volume: tree blocks go
+// through v.meta like every other metadata block.
+type treeIO struct{ v *Volume }
+
+func (t treeIO) ReadBlock(pblk uint64, buf []byte) error {
+	b, err := t.v.meta.Read(pblk)
+	if err != nil {
+		return err
+	}
+	copy(buf, b)
+	return nil
+}
+
+func (t treeIO) WriteBlock(pblk uint64, buf []byte) error {
+	b, err := t.v.meta.GetWrite(pblk)
+	if err != nil {
+		return err
+	}
+	copy(b, buf)
+	return t.v.meta.Dirty(pblk, b)
+}
+
+// treeAlloc is the extent.Allocator for one inode: it takes blocks from
+// the volume's allocator and keeps the inode's i_blocks in step. It is
+// used with the inode lock held exclusively.
+type treeAlloc struct {
+	v *Volume
+	n *inode
+}
+
+func (a treeAlloc) sectors(blocks uint64) uint64 { return blocks * uint64(a.v.bs/512) }
+
+func (a treeAlloc) addBlocks(delta int64) error {
+	cur := a.n.in.Blocks(a.v.sb)
+	next := int64(cur) + delta*int64(a.v.bs/512)
+	if next < 0 {
+		return errs.Corruptf("inode", 0, -1, "inode %d: i_blocks would go negative", a.n.ino)
+	}
+	if !a.n.in.SetBlocks(a.v.sb, uint64(next)) {
+		return fmt.Errorf("ext4io: inode %d: i_blocks %d does not fit without huge_file: %w", a.n.ino, next, ErrNoSpace)
+	}
+	return nil
+}
+
+func (a treeAlloc) AllocTreeBlock(goal uint64, mustSucceed bool) (uint64, error) {
+	var flags alloc.Flags
+	if mustSucceed {
+		flags |= alloc.MustSucceed
+	}
+	start, _, err := a.v.alloc.Allocate(alloc.Request{Goal: goal, Min: 1, Max: 1, Flags: flags})
+	if err != nil {
+		return 0, err
+	}
+	if err := a.addBlocks(1); err != nil {
+		a.v.alloc.Free(start, 1)
+		return 0, err
+	}
+	return start, nil
+}
+
+func (a treeAlloc) FreeTreeBlock(pblk uint64) error {
+	if err := a.v.alloc.Free(pblk, 1); err != nil {
+		return err
+	}
+	return a.addBlocks(-1)
+}
+
+func (a treeAlloc) FreeData(pblk, n uint64) error {
+	if err := a.v.alloc.Free(pblk, n); err != nil {
+		return err
+	}
+	return a.addBlocks(-int64(n))
+}
+
+var _ extent.Allocator = treeAlloc{}

@@ -1,0 +1,467 @@
+package ext4io
+
+import (
+	"fmt"
+	"io/fs"
+	"time"
+
+	"github.com/ext4io/ext4io/alloc"
+	"github.com/ext4io/ext4io/esc"
+	"github.com/ext4io/ext4io/extent"
+	"github.com/ext4io/ext4io/layout"
+)
+
+// The write path of a writable volume.
+//
+// This version writes data straight to the device (there is no page cache
+// yet) and changes metadata in place through v.meta; it is not yet
+// journaled, so a crash in the middle of an operation can leave metadata
+// that e2fsck must repair. Data is always written before the metadata that
+// maps it, so a crash never exposes stale blocks through a new mapping.
+
+// maxFileBlocks bounds logical block numbers (ext4's EXT_MAX_BLOCKS).
+const maxFileBlocks = 1<<32 - 1
+
+func (f *File) writable(op string) error {
+	if err := f.v.checkOpen(); err != nil {
+		return err
+	}
+	if f.v.alloc == nil {
+		return &fs.PathError{Op: op, Path: f.name, Err: ErrReadOnly}
+	}
+	if f.m == nil || f.m.tree == nil || !f.in.IsReg() {
+		return &fs.PathError{Op: op, Path: f.name, Err: fmt.Errorf("only extent-mapped regular files can be written: %w", ErrUnsupported)}
+	}
+	return nil
+}
+
+func (f *File) checkRange(op string, off, n int64) error {
+	bs := int64(f.v.bs)
+	if off < 0 || n < 0 || off > maxFileBlocks*bs || n > maxFileBlocks*bs-off {
+		return &fs.PathError{Op: op, Path: f.name, Err: fmt.Errorf("range [%d,+%d) outside 0..%d: %w", off, n, maxFileBlocks*bs, ErrInvalid)}
+	}
+	return nil
+}
+
+// WriteAt writes len(p) bytes at off, allocating blocks for holes and
+// converting unwritten extents it covers. The file grows when the write
+// ends past its size. Unaligned writes into new or unwritten blocks zero
+// the rest of those blocks.
+func (f *File) WriteAt(p []byte, off int64) (int, error) {
+	if err := f.writable("write"); err != nil {
+		return 0, err
+	}
+	if err := f.checkRange("write", off, int64(len(p))); err != nil {
+		return 0, err
+	}
+	f.n.mu.Lock()
+	defer f.n.mu.Unlock()
+	n, err := f.writeLocked(p, off)
+	if n > 0 {
+		if end := uint64(off) + uint64(n); end > f.in.Size {
+			f.in.Size = end
+		}
+		f.touchLocked()
+		if werr := f.v.writeInodeLocked(f.n); err == nil {
+			err = werr
+		}
+	}
+	if err != nil {
+		return n, &fs.PathError{Op: "write", Path: f.name, Err: err}
+	}
+	return n, nil
+}
+
+func (f *File) touchLocked() {
+	now := layout.TimestampOf(time.Now())
+	f.in.Mtime, f.in.Ctime = now, now
+}
+
+// writeLocked writes p at off run by run: overwrite written blocks,
+// allocate for holes, convert unwritten blocks. It returns the bytes
+// written before the first error.
+func (f *File) writeLocked(p []byte, off int64) (int, error) {
+	bs := int64(f.v.bs)
+	done := 0
+	for done < len(p) {
+		pos := off + int64(done)
+		lblk := uint64(pos / bs)
+		m, err := f.m.lookup(lblk)
+		if err != nil {
+			return done, err
+		}
+		endBlk := uint64((off + int64(len(p)) + bs - 1) / bs)
+		nblk := min(m.n, endBlk-lblk)
+		var k int
+		switch m.kind {
+		case mapWritten:
+			k, err = f.overwrite(p[done:], pos, m, nblk)
+		case mapUnwritten:
+			k, err = f.writeUnwritten(p[done:], pos, m, nblk)
+		default:
+			k, err = f.writeHole(p[done:], pos, nblk)
+		}
+		done += k
+		if err != nil {
+			return done, err
+		}
+	}
+	return done, nil
+}
+
+// overwrite writes into already written blocks: no metadata changes.
+func (f *File) overwrite(p []byte, pos int64, m blockMap, nblk uint64) (int, error) {
+	bs := int64(f.v.bs)
+	inBlk := pos % bs
+	n := min(int64(len(p)), int64(nblk)*bs-inBlk)
+	if _, err := f.v.dev.WriteAt(p[:n], int64(m.pblk)*bs+inBlk); err != nil {
+		return 0, fmt.Errorf("ext4io: inode %d: write: %w", f.ino, wrapIO(err))
+	}
+	return int(n), nil
+}
+
+// fullBlocks builds the whole-block image of writing p at pos into nblk
+// blocks that read as zeroes, returning it and the bytes of p it holds.
+func fullBlocks(p []byte, pos, bs int64, nblk uint64) ([]byte, int) {
+	inBlk := pos % bs
+	buf := make([]byte, int64(nblk)*bs)
+	n := copy(buf[inBlk:], p)
+	return buf, n
+}
+
+// writeUnwritten writes into unwritten blocks (zero-filling their unwritten
+// remainder), then marks them written.
+func (f *File) writeUnwritten(p []byte, pos int64, m blockMap, nblk uint64) (int, error) {
+	bs := int64(f.v.bs)
+	nblk = min(nblk, extent.MaxWrittenLen)
+	buf, n := fullBlocks(p, pos, bs, nblk)
+	if _, err := f.v.dev.WriteAt(buf, int64(m.pblk)*bs); err != nil {
+		return 0, fmt.Errorf("ext4io: inode %d: write: %w", f.ino, wrapIO(err))
+	}
+	if err := f.m.tree.MarkWritten(uint32(m.lblk), uint32(nblk), false); err != nil {
+		return 0, err
+	}
+	// The conversion may have zeroed out and converted neighbours too
+	// (extent.Config.ZeroOutMax): drop the run from the cache.
+	f.m.es.Remove(uint32(m.lblk), uint32(min(m.n, maxFileBlocks-m.lblk)))
+	return n, nil
+}
+
+// goalFor returns the allocation goal for logical block lblk: right after
+// the block mapping lblk-1, else the inode's group.
+func (f *File) goalFor(lblk uint64) uint64 {
+	if lblk > 0 {
+		if m, err := f.m.lookup(lblk - 1); err == nil && m.kind != mapHole {
+			return m.pblk + 1
+		}
+	}
+	return f.v.inodeGoal(f.ino)
+}
+
+// allocRun allocates up to nblk blocks for logical block lblk.
+func (f *File) allocRun(lblk, nblk uint64, maxLen uint64) (uint64, uint64, error) {
+	nblk = min(nblk, maxLen)
+	start, got, err := f.v.alloc.Allocate(alloc.Request{Goal: f.goalFor(lblk), Min: 1, Max: nblk, Ino: f.ino})
+	if err != nil {
+		return 0, 0, fmt.Errorf("ext4io: inode %d: allocating %d blocks: %w", f.ino, nblk, err)
+	}
+	return start, got, nil
+}
+
+// mapRun inserts a newly allocated run into the tree and the cache and
+// accounts it in i_blocks; on failure the run is freed.
+func (f *File) mapRun(lblk, start, got uint64, unwritten bool) error {
+	e := extent.Extent{Lblk: uint32(lblk), Len: uint32(got), Pblk: start, Unwritten: unwritten}
+	if err := f.m.tree.Insert(e); err != nil {
+		f.v.alloc.Free(start, got)
+		return err
+	}
+	if err := (treeAlloc{f.v, f.n}).addBlocks(int64(got)); err != nil {
+		return err
+	}
+	st := esc.Written
+	if unwritten {
+		st = esc.Unwritten
+	}
+	f.m.es.Insert(esc.Extent{Lblk: uint32(lblk), Len: uint32(got), Pblk: start, Status: st})
+	return nil
+}
+
+// writeHole allocates blocks for a hole, writes the data (zero-filled to
+// whole blocks) and then maps it.
+func (f *File) writeHole(p []byte, pos int64, nblk uint64) (int, error) {
+	bs := int64(f.v.bs)
+	lblk := uint64(pos / bs)
+	start, got, err := f.allocRun(lblk, nblk, extent.MaxWrittenLen)
+	if err != nil {
+		return 0, err
+	}
+	buf, n := fullBlocks(p, pos, bs, got)
+	if _, err := f.v.dev.WriteAt(buf, int64(start)*bs); err != nil {
+		f.v.alloc.Free(start, got)
+		return 0, fmt.Errorf("ext4io: inode %d: write: %w", f.ino, wrapIO(err))
+	}
+	if err := f.mapRun(lblk, start, got, false); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// Truncate changes the file's size. Shrinking frees the blocks past the
+// new end and zeroes the tail of a partial last block; growing leaves a
+// hole.
+func (f *File) Truncate(size int64) error {
+	if err := f.writable("truncate"); err != nil {
+		return err
+	}
+	if err := f.checkRange("truncate", size, 0); err != nil {
+		return err
+	}
+	f.n.mu.Lock()
+	defer f.n.mu.Unlock()
+	if err := f.truncateLocked(uint64(size)); err != nil {
+		return &fs.PathError{Op: "truncate", Path: f.name, Err: err}
+	}
+	return nil
+}
+
+func (f *File) truncateLocked(size uint64) error {
+	bs := uint64(f.v.bs)
+	if size < f.in.Size {
+		first := (size + bs - 1) / bs
+		if first < maxFileBlocks {
+			if err := f.m.tree.Remove(uint32(first), extent.EndLblk-1); err != nil {
+				return err
+			}
+			f.m.es.Remove(uint32(first), uint32(maxFileBlocks-first))
+		}
+		if err := f.zeroPartial(size, bs-size%bs); err != nil {
+			return err
+		}
+	}
+	f.in.Size = size
+	f.touchLocked()
+	return f.v.writeInodeLocked(f.n)
+}
+
+// zeroPartial zeroes n bytes at off inside one block if that block is
+// written (holes and unwritten blocks already read as zeroes).
+func (f *File) zeroPartial(off, n uint64) error {
+	bs := uint64(f.v.bs)
+	if off%bs == 0 && n >= bs || n == 0 {
+		return nil
+	}
+	n = min(n, bs-off%bs)
+	m, err := f.m.lookup(off / bs)
+	if err != nil || m.kind != mapWritten {
+		return err
+	}
+	if _, err := f.v.dev.WriteAt(make([]byte, n), int64(m.pblk*bs+off%bs)); err != nil {
+		return fmt.Errorf("ext4io: inode %d: zeroing: %w", f.ino, wrapIO(err))
+	}
+	return nil
+}
+
+// FallocMode selects what Fallocate does (Linux's fallocate modes).
+type FallocMode int
+
+const (
+	// FallocAllocate preallocates unwritten blocks for the holes in the
+	// range and grows the file to cover it.
+	FallocAllocate FallocMode = iota
+	// FallocKeepSize preallocates like FallocAllocate without changing
+	// the size (FALLOC_FL_KEEP_SIZE).
+	FallocKeepSize
+	// FallocPunchHole frees the whole blocks of the range and zeroes the
+	// partial ones; the size is unchanged (FALLOC_FL_PUNCH_HOLE).
+	FallocPunchHole
+	// FallocZeroRange makes the range read as zeroes, leaving it
+	// allocated as unwritten extents, and grows the file to cover it
+	// (FALLOC_FL_ZERO_RANGE).
+	FallocZeroRange
+	// FallocWriteZeroes allocates written blocks filled with zeroes by the
+	// device's ZeroOut, so later writes are overwrites
+	// (FALLOC_FL_WRITE_ZEROES); it grows the file to cover the range.
+	FallocWriteZeroes
+	// FallocCollapseRange and FallocInsertRange shift the extents after
+	// the range. Not implemented yet: Fallocate returns ErrUnsupported.
+	FallocCollapseRange
+	FallocInsertRange
+)
+
+var fallocNames = map[FallocMode]string{
+	FallocAllocate: "allocate", FallocKeepSize: "keep-size", FallocPunchHole: "punch-hole",
+	FallocZeroRange: "zero-range", FallocWriteZeroes: "write-zeroes",
+	FallocCollapseRange: "collapse-range", FallocInsertRange: "insert-range",
+}
+
+func (m FallocMode) String() string {
+	if s, ok := fallocNames[m]; ok {
+		return s
+	}
+	return fmt.Sprintf("FallocMode(%d)", int(m))
+}
+
+// ParseFallocMode parses a mode name as String prints it.
+func ParseFallocMode(s string) (FallocMode, error) {
+	for m, n := range fallocNames {
+		if n == s {
+			return m, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown fallocate mode %q: %w", s, ErrInvalid)
+}
+
+// Fallocate changes the allocation of [off, off+length) as mode says.
+func (f *File) Fallocate(mode FallocMode, off, length int64) error {
+	if err := f.writable("fallocate"); err != nil {
+		return err
+	}
+	if err := f.checkRange("fallocate", off, length); err != nil {
+		return err
+	}
+	if length == 0 {
+		return &fs.PathError{Op: "fallocate", Path: f.name, Err: fmt.Errorf("zero length: %w", ErrInvalid)}
+	}
+	f.n.mu.Lock()
+	defer f.n.mu.Unlock()
+	var err error
+	switch mode {
+	case FallocAllocate, FallocKeepSize:
+		err = f.preallocLocked(off, length, false)
+	case FallocPunchHole:
+		err = f.punchLocked(off, length)
+	case FallocZeroRange:
+		if err = f.punchLocked(off, length); err == nil {
+			err = f.preallocLocked(off, length, false)
+		}
+	case FallocWriteZeroes:
+		err = f.preallocLocked(off, length, true)
+	default:
+		err = fmt.Errorf("fallocate mode %v: %w", mode, ErrUnsupported)
+	}
+	if err == nil {
+		if end := uint64(off + length); mode != FallocKeepSize && mode != FallocPunchHole && end > f.in.Size {
+			f.in.Size = end
+		}
+		f.touchLocked()
+		err = f.v.writeInodeLocked(f.n)
+	}
+	if err != nil {
+		return &fs.PathError{Op: "fallocate " + mode.String(), Path: f.name, Err: err}
+	}
+	return nil
+}
+
+// preallocLocked allocates the holes of the range: unwritten extents, or
+// with written set, zeroed written blocks (unwritten blocks are zeroed and
+// converted too, written ones zeroed).
+func (f *File) preallocLocked(off, length int64, written bool) error {
+	bs := uint64(f.v.bs)
+	lblk := uint64(off) / bs
+	end := (uint64(off+length) + bs - 1) / bs
+	if written {
+		// Partial edge blocks: zero their bytes in the range.
+		if err := f.zeroPartial(uint64(off), uint64(length)); err != nil {
+			return err
+		}
+		if e := uint64(off+length) / bs * bs; e > uint64(off) {
+			if err := f.zeroPartial(e, uint64(off+length)-e); err != nil {
+				return err
+			}
+		}
+	}
+	for lblk < end {
+		m, err := f.m.lookup(lblk)
+		if err != nil {
+			return err
+		}
+		n := min(m.n, end-lblk)
+		switch {
+		case m.kind == mapHole && written:
+			start, got, err := f.allocRun(lblk, n, extent.MaxWrittenLen)
+			if err != nil {
+				return err
+			}
+			if err := f.v.zeroBlocks(start, got); err != nil {
+				f.v.alloc.Free(start, got)
+				return err
+			}
+			if err := f.mapRun(lblk, start, got, false); err != nil {
+				return err
+			}
+			n = got
+		case m.kind == mapHole:
+			start, got, err := f.allocRun(lblk, n, extent.MaxUnwrittenLen)
+			if err != nil {
+				return err
+			}
+			if err := f.mapRun(lblk, start, got, true); err != nil {
+				return err
+			}
+			n = got
+		case written && m.kind == mapUnwritten:
+			n = min(n, extent.MaxWrittenLen)
+			if err := f.v.zeroBlocks(m.pblk, n); err != nil {
+				return err
+			}
+			if err := f.m.tree.MarkWritten(uint32(lblk), uint32(n), false); err != nil {
+				return err
+			}
+			f.m.es.Remove(uint32(m.lblk), uint32(min(m.n, maxFileBlocks-m.lblk)))
+		case written && m.kind == mapWritten:
+			// Whole blocks inside the range; edges were zeroed above.
+			first, last := lblk, lblk+n
+			if first*bs < uint64(off) {
+				first++
+			}
+			if last*bs > uint64(off+length) {
+				last--
+			}
+			if last > first {
+				if err := f.v.zeroBlocks(m.pblk+(first-lblk), last-first); err != nil {
+					return err
+				}
+			}
+		}
+		lblk += n
+	}
+	return nil
+}
+
+// punchLocked frees the whole blocks of the range and zeroes partial ones.
+func (f *File) punchLocked(off, length int64) error {
+	bs := uint64(f.v.bs)
+	start, end := uint64(off), uint64(off+length)
+	first := (start + bs - 1) / bs
+	last := end / bs // exclusive
+	if first >= last {
+		// Inside one block, or spanning a block boundary without a whole block.
+		if err := f.zeroPartial(start, min(end, (start/bs+1)*bs)-start); err != nil {
+			return err
+		}
+		if end > (start/bs+1)*bs {
+			return f.zeroPartial(end/bs*bs, end%bs)
+		}
+		return nil
+	}
+	if err := f.zeroPartial(start, first*bs-start); err != nil {
+		return err
+	}
+	if err := f.zeroPartial(last*bs, end-last*bs); err != nil {
+		return err
+	}
+	if err := f.m.tree.Remove(uint32(first), uint32(last-1)); err != nil {
+		return err
+	}
+	f.m.es.Remove(uint32(first), uint32(last-first))
+	return nil
+}
+
+// Sync makes the file's data and metadata durable (a device flush).
+func (f *File) Sync() error {
+	if err := f.v.checkOpen(); err != nil {
+		return err
+	}
+	return f.v.flushDev()
+}
