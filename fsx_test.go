@@ -169,6 +169,10 @@ func TestFsx(t *testing.T) {
 					if err := v.Close(); err != nil {
 						t.Fatal(err)
 					}
+					if keep := os.Getenv("EXT4IO_KEEP"); keep != "" {
+						b, _ := os.ReadFile(img)
+						os.WriteFile(keep, b, 0o644)
+					}
 					e2fs.Fsck(t, img)
 					if v, err = ext4io.OpenImage(img, ext4io.Options{Writable: true}); err != nil {
 						t.Fatal(err)
@@ -180,6 +184,9 @@ func TestFsx(t *testing.T) {
 					}
 				}
 				check(step, i)
+				if err := files[i].CheckTree(); err != nil {
+					t.Fatalf("step %d %s: %v", step, m.name, err)
+				}
 			}
 			for i := range files {
 				check(steps, i)

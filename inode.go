@@ -88,6 +88,8 @@ func (v *Volume) newMapper(n *inode) (*mapper, error) {
 		cfg.Goal = v.inodeGoal(ino)
 		cfg.ZeroOut = func(pblk, cnt uint64) error { return v.zeroBlocks(pblk, cnt) }
 		cfg.ZeroOutMax = uint32(32 << 10 / v.bs) // ext4's extent_max_zeroout_kb
+		bs := uint64(v.bs)
+		cfg.EOFBlock = func() uint64 { return (n.in.Size + bs - 1) / bs } // called under n.mu
 	}
 	m := &mapper{cfg: cfg}
 	if in.Flags&layout.InodeFlagExtents != 0 {

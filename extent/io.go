@@ -114,6 +114,10 @@ type Config struct {
 	// splitting them off (ext4's extent_max_zeroout_kb, 32 KiB by default).
 	ZeroOut    func(pblk, n uint64) error
 	ZeroOutMax uint32
+	// EOFBlock, when set, returns the first logical block past the end of
+	// the file; MarkWritten zeroes out only extents ending at or before it
+	// (e2fsck rejects written extents past EOF).
+	EOFBlock func() uint64
 	// MaxEntries, when nonzero, caps eh_max of new tree blocks (a test mode
 	// like the kernel's AGGRESSIVE_TEST: small nodes make deep trees; e2fsck
 	// rejects blocks with eh_max below (blockSize-12)/12-2). At least 4.

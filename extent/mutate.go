@@ -520,7 +520,9 @@ func (tx *txn) splitAt(lblk uint32) error {
 // With ZeroOut set, an unwritten extent of at most ZeroOutMax blocks is
 // zeroed outside the range and converted whole, and an unwritten remainder
 // of at most ZeroOutMax blocks is zeroed and converted with the range, as
-// ext4 does, instead of being split off. Zeroes are written before the
+// ext4 does, instead of being split off. As in ext4, zero-out is used only
+// for extents that end at or before Config.EOFBlock, so that no written
+// block is left past the end of the file. Zeroes are written before the
 // tree, so a crash in between still reads zeroes.
 //
 // A range whose boundaries were split beforehand with SplitAt never needs a
@@ -557,7 +559,8 @@ func (t *Tree) MarkWritten(from, n uint32, mustSucceed bool) error {
 			s := uint64(max(e.Lblk, cur))
 			f := min(e.End(), end)
 			next := uint32(f)
-			if z := uint64(t.cfg.ZeroOutMax); z > 0 && t.cfg.ZeroOut != nil {
+			if z := uint64(t.cfg.ZeroOutMax); z > 0 && t.cfg.ZeroOut != nil &&
+				(t.cfg.EOFBlock == nil || e.End() <= t.cfg.EOFBlock()) {
 				zs, zf := s, f
 				if uint64(e.Len) <= z {
 					zs, zf = uint64(e.Lblk), e.End()

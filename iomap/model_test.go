@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -220,5 +219,4 @@ func runModel(t *testing.T, seed uint64, bs int64, nops int, log *[]string) {
 			t.Fatalf("block %d still delalloc after sync", lb)
 		}
 	}
-	_ = math.MaxInt64
 }

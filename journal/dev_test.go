@@ -92,14 +92,23 @@ func (d *memDev) crashImageLocked(rng *rand.Rand) []byte {
 	return img
 }
 
-func (d *memDev) ZeroOut(off, n int64) error  { _, err := d.WriteAt(make([]byte, n), off); return err }
-func (d *memDev) Discard(off, n int64) error  { return nil }
-func (d *memDev) Size() int64                 { return int64(len(d.cur)) }
-func (d *memDev) LogicalBlockSize() int       { return 512 }
-func (d *memDev) Close() error                { return nil }
-func (d *memDev) flushCount() int             { d.mu.Lock(); defer d.mu.Unlock(); return d.flushes }
-func memDevFrom(img []byte) *memDev           { d := newMemDev(int64(len(img))); copy(d.cur, img); copy(d.durable, img); return d }
-func (d *memDev) snapshot() []byte            { d.mu.Lock(); defer d.mu.Unlock(); return append([]byte(nil), d.cur...) }
+func (d *memDev) ZeroOut(off, n int64) error { _, err := d.WriteAt(make([]byte, n), off); return err }
+func (d *memDev) Discard(off, n int64) error { return nil }
+func (d *memDev) Size() int64                { return int64(len(d.cur)) }
+func (d *memDev) LogicalBlockSize() int      { return 512 }
+func (d *memDev) Close() error               { return nil }
+func (d *memDev) flushCount() int            { d.mu.Lock(); defer d.mu.Unlock(); return d.flushes }
+func memDevFrom(img []byte) *memDev {
+	d := newMemDev(int64(len(img)))
+	copy(d.cur, img)
+	copy(d.durable, img)
+	return d
+}
+func (d *memDev) snapshot() []byte {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]byte(nil), d.cur...)
+}
 func (d *memDev) block(b uint64, bs int) []byte { return d.snapshot()[int(b)*bs : int(b+1)*bs] }
 
 // fileDev is a device on an image file for the e2fsprogs tests.
@@ -116,10 +125,13 @@ func openFileDev(path string) (*fileDev, error) {
 func (d *fileDev) ReadAt(p []byte, off int64) (int, error)  { return d.f.ReadAt(p, off) }
 func (d *fileDev) WriteAt(p []byte, off int64) (int, error) { return d.f.WriteAt(p, off) }
 func (d *fileDev) Flush() error                             { return d.f.Sync() }
-func (d *fileDev) ZeroOut(off, n int64) error               { _, err := d.f.WriteAt(make([]byte, n), off); return err }
-func (d *fileDev) Discard(off, n int64) error               { return nil }
-func (d *fileDev) LogicalBlockSize() int                    { return 512 }
-func (d *fileDev) Close() error                             { return d.f.Close() }
+func (d *fileDev) ZeroOut(off, n int64) error {
+	_, err := d.f.WriteAt(make([]byte, n), off)
+	return err
+}
+func (d *fileDev) Discard(off, n int64) error { return nil }
+func (d *fileDev) LogicalBlockSize() int      { return 512 }
+func (d *fileDev) Close() error               { return d.f.Close() }
 func (d *fileDev) Size() int64 {
 	st, err := d.f.Stat()
 	if err != nil {

@@ -6,6 +6,10 @@
 //	ext4io stat IMAGE PATH          inode metadata
 //	ext4io fiemap IMAGE PATH        one line per extent, like filefrag -v
 //	ext4io mkfs [-b BLOCKSIZE] [-O FEATURES] [-L LABEL] IMAGE SIZE
+//	ext4io create IMAGE PATH        new empty file
+//	ext4io write IMAGE PATH [--offset N]   stdin into the file
+//	ext4io fallocate IMAGE PATH OFFSET LENGTH [--mode MODE]
+//	ext4io truncate IMAGE PATH SIZE
 //
 // On bad input it prints one line to stderr and exits with status 1
 // (2 for usage errors).
@@ -26,12 +30,16 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"info":   {"info IMAGE", cmdInfo},
-	"ls":     {"ls IMAGE [PATH]", cmdLs},
-	"cat":    {"cat IMAGE PATH", cmdCat},
-	"stat":   {"stat IMAGE PATH", cmdStat},
-	"fiemap": {"fiemap IMAGE PATH", cmdFiemap},
-	"mkfs":   {"mkfs [-b BLOCKSIZE] [-O FEATURE,^FEATURE...] [-L LABEL] [-I INODESIZE] IMAGE SIZE", cmdMkfs},
+	"info":      {"info IMAGE", cmdInfo},
+	"ls":        {"ls IMAGE [PATH]", cmdLs},
+	"cat":       {"cat IMAGE PATH", cmdCat},
+	"stat":      {"stat IMAGE PATH", cmdStat},
+	"fiemap":    {"fiemap IMAGE PATH", cmdFiemap},
+	"mkfs":      {"mkfs [-b BLOCKSIZE] [-O FEATURE,^FEATURE...] [-L LABEL] [-I INODESIZE] IMAGE SIZE", cmdMkfs},
+	"create":    {"create IMAGE PATH", cmdCreate},
+	"write":     {"write IMAGE PATH [--offset N] [--direct]   (stdin into the file)", cmdWrite},
+	"fallocate": {"fallocate IMAGE PATH OFFSET LENGTH [--mode allocate|keep-size|punch-hole|zero-range|write-zeroes]", cmdFallocate},
+	"truncate":  {"truncate IMAGE PATH SIZE", cmdTruncate},
 }
 
 // errUsage marks errors that should print the usage line.
@@ -68,7 +76,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: ext4io COMMAND [ARGS]")
-	for _, name := range []string{"info", "ls", "cat", "stat", "fiemap", "mkfs"} {
+	for _, name := range []string{"info", "ls", "cat", "stat", "fiemap", "mkfs", "create", "write", "fallocate", "truncate"} {
 		fmt.Fprintf(w, "  ext4io %s\n", commands[name].usage)
 	}
 }

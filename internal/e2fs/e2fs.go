@@ -174,3 +174,30 @@ func Leaves(t testing.TB, img, file string) (leaves []ExtentLine, depth int) {
 	}
 	return leaves, depth
 }
+
+// TreeBlocks returns the physical blocks of file's extent tree below the
+// inode (the blocks that index rows of `debugfs -R "ex FILE"` point to),
+// which Extents leaves out. An index row reads
+// "Level/Depth Entry/Entries Lblk - LblkEnd Pblk Length".
+func TreeBlocks(t testing.TB, img, file string) []uint64 {
+	t.Helper()
+	var blks []uint64
+	for _, line := range strings.Split(Debugfs(t, img, false, "ex "+file), "\n") {
+		f := strings.Fields(strings.NewReplacer("/", " ", "-", " ").Replace(line))
+		if len(f) != 8 {
+			continue
+		}
+		var n [8]uint64
+		ok := true
+		for i := range f {
+			if _, err := fmt.Sscan(f[i], &n[i]); err != nil {
+				ok = false
+				break
+			}
+		}
+		if ok && n[0] < n[1] {
+			blks = append(blks, n[6])
+		}
+	}
+	return blks
+}

@@ -1,0 +1,106 @@
+package iomap_test
+
+import (
+	"testing"
+
+	"github.com/ext4io/ext4io/blockdev/memdev"
+	"github.com/ext4io/ext4io/iomap"
+)
+
+// linearOps maps every file offset to the same device offset, written: the
+// overwrite fast path with no lookup cost, so benchmarks measure iomap.
+type linearOps struct{}
+
+func (linearOps) Begin(off, length int64, f iomap.Flags) (iomap.Mapping, error) {
+	return iomap.Mapping{Offset: off &^ 4095, Length: (off&4095 + length + 4095) &^ 4095, Type: iomap.Mapped, Addr: off &^ 4095}, nil
+}
+func (linearOps) End(off, length, written int64, f iomap.Flags, m iomap.Mapping) error { return nil }
+
+const benchDev = 64 << 20
+
+// touchedDev returns a memdev whose chunks are all allocated, so
+// benchmarks do not measure first-touch page faults.
+func touchedDev(b *testing.B, size int64) *memdev.Device {
+	dev := memdev.New(size)
+	buf := make([]byte, 1<<20)
+	for off := int64(0); off < size; off += 1 << 20 {
+		buf[0] = 1
+		if _, err := dev.WriteAt(buf, off); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return dev
+}
+
+func BenchmarkDirectOverwrite4K(b *testing.B) {
+	dev := touchedDev(b, benchDev)
+	buf := make([]byte, 4096)
+	b.Run("raw", func(b *testing.B) {
+		b.SetBytes(4096)
+		for i := 0; b.Loop(); i++ {
+			if _, err := dev.WriteAt(buf, int64(i*4096)%benchDev); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("iomap", func(b *testing.B) {
+		b.SetBytes(4096)
+		b.ReportAllocs()
+		opt := &iomap.DioOptions{BlockSize: 4096}
+		for i := 0; b.Loop(); i++ {
+			if _, err := iomap.DirectWrite(dev, linearOps{}, buf, int64(i*4096)%benchDev, opt); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+func BenchmarkIterBeginEnd(b *testing.B) {
+	b.ReportAllocs()
+	fn := func(m iomap.Mapping, off, n int64) (int64, error) { return n, nil }
+	for i := 0; b.Loop(); i++ {
+		if _, err := iomap.Iter(linearOps{}, int64(i&1023)*4096, 4096, iomap.Write|iomap.Direct, fn); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// Buffered 4 KiB sequential writes into delalloc space of the test-double
+// filesystem, with a write-back every 256 writes (1 MiB).
+func BenchmarkBufferedSeqWrite4K(b *testing.B) {
+	buf := make([]byte, 4096)
+	b.SetBytes(4096)
+	b.ReportAllocs()
+	dev := touchedDev(b, benchDev)
+	fs := newTinyFS(4096, 0, benchDev/4096)
+	c, err := iomap.NewPageCache(dev, iomap.PageCacheOptions{PageSize: 4096, MaxPages: 1024})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	var off int64
+	for i := 0; b.Loop(); i++ {
+		if off+4096 > benchDev {
+			b.StopTimer()
+			if err := c.Sync(); err != nil {
+				b.Fatal(err)
+			}
+			c.Forget(1)
+			fs = newTinyFS(4096, 0, benchDev/4096)
+			off = 0
+			b.StartTimer()
+		}
+		if _, err := iomap.BufferedWrite(c, fs, 1, buf, off, off); err != nil {
+			b.Fatal(err)
+		}
+		off += 4096
+		if i%256 == 255 {
+			if err := c.Writeback(1, off-1<<20, off); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	if err := c.Sync(); err != nil {
+		b.Fatal(err)
+	}
+}
