@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -214,6 +215,51 @@ func TestFsx(t *testing.T) {
 					t.Fatalf("%s differs after reopen", m.name)
 				}
 			}
+			// The trees ext4io wrote (with the real allocator) are listed by
+			// debugfs exactly as ext4io lists them.
+			for _, m := range models {
+				f, err := ro.Open(m.name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				exts, err := f.Extents()
+				if err != nil {
+					t.Fatal(err)
+				}
+				var leaves []e2fs.ExtentLine
+				depth := 0
+				for _, r := range e2fs.Extents(t, img, m.name) {
+					depth = max(depth, r.Depth)
+					if r.Leaf {
+						leaves = append(leaves, r)
+					}
+				}
+				if len(leaves) != len(exts) {
+					t.Fatalf("%s: debugfs lists %d extents, ext4io %d", m.name, len(leaves), len(exts))
+				}
+				for j, r := range leaves {
+					e := exts[j]
+					if r.Logical != e.Logical || r.Physical != e.Physical || r.Length != e.Length || r.Unwritten != e.Unwritten {
+						t.Fatalf("%s extent %d: debugfs %+v, ext4io %+v", m.name, j, r, e)
+					}
+				}
+				t.Logf("%s: %d extents, tree depth %d, debugfs agrees", m.name, len(exts), depth)
+			}
+			// Linux reads every file exactly as the model says.
+			t.Run("linux", func(t *testing.T) {
+				dir := e2fs.Mount(t, img, true)
+				for _, m := range models {
+					got, err := os.ReadFile(filepath.Join(dir, m.name))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !bytes.Equal(got, m.data) {
+						t.Fatalf("Linux reads %s differently (%d bytes, model %d)", m.name, len(got), len(m.data))
+					}
+				}
+				e2fs.Unmount(t, dir)
+				e2fs.Fsck(t, img)
+			})
 			if _, err := v.Create("file0"); !errors.Is(err, ext4io.ErrClosed) {
 				t.Fatalf("Create on a closed volume: %v", err)
 			}

@@ -95,6 +95,7 @@ func TestLinuxWrittenFiles(t *testing.T) {
 	}
 	for i, bs := range []int{4096, 1024} {
 		t.Run(fmt.Sprintf("%dk", bs/1024), func(t *testing.T) {
+			t.Parallel()
 			seed := uint64(7000 + i)
 			t.Logf("seed %d", seed)
 			rng := rand.New(rand.NewPCG(seed, 1))
@@ -186,7 +187,7 @@ func TestLinuxWrittenFiles(t *testing.T) {
 			// A directory the kernel indexes, and symlinks.
 			big := filepath.Join(mnt, "big")
 			os.Mkdir(big, 0o755)
-			for k := 0; k < 3000; k++ {
+			for k := 0; k < 2000; k++ {
 				if err := os.WriteFile(filepath.Join(big, fmt.Sprintf("entry-%05d-%08x", k, rng.Uint32())), nil, 0o644); err != nil {
 					t.Fatal(err)
 				}

@@ -201,3 +201,39 @@ func TreeBlocks(t testing.TB, img, file string) []uint64 {
 	}
 	return blks
 }
+
+// Mount loop-mounts img on a new temporary directory (read-only when ro)
+// and unmounts it in t.Cleanup. It skips t when not root, in -short mode,
+// or when the kernel refuses the mount (for example in a container), saying
+// why.
+func Mount(t testing.TB, img string, ro bool) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("mount tests skipped in -short mode")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("mounting needs root")
+	}
+	dir := t.TempDir()
+	opts := "loop"
+	if ro {
+		opts += ",ro"
+	}
+	out, err := exec.Command("mount", "-o", opts, "-t", "ext4", img, dir).CombinedOutput()
+	if err != nil {
+		t.Skipf("mount -o %s not allowed here: %v: %s", opts, err, bytes.TrimSpace(out))
+	}
+	t.Cleanup(func() { Unmount(t, dir) })
+	return dir
+}
+
+// Unmount unmounts dir if it is mounted (idempotent).
+func Unmount(t testing.TB, dir string) {
+	t.Helper()
+	if err := exec.Command("mountpoint", "-q", dir).Run(); err != nil {
+		return
+	}
+	if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+		t.Errorf("umount %s: %v: %s", dir, err, out)
+	}
+}
