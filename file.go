@@ -26,6 +26,8 @@ type File struct {
 	m    *mapper       // == n.m; nil for inline data
 	inl  []byte        // inline data (inline-data files, fast symlinks)
 
+	direct bool // opened with Direct: I/O must be aligned
+
 	mu     sync.Mutex // guards off, closed, dir
 	off    int64
 	closed bool
@@ -34,13 +36,19 @@ type File struct {
 
 // inode is the in-memory state of an inode shared by all its Files.
 type inode struct {
-	// mu is the inode lock: readers share it, changes to the inode or its
-	// mapping take it exclusively (ext4's i_rwsem).
-	mu  sync.RWMutex
-	ino uint32
-	in  *layout.Inode // decoded inode; changed in place under mu
-	m   *mapper
-	inl []byte
+	// mu is the inode lock (ext4's i_rwsem): reads and the write fast
+	// paths (aligned in-EOF overwrites and writes into unwritten blocks)
+	// share it; allocating, extending and size-changing operations take it
+	// exclusively.
+	mu sync.RWMutex
+	// dataMu (ext4's i_data_sem) serializes changes to in and the extent
+	// tree made under a shared mu. Lock order: mu, then dataMu.
+	dataMu sync.Mutex
+	ino    uint32
+	in     *layout.Inode // decoded inode; changed in place (see mu, dataMu)
+	m      *mapper
+	inl    []byte
+	dirty  bool // in has changes (times) not yet written; guarded by dataMu
 }
 
 func (v *Volume) openInode(ino uint32, name string) (*File, error) {
@@ -116,6 +124,9 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 	}
 	if off < 0 {
 		return 0, &fs.PathError{Op: "read", Path: f.name, Err: fmt.Errorf("negative offset %d: %w", off, ErrInvalid)}
+	}
+	if err := f.checkDirect("read", p, off); err != nil {
+		return 0, err
 	}
 	f.n.mu.RLock()
 	defer f.n.mu.RUnlock()
@@ -249,6 +260,8 @@ func (f *File) Stat() (fs.FileInfo, error) { return f.info(), nil }
 func (f *File) info() *FileInfo {
 	f.n.mu.RLock()
 	defer f.n.mu.RUnlock()
+	f.n.dataMu.Lock()
+	defer f.n.dataMu.Unlock()
 	return newFileInfo(f.v, f.name, f.ino, f.in)
 }
 

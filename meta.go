@@ -29,11 +29,47 @@ func (l *blockLocks) lock(blk uint64) *sync.Mutex {
 
 // writeInodeLocked encodes n's inode (with its checksum) into its inode
 // table block. The caller holds n.mu exclusively.
+//
+// The caller holds n.mu exclusively, or n.mu shared and n.dataMu. Each call
+// is one metadata update (one journal handle once the journal is wired in).
 func (v *Volume) writeInodeLocked(n *inode) error {
 	if n.m != nil && n.m.tree != nil {
 		n.in.Block = n.m.tree.Root()
 	}
+	v.stats.metaUpdates.Add(1)
+	n.dirty = false
 	return v.writeInode(n.ino, n.in)
+}
+
+// writeDirtyInodes writes every inode whose in-memory times changed under
+// a shared lock (direct overwrites defer the inode write, as ext4's
+// overwrite path defers it to the journal's next commit).
+func (v *Volume) writeDirtyInodes() error {
+	v.inoMu.Lock()
+	var dirty []*inode
+	for _, n := range v.inodes {
+		dirty = append(dirty, n)
+	}
+	v.inoMu.Unlock()
+	var first error
+	for _, n := range dirty {
+		if err := v.syncInode(n); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// syncInode writes n if it is dirty.
+func (v *Volume) syncInode(n *inode) error {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	n.dataMu.Lock()
+	defer n.dataMu.Unlock()
+	if !n.dirty {
+		return nil
+	}
+	return v.writeInodeLocked(n)
 }
 
 func (v *Volume) writeInode(ino uint32, in *layout.Inode) error {

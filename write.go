@@ -54,8 +54,18 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 	if err := f.checkRange("write", off, int64(len(p))); err != nil {
 		return 0, err
 	}
+	if err := f.checkDirect("write", p, off); err != nil {
+		return 0, err
+	}
+	if n, err, ok := f.writeShared(p, off); ok {
+		if err != nil {
+			return n, &fs.PathError{Op: "write", Path: f.name, Err: err}
+		}
+		return n, nil
+	}
 	f.n.mu.Lock()
 	defer f.n.mu.Unlock()
+	f.v.stats.exclusive.Add(1)
 	n, err := f.writeLocked(p, off)
 	if n > 0 {
 		if end := uint64(off) + uint64(n); end > f.in.Size {
@@ -70,6 +80,109 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 		return n, &fs.PathError{Op: "write", Path: f.name, Err: err}
 	}
 	return n, nil
+}
+
+// writeShared is the fast path of the seed threads: a write aligned to
+// the block size, inside EOF, over blocks that are already allocated
+// (written or unwritten) runs under the shared inode lock. Overwrites of
+// written blocks change no metadata at all (the mtime update is deferred
+// to Sync/Close); unwritten blocks are converted under dataMu, the
+// extent-tree lock. ok is false when the write needs the exclusive path.
+func (f *File) writeShared(p []byte, off int64) (n int, err error, ok bool) {
+	bs := int64(f.v.bs)
+	if off%bs != 0 || len(p)%int(bs) != 0 || len(p) == 0 {
+		return 0, nil, false
+	}
+	f.n.mu.RLock()
+	defer f.n.mu.RUnlock()
+	end := off + int64(len(p))
+	f.n.dataMu.Lock()
+	size := int64(f.in.Size)
+	f.n.dataMu.Unlock()
+	if end > size {
+		return 0, nil, false
+	}
+	// Every block must be mapped: holes need allocation.
+	maps := make([]blockMap, 0, 2)
+	for lblk := uint64(off / bs); lblk < uint64(end/bs); {
+		m, err := f.m.lookup(lblk)
+		if err != nil {
+			return 0, err, true
+		}
+		if m.kind == mapHole {
+			return 0, nil, false
+		}
+		m.n = min(m.n, uint64(end/bs)-lblk)
+		maps = append(maps, m)
+		lblk += m.n
+	}
+	f.v.stats.shared.Add(1)
+	converted := false
+	for _, m := range maps {
+		chunk := p[int64(m.lblk)*bs-off:][:int64(m.n)*bs]
+		if _, err := f.v.dev.WriteAt(chunk, int64(m.pblk)*bs); err != nil {
+			return n, fmt.Errorf("ext4io: inode %d: write: %w", f.ino, wrapIO(err)), true
+		}
+		if m.kind == mapUnwritten {
+			f.n.dataMu.Lock()
+			err := f.convertExactLocked(m.lblk, m.n)
+			f.n.dataMu.Unlock()
+			if err != nil {
+				return n, err, true
+			}
+			converted = true
+		}
+		n += len(chunk)
+	}
+	f.n.dataMu.Lock()
+	defer f.n.dataMu.Unlock()
+	f.touchLocked()
+	if converted {
+		return n, f.v.writeInodeLocked(f.n), true
+	}
+	f.n.dirty = true
+	f.v.stats.overwrites.Add(1)
+	return n, nil, true
+}
+
+// convertLocked marks [lblk, lblk+n) written after its data reached the
+// device and drops the cached mapping of the blocks it touched. The
+// caller holds n.mu exclusively, or shared with dataMu.
+func (f *File) convertLocked(lblk, n uint64) error {
+	if err := f.m.tree.MarkWritten(uint32(lblk), uint32(n), false); err != nil {
+		return err
+	}
+	f.v.stats.conversions.Add(1)
+	// The conversion may have zeroed out and converted neighbours too
+	// (extent.Config.ZeroOutMax): drop them from the cache.
+	lo := lblk - min(lblk, 64<<10/uint64(f.v.bs))
+	f.m.es.Remove(uint32(lo), uint32(min(n+2*(lblk-lo), maxFileBlocks-lo)))
+	return nil
+}
+
+// convertExactLocked is convertLocked without zero-out, for conversions
+// under the shared inode lock (see extent.Tree.MarkWrittenExact).
+func (f *File) convertExactLocked(lblk, n uint64) error {
+	if err := f.m.tree.MarkWrittenExact(uint32(lblk), uint32(n), false); err != nil {
+		return err
+	}
+	f.v.stats.conversions.Add(1)
+	f.m.es.Remove(uint32(lblk), uint32(n))
+	return nil
+}
+
+// checkDirect enforces direct I/O alignment: offset, length and (for the
+// direct backend) buffer address aligned to the device's logical block
+// size.
+func (f *File) checkDirect(op string, p []byte, off int64) error {
+	if !f.direct {
+		return nil
+	}
+	a := int64(f.v.dev.LogicalBlockSize())
+	if off%a != 0 || int64(len(p))%a != 0 {
+		return &fs.PathError{Op: op, Path: f.name, Err: fmt.Errorf("direct I/O at %d of %d bytes is not aligned to the device's %d-byte logical blocks: %w", off, len(p), a, ErrInvalid)}
+	}
+	return nil
 }
 
 func (f *File) touchLocked() {
@@ -138,12 +251,9 @@ func (f *File) writeUnwritten(p []byte, pos int64, m blockMap, nblk uint64) (int
 	if _, err := f.v.dev.WriteAt(buf, int64(m.pblk)*bs); err != nil {
 		return 0, fmt.Errorf("ext4io: inode %d: write: %w", f.ino, wrapIO(err))
 	}
-	if err := f.m.tree.MarkWritten(uint32(m.lblk), uint32(nblk), false); err != nil {
+	if err := f.convertLocked(m.lblk, nblk); err != nil {
 		return 0, err
 	}
-	// The conversion may have zeroed out and converted neighbours too
-	// (extent.Config.ZeroOutMax): drop the run from the cache.
-	f.m.es.Remove(uint32(m.lblk), uint32(min(m.n, maxFileBlocks-m.lblk)))
 	return n, nil
 }
 
@@ -405,10 +515,9 @@ func (f *File) preallocLocked(off, length int64, written bool) error {
 			if err := f.v.zeroBlocks(m.pblk, n); err != nil {
 				return err
 			}
-			if err := f.m.tree.MarkWritten(uint32(lblk), uint32(n), false); err != nil {
+			if err := f.convertLocked(lblk, n); err != nil {
 				return err
 			}
-			f.m.es.Remove(uint32(m.lblk), uint32(min(m.n, maxFileBlocks-m.lblk)))
 		case written && m.kind == mapWritten:
 			// Whole blocks inside the range; edges were zeroed above.
 			first, last := lblk, lblk+n
@@ -458,10 +567,37 @@ func (f *File) punchLocked(off, length int64) error {
 	return nil
 }
 
-// Sync makes the file's data and metadata durable (a device flush).
+// Sync makes the file's data and metadata durable: a deferred inode
+// update is written, then the device is flushed.
 func (f *File) Sync() error {
 	if err := f.v.checkOpen(); err != nil {
 		return err
 	}
+	if f.v.alloc != nil {
+		if err := f.v.syncInode(f.n); err != nil {
+			return err
+		}
+	}
 	return f.v.flushDev()
+}
+
+// OpenFlag modifies Volume.OpenFile.
+type OpenFlag int
+
+const (
+	// Direct makes ReadAt and WriteAt direct I/O: offsets and lengths must
+	// be multiples of the device's logical block size (ErrInvalid
+	// otherwise). In this version every write goes to the device without
+	// a page cache, so Direct only adds the alignment contract.
+	Direct OpenFlag = 1 << iota
+)
+
+// OpenFile opens the file at name with flags.
+func (v *Volume) OpenFile(name string, flags OpenFlag) (*File, error) {
+	f, err := v.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	f.direct = flags&Direct != 0
+	return f, nil
 }

@@ -532,6 +532,18 @@ func (tx *txn) splitAt(lblk uint32) error {
 // (zeroes already written are harmless: those blocks read as zero either
 // way).
 func (t *Tree) MarkWritten(from, n uint32, mustSucceed bool) error {
+	return t.markWritten(from, n, mustSucceed, true)
+}
+
+// MarkWrittenExact is MarkWritten without zero-out: it converts exactly
+// [from, from+n), splitting as needed. Callers converting under a shared
+// inode lock use it, since other writers may be writing into the
+// neighbouring unwritten blocks that a zero-out would overwrite.
+func (t *Tree) MarkWrittenExact(from, n uint32, mustSucceed bool) error {
+	return t.markWritten(from, n, mustSucceed, false)
+}
+
+func (t *Tree) markWritten(from, n uint32, mustSucceed, zeroOut bool) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	end := uint64(from) + uint64(n)
@@ -559,7 +571,7 @@ func (t *Tree) MarkWritten(from, n uint32, mustSucceed bool) error {
 			s := uint64(max(e.Lblk, cur))
 			f := min(e.End(), end)
 			next := uint32(f)
-			if z := uint64(t.cfg.ZeroOutMax); z > 0 && t.cfg.ZeroOut != nil &&
+			if z := uint64(t.cfg.ZeroOutMax); zeroOut && z > 0 && t.cfg.ZeroOut != nil &&
 				(t.cfg.EOFBlock == nil || e.End() <= t.cfg.EOFBlock()) {
 				zs, zf := s, f
 				if uint64(e.Len) <= z {

@@ -1,0 +1,219 @@
+package ext4io_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/ext4io/ext4io"
+	"github.com/ext4io/ext4io/internal/e2fs"
+)
+
+// TestFastPathCounters proves the seed threads' fast paths with counters:
+// aligned direct overwrites of written blocks take the shared lock and make
+// no metadata update; aligned in-EOF writes into unwritten blocks take the
+// shared lock and convert; unaligned, extending and allocating writes take
+// the exclusive lock.
+func TestFastPathCounters(t *testing.T) {
+	img := formatImage(t, 128<<20, ext4io.FormatOptions{})
+	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	const size = 8 << 20
+	f, err := v.Create("over")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Fallocate(ext4io.FallocWriteZeroes, 0, size); err != nil {
+		t.Fatal(err)
+	}
+	g, err := v.Create("prealloc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Fallocate(ext4io.FallocAllocate, 0, size); err != nil {
+		t.Fatal(err)
+	}
+	df, err := v.OpenFile("over", ext4io.Direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dg, err := v.OpenFile("prealloc", ext4io.Direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	buf := bytes.Repeat([]byte{0xAB}, 4096)
+	const n = 500
+
+	before := v.Counters()
+	for i := 0; i < n; i++ {
+		if _, err := df.WriteAt(buf, rng.Int64N(size/4096)*4096); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := diff(v.Counters(), before)
+	if d.MetaUpdates != 0 || d.SharedLocks != n || d.ExclusiveLocks != 0 || d.Overwrites != n {
+		t.Fatalf("overwrites: %+v; want 0 metadata updates and %d shared locks", d, n)
+	}
+
+	before = v.Counters()
+	for i := 0; i < n; i++ {
+		if _, err := dg.WriteAt(buf, rng.Int64N(size/4096)*4096); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d = diff(v.Counters(), before)
+	if d.SharedLocks != n || d.ExclusiveLocks != 0 || d.Conversions == 0 {
+		t.Fatalf("writes into unwritten blocks: %+v; want %d shared locks and conversions", d, n)
+	}
+
+	before = v.Counters()
+	if _, err := f.WriteAt(buf[:100], 10); err != nil { // unaligned
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(buf, size); err != nil { // extending
+		t.Fatal(err)
+	}
+	d = diff(v.Counters(), before)
+	if d.ExclusiveLocks != 2 || d.SharedLocks != 0 {
+		t.Fatalf("unaligned and extending writes: %+v; want 2 exclusive locks", d)
+	}
+
+	// Direct I/O alignment is enforced.
+	if _, err := df.WriteAt(buf[:100], 0); !errors.Is(err, ext4io.ErrInvalid) {
+		t.Fatalf("misaligned direct write: %v", err)
+	}
+	if _, err := df.ReadAt(buf, 3); !errors.Is(err, ext4io.ErrInvalid) {
+		t.Fatalf("misaligned direct read: %v", err)
+	}
+	t.Logf("counters: %+v", v.Counters())
+}
+
+func diff(a, b ext4io.Counters) ext4io.Counters {
+	return ext4io.Counters{
+		MetaUpdates: a.MetaUpdates - b.MetaUpdates, SharedLocks: a.SharedLocks - b.SharedLocks,
+		ExclusiveLocks: a.ExclusiveLocks - b.ExclusiveLocks, Conversions: a.Conversions - b.Conversions,
+		ZeroOutBlocks: a.ZeroOutBlocks - b.ZeroOutBlocks, Overwrites: a.Overwrites - b.Overwrites,
+	}
+}
+
+// TestConcurrentDirectWrites: 16 goroutines write at random, some to one
+// shared file (overwrites and into unwritten blocks, each goroutine on its
+// own blocks) and some appending to files of their own; afterwards every
+// byte matches the model and e2fsck is clean.
+func TestConcurrentDirectWrites(t *testing.T) {
+	img := formatImage(t, 256<<20, ext4io.FormatOptions{})
+	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const shared = 16 << 20
+	f, err := v.Create("shared")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// First half written, second half unwritten.
+	if err := f.Fallocate(ext4io.FallocWriteZeroes, 0, shared/2); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Fallocate(ext4io.FallocAllocate, shared/2, shared/2); err != nil {
+		t.Fatal(err)
+	}
+	model := make([]byte, shared)
+	const workers = 16
+	appendModels := make([][]byte, workers)
+	var wg sync.WaitGroup
+	errc := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 99))
+			df, err := v.OpenFile("shared", ext4io.Direct)
+			if err != nil {
+				errc <- err
+				return
+			}
+			own, err := v.Create(fmt.Sprintf("own%d", w))
+			if err != nil {
+				errc <- err
+				return
+			}
+			blocks := shared / 4096
+			for i := 0; i < 150; i++ {
+				buf := make([]byte, 4096)
+				for j := range buf {
+					buf[j] = byte(rng.Uint32())
+				}
+				if w%4 == 3 { // appender
+					off := int64(len(appendModels[w]))
+					if _, err := own.WriteAt(buf, off); err != nil {
+						errc <- err
+						return
+					}
+					appendModels[w] = append(appendModels[w], buf...)
+					continue
+				}
+				// Blocks b with b % workers == w belong to this goroutine.
+				b := rng.IntN(blocks/workers)*workers + w
+				if _, err := df.WriteAt(buf, int64(b)*4096); err != nil {
+					errc <- err
+					return
+				}
+				copy(model[b*4096:], buf)
+			}
+		}(w)
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	check := func(v *ext4io.Volume) {
+		got := make([]byte, shared)
+		g, err := v.Open("shared")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := g.ReadAt(got, 0); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, model) {
+			t.Fatal("shared file differs from the model")
+		}
+		for w, want := range appendModels {
+			if want == nil {
+				continue
+			}
+			o, err := v.Open(fmt.Sprintf("own%d", w))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make([]byte, len(want))
+			if _, err := o.ReadAt(got, 0); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) || o.Size() != int64(len(want)) {
+				t.Fatalf("own%d differs from the model", w)
+			}
+		}
+	}
+	check(v)
+	t.Logf("counters: %+v", v.Counters())
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e2fs.Fsck(t, img)
+	ro, err := ext4io.OpenImage(img, ext4io.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	check(ro)
+}
