@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ext4io/ext4io/extent"
+	"github.com/ext4io/ext4io/internal/errs"
 	"github.com/ext4io/ext4io/layout"
 )
 
@@ -56,7 +57,27 @@ func (v *Volume) openInode(ino uint32, name string) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
+	n.mu.RLock()
+	err = checkLinked(ino, n.in)
+	n.mu.RUnlock()
+	if err != nil {
+		return nil, err
+	}
 	return &File{v: v, n: n, ino: ino, name: name, in: n.in, m: n.m, inl: n.inl}, nil
+}
+
+// checkLinked rejects a directory entry's inode that is not in use (no
+// links) or has no valid file type, as ext4_lookup reports "deleted inode
+// referenced".
+func checkLinked(ino uint32, in *layout.Inode) error {
+	if in.LinksCount == 0 {
+		return &errs.CorruptError{What: "inode", Ino: ino, Off: -1, Msg: "unused inode referenced (links count 0)"}
+	}
+	switch in.Mode & layout.ModeFmt {
+	case layout.ModeReg, layout.ModeDir, layout.ModeLnk, layout.ModeChr, layout.ModeBlk, layout.ModeFIFO, layout.ModeSock:
+		return nil
+	}
+	return &errs.CorruptError{What: "inode", Ino: ino, Off: -1, Msg: fmt.Sprintf("invalid file type in mode %#o", in.Mode)}
 }
 
 // getInode returns the shared state of inode ino, reading it on first use.
@@ -173,7 +194,8 @@ func (f *File) readAt(p []byte, off int64) (int, error) {
 		switch m.kind {
 		case mapWritten:
 			if m.pblk+m.n > f.v.sb.BlocksCount {
-				return done, fmt.Errorf("ext4io: inode %d: block %d beyond filesystem end: %w", f.ino, m.pblk, ErrCorrupt)
+				return done, &errs.CorruptError{What: "file mapping", Ino: f.ino, Block: m.pblk, Off: -1,
+					Msg: fmt.Sprintf("%d blocks at %d run past the filesystem end %d", m.n, m.pblk, f.v.sb.BlocksCount)}
 			}
 			if _, err := readFull(f.v.dev, chunk, int64(m.pblk)*bs+inBlk); err != nil {
 				return done, fmt.Errorf("ext4io: inode %d: %w", f.ino, err)

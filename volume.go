@@ -103,6 +103,15 @@ func Open(dev blockdev.Device, opts Options) (*Volume, error) {
 	if err := v.loadGroups(); err != nil {
 		return nil, err
 	}
+	// Like Linux's mount: the root must be a directory in use.
+	root, err := v.readInode(layout.RootIno)
+	if err != nil {
+		return nil, fmt.Errorf("ext4io: root inode: %w", err)
+	}
+	if !root.IsDir() || root.LinksCount == 0 {
+		return nil, &errs.CorruptError{What: "root inode", Ino: layout.RootIno, Off: -1,
+			Msg: fmt.Sprintf("not a directory in use (mode %#o, links %d)", root.Mode, root.LinksCount)}
+	}
 	if opts.Writable {
 		if err := v.openWritable(); err != nil {
 			return nil, err

@@ -115,7 +115,7 @@ func Extents(t testing.TB, img, file string) []ExtentLine {
 		f := strings.Fields(strings.NewReplacer("/", " ", "-", " ", "Uninit", "UNINIT").Replace(line))
 		// Level Entries Logical Physical Length Flags, e.g.
 		//  0/ 1   1/  1     0 -    99  1234 -  1333    100 Uninit
-		if len(f) < 9 {
+		if len(f) < 8 { // index rows have 8 fields, leaf rows 9 (10 with a flag)
 			continue
 		}
 		var r ExtentLine
