@@ -87,7 +87,7 @@ func TestFsx(t *testing.T) {
 				}
 			}
 			bs := int64(v.BlockSize())
-			const maxSize = 8 << 20
+			const maxSize = 4 << 20
 			randOff := func() int64 {
 				if rng.IntN(3) == 0 {
 					return rng.Int64N(maxSize/bs) * bs // aligned
@@ -121,7 +121,7 @@ func TestFsx(t *testing.T) {
 					}
 				}
 			}
-			steps := 400
+			steps := 250
 			if testing.Short() {
 				steps = 100
 			}
