@@ -27,19 +27,23 @@
 //
 // # Caveats
 //
-// Volumes are read-only in this version: the write path (allocation,
-// journaling, the extent engine, iomap) exists in the lower packages and is
-// being wired into Volume. A volume whose journal needs recovery is refused
-// (ErrUnsupported) unless Options.NoRecovery is set, in which case reads
-// may see metadata older than the journal's.
+// Writable volumes (Options.Writable) allocate, write, truncate and
+// fallocate through the extent engine, but do not journal yet: a crash in
+// the middle of an operation can leave metadata that e2fsck must repair.
+// Data is always written before the metadata that maps it. A volume whose
+// journal needs recovery is refused (ErrUnsupported) unless
+// Options.NoRecovery is set, in which case it is read-only and reads may see
+// metadata older than the journal's. Direct overwrites defer the inode's
+// mtime update to File.Sync or Volume.Close.
 //
 // # Lock order
 //
 // Outer to inner, across all packages (see each package for its locks):
 //
 //	Volume state
-//	└─ inode lock (read/write, per File)
-//	   └─ extent.Tree mutex
+//	└─ inode lock (inode.mu, read/write: ext4's i_rwsem)
+//	   └─ inode.dataMu (ext4's i_data_sem: inode fields under a shared lock)
+//	      └─ extent.Tree mutex
 //	      └─ esc per-inode lock
 //	         └─ alloc: prealloc window → group locks (ascending) → descriptor block
 //	            └─ journal transaction state
