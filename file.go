@@ -66,6 +66,19 @@ func (v *Volume) openInode(ino uint32, name string) (*File, error) {
 	return &File{v: v, n: n, ino: ino, name: name, in: n.in, m: n.m, inl: n.inl}, nil
 }
 
+// OpenIno opens inode ino directly (no path, no link-count check), for
+// tools and reserved inodes such as the journal (8).
+func (v *Volume) OpenIno(ino uint32) (*File, error) {
+	if err := v.checkOpen(); err != nil {
+		return nil, err
+	}
+	n, err := v.getInode(ino)
+	if err != nil {
+		return nil, err
+	}
+	return &File{v: v, n: n, ino: ino, name: fmt.Sprintf("<%d>", ino), in: n.in, m: n.m, inl: n.inl}, nil
+}
+
 // checkLinked rejects a directory entry's inode that is not in use (no
 // links) or has no valid file type, as ext4_lookup reports "deleted inode
 // referenced".

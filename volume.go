@@ -25,10 +25,11 @@ type Options struct {
 	// (unknown ro_compat or incompat bits, inline_data, ...) make Open
 	// fail with ErrUnsupported naming them.
 	Writable bool
-	// NoRecovery opens a volume whose journal needs recovery without
-	// replaying it (like mount -o norecovery): reads may see stale
-	// metadata. Without it such a volume is refused with ErrUnsupported
-	// until journal recovery lands in ext4io.
+	// NoRecovery opens a read-only volume whose journal needs recovery
+	// without replaying it (like mount -o norecovery): reads may see stale
+	// metadata. Without it Open replays the journal: into the device for
+	// writable volumes, into an in-memory overlay (the image untouched) for
+	// read-only ones. Volume.Recovery reports what was replayed.
 	NoRecovery bool
 	// CacheBudget bounds the extent-status cache's memory in bytes across
 	// all inodes (0: 64 MiB).
@@ -59,6 +60,8 @@ type Volume struct {
 	meta     alloc.MetaIO     // metadata block I/O of a writable volume
 	blkLocks blockLocks
 
+	recovered *RecoveryInfo // what Open replayed, nil if nothing
+
 	inoMu  sync.Mutex
 	inodes map[uint32]*inode // guarded by inoMu
 
@@ -88,9 +91,6 @@ func Open(dev blockdev.Device, opts Options) (*Volume, error) {
 	if bad := layout.UnsupportedIncompat(sb.FeatureIncompat, layout.IncompatSupportedRead); len(bad) > 0 {
 		return nil, fmt.Errorf("ext4io: incompat feature %s: %w", strings.Join(bad, ","), ErrUnsupported)
 	}
-	if sb.HasIncompat(layout.IncompatRecover) && !opts.NoRecovery {
-		return nil, fmt.Errorf("ext4io: journal needs recovery (needs_recovery set); replay it with e2fsck or open with NoRecovery: %w", ErrUnsupported)
-	}
 	budget := opts.CacheBudget
 	if budget <= 0 {
 		budget = 64 << 20
@@ -102,6 +102,13 @@ func Open(dev blockdev.Device, opts Options) (*Volume, error) {
 	}
 	if err := v.loadGroups(); err != nil {
 		return nil, err
+	}
+	if sb.HasIncompat(layout.IncompatRecover) {
+		if !opts.NoRecovery || opts.Writable {
+			if err := v.recover(); err != nil {
+				return nil, err
+			}
+		}
 	}
 	// Like Linux's mount: the root must be a directory in use.
 	root, err := v.readInode(layout.RootIno)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -408,5 +407,3 @@ func BenchmarkFsync(b *testing.B) {
 		})
 	}
 }
-
-var _ = os.Getenv

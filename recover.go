@@ -1,0 +1,114 @@
+package ext4io
+
+import (
+	"fmt"
+
+	"github.com/ext4io/ext4io/internal/errs"
+	"github.com/ext4io/ext4io/journal"
+	"github.com/ext4io/ext4io/layout"
+)
+
+// RecoveryInfo reports a journal replay done by Open.
+type RecoveryInfo = journal.RecoveryInfo
+
+// Recovery returns what Open replayed from the journal, or nil if the
+// journal did not need recovery.
+func (v *Volume) Recovery() *RecoveryInfo { return v.recovered }
+
+// journalConfig returns the jbd2 configuration of the internal journal:
+// the journal inode's blocks mapped through its extent tree or block map.
+func (v *Volume) journalConfig() (journal.Config, error) {
+	sb := v.sb
+	if sb.JournalInum == 0 || sb.JournalDev != 0 {
+		return journal.Config{}, fmt.Errorf("ext4io: external journal devices are not supported: %w", ErrUnsupported)
+	}
+	n, err := v.getInode(sb.JournalInum)
+	if err != nil {
+		return journal.Config{}, fmt.Errorf("ext4io: journal inode %d: %w", sb.JournalInum, err)
+	}
+	if n.m == nil {
+		return journal.Config{}, &errs.CorruptError{What: "journal inode", Ino: sb.JournalInum, Off: -1, Msg: "has no block mapping"}
+	}
+	blocks := n.in.Size / uint64(v.bs)
+	if blocks < 1024 || blocks > 1<<31 {
+		return journal.Config{}, &errs.CorruptError{What: "journal inode", Ino: sb.JournalInum, Off: -1, Msg: fmt.Sprintf("size %d bytes", n.in.Size)}
+	}
+	m := n.m
+	return journal.Config{
+		Dev:       v.dev,
+		BlockSize: v.bs,
+		Blocks:    uint32(blocks),
+		Map: func(jblk uint32) (uint64, error) {
+			bm, err := m.lookup(uint64(jblk))
+			if err != nil {
+				return 0, err
+			}
+			if bm.kind != mapWritten {
+				return 0, &errs.CorruptError{What: "journal inode", Ino: sb.JournalInum, Off: -1, Msg: fmt.Sprintf("journal block %d is not mapped", jblk)}
+			}
+			return bm.pblk, nil
+		},
+		CommitInterval: -1,
+	}, nil
+}
+
+// recover replays the journal of a volume with needs_recovery set, then
+// clears the flag and recomputes the free counts from the group
+// descriptors, as ext4 does at mount. Read-only opens replay into an
+// in-memory overlay of the device.
+func (v *Volume) recover() error {
+	if !v.opts.Writable {
+		v.dev = newOverlay(v.dev)
+	}
+	cfg, err := v.journalConfig()
+	if err != nil {
+		return err
+	}
+	j, err := journal.Open(cfg)
+	if err != nil {
+		return fmt.Errorf("ext4io: opening the journal: %w", err)
+	}
+	info, rerr := j.Recover()
+	if cerr := j.Close(); rerr == nil && cerr != nil {
+		rerr = cerr
+	}
+	if rerr != nil {
+		return fmt.Errorf("ext4io: journal recovery: %w", rerr)
+	}
+	v.recovered = &info
+	// The replay may have rewritten any metadata: start over from the
+	// replayed superblock and descriptors.
+	v.inoMu.Lock()
+	v.inodes = make(map[uint32]*inode)
+	v.inoMu.Unlock()
+	v.cache.Forget(v.sb.JournalInum)
+	buf := make([]byte, layout.SuperblockSize)
+	if _, err := readFull(v.dev, buf, layout.SuperblockOffset); err != nil {
+		return fmt.Errorf("ext4io: reading the replayed superblock: %w", err)
+	}
+	sb, err := layout.DecodeSuperblock(buf)
+	if err != nil {
+		return fmt.Errorf("ext4io: replayed superblock: %w", err)
+	}
+	v.sb = sb
+	if err := v.loadGroups(); err != nil {
+		return err
+	}
+	var freeBlocks uint64
+	var freeInodes uint32
+	for _, g := range v.groups {
+		freeBlocks += uint64(g.FreeBlocksCount)
+		freeInodes += g.FreeInodesCount
+	}
+	sb.FreeBlocksCount, sb.FreeInodesCount = freeBlocks, freeInodes
+	sb.FeatureIncompat &^= layout.IncompatRecover
+	if info.FailedCommit != 0 {
+		sb.State |= layout.StateErrors
+	}
+	v.sbMu.Lock()
+	defer v.sbMu.Unlock()
+	if err := v.writeSuperLocked(); err != nil {
+		return err
+	}
+	return v.flushDev()
+}
