@@ -57,7 +57,7 @@ func (v *Volume) journalConfig() (journal.Config, error) {
 // descriptors, as ext4 does at mount. Read-only opens replay into an
 // in-memory overlay of the device.
 func (v *Volume) recover() error {
-	if !v.opts.Writable {
+	if !v.opts.Writable && !v.opts.Replay {
 		v.dev = newOverlay(v.dev)
 	}
 	cfg, err := v.journalConfig()
@@ -111,4 +111,21 @@ func (v *Volume) recover() error {
 		return err
 	}
 	return v.flushDev()
+}
+
+// Journal opens the volume's internal jbd2 journal for inspection: its
+// Superblock and Scan of the log. Opening writes nothing; do not start
+// handles or Close it on a volume that is in use.
+func (v *Volume) Journal() (*journal.Journal, error) {
+	if err := v.checkOpen(); err != nil {
+		return nil, err
+	}
+	if !v.sb.HasCompat(layout.CompatHasJournal) {
+		return nil, fmt.Errorf("ext4io: the filesystem has no journal: %w", ErrNotFound)
+	}
+	cfg, err := v.journalConfig()
+	if err != nil {
+		return nil, err
+	}
+	return journal.Open(cfg)
 }

@@ -31,6 +31,10 @@ type Options struct {
 	// writable volumes, into an in-memory overlay (the image untouched) for
 	// read-only ones. Volume.Recovery reports what was replayed.
 	NoRecovery bool
+	// Replay replays a journal that needs recovery into the device even
+	// for a read-only open (like e2fsck -E journal_only); the device must be
+	// writable.
+	Replay bool
 	// CacheBudget bounds the extent-status cache's memory in bytes across
 	// all inodes (0: 64 MiB).
 	CacheBudget int64
@@ -104,7 +108,7 @@ func Open(dev blockdev.Device, opts Options) (*Volume, error) {
 		return nil, err
 	}
 	if sb.HasIncompat(layout.IncompatRecover) {
-		if !opts.NoRecovery || opts.Writable {
+		if !opts.NoRecovery || opts.Writable || opts.Replay {
 			if err := v.recover(); err != nil {
 				return nil, err
 			}
@@ -198,7 +202,7 @@ func (v *Volume) Allocator() *alloc.Allocator { return v.alloc }
 // OpenImage opens the image file (or block device) at path with the file
 // backend, read-only unless opts.Writable. Close closes the file too.
 func OpenImage(path string, opts Options) (*Volume, error) {
-	dev, err := blockdev.OpenFile(path, !opts.Writable)
+	dev, err := blockdev.OpenFile(path, !opts.Writable && !opts.Replay)
 	if err != nil {
 		return nil, err
 	}
