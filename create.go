@@ -16,15 +16,18 @@ import (
 // Create makes a new empty regular file at name (mode 0644) in an existing
 // directory and opens it. It fails with ErrExist if the name is taken.
 //
-// Directory inserts into linear directories are complete; in a
-// hash-indexed (htree) directory the entry goes into the leaf its hash
-// selects, and a full leaf fails with ErrUnsupported until leaf splits are
-// implemented.
+// Inserts into linear directories take the first block with room; a
+// full single-block directory is converted to an htree when dir_index is
+// on, and inserts into htree directories split leaves and index nodes as
+// Linux does (see htree.go).
 func (v *Volume) Create(name string) (*File, error) {
+	v.beginOp()
 	f, err := v.create(name, layout.ModeReg|0o644)
+	err = v.endOpErr(err)
 	if err != nil {
 		return nil, &fs.PathError{Op: "create", Path: name, Err: err}
 	}
+	v.trackFile(f)
 	return f, nil
 }
 
@@ -121,6 +124,13 @@ func (d *File) addEntryLocked(name string, ino uint32, ft uint8) error {
 		if done || err != nil {
 			return err
 		}
+		if nblk == 1 && v.sb.HasCompat(layout.CompatDirIndex) {
+			// The only block is full: index the directory, as
+			// ext4_add_entry does with make_indexed_dir.
+			if done, err := d.makeIndexedLocked(buf, name, ino, ft, need); done || err != nil {
+				return err
+			}
+		}
 	}
 	return d.appendDirBlockLocked(name, ino, ft)
 }
@@ -216,33 +226,4 @@ func (d *File) appendDirBlockLocked(name string, ino uint32, ft uint8) error {
 	d.in.Size += bs
 	d.touchLocked()
 	return v.writeInodeLocked(d.n)
-}
-
-// addDxEntryLocked inserts into the htree leaf the name's hash selects.
-func (d *File) addDxEntryLocked(name string, ino uint32, ft uint8, need int) error {
-	var leaf uint64
-	found := false
-	err := d.dxLeaf(name, func(blk uint64) { leaf, found = blk, true })
-	if err != nil {
-		return err
-	}
-	if !found {
-		return fmt.Errorf("directory inode %d: no htree leaf for %q: %w", d.ino, name, ErrCorrupt)
-	}
-	buf := make([]byte, d.v.bs)
-	ok, err := d.dirBlock(leaf, buf)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return fmt.Errorf("directory inode %d: htree leaf %d unmapped: %w", d.ino, leaf, ErrCorrupt)
-	}
-	done, err := d.insertInBlock(leaf, buf, name, ino, ft, need)
-	if err != nil {
-		return err
-	}
-	if !done {
-		return fmt.Errorf("directory inode %d: htree leaf %d is full and leaf splits are not implemented yet: %w", d.ino, leaf, ErrUnsupported)
-	}
-	return nil
 }

@@ -62,14 +62,18 @@ func (v *Volume) writeDirtyInodes() error {
 
 // syncInode writes n if it is dirty.
 func (v *Volume) syncInode(n *inode) error {
-	n.mu.RLock()
-	defer n.mu.RUnlock()
-	n.dataMu.Lock()
-	defer n.dataMu.Unlock()
-	if !n.dirty {
-		return nil
-	}
-	return v.writeInodeLocked(n)
+	v.beginOp()
+	err := func() error {
+		n.mu.RLock()
+		defer n.mu.RUnlock()
+		n.dataMu.Lock()
+		defer n.dataMu.Unlock()
+		if !n.dirty {
+			return nil
+		}
+		return v.writeInodeLocked(n)
+	}()
+	return v.endOpErr(err)
 }
 
 func (v *Volume) writeInode(ino uint32, in *layout.Inode) error {
@@ -158,6 +162,9 @@ func (a treeAlloc) AllocTreeBlock(goal uint64, mustSucceed bool) (uint64, error)
 func (a treeAlloc) FreeTreeBlock(pblk uint64) error {
 	if err := a.v.alloc.Free(pblk, 1); err != nil {
 		return err
+	}
+	if a.v.jm != nil {
+		a.v.jm.revoke(pblk)
 	}
 	return a.addBlocks(-1)
 }

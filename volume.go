@@ -73,8 +73,13 @@ type Volume struct {
 	// serializes superblock writes.
 	sbMu sync.Mutex
 
+	jm *jmeta // journaled metadata of a writable volume with a journal, else nil
+	// txnGate is held shared by each metadata-changing operation and
+	// exclusively by a journal commit (see jmeta).
+	txnGate sync.RWMutex
+
 	stats struct {
-		metaUpdates, shared, exclusive, conversions, zeroOuts, overwrites atomic.Uint64
+		metaUpdates, shared, exclusive, conversions, zeroOuts, overwrites, handles atomic.Uint64
 	}
 
 	closed atomic.Bool
@@ -148,6 +153,11 @@ func (v *Volume) openWritable() error {
 		return fmt.Errorf("ext4io: filesystem has errors recorded (run e2fsck): %w", ErrReadOnly)
 	}
 	v.meta = alloc.NewDirectIO(v.dev, v.bs)
+	if sb.HasCompat(layout.CompatHasJournal) {
+		if err := v.startJournal(); err != nil {
+			return err
+		}
+	}
 	a, err := alloc.New(sb, v.meta, alloc.Options{})
 	if err != nil {
 		return err
@@ -299,12 +309,16 @@ func (v *Volume) unmount() error {
 	if err := v.writeDirtyInodes(); err != nil {
 		return err
 	}
+	if err := v.stopJournal(); err != nil {
+		return err
+	}
 	v.sbMu.Lock()
 	defer v.sbMu.Unlock()
 	if err := v.flushDev(); err != nil { // data and metadata before "clean"
 		return err
 	}
 	v.alloc.FillSuperblock(v.sb)
+	v.sb.FeatureIncompat &^= layout.IncompatRecover
 	v.sb.State |= layout.StateValid
 	v.sb.Wtime = time.Now().Unix()
 	if err := v.writeSuperLocked(); err != nil {
@@ -361,13 +375,17 @@ type Counters struct {
 	ZeroOutBlocks uint64
 	// Overwrites counts writes that changed no metadata.
 	Overwrites uint64
+	// JournalCommits counts batches of metadata updates logged to the
+	// journal (each one or more jbd2 handles in one transaction).
+	JournalCommits uint64
 }
 
 // Counters returns a snapshot of the volume's counters.
 func (v *Volume) Counters() Counters {
 	s := &v.stats
 	return Counters{MetaUpdates: s.metaUpdates.Load(), SharedLocks: s.shared.Load(), ExclusiveLocks: s.exclusive.Load(),
-		Conversions: s.conversions.Load(), ZeroOutBlocks: s.zeroOuts.Load(), Overwrites: s.overwrites.Load()}
+		Conversions: s.conversions.Load(), ZeroOutBlocks: s.zeroOuts.Load(), Overwrites: s.overwrites.Load(),
+		JournalCommits: s.handles.Load()}
 }
 
 // zeroBlocks makes n blocks at pblk read as zeroes on the device.

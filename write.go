@@ -57,11 +57,18 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 	if err := f.checkDirect("write", p, off); err != nil {
 		return 0, err
 	}
+	f.v.beginOp()
+	n, err := f.writeAt(p, off)
+	err = f.v.endOpErr(err)
+	if err != nil {
+		return n, &fs.PathError{Op: "write", Path: f.name, Err: err}
+	}
+	return n, nil
+}
+
+func (f *File) writeAt(p []byte, off int64) (int, error) {
 	if n, err, ok := f.writeShared(p, off); ok {
-		if err != nil {
-			return n, &fs.PathError{Op: "write", Path: f.name, Err: err}
-		}
-		return n, nil
+		return n, err
 	}
 	f.n.mu.Lock()
 	defer f.n.mu.Unlock()
@@ -76,10 +83,7 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 			err = werr
 		}
 	}
-	if err != nil {
-		return n, &fs.PathError{Op: "write", Path: f.name, Err: err}
-	}
-	return n, nil
+	return n, err
 }
 
 // writeShared is the fast path of the seed threads: a write aligned to
@@ -327,9 +331,11 @@ func (f *File) Truncate(size int64) error {
 	if err := f.checkRange("truncate", size, 0); err != nil {
 		return err
 	}
+	f.v.beginOp()
 	f.n.mu.Lock()
-	defer f.n.mu.Unlock()
-	if err := f.truncateLocked(uint64(size)); err != nil {
+	err := f.truncateLocked(uint64(size))
+	f.n.mu.Unlock()
+	if err := f.v.endOpErr(err); err != nil {
 		return &fs.PathError{Op: "truncate", Path: f.name, Err: err}
 	}
 	return nil
@@ -433,6 +439,15 @@ func (f *File) Fallocate(mode FallocMode, off, length int64) error {
 	if length == 0 {
 		return &fs.PathError{Op: "fallocate", Path: f.name, Err: fmt.Errorf("zero length: %w", ErrInvalid)}
 	}
+	f.v.beginOp()
+	err := f.fallocate(mode, off, length)
+	if err := f.v.endOpErr(err); err != nil {
+		return &fs.PathError{Op: "fallocate " + mode.String(), Path: f.name, Err: err}
+	}
+	return nil
+}
+
+func (f *File) fallocate(mode FallocMode, off, length int64) error {
 	f.n.mu.Lock()
 	defer f.n.mu.Unlock()
 	var err error
@@ -457,10 +472,7 @@ func (f *File) Fallocate(mode FallocMode, off, length int64) error {
 		f.touchLocked()
 		err = f.v.writeInodeLocked(f.n)
 	}
-	if err != nil {
-		return &fs.PathError{Op: "fallocate " + mode.String(), Path: f.name, Err: err}
-	}
-	return nil
+	return err
 }
 
 // preallocLocked allocates the holes of the range: unwritten extents, or
@@ -576,6 +588,11 @@ func (f *File) Sync() error {
 	if f.v.alloc != nil {
 		if err := f.v.syncInode(f.n); err != nil {
 			return err
+		}
+		if f.v.jm != nil {
+			// The commit flushes the device before its commit block, so
+			// data written before it is durable too (ordered mode).
+			return f.v.jm.commit(true)
 		}
 	}
 	return f.v.flushDev()
