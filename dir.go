@@ -422,6 +422,7 @@ func (v *Volume) Open(name string) (*File, error) {
 	if f.name == "/" {
 		f.name = path.Base("/" + name)
 	}
+	v.trackFile(f)
 	return f, nil
 }
 

@@ -256,11 +256,17 @@ func (f *File) Seek(offset int64, whence int) (int64, error) {
 // Close closes the file. It is safe to call more than once.
 func (f *File) Close() error {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	if f.closed {
+		f.mu.Unlock()
 		return &fs.PathError{Op: "close", Path: f.name, Err: ErrClosed}
 	}
 	f.closed = true
+	f.mu.Unlock()
+	if f.v.alloc != nil && !f.v.closed.Load() {
+		// Free unlinked files whose last handle this was.
+		f.v.beginOp()
+		return f.v.endOpErr(f.v.releaseOrphans(false))
+	}
 	return nil
 }
 

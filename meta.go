@@ -173,6 +173,13 @@ func (a treeAlloc) FreeData(pblk, n uint64) error {
 	if err := a.v.alloc.Free(pblk, n); err != nil {
 		return err
 	}
+	if a.v.jm != nil && a.n.in.IsDir() {
+		// Directory blocks are metadata: revoke them so that replaying
+		// an older copy never overwrites whatever reuses them.
+		for b := pblk; b < pblk+n; b++ {
+			a.v.jm.revoke(b)
+		}
+	}
 	return a.addBlocks(-int64(n))
 }
 

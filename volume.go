@@ -163,6 +163,11 @@ func (v *Volume) openWritable() error {
 		return err
 	}
 	v.alloc = a
+	// Finish what a crash left on the orphan list, as Linux does at mount.
+	v.beginOp()
+	if err := v.endOpErr(v.processOrphans()); err != nil {
+		return err
+	}
 	now := time.Now().Unix()
 	v.sbMu.Lock()
 	defer v.sbMu.Unlock()
@@ -307,6 +312,10 @@ func (v *Volume) Close() error {
 
 func (v *Volume) unmount() error {
 	if err := v.writeDirtyInodes(); err != nil {
+		return err
+	}
+	v.beginOp()
+	if err := v.endOpErr(v.releaseOrphans(true)); err != nil {
 		return err
 	}
 	if err := v.stopJournal(); err != nil {

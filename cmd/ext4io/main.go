@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strings"
 )
 
@@ -76,7 +77,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: ext4io COMMAND [ARGS]")
-	for _, name := range []string{"info", "ls", "cat", "stat", "fiemap", "mkfs", "create", "write", "fallocate", "truncate"} {
+	names := make([]string, 0, len(commands))
+	for name := range commands {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
 		fmt.Fprintf(w, "  ext4io %s\n", commands[name].usage)
 	}
 }

@@ -16,6 +16,7 @@ func cmdMkfs(args []string, w io.Writer) error {
 	features := fs.String("O", "", "features")
 	label := fs.String("L", "", "volume label")
 	isize := fs.Int("I", 0, "inode size")
+	srcDir := fs.String("d", "", "copy this directory tree into the new filesystem")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
@@ -35,6 +36,19 @@ func cmdMkfs(args []string, w io.Writer) error {
 	opts := ext4io.FormatOptions{BlockSize: *bs, Features: *features, Label: *label, InodeSize: *isize}
 	if err := ext4io.Format(dev, opts); err != nil {
 		return err
+	}
+	if *srcDir != "" {
+		v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
+		if err != nil {
+			return err
+		}
+		if err := importTree(v, *srcDir); err != nil {
+			v.Close()
+			return fmt.Errorf("importing %s: %w", *srcDir, err)
+		}
+		if err := v.Close(); err != nil {
+			return err
+		}
 	}
 	if err := dev.Flush(); err != nil {
 		return err

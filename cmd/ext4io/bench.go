@@ -1,0 +1,318 @@
+package main
+
+// ext4io bench: the seed threads' workloads through the File API, each
+// beside the raw device doing the same I/O pattern in the same run, and
+// optionally beside Linux's ext4 (fio over a loop device, --kernel).
+//
+// Layout of the backing device (a temporary image file by default):
+//
+//	[0, size-region)      filesystem window: formatted by ext4io before
+//	                      each workload (Format discards it first)
+//	[size-region, size)   raw window: the raw side's pread/pwrite region
+//
+// Both windows are the same backend over the same file, so "raw" is the
+// ceiling for any engine that does pread/pwrite on the image. Each
+// workload alternates raw and engine phases (benchRounds of each, runtime
+// split between them) so that load drifting on a shared machine hits both
+// sides alike, and the same goroutine seeds give both the same offsets.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ext4io/ext4io/blockdev"
+	"github.com/ext4io/ext4io/blockdev/memdev"
+)
+
+func init() {
+	commands["bench"] = command{
+		usage: "bench [--backend file|direct|mmap|memory] [--image PATH] [--size N] [--runtime 5s] [--goroutines N] " +
+			"[--block-size N] [--workloads a,b] [--json] [--svg FILE] [--kernel] [--dir DIR]",
+		run: cmdBench,
+	}
+}
+
+const (
+	benchSchema        = "ext4io-bench/1"
+	benchRounds        = 2       // raw/engine alternations per workload
+	defaultImageSize   = 4 << 30 // embedded image, when disk allows
+	minImageSize       = 64 << 20
+	defaultMemoryImage = 2 << 30
+)
+
+// benchConfig is the parsed command line.
+type benchConfig struct {
+	backend    string
+	image      string // user's image or device; "" = temporary
+	dir        string // where the temporary image (and kernel backing file) go
+	size       int64  // 0 = choose
+	runtime    time.Duration
+	goroutines int // 0 = per workload
+	blockSize  int
+	workloads  []workload
+	json       bool
+	svg        string
+	kernel     bool
+	seed       uint64
+	progress   bool
+	stderr     io.Writer
+}
+
+func parseBenchFlags(args []string) (*benchConfig, error) {
+	fs := newFlags("bench")
+	c := &benchConfig{stderr: os.Stderr}
+	var size, names string
+	fs.StringVar(&c.backend, "backend", "file", "file|direct|mmap|memory")
+	fs.StringVar(&c.image, "image", "", "image file or block device (overwritten!)")
+	fs.StringVar(&c.dir, "dir", os.TempDir(), "directory for the temporary image")
+	fs.StringVar(&size, "size", "", "device size (default: a few GiB, less if disk is short)")
+	fs.DurationVar(&c.runtime, "runtime", 5*time.Second, "time per workload, engine and raw each")
+	fs.IntVar(&c.goroutines, "goroutines", 0, "override the goroutines of random and fsync workloads")
+	fs.IntVar(&c.blockSize, "block-size", 4096, "filesystem block size")
+	fs.StringVar(&names, "workloads", "", "comma-separated subset (default all)")
+	fs.BoolVar(&c.json, "json", false, "machine-readable output")
+	fs.StringVar(&c.svg, "svg", "", "write an SVG bar chart to FILE")
+	fs.BoolVar(&c.kernel, "kernel", false, "also run the jobs with fio on Linux ext4 (root, fio)")
+	fs.Uint64Var(&c.seed, "seed", 1, "random offset seed")
+	noProgress := fs.Bool("no-progress", false, "no progress line on stderr")
+	forceProgress := fs.Bool("progress", false, "progress line on stderr even when it is not a terminal")
+	if err := fs.Parse(args); err != nil {
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if fs.NArg() != 0 {
+		return nil, fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	switch c.backend {
+	case "file", "direct", "mmap", "memory":
+	default:
+		return nil, fmt.Errorf("%w: unknown backend %q", errUsage, c.backend)
+	}
+	if c.backend == "memory" && c.image != "" {
+		return nil, fmt.Errorf("%w: --image makes no sense with --backend memory", errUsage)
+	}
+	if size != "" {
+		n, err := parseSize(size)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", errUsage, err)
+		}
+		c.size = n
+	}
+	if c.runtime <= 0 || c.goroutines < 0 {
+		return nil, fmt.Errorf("%w: --runtime must be positive and --goroutines non-negative", errUsage)
+	}
+	ws, err := selectWorkloads(names)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	c.workloads = ws
+	c.progress = *forceProgress || !c.json && !*noProgress && isTerminal(os.Stderr)
+	return c, nil
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func cmdBench(args []string, stdout io.Writer) error {
+	c, err := parseBenchFlags(args)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := runBench(ctx, c)
+	if err != nil {
+		return err
+	}
+	if c.svg != "" {
+		if err := writeBenchSVG(c.svg, rep); err != nil {
+			return err
+		}
+	}
+	if c.json {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	writeBenchText(stdout, rep)
+	return nil
+}
+
+// backing is the device under the bench and how to get rid of it.
+type backing struct {
+	dev       blockdev.Device
+	path      string // "" for memory
+	temporary bool   // path is ours: removed by close
+	desc      string
+}
+
+func (b *backing) close() error {
+	err := b.dev.Close()
+	if b.temporary {
+		if rerr := os.Remove(b.path); err == nil {
+			err = rerr
+		}
+	}
+	return err
+}
+
+// chooseSize picks the device size: the user's, else defaultImageSize
+// shrunk to a third of the free space (the run writes at most about two
+// regions plus metadata, a region being a quarter of the device).
+func chooseSize(c *benchConfig) (int64, error) {
+	if c.size > 0 {
+		return c.size, nil
+	}
+	if c.backend == "memory" {
+		return defaultMemoryImage, nil
+	}
+	free, err := freeBytes(c.dir)
+	if err != nil {
+		return 0, fmt.Errorf("statfs %s: %w", c.dir, err)
+	}
+	size := min(int64(defaultImageSize), free/3) &^ (64<<20 - 1)
+	if size < minImageSize {
+		return 0, fmt.Errorf("only %d MiB free in %s: the bench needs at least %d MiB (use --dir or --size)", free>>20, c.dir, 3*minImageSize>>20)
+	}
+	return size, nil
+}
+
+func openBacking(c *benchConfig) (*backing, error) {
+	if c.backend == "memory" {
+		size, err := chooseSize(c)
+		if err != nil {
+			return nil, err
+		}
+		return &backing{dev: memdev.New(size), desc: fmt.Sprintf("memdev, %d MiB", size>>20)}, nil
+	}
+	b := &backing{path: c.image}
+	if b.path == "" {
+		size, err := chooseSize(c)
+		if err != nil {
+			return nil, err
+		}
+		f, err := os.CreateTemp(c.dir, "ext4io-bench-*.img")
+		if err != nil {
+			return nil, err
+		}
+		b.path, b.temporary = f.Name(), true
+		f.Close()
+		d, err := blockdev.CreateFile(b.path, size)
+		if err != nil {
+			os.Remove(b.path)
+			return nil, err
+		}
+		d.Close()
+	} else if _, err := os.Stat(b.path); errors.Is(err, os.ErrNotExist) {
+		size, err := chooseSize(c)
+		if err != nil {
+			return nil, err
+		}
+		d, err := blockdev.CreateFile(b.path, size)
+		if err != nil {
+			return nil, err
+		}
+		d.Close()
+	}
+	var err error
+	switch c.backend {
+	case "file":
+		b.dev, err = blockdev.OpenFile(b.path, false)
+	case "direct":
+		b.dev, err = blockdev.OpenDirect(b.path, false)
+	case "mmap":
+		b.dev, err = openMmap(b.path)
+	}
+	if err != nil {
+		if b.temporary {
+			os.Remove(b.path)
+		}
+		return nil, err
+	}
+	kind := "image file"
+	if b.temporary {
+		kind = "temporary image file"
+	}
+	b.desc = fmt.Sprintf("%s %s (%d MiB, %s backend)", kind, b.path, b.dev.Size()>>20, c.backend)
+	return b, nil
+}
+
+// regionFor returns the raw region size (also each workload's file size)
+// for a device of size bytes: a quarter, at most 1 GiB, in whole MiB.
+func regionFor(size int64) int64 {
+	return min(size/4, 1<<30) &^ (1<<20 - 1)
+}
+
+func runBench(ctx context.Context, c *benchConfig) (*benchReport, error) {
+	b, err := openBacking(c)
+	if err != nil {
+		return nil, err
+	}
+	defer b.close()
+	size := b.dev.Size()
+	if c.size > 0 && c.size < size {
+		size = c.size
+	}
+	region := regionFor(size)
+	if region < 16<<20 {
+		return nil, fmt.Errorf("device of %d bytes is too small for the bench: need at least %d MiB", size, minImageSize>>20)
+	}
+	fsWin, fsDev := newWindow(b.dev, 0, size-region)
+	rawWin, rawDev := newWindow(b.dev, size-region, region)
+	r := &benchRun{cfg: c, fsWin: fsWin, fsDev: fsDev, rawWin: rawWin, rawDev: rawDev, region: region,
+		prog: newProgress(c.stderr, c.progress)}
+	defer r.closeEngine()
+	rep := newReport(c, b.desc, size, region)
+	for i, w := range c.workloads {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		r.prog.workload = fmt.Sprintf("[%d/%d] %s", i+1, len(c.workloads), w.Name)
+		res, err := r.runWorkload(ctx, w)
+		if err != nil {
+			r.prog.clear()
+			return nil, fmt.Errorf("workload %s: %w", w.Name, err)
+		}
+		rep.Workloads = append(rep.Workloads, res)
+	}
+	if err := r.closeEngine(); err != nil {
+		return nil, err
+	}
+	r.prog.clear()
+	if c.kernel {
+		dir := c.dir
+		if c.backend == "memory" {
+			dir = "/dev/shm"
+		} else if b.path != "" && !b.temporary {
+			dir = filepath.Dir(b.path)
+		}
+		rep.Kernel = runKernel(ctx, c, dir, region, rep.Workloads, r.prog)
+		r.prog.clear()
+	} else {
+		rep.Kernel = kernelInfo{Skipped: "not requested (--kernel)"}
+	}
+	rep.Machine.LoadAfter = loadAvg()
+	return rep, nil
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}

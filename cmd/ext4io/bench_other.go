@@ -1,0 +1,16 @@
+//go:build !unix
+
+package main
+
+import (
+	"fmt"
+
+	"github.com/ext4io/ext4io/blockdev"
+)
+
+// freeBytes is unknown on this platform: assume enough.
+func freeBytes(string) (int64, error) { return 1 << 40, nil }
+
+func openMmap(string) (blockdev.Device, error) {
+	return nil, fmt.Errorf("mmap backend: %w", blockdev.ErrUnsupported)
+}

@@ -1,0 +1,498 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ext4io/ext4io"
+	"github.com/ext4io/ext4io/blockdev"
+	"github.com/ext4io/ext4io/internal/benchstat"
+)
+
+// prepKind is the state a workload's file (and the raw region) starts in.
+type prepKind int
+
+const (
+	prepFresh       prepKind = iota // new empty file; raw region discarded
+	prepWritten                     // file fully written; raw region written
+	prepFallocated                  // FallocAllocate: unwritten extents; raw region discarded (holes)
+	prepWriteZeroes                 // FallocWriteZeroes: written zeroes; raw region ZeroOut
+)
+
+var prepNames = [...]string{"fresh file", "fully written file", "fallocated (unwritten) file", "write-zeroes file"}
+
+// opKind is what each operation does.
+type opKind int
+
+const (
+	opRandWrite  opKind = iota // IOSize at a uniform aligned offset in the region
+	opRandRead                 // same, reading
+	opSeqWrite                 // IOSize sequential; a new file when the region is full
+	opSmallFsync               // create a file, write IOSize, Sync (raw: write + flush)
+)
+
+// workload is one of the seed threads' jobs.
+type workload struct {
+	Name   string
+	Title  string
+	Jobs   int // goroutines (--goroutines overrides for random and fsync ops)
+	IOSize int
+	Prep   prepKind
+	Op     opKind
+	Direct bool // open the file with ext4io.Direct
+	Sync   bool // a final Sync, timed (buffered writes)
+	// fio describes the same job for --kernel.
+	fio fioJob
+}
+
+// allWorkloads in run order; neighbours sharing prepWritten reuse the
+// prepared file.
+var allWorkloads = []workload{
+	{Name: "overwrite-16", Title: "4k random direct overwrite", Jobs: 16, IOSize: 4096, Prep: prepWritten, Op: opRandWrite, Direct: true},
+	{Name: "overwrite-2", Title: "4k random direct overwrite", Jobs: 2, IOSize: 4096, Prep: prepWritten, Op: opRandWrite, Direct: true},
+	{Name: "randread-16", Title: "4k random direct read", Jobs: 16, IOSize: 4096, Prep: prepWritten, Op: opRandRead, Direct: true},
+	{Name: "randread-2", Title: "4k random direct read", Jobs: 2, IOSize: 4096, Prep: prepWritten, Op: opRandRead, Direct: true},
+	{Name: "fallocated-16", Title: "4k random direct write into fallocated", Jobs: 16, IOSize: 4096, Prep: prepFallocated, Op: opRandWrite, Direct: true},
+	{Name: "fallocated-2", Title: "4k random direct write into fallocated", Jobs: 2, IOSize: 4096, Prep: prepFallocated, Op: opRandWrite, Direct: true},
+	{Name: "writezeroes-16", Title: "4k random direct write after write-zeroes", Jobs: 16, IOSize: 4096, Prep: prepWriteZeroes, Op: opRandWrite, Direct: true},
+	{Name: "writezeroes-2", Title: "4k random direct write after write-zeroes", Jobs: 2, IOSize: 4096, Prep: prepWriteZeroes, Op: opRandWrite, Direct: true},
+	{Name: "seqwrite-1m", Title: "1 MiB sequential direct write, new file", Jobs: 1, IOSize: 1 << 20, Prep: prepFresh, Op: opSeqWrite, Direct: true},
+	{Name: "buffered-4k", Title: "4k buffered sequential write + final sync", Jobs: 1, IOSize: 4096, Prep: prepFresh, Op: opSeqWrite, Sync: true},
+	{Name: "fsync-small", Title: "small files: create, 4k write, fsync", Jobs: 4, IOSize: 4096, Prep: prepFresh, Op: opSmallFsync},
+}
+
+func selectWorkloads(list string) ([]workload, error) {
+	if list == "" {
+		return append([]workload(nil), allWorkloads...), nil
+	}
+	want := map[string]bool{}
+	for _, n := range strings.Split(list, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			want[n] = true
+		}
+	}
+	var out []workload
+	for _, w := range allWorkloads {
+		if want[w.Name] {
+			out = append(out, w)
+			delete(want, w.Name)
+		}
+	}
+	if len(want) > 0 {
+		var bad, names []string
+		for n := range want {
+			bad = append(bad, n)
+		}
+		for _, w := range allWorkloads {
+			names = append(names, w.Name)
+		}
+		sort.Strings(bad)
+		return nil, fmt.Errorf("unknown workload %s (have %s)", strings.Join(bad, ","), strings.Join(names, ","))
+	}
+	if len(out) == 0 {
+		return nil, errors.New("empty workload list")
+	}
+	return out, nil
+}
+
+// jobs returns the goroutines w runs with. Sequential workloads always
+// use one: a single stream is what they measure.
+func (c *benchConfig) jobs(w workload) int {
+	if c.goroutines > 0 && w.Op != opSeqWrite {
+		return c.goroutines
+	}
+	return w.Jobs
+}
+
+// side is what a phase does I/O through: the engine's file or the raw
+// region. Both see the same offsets.
+type side interface {
+	io.ReaderAt
+	io.WriterAt
+	// Sync makes written data durable (File.Sync, Device.Flush).
+	Sync() error
+	// Reset starts over on a new, empty file (sequential writes that
+	// filled the region). Raw regions just wrap.
+	Reset() error
+	// SmallFile creates file n, writes p into it and syncs it.
+	SmallFile(n int64, p []byte) error
+}
+
+type rawSide struct {
+	dev    blockdev.Device
+	region int64
+}
+
+func (r rawSide) ReadAt(p []byte, off int64) (int, error)  { return r.dev.ReadAt(p, off) }
+func (r rawSide) WriteAt(p []byte, off int64) (int, error) { return r.dev.WriteAt(p, off) }
+func (r rawSide) Sync() error                              { return r.dev.Flush() }
+func (r rawSide) Reset() error                             { return nil }
+func (r rawSide) SmallFile(n int64, p []byte) error {
+	if _, err := r.dev.WriteAt(p, n*int64(len(p))%(r.region/int64(len(p))*int64(len(p)))); err != nil {
+		return err
+	}
+	return r.dev.Flush()
+}
+
+type engineSide struct {
+	v *ext4io.Volume
+	f *ext4io.File // the workload's file (nil for fsync-small)
+}
+
+func (e engineSide) ReadAt(p []byte, off int64) (int, error)  { return e.f.ReadAt(p, off) }
+func (e engineSide) WriteAt(p []byte, off int64) (int, error) { return e.f.WriteAt(p, off) }
+func (e engineSide) Sync() error                              { return e.f.Sync() }
+func (e engineSide) Reset() error                             { return e.f.Truncate(0) }
+func (e engineSide) SmallFile(n int64, p []byte) error {
+	f, err := e.v.Create(fmt.Sprintf("/small-%d", n))
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteAt(p, 0); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// benchRun is the state of a bench across workloads. It is used by one
+// goroutine (phases start their own workers).
+type benchRun struct {
+	cfg           *benchConfig
+	fsWin, rawWin *window
+	fsDev, rawDev blockdev.Device
+	region        int64
+	prog          *progress
+	v             *ext4io.Volume
+	vPrep         prepKind // what the volume's /bench.dat holds
+	rawPrep       prepKind
+	rawPrepValid  bool
+}
+
+const benchFile = "/bench.dat"
+
+func (r *benchRun) closeEngine() error {
+	if r.v == nil {
+		return nil
+	}
+	err := r.v.Close()
+	r.v = nil
+	return err
+}
+
+// prepareEngine formats a fresh filesystem and prepares /bench.dat for w,
+// unless the current one already holds a fully written file and w wants
+// one. It returns the side to measure.
+func (r *benchRun) prepareEngine(w workload) (engineSide, error) {
+	if r.v == nil || w.Prep != prepWritten || r.vPrep != prepWritten {
+		if err := r.closeEngine(); err != nil {
+			return engineSide{}, err
+		}
+		if err := ext4io.Format(r.fsDev, ext4io.FormatOptions{BlockSize: r.cfg.blockSize, NoDiscard: true}); err != nil {
+			return engineSide{}, fmt.Errorf("format: %w", err)
+		}
+		v, err := ext4io.Open(r.fsDev, ext4io.Options{Writable: true})
+		if err != nil {
+			return engineSide{}, err
+		}
+		r.v = v
+		f, err := v.Create(benchFile)
+		if err != nil {
+			return engineSide{}, err
+		}
+		switch w.Prep {
+		case prepWritten:
+			err = fillSeq(f, r.region)
+		case prepFallocated:
+			err = f.Fallocate(ext4io.FallocAllocate, 0, r.region)
+		case prepWriteZeroes:
+			err = f.Fallocate(ext4io.FallocWriteZeroes, 0, r.region)
+		}
+		if err == nil {
+			err = f.Sync()
+		}
+		f.Close()
+		if err != nil {
+			return engineSide{}, fmt.Errorf("preparing %s: %w", prepNames[w.Prep], err)
+		}
+		r.vPrep = w.Prep
+	}
+	var flags ext4io.OpenFlag
+	if w.Direct {
+		flags |= ext4io.Direct
+	}
+	f, err := r.v.OpenFile(benchFile, flags)
+	if err != nil {
+		return engineSide{}, err
+	}
+	return engineSide{v: r.v, f: f}, nil
+}
+
+// fillSeq writes n bytes of a non-zero pattern with 1 MiB writes.
+func fillSeq(w io.WriterAt, n int64) error {
+	buf := pattern(1<<20, 0x5a)
+	for off := int64(0); off < n; off += int64(len(buf)) {
+		if _, err := w.WriteAt(buf[:min(int64(len(buf)), n-off)], off); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func pattern(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = seed + byte(i*7)
+	}
+	return b
+}
+
+func (r *benchRun) prepareRaw(w workload) (rawSide, error) {
+	s := rawSide{dev: r.rawDev, region: r.region}
+	if r.rawPrepValid && w.Prep == prepWritten && r.rawPrep == prepWritten {
+		return s, nil
+	}
+	var err error
+	switch w.Prep {
+	case prepWritten:
+		err = fillSeq(r.rawDev, r.region)
+	case prepFresh, prepFallocated:
+		err = r.rawDev.Discard(0, r.region)
+	case prepWriteZeroes:
+		err = r.rawDev.ZeroOut(0, r.region)
+	}
+	if err == nil {
+		err = r.rawDev.Flush()
+	}
+	if err != nil {
+		return s, fmt.Errorf("preparing raw region: %w", err)
+	}
+	r.rawPrep, r.rawPrepValid = w.Prep, true
+	return s, nil
+}
+
+// phaseTotals accumulates one side's phases of a workload.
+type phaseTotals struct {
+	hist     benchstat.Histogram
+	ops      int64
+	elapsed  time.Duration
+	dev      devSnap
+	counters map[string]float64 // engine only: deltas of uint64 counters, last value of gauges
+	prep     time.Duration
+}
+
+// seqState is a side's cursor for sequential workloads, kept across its
+// phases.
+type seqState struct{ off int64 }
+
+func (r *benchRun) runWorkload(ctx context.Context, w workload) (workloadResult, error) {
+	jobs := r.cfg.jobs(w)
+	t0 := time.Now()
+	r.prog.set("raw", "preparing", time.Time{}, 0)
+	raw, err := r.prepareRaw(w)
+	if err != nil {
+		return workloadResult{}, err
+	}
+	var rawT, engT phaseTotals
+	rawT.prep = time.Since(t0)
+	t0 = time.Now()
+	r.prog.set("engine", "preparing", time.Time{}, 0)
+	eng, err := r.prepareEngine(w)
+	if err != nil {
+		return workloadResult{}, err
+	}
+	defer func() {
+		if eng.f != nil {
+			eng.f.Close()
+		}
+	}()
+	engT.prep = time.Since(t0)
+	var rawSeq, engSeq seqState
+	var rawSmall, engSmall atomic.Int64
+	per := r.cfg.runtime / benchRounds
+	for round := 0; round < benchRounds; round++ {
+		label := fmt.Sprintf("round %d/%d", round+1, benchRounds)
+		if err := r.phase(ctx, w, jobs, round, raw, r.rawWin, &rawSeq, &rawSmall, per, &rawT, "raw", label); err != nil {
+			return workloadResult{}, fmt.Errorf("raw: %w", err)
+		}
+		before := engineCounters(r.v)
+		if err := r.phase(ctx, w, jobs, round, eng, r.fsWin, &engSeq, &engSmall, per, &engT, "engine", label); err != nil {
+			return workloadResult{}, fmt.Errorf("engine: %w", err)
+		}
+		engT.counters = addCounterDelta(engT.counters, before, engineCounters(r.v))
+	}
+	if w.Op == opSmallFsync || w.Op == opSeqWrite {
+		r.vPrep = prepFresh // the volume's files no longer match any prep
+	}
+	return makeResult(w, jobs, &engT, &rawT), nil
+}
+
+// phase runs w on s with jobs goroutines for d, adding to t.
+func (r *benchRun) phase(ctx context.Context, w workload, jobs, round int, s side, win *window,
+	seq *seqState, small *atomic.Int64, d time.Duration, t *phaseTotals, name, label string) error {
+	var (
+		stop    atomic.Bool
+		ops     atomic.Int64
+		wg      sync.WaitGroup
+		errOnce sync.Once
+		first   error
+		seqMu   sync.Mutex // serializes Reset against sequential writers
+	)
+	fail := func(err error) {
+		errOnce.Do(func() { first = err })
+		stop.Store(true)
+	}
+	hists := make([]benchstat.Histogram, jobs)
+	nblocks := r.region / int64(w.IOSize)
+	devBefore := win.c.snap()
+	start := time.Now()
+	timer := time.AfterFunc(d, func() { stop.Store(true) })
+	defer timer.Stop()
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			stop.Store(true)
+		case <-done:
+		}
+	}()
+	defer close(done)
+	r.prog.set(name, label, start.Add(-t.elapsed), t.ops)
+	r.prog.start(&ops)
+	for g := range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(r.cfg.seed, uint64(round)<<32|uint64(g)))
+			buf := pattern(w.IOSize, byte(g))
+			h := &hists[g]
+			for !stop.Load() {
+				var err error
+				t0 := time.Now()
+				switch w.Op {
+				case opRandWrite:
+					_, err = s.WriteAt(buf, rng.Int64N(nblocks)*int64(w.IOSize))
+				case opRandRead:
+					_, err = s.ReadAt(buf, rng.Int64N(nblocks)*int64(w.IOSize))
+				case opSeqWrite:
+					seqMu.Lock()
+					if seq.off+int64(w.IOSize) > r.region {
+						if err = s.Reset(); err != nil {
+							seqMu.Unlock()
+							break
+						}
+						seq.off = 0
+						t0 = time.Now() // the reset is in the elapsed time, not in a latency
+					}
+					off := seq.off
+					seq.off += int64(w.IOSize)
+					seqMu.Unlock()
+					_, err = s.WriteAt(buf, off)
+				case opSmallFsync:
+					err = s.SmallFile(small.Add(1), buf)
+				}
+				if err != nil {
+					fail(err)
+					return
+				}
+				h.Record(time.Since(t0))
+				ops.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if first == nil && w.Sync {
+		if err := s.Sync(); err != nil {
+			fail(err)
+		}
+	}
+	elapsed := time.Since(start)
+	r.prog.stop()
+	if first != nil {
+		return first
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for i := range hists {
+		t.hist.Merge(&hists[i])
+	}
+	t.ops += ops.Load()
+	t.elapsed += elapsed
+	after := win.c.snap().sub(devBefore)
+	t.dev = devSnap{t.dev.Reads + after.Reads, t.dev.Writes + after.Writes, t.dev.Flushes + after.Flushes,
+		t.dev.ZeroOuts + after.ZeroOuts, t.dev.Discards + after.Discards,
+		t.dev.ReadBytes + after.ReadBytes, t.dev.WriteBytes + after.WriteBytes}
+	return nil
+}
+
+// engineCounters snapshots the volume's optional counters: every
+// exported method in counterMethods that exists on the volume, takes no
+// arguments and returns a struct, flattened to "Method.Field". Fields of
+// unsigned type are event counters (reported as deltas over a phase);
+// signed ones are gauges (reported as their last value). Counters added
+// to the engine later (journal handles, lock modes, page cache) appear in
+// the report without changes here, as long as they follow that rule.
+func engineCounters(v any) map[string]counterValue {
+	out := map[string]counterValue{}
+	rv := reflect.ValueOf(v)
+	for _, name := range counterMethods {
+		m := rv.MethodByName(name)
+		if !m.IsValid() || m.Type().NumIn() != 0 || m.Type().NumOut() != 1 {
+			continue
+		}
+		res := m.Call(nil)[0]
+		if res.Kind() != reflect.Struct {
+			continue
+		}
+		for i := 0; i < res.NumField(); i++ {
+			f, ft := res.Field(i), res.Type().Field(i)
+			if !ft.IsExported() {
+				continue
+			}
+			key := name + "." + ft.Name
+			switch f.Kind() {
+			case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+				out[key] = counterValue{v: float64(f.Uint()), counter: true}
+			case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+				out[key] = counterValue{v: float64(f.Int())}
+			}
+		}
+	}
+	return out
+}
+
+// counterMethods are the Volume methods engineCounters looks for.
+var counterMethods = []string{"Counters", "CacheStats", "PageCacheStats", "JournalStats"}
+
+type counterValue struct {
+	v       float64
+	counter bool
+}
+
+func addCounterDelta(acc map[string]float64, before, after map[string]counterValue) map[string]float64 {
+	if acc == nil {
+		acc = map[string]float64{}
+	}
+	for k, a := range after {
+		if a.counter {
+			acc[k] += a.v - before[k].v
+		} else {
+			acc[k] = a.v
+		}
+	}
+	return acc
+}

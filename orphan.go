@@ -1,0 +1,457 @@
+package ext4io
+
+import (
+	"encoding/binary"
+	"fmt"
+	"runtime"
+	"sync"
+	"weak"
+
+	"github.com/ext4io/ext4io/internal/crc32c"
+	"github.com/ext4io/ext4io/internal/errs"
+	"github.com/ext4io/ext4io/layout"
+)
+
+// Orphans: inodes whose last name was removed while a File still had them
+// open. They stay allocated until the last File closes, and are recorded
+// on disk so that opening the volume after a crash frees them, as Linux's
+// ext4_orphan_cleanup does.
+//
+// Two on-disk forms, as in Linux:
+//
+//	orphan_file (compat 0x1000): inode s_orphan_file_inum; each block is
+//	  u32 inode numbers[(B-8)/4]   0 = free slot
+//	  ob_magic    u32 = 0x0b10ca04 (at B-8)
+//	  ob_checksum u32 = crc32c(inode seed of the orphan file,
+//	                    le64 physical block number ++ the entries)
+//	  and ro_compat orphan_present set while any slot is used.
+//	s_last_orphan chain (without orphan_file, or when it is full): the
+//	  superblock names the first orphan and each orphan's i_dtime the next.
+//
+// Invariants: O1 an inode is on the list iff its links reached 0 while
+// open (or it is being truncated by recovery); O2 orphan_present is set
+// iff an orphan file slot is used.
+
+// Part of the on-disk format.
+const orphanBlockMagic = 0x0b10ca04
+
+// nsState is the namespace state of one Volume kept outside the Volume
+// struct: open Files by inode and in-memory orphans. Its fields are
+// guarded by mu; omu serializes changes to the on-disk orphan list.
+type nsState struct {
+	mu struct {
+		sync.Mutex
+		open    map[uint32][]*File  // Files handed out by Open/Create
+		tracked int                 // len of all open slices, for pruning
+		orphans map[uint32]struct{} // unlinked while open, not yet freed
+	}
+	omu  sync.Mutex // on-disk orphan list changes
+	reap sync.Mutex // one reaper at a time
+}
+
+var nsStates sync.Map // weak.Pointer[Volume] -> *nsState
+
+func (v *Volume) ns() *nsState {
+	k := weak.Make(v)
+	if s, ok := nsStates.Load(k); ok {
+		return s.(*nsState)
+	}
+	s := &nsState{}
+	s.mu.open = make(map[uint32][]*File)
+	s.mu.orphans = make(map[uint32]struct{})
+	got, loaded := nsStates.LoadOrStore(k, s)
+	if !loaded {
+		runtime.AddCleanup(v, func(k weak.Pointer[Volume]) { nsStates.Delete(k) }, k)
+	}
+	return got.(*nsState)
+}
+
+func fileClosed(f *File) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.closed
+}
+
+// trackFile records a File handed to the user, so that unlinking its inode
+// defers freeing it.
+func (v *Volume) trackFile(f *File) {
+	if v.alloc == nil || f.in.IsDir() {
+		return
+	}
+	s := v.ns()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.mu.open[f.ino] = append(pruneClosed(s.mu.open[f.ino]), f)
+	s.mu.tracked++
+	if s.mu.tracked > 1024 && s.mu.tracked > 2*len(s.mu.open) {
+		s.mu.tracked = 0
+		for ino, fs := range s.mu.open {
+			fs = pruneClosed(fs)
+			if len(fs) == 0 {
+				delete(s.mu.open, ino)
+			} else {
+				s.mu.open[ino] = fs
+				s.mu.tracked += len(fs)
+			}
+		}
+	}
+}
+
+func pruneClosed(fs []*File) []*File {
+	out := fs[:0]
+	for _, f := range fs {
+		if !fileClosed(f) {
+			out = append(out, f)
+		}
+	}
+	clear(fs[len(out):])
+	return out
+}
+
+// inodeInUse reports whether a File of ino is still open. Call it without
+// the inode lock (File.Read holds the File's mutex while taking it).
+func (v *Volume) inodeInUse(ino uint32) bool {
+	s := v.ns()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fs := pruneClosed(s.mu.open[ino])
+	if len(fs) == 0 {
+		delete(s.mu.open, ino)
+		return false
+	}
+	s.mu.open[ino] = fs
+	return true
+}
+
+// orphanAddLocked puts n (locked, links 0) on the orphan list.
+func (v *Volume) orphanAddLocked(n *inode) error {
+	s := v.ns()
+	s.omu.Lock()
+	err := v.orphanDiskAddLocked(n)
+	s.omu.Unlock()
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.mu.orphans[n.ino] = struct{}{}
+	s.mu.Unlock()
+	return nil
+}
+
+func (v *Volume) orphanDiskAddLocked(n *inode) error {
+	if v.sb.HasCompat(layout.CompatOrphanFile) && v.sb.OrphanFileInum != 0 {
+		ok, err := v.orphanFileSet(0, n.ino)
+		if err != nil || ok {
+			if err == nil {
+				err = v.writeInodeLocked(n)
+			}
+			if err == nil {
+				err = v.setOrphanPresent(true)
+			}
+			return err
+		}
+		// Full: fall back to the list, as Linux does.
+	}
+	v.sbMu.Lock()
+	defer v.sbMu.Unlock()
+	n.in.Dtime = v.sb.LastOrphan
+	if err := v.writeInodeLocked(n); err != nil {
+		return err
+	}
+	v.sb.LastOrphan = n.ino
+	return v.writeSuperLocked()
+}
+
+// orphanFileSet replaces the first orphan file slot holding old with new
+// (old 0: take a free slot). It reports whether a slot was found.
+func (v *Volume) orphanFileSet(old, new uint32) (bool, error) {
+	found := false
+	err := v.orphanFileBlocks(func(pblk uint64, b []byte) (bool, error) {
+		for i := 0; i < (v.bs-8)/4; i++ {
+			if binary.LittleEndian.Uint32(b[4*i:]) != old {
+				continue
+			}
+			w, err := v.meta.GetWrite(pblk)
+			if err != nil {
+				return true, err
+			}
+			binary.LittleEndian.PutUint32(w[4*i:], new)
+			v.orphanBlockCsum(pblk, w)
+			found = true
+			return true, v.meta.Dirty(pblk, w)
+		}
+		return false, nil
+	})
+	return found, err
+}
+
+// orphanFileBlocks calls fn with each block of the orphan file (verified)
+// until fn returns stop.
+func (v *Volume) orphanFileBlocks(fn func(pblk uint64, b []byte) (stop bool, err error)) error {
+	of, err := v.getInode(v.sb.OrphanFileInum)
+	if err != nil {
+		return fmt.Errorf("ext4io: orphan file: %w", err)
+	}
+	if of.m == nil {
+		return &errs.CorruptError{What: "orphan file", Ino: of.ino, Off: -1, Msg: "not block-mapped"}
+	}
+	nblk := of.in.Size / uint64(v.bs)
+	for lblk := uint64(0); lblk < nblk; lblk++ {
+		m, err := of.m.lookup(lblk)
+		if err != nil {
+			return err
+		}
+		if m.kind != mapWritten {
+			return &errs.CorruptError{What: "orphan file", Ino: of.ino, Off: -1, Msg: fmt.Sprintf("block %d not mapped", lblk)}
+		}
+		b, err := v.meta.Read(m.pblk)
+		if err != nil {
+			return err
+		}
+		if binary.LittleEndian.Uint32(b[v.bs-8:]) != orphanBlockMagic {
+			return &errs.CorruptError{What: "orphan file block", Ino: of.ino, Block: m.pblk, Off: v.bs - 8, Msg: "bad magic"}
+		}
+		if v.csum && !v.opts.SkipChecksums {
+			if got, want := binary.LittleEndian.Uint32(b[v.bs-4:]), v.orphanCsum(of, m.pblk, b); got != want {
+				return &errs.CorruptError{What: "orphan file block", Ino: of.ino, Block: m.pblk, Off: v.bs - 4, Msg: fmt.Sprintf("checksum %#x != computed %#x", got, want)}
+			}
+		}
+		if stop, err := fn(m.pblk, b); stop || err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (v *Volume) orphanCsum(of *inode, pblk uint64, b []byte) uint32 {
+	var le [8]byte
+	binary.LittleEndian.PutUint64(le[:], pblk)
+	c := crc32c.Kernel(layout.InodeSeed(v.csumSeed, of.ino, of.in.Generation), le[:])
+	return crc32c.Kernel(c, b[:(v.bs-8)/4*4])
+}
+
+func (v *Volume) orphanBlockCsum(pblk uint64, b []byte) {
+	if !v.csum {
+		return
+	}
+	of, err := v.getInode(v.sb.OrphanFileInum)
+	if err != nil {
+		return
+	}
+	binary.LittleEndian.PutUint32(b[v.bs-4:], v.orphanCsum(of, pblk, b))
+}
+
+// setOrphanPresent sets or clears ro_compat orphan_present.
+func (v *Volume) setOrphanPresent(on bool) error {
+	v.sbMu.Lock()
+	defer v.sbMu.Unlock()
+	was := v.sb.FeatureRoCompat&layout.RoCompatOrphanPresent != 0
+	if was == on {
+		return nil
+	}
+	if on {
+		v.sb.FeatureRoCompat |= layout.RoCompatOrphanPresent
+	} else {
+		v.sb.FeatureRoCompat &^= layout.RoCompatOrphanPresent
+	}
+	return v.writeSuperLocked()
+}
+
+// orphanFileEmpty reports whether no orphan file slot is used.
+func (v *Volume) orphanFileEmpty() (bool, error) {
+	empty := true
+	err := v.orphanFileBlocks(func(_ uint64, b []byte) (bool, error) {
+		for i := 0; i < (v.bs-8)/4; i++ {
+			if binary.LittleEndian.Uint32(b[4*i:]) != 0 {
+				empty = false
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return empty, err
+}
+
+// orphanDelLocked takes n (locked) off the on-disk orphan list.
+func (v *Volume) orphanDelLocked(n *inode) error {
+	s := v.ns()
+	s.omu.Lock()
+	defer s.omu.Unlock()
+	if v.sb.HasCompat(layout.CompatOrphanFile) && v.sb.OrphanFileInum != 0 {
+		ok, err := v.orphanFileSet(n.ino, 0)
+		if err != nil {
+			return err
+		}
+		if ok {
+			empty, err := v.orphanFileEmpty()
+			if err == nil && empty {
+				err = v.setOrphanPresent(false)
+			}
+			return err
+		}
+	}
+	// The s_last_orphan chain.
+	v.sbMu.Lock()
+	head := v.sb.LastOrphan
+	if head == n.ino {
+		v.sb.LastOrphan = n.in.Dtime
+		err := v.writeSuperLocked()
+		v.sbMu.Unlock()
+		return err
+	}
+	v.sbMu.Unlock()
+	for hops, cur := 0, head; cur != 0; hops++ {
+		if hops > int(v.sb.InodesCount) || cur > v.sb.InodesCount {
+			return errs.Corruptf("orphan list", 0, -1, "s_last_orphan chain does not end (at inode %d)", cur)
+		}
+		p, err := v.getInode(cur)
+		if err != nil {
+			return err
+		}
+		if p == n {
+			break
+		}
+		p.mu.Lock()
+		next := p.in.Dtime
+		if next == n.ino {
+			p.in.Dtime = n.in.Dtime
+			err = v.writeInodeLocked(p)
+			p.mu.Unlock()
+			return err
+		}
+		p.mu.Unlock()
+		cur = next
+	}
+	return nil // not on the list
+}
+
+// releaseOrphans frees the in-memory orphans whose Files are all closed;
+// with all set (the volume is closing) it frees every one of them.
+// File.Close and Volume.Close should call it; namespace operations call
+// it too, so orphans go once their Files are closed.
+func (v *Volume) releaseOrphans(all bool) error {
+	if v.alloc == nil {
+		return nil
+	}
+	s := v.ns()
+	s.mu.Lock()
+	if len(s.mu.orphans) == 0 {
+		s.mu.Unlock()
+		return nil
+	}
+	var inos []uint32
+	for ino := range s.mu.orphans {
+		inos = append(inos, ino)
+	}
+	s.mu.Unlock()
+	s.reap.Lock()
+	defer s.reap.Unlock()
+	var first error
+	for _, ino := range inos {
+		if !all && v.inodeInUse(ino) {
+			continue
+		}
+		s.mu.Lock()
+		_, still := s.mu.orphans[ino]
+		delete(s.mu.orphans, ino)
+		s.mu.Unlock()
+		if !still {
+			continue
+		}
+		if err := v.freeOrphan(ino); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// freeOrphan takes ino off the orphan list and frees it if it has no
+// links left, or truncates the blocks past its size (an orphan of an
+// interrupted truncate).
+func (v *Volume) freeOrphan(ino uint32) error {
+	n, err := v.getInode(ino)
+	if err != nil {
+		return err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := v.orphanDelLocked(n); err != nil {
+		return err
+	}
+	if n.in.LinksCount == 0 {
+		return v.evictLocked(n)
+	}
+	n.in.Dtime = 0
+	if n.m != nil && n.m.tree != nil && n.in.IsReg() {
+		bs := uint64(v.bs)
+		if first := (n.in.Size + bs - 1) / bs; first < maxFileBlocks {
+			if err := n.m.tree.Remove(uint32(first), maxFileBlocks-1); err != nil {
+				return err
+			}
+			v.cache.Forget(ino)
+		}
+	}
+	return v.writeInodeLocked(n)
+}
+
+// processOrphans finishes what a crash interrupted, as ext4_orphan_cleanup
+// does when a volume is mounted read-write: every inode on the orphan file
+// or the s_last_orphan chain is freed (no links left) or truncated to its
+// size, and the list is emptied. Volume.openWritable should call it once
+// the allocator is up.
+func (v *Volume) processOrphans() error {
+	var inos []uint32
+	seen := map[uint32]bool{}
+	if v.sb.HasCompat(layout.CompatOrphanFile) && v.sb.OrphanFileInum != 0 {
+		err := v.orphanFileBlocks(func(_ uint64, b []byte) (bool, error) {
+			for i := 0; i < (v.bs-8)/4; i++ {
+				if ino := binary.LittleEndian.Uint32(b[4*i:]); ino != 0 && !seen[ino] {
+					seen[ino] = true
+					inos = append(inos, ino)
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	for cur, hops := v.sb.LastOrphan, 0; cur != 0; hops++ {
+		if cur < v.sb.FirstInode() || cur > v.sb.InodesCount || hops > int(v.sb.InodesCount) {
+			return errs.Corruptf("orphan list", 0, -1, "s_last_orphan chain reaches inode %d", cur)
+		}
+		if seen[cur] {
+			break
+		}
+		seen[cur] = true
+		inos = append(inos, cur)
+		in, err := v.readInode(cur)
+		if err != nil {
+			return err
+		}
+		cur = in.Dtime
+	}
+	for _, ino := range inos {
+		if ino < v.sb.FirstInode() || ino > v.sb.InodesCount {
+			return errs.Corruptf("orphan list", 0, -1, "orphan inode %d out of range", ino)
+		}
+		if err := v.freeOrphan(ino); err != nil {
+			return fmt.Errorf("ext4io: processing orphan inode %d: %w", ino, err)
+		}
+	}
+	v.sbMu.Lock()
+	changed := v.sb.LastOrphan != 0
+	v.sb.LastOrphan = 0
+	var err error
+	if changed {
+		err = v.writeSuperLocked()
+	}
+	v.sbMu.Unlock()
+	if err != nil {
+		return err
+	}
+	if v.sb.HasCompat(layout.CompatOrphanFile) && v.sb.OrphanFileInum != 0 {
+		return v.setOrphanPresent(false)
+	}
+	return nil
+}
