@@ -27,20 +27,23 @@
 //
 // # Caveats
 //
-// Writable volumes (Options.Writable) allocate, write, truncate and
-// fallocate through the extent engine, but do not journal yet: a crash in
-// the middle of an operation can leave metadata that e2fsck must repair.
-// Data is always written before the metadata that maps it. A volume whose
-// journal needs recovery is refused (ErrUnsupported) unless
-// Options.NoRecovery is set, in which case it is read-only and reads may see
-// metadata older than the journal's. Direct overwrites defer the inode's
-// mtime update to File.Sync or Volume.Close.
+// Writable volumes (Options.Writable) journal every metadata change
+// through jbd2 (when the filesystem has a journal): an operation's changes
+// commit together, File.Sync waits for the commit, and Close checkpoints.
+// Data is written to the device before the metadata that maps it commits.
+// There is no page cache yet: every write goes to the device. Direct
+// overwrites defer the inode's mtime update to File.Sync or Volume.Close.
+// A volume whose journal needs recovery is replayed by Open (in memory for
+// read-only opens) unless Options.NoRecovery is set.
+//
+// Operations that change metadata hold the volume's transaction gate
+// shared; they must not call each other (see beginOp in jmeta.go).
 //
 // # Lock order
 //
 // Outer to inner, across all packages (see each package for its locks):
 //
-//	Volume state
+//	Volume state, journal transaction gate (shared per operation)
 //	└─ inode lock (inode.mu, read/write: ext4's i_rwsem)
 //	   └─ inode.dataMu (ext4's i_data_sem: inode fields under a shared lock)
 //	      └─ extent.Tree mutex

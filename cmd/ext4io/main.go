@@ -5,7 +5,8 @@
 //	ext4io cat IMAGE PATH           file contents to stdout
 //	ext4io stat IMAGE PATH          inode metadata
 //	ext4io fiemap IMAGE PATH        one line per extent, like filefrag -v
-//	ext4io mkfs [-b BLOCKSIZE] [-O FEATURES] [-L LABEL] IMAGE SIZE
+//	ext4io mkfs [-b BLOCKSIZE] [-O FEATURES] [-L LABEL] [-d DIR] IMAGE SIZE
+//	ext4io bench, put, get, mkdir, rm, mv, journal, recover: see usage
 //	ext4io create IMAGE PATH        new empty file
 //	ext4io write IMAGE PATH [--offset N]   stdin into the file
 //	ext4io fallocate IMAGE PATH OFFSET LENGTH [--mode MODE]
@@ -36,7 +37,7 @@ var commands = map[string]command{
 	"cat":       {"cat IMAGE PATH", cmdCat},
 	"stat":      {"stat IMAGE PATH", cmdStat},
 	"fiemap":    {"fiemap IMAGE PATH", cmdFiemap},
-	"mkfs":      {"mkfs [-b BLOCKSIZE] [-O FEATURE,^FEATURE...] [-L LABEL] [-I INODESIZE] IMAGE SIZE", cmdMkfs},
+	"mkfs":      {"mkfs [-b BLOCKSIZE] [-O FEATURE,^FEATURE...] [-L LABEL] [-I INODESIZE] [-d DIR] IMAGE SIZE", cmdMkfs},
 	"create":    {"create IMAGE PATH", cmdCreate},
 	"write":     {"write IMAGE PATH [--offset N] [--direct]   (stdin into the file)", cmdWrite},
 	"fallocate": {"fallocate IMAGE PATH OFFSET LENGTH [--mode allocate|keep-size|punch-hole|zero-range|write-zeroes]", cmdFallocate},
