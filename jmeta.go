@@ -216,3 +216,21 @@ func (v *Volume) stopJournal() error {
 	}
 	return err
 }
+
+// Sync makes every change made so far durable, like syncfs: deferred inode
+// updates are written, the journal commits and the device is flushed.
+func (v *Volume) Sync() error {
+	if err := v.checkOpen(); err != nil {
+		return err
+	}
+	if v.alloc == nil {
+		return nil
+	}
+	if err := v.writeDirtyInodes(); err != nil {
+		return err
+	}
+	if v.jm != nil {
+		return v.jm.commit(true)
+	}
+	return v.flushDev()
+}
