@@ -150,10 +150,18 @@ func (f *File) writeShared(p []byte, off int64) (n int, err error, ok bool) {
 }
 
 // convertLocked marks [lblk, lblk+n) written after its data reached the
-// device and drops the cached mapping of the blocks it touched. The
+// device and drops the cached mapping of the blocks it touched.
+//
+// Conversion happens at I/O completion, when the data is already on the
+// device, so it must not fail for want of space: the tree blocks a split
+// needs are taken with MustSucceed, which may draw on the allocator's
+// reserved pool (min(2% of blocks, 4096) by default) and the root-reserved
+// blocks, as ext4 draws on its reserved clusters. Only when those are
+// exhausted too does the write fail with ErrNoSpace; the blocks then stay
+// unwritten and keep reading as zeroes. The
 // caller holds n.mu exclusively, or shared with dataMu.
 func (f *File) convertLocked(lblk, n uint64) error {
-	if err := f.m.tree.MarkWritten(uint32(lblk), uint32(n), false); err != nil {
+	if err := f.m.tree.MarkWritten(uint32(lblk), uint32(n), true); err != nil {
 		return err
 	}
 	f.v.stats.conversions.Add(1)
@@ -167,7 +175,7 @@ func (f *File) convertLocked(lblk, n uint64) error {
 // convertExactLocked is convertLocked without zero-out, for conversions
 // under the shared inode lock (see extent.Tree.MarkWrittenExact).
 func (f *File) convertExactLocked(lblk, n uint64) error {
-	if err := f.m.tree.MarkWrittenExact(uint32(lblk), uint32(n), false); err != nil {
+	if err := f.m.tree.MarkWrittenExact(uint32(lblk), uint32(n), true); err != nil {
 		return err
 	}
 	f.v.stats.conversions.Add(1)
