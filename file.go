@@ -311,11 +311,11 @@ func (f *File) info() *FileInfo {
 type FileInfo struct {
 	name       string
 	Ino        uint32
-	Mode_      uint16 // raw i_mode
+	IMode      uint16 // raw i_mode
 	Nlink      uint16
 	UID        uint32
 	GID        uint32
-	Size_      int64
+	size       int64
 	Blocks     uint64 // 512-byte units
 	Atime      time.Time
 	Mtime      time.Time
@@ -327,8 +327,8 @@ type FileInfo struct {
 
 func newFileInfo(v *Volume, name string, ino uint32, in *layout.Inode) *FileInfo {
 	fi := &FileInfo{
-		name: name, Ino: ino, Mode_: in.Mode, Nlink: in.LinksCount, UID: in.UID, GID: in.GID,
-		Size_: int64(in.Size), Blocks: in.Blocks(v.sb),
+		name: name, Ino: ino, IMode: in.Mode, Nlink: in.LinksCount, UID: in.UID, GID: in.GID,
+		size: int64(in.Size), Blocks: in.Blocks(v.sb),
 		Atime: in.Atime.Time(), Mtime: in.Mtime.Time(), Ctime: in.Ctime.Time(),
 		Flags: in.Flags, Generation: in.Generation,
 	}
@@ -339,24 +339,24 @@ func newFileInfo(v *Volume, name string, ino uint32, in *layout.Inode) *FileInfo
 }
 
 func (fi *FileInfo) Name() string       { return fi.name }
-func (fi *FileInfo) Size() int64        { return fi.Size_ }
+func (fi *FileInfo) Size() int64        { return fi.size }
 func (fi *FileInfo) ModTime() time.Time { return fi.Mtime }
-func (fi *FileInfo) IsDir() bool        { return fi.Mode_&layout.ModeFmt == layout.ModeDir }
+func (fi *FileInfo) IsDir() bool        { return fi.IMode&layout.ModeFmt == layout.ModeDir }
 func (fi *FileInfo) Sys() any           { return fi }
 
 // Mode converts i_mode to an fs.FileMode.
 func (fi *FileInfo) Mode() fs.FileMode {
-	m := fs.FileMode(fi.Mode_ & 0o777)
-	if fi.Mode_&0o4000 != 0 {
+	m := fs.FileMode(fi.IMode & 0o777)
+	if fi.IMode&0o4000 != 0 {
 		m |= fs.ModeSetuid
 	}
-	if fi.Mode_&0o2000 != 0 {
+	if fi.IMode&0o2000 != 0 {
 		m |= fs.ModeSetgid
 	}
-	if fi.Mode_&0o1000 != 0 {
+	if fi.IMode&0o1000 != 0 {
 		m |= fs.ModeSticky
 	}
-	switch fi.Mode_ & layout.ModeFmt {
+	switch fi.IMode & layout.ModeFmt {
 	case layout.ModeDir:
 		m |= fs.ModeDir
 	case layout.ModeLnk:

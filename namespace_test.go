@@ -139,8 +139,8 @@ func checkVolume(t *testing.T, v *ext4io.Volume, m *nsModel, seed uint64) {
 			if int(fi.Nlink) != c.nlink() {
 				t.Fatalf("seed %d: %s nlink %d, model %d", seed, cp, fi.Nlink, c.nlink())
 			}
-			if fi.Mode_&0o7777 != c.perm {
-				t.Fatalf("seed %d: %s mode %o, model %o", seed, cp, fi.Mode_&0o7777, c.perm)
+			if fi.IMode&0o7777 != c.perm {
+				t.Fatalf("seed %d: %s mode %o, model %o", seed, cp, fi.IMode&0o7777, c.perm)
 			}
 			switch c.kind {
 			case 'd':

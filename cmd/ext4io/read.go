@@ -146,7 +146,7 @@ func cmdStat(args []string, w io.Writer) error {
 	p := func(k string, f string, a ...any) { fmt.Fprintf(tw, "%s:\t"+f+"\n", append([]any{k}, a...)...) }
 	ts := func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000000000 MST") }
 	p("Inode", "%d", fi.Ino)
-	p("Mode", "%s (%#o)", fi.Mode(), fi.Mode_)
+	p("Mode", "%s (%#o)", fi.Mode(), fi.IMode)
 	p("Links", "%d", fi.Nlink)
 	p("UID/GID", "%d/%d", fi.UID, fi.GID)
 	p("Size", "%d", fi.Size())
