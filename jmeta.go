@@ -72,12 +72,16 @@ func (m *jmeta) Dirty(blk uint64, b []byte) error {
 
 func (m *jmeta) ZeroOut(blk, n uint64) error { return m.dev.ZeroOut(blk, n) }
 
-// revoke records that metadata block blk was freed.
+// revoke records that metadata block blk was freed: its pending copy is
+// dropped, a revoke goes into the next commit, and the journal forgets its
+// uncheckpointed copies so that a checkpoint never writes them over
+// whatever reuses the block.
 func (m *jmeta) revoke(blk uint64) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	delete(m.pending, blk)
 	m.revokes[blk] = struct{}{}
+	m.mu.Unlock()
+	m.j.Forget(blk)
 }
 
 func (m *jmeta) pendingLen() int {

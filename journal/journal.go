@@ -75,6 +75,11 @@ type Journal struct {
 		closed     bool
 		started    bool // commit goroutine running
 		changed    chan struct{}
+		// forgotten maps a block freed by the file system to the first
+		// tid whose copies of it still count: copies in older
+		// transactions are neither checkpointed nor returned by Lookup
+		// (jbd2_journal_forget). Entries go once those are checkpointed.
+		forgotten map[uint64]uint32
 	}
 	kick chan struct{}
 	stop chan struct{}
@@ -350,7 +355,11 @@ func (j *Journal) Lookup(blk uint64, buf []byte) bool {
 	for i := len(j.mu.checkpoint) - 1; i >= 0; i-- {
 		ts = append(ts, j.mu.checkpoint[i])
 	}
+	fromTid, forgot := j.mu.forgotten[blk]
 	for _, t := range ts {
+		if forgot && tidGT(fromTid, t.tid) {
+			return false
+		}
 		if d, ok := t.buffers[blk]; ok {
 			copy(buf, d)
 			return true
@@ -455,4 +464,25 @@ type Stats struct {
 	Commits     uint64 // transactions committed
 	Checkpoints uint64 // checkpoint rounds
 	LogBlocks   uint64 // blocks written to the log
+}
+
+// Forget tells the journal that metadata block blk was freed by the file
+// system (jbd2_journal_forget): the copies of blk in transactions already
+// created are no longer written home by a checkpoint nor returned by
+// Lookup, so the block can be reused, for data too, right away. The copies
+// stay in the log: until a transaction revoking blk commits, a crash
+// replays them, which is consistent because nothing committed references
+// the reuse yet. Callers revoke blk in the transaction that frees it.
+func (j *Journal) Forget(blk uint64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.mu.forgotten == nil {
+		j.mu.forgotten = make(map[uint64]uint32)
+	}
+	j.mu.forgotten[blk] = j.mu.nextTid
+	if t := j.mu.running; t != nil {
+		// Copies in the running transaction are dropped by the revoke the
+		// caller logs into it; count them as forgotten too.
+		j.mu.forgotten[blk] = t.tid + 1
+	}
 }

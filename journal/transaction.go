@@ -179,6 +179,8 @@ func (h *Handle) Dirty(blk uint64, data []byte) error {
 	}
 	copy(b, data)
 	delete(h.t.revokes, blk)
+	// Reused as metadata: this copy is the newest and must reach home.
+	delete(j.mu.forgotten, blk)
 	return nil
 }
 
@@ -502,6 +504,10 @@ func (j *Journal) Checkpoint() error {
 		return j.mu.err
 	}
 	list := append([]*transaction(nil), j.mu.checkpoint...)
+	forgotten := make(map[uint64]uint32, len(j.mu.forgotten))
+	for b, tid := range j.mu.forgotten {
+		forgotten[b] = tid
+	}
 	j.mu.Unlock()
 	if len(list) == 0 {
 		return nil
@@ -523,6 +529,9 @@ func (j *Journal) Checkpoint() error {
 	}
 	for _, b := range sortedKeys(owner) {
 		if t := owner[b]; t != nil {
+			if from, ok := forgotten[b]; ok && tidGT(from, t.tid) {
+				continue // freed since: its home may hold new data
+			}
 			if err := j.writeHome(b, t.buffers[b]); err != nil {
 				return fail(err)
 			}
@@ -563,6 +572,11 @@ func (j *Journal) Checkpoint() error {
 	}
 	j.mu.tail, j.mu.tailSeq = tail, seq
 	j.mu.used -= freed
+	for b, from := range j.mu.forgotten {
+		if !tidGT(from, seq) { // every transaction older than from is home
+			delete(j.mu.forgotten, b)
+		}
+	}
 	stats.checkpoints.Add(1)
 	j.broadcastLocked()
 	return nil
