@@ -149,13 +149,27 @@ func TestFsx(t *testing.T) {
 					}
 					m.truncate(size)
 				case op < 9:
-					modes := []ext4io.FallocMode{ext4io.FallocAllocate, ext4io.FallocKeepSize, ext4io.FallocPunchHole, ext4io.FallocZeroRange, ext4io.FallocWriteZeroes}
+					modes := []ext4io.FallocMode{ext4io.FallocAllocate, ext4io.FallocKeepSize, ext4io.FallocPunchHole,
+						ext4io.FallocZeroRange, ext4io.FallocWriteZeroes, ext4io.FallocCollapseRange, ext4io.FallocInsertRange}
 					mode := modes[rng.IntN(len(modes))]
 					off, n := randOff(), randLen()
+					size := int64(len(m.data))
+					if mode == ext4io.FallocCollapseRange || mode == ext4io.FallocInsertRange {
+						// Block-aligned, inside the file (collapse: before EOF).
+						off, n = off/bs*bs, (n+bs-1)/bs*bs
+						if mode == ext4io.FallocCollapseRange && off+n >= size || mode == ext4io.FallocInsertRange && off >= size ||
+							size+n > maxSize*2 {
+							break
+						}
+					}
 					if err := f.Fallocate(mode, off, n); err != nil {
 						t.Fatalf("step %d: fallocate %v %s [%d,+%d): %v", step, mode, m.name, off, n, err)
 					}
 					switch mode {
+					case ext4io.FallocCollapseRange:
+						m.data = append(m.data[:off], m.data[off+n:]...)
+					case ext4io.FallocInsertRange:
+						m.data = append(m.data[:off], append(make([]byte, n), m.data[off:]...)...)
 					case ext4io.FallocAllocate:
 						if off+n > int64(len(m.data)) {
 							m.truncate(off + n)

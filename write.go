@@ -407,9 +407,14 @@ const (
 	// device's ZeroOut, so later writes are overwrites
 	// (FALLOC_FL_WRITE_ZEROES); it grows the file to cover the range.
 	FallocWriteZeroes
-	// FallocCollapseRange and FallocInsertRange shift the extents after
-	// the range. Not implemented yet: Fallocate returns ErrUnsupported.
+	// FallocCollapseRange removes the range and shifts everything after
+	// it down, shrinking the file (FALLOC_FL_COLLAPSE_RANGE). Offset and
+	// length must be block-aligned and the range must end before EOF.
 	FallocCollapseRange
+	// FallocInsertRange shifts everything from the offset up by the
+	// length, inserting a hole and growing the file
+	// (FALLOC_FL_INSERT_RANGE). Offset and length must be block-aligned
+	// and the offset inside the file.
 	FallocInsertRange
 )
 
@@ -470,11 +475,14 @@ func (f *File) fallocate(mode FallocMode, off, length int64) error {
 		}
 	case FallocWriteZeroes:
 		err = f.preallocLocked(off, length, true)
+	case FallocCollapseRange, FallocInsertRange:
+		err = f.shiftRangeLocked(mode, off, length)
 	default:
 		err = fmt.Errorf("fallocate mode %v: %w", mode, ErrUnsupported)
 	}
 	if err == nil {
-		if end := uint64(off + length); mode != FallocKeepSize && mode != FallocPunchHole && end > f.in.Size {
+		if end := uint64(off + length); mode != FallocKeepSize && mode != FallocPunchHole &&
+			mode != FallocCollapseRange && mode != FallocInsertRange && end > f.in.Size {
 			f.in.Size = end
 		}
 		f.touchLocked()
@@ -555,6 +563,45 @@ func (f *File) preallocLocked(off, length int64, written bool) error {
 		}
 		lblk += n
 	}
+	return nil
+}
+
+// shiftRangeLocked implements collapse-range and insert-range with
+// extent.Tree.Shift, as ext4_collapse_range/ext4_insert_range do.
+func (f *File) shiftRangeLocked(mode FallocMode, off, length int64) error {
+	bs := int64(f.v.bs)
+	size := int64(f.in.Size)
+	if off%bs != 0 || length%bs != 0 {
+		return fmt.Errorf("%v needs block-aligned offset and length (block size %d): %w", mode, bs, ErrInvalid)
+	}
+	first, n := uint32(off/bs), length/bs
+	if mode == FallocCollapseRange {
+		if off+length >= size {
+			return fmt.Errorf("collapse-range [%d,+%d) reaches EOF %d: %w", off, length, size, ErrInvalid)
+		}
+		if err := f.m.tree.Remove(first, uint32(off/bs+n-1)); err != nil {
+			return err
+		}
+		if err := f.m.tree.Shift(first+uint32(n), -n); err != nil {
+			return err
+		}
+		f.in.Size -= uint64(length)
+	} else {
+		if off >= size {
+			return fmt.Errorf("insert-range at %d is not inside the file (size %d): %w", off, size, ErrInvalid)
+		}
+		if uint64(size+length) > uint64(maxFileBlocks)*uint64(bs) {
+			return fmt.Errorf("insert-range: file would exceed the largest size: %w", ErrInvalid)
+		}
+		if err := f.m.tree.SplitAt(first, false); err != nil {
+			return err
+		}
+		if err := f.m.tree.Shift(first, n); err != nil {
+			return err
+		}
+		f.in.Size += uint64(length)
+	}
+	f.m.es.Remove(first, uint32(maxFileBlocks-uint64(first)))
 	return nil
 }
 
