@@ -359,7 +359,12 @@ func (v *Volume) resolveFrom(start uint32, name string, followLast bool, hops *i
 		if len(p) > layout.MaxNameLen {
 			return nil, fmt.Errorf("name %.20q... longer than %d bytes: %w", p, layout.MaxNameLen, ErrInvalid)
 		}
+		// Lookups share the directory's lock with each other and exclude
+		// inserts, removals and htree splits, which change several blocks
+		// (Linux's VFS takes i_rwsem shared for lookup).
+		dir.n.mu.RLock()
 		e, err := dir.lookupName(p)
+		dir.n.mu.RUnlock()
 		if err != nil {
 			if errors.Is(err, ErrNotFound) && i < len(parts)-1 {
 				return nil, fmt.Errorf("%s: %w", path.Join(parts[:i+1]...), ErrNotFound)
@@ -476,6 +481,8 @@ func (v *Volume) ReadDir(name string) ([]DirEntry, error) {
 }
 
 func (f *File) readDirAll() ([]DirEntry, error) {
+	f.n.mu.RLock()
+	defer f.n.mu.RUnlock()
 	if !f.in.IsDir() {
 		return nil, fmt.Errorf("not a directory: %w", ErrInvalid)
 	}

@@ -2,6 +2,7 @@ package ext4io
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -38,6 +39,13 @@ type jmeta struct {
 	mu      sync.Mutex
 	pending map[uint64][]byte   // guarded by mu
 	revokes map[uint64]struct{} // guarded by mu
+	// committing is the set being moved into the journal by commit; reads
+	// see it until the journal holds the blocks. Guarded by mu.
+	committing map[uint64][]byte
+	// failed is set when an operation failed with an I/O error or found
+	// corruption after changing metadata: nothing more is committed, so
+	// the journal keeps the last consistent state (errors=remount-ro).
+	failed error // guarded by mu
 
 	commitAt int // pending blocks that trigger a commit at the end of an operation
 	maxChunk int // most blocks one journal handle takes
@@ -48,6 +56,11 @@ var _ alloc.MetaIO = (*jmeta)(nil)
 func (m *jmeta) Read(blk uint64) ([]byte, error) {
 	m.mu.Lock()
 	if b, ok := m.pending[blk]; ok {
+		c := append([]byte(nil), b...)
+		m.mu.Unlock()
+		return c, nil
+	}
+	if b, ok := m.committing[blk]; ok {
 		c := append([]byte(nil), b...)
 		m.mu.Unlock()
 		return c, nil
@@ -96,20 +109,60 @@ func (m *jmeta) commit(wait bool) error {
 	v := m.v
 	v.txnGate.Lock()
 	m.mu.Lock()
+	if m.failed != nil {
+		err := m.failed
+		m.mu.Unlock()
+		v.txnGate.Unlock()
+		return fmt.Errorf("ext4io: volume stopped committing after an error: %w: %w", ErrReadOnly, err)
+	}
 	pending, revokes := m.pending, m.revokes
 	m.pending, m.revokes = make(map[uint64][]byte), make(map[uint64]struct{})
+	m.committing = pending
 	m.mu.Unlock()
 	err := m.log(pending, revokes)
+	m.mu.Lock()
+	m.committing = nil
+	if err != nil {
+		m.failLocked(err, pending, revokes)
+	}
+	m.mu.Unlock()
 	v.txnGate.Unlock()
 	if err != nil {
 		return err
 	}
 	if wait {
 		if err := m.j.Sync(context.Background()); err != nil {
-			return fmt.Errorf("ext4io: journal commit: %w", err)
+			err = fmt.Errorf("ext4io: journal commit: %w", err)
+			m.mu.Lock()
+			m.failLocked(err, pending, revokes)
+			m.mu.Unlock()
+			return err
 		}
 	}
 	return nil
+}
+
+// failLocked stops committing after err and keeps the blocks of the failed
+// commit readable in memory (the journal may have dropped them), so that
+// the volume's in-memory state never goes back in time: later reads see
+// what earlier operations wrote, as Linux's page cache does after a
+// journal abort. Newer pending copies win. m.mu is held.
+func (m *jmeta) failLocked(err error, pending map[uint64][]byte, revokes map[uint64]struct{}) {
+	if m.failed == nil {
+		m.failed = err
+	}
+	for b, d := range pending {
+		if _, newer := m.pending[b]; !newer {
+			if _, rev := m.revokes[b]; !rev {
+				m.pending[b] = d
+			}
+		}
+	}
+	for b := range revokes {
+		if _, newer := m.pending[b]; !newer {
+			m.revokes[b] = struct{}{}
+		}
+	}
 }
 
 // log puts the blocks and revokes into journal handles of at most
@@ -157,12 +210,33 @@ func (m *jmeta) log(pending map[uint64][]byte, revokes map[uint64]struct{}) erro
 	return nil
 }
 
-// endOpErr is endOp that keeps the operation's own error first.
+// endOpErr is endOp that keeps the operation's own error first. An
+// operation that failed with an I/O error or found corrupt metadata may
+// have left half its changes in the pending set: the volume stops
+// committing (the journal keeps the last consistent state, as Linux's
+// errors=remount-ro), and later writes fail with ErrReadOnly.
 func (v *Volume) endOpErr(err error) error {
+	if err != nil && v.jm != nil && (errors.Is(err, ErrIO) || errors.Is(err, ErrCorrupt)) {
+		v.jm.mu.Lock()
+		if v.jm.failed == nil {
+			v.jm.failed = err
+		}
+		v.jm.mu.Unlock()
+	}
 	if eerr := v.endOp(); err == nil {
 		err = eerr
 	}
 	return err
+}
+
+// failed returns the error that stopped a writable volume, or nil.
+func (v *Volume) failed() error {
+	if v.jm == nil {
+		return nil
+	}
+	v.jm.mu.Lock()
+	defer v.jm.mu.Unlock()
+	return v.jm.failed
 }
 
 // beginOp enters a metadata-changing operation (see jmeta). Lock order:
@@ -213,6 +287,13 @@ func (v *Volume) startJournal() error {
 func (v *Volume) stopJournal() error {
 	if v.jm == nil {
 		return nil
+	}
+	if ferr := v.failed(); ferr != nil {
+		// Checkpoint what committed; drop the rest.
+		if cerr := v.jm.j.Close(); cerr != nil {
+			return errors.Join(ferr, cerr)
+		}
+		return ferr
 	}
 	err := v.jm.commit(true)
 	if cerr := v.jm.j.Close(); err == nil && cerr != nil {

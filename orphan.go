@@ -165,6 +165,10 @@ func (v *Volume) orphanDiskAddLocked(n *inode) error {
 // orphanFileSet replaces the first orphan file slot holding old with new
 // (old 0: take a free slot). It reports whether a slot was found.
 func (v *Volume) orphanFileSet(old, new uint32) (bool, error) {
+	// Unlinks of different files share the orphan file's blocks: serialize
+	// the read-modify-write of its slots.
+	v.orphanMu.Lock()
+	defer v.orphanMu.Unlock()
 	found := false
 	err := v.orphanFileBlocks(func(pblk uint64, b []byte) (bool, error) {
 		for i := 0; i < (v.bs-8)/4; i++ {
@@ -245,14 +249,8 @@ func (v *Volume) orphanBlockCsum(pblk uint64, b []byte) {
 func (v *Volume) setOrphanPresent(on bool) error {
 	v.sbMu.Lock()
 	defer v.sbMu.Unlock()
-	was := v.sb.FeatureRoCompat&layout.RoCompatOrphanPresent != 0
-	if was == on {
+	if v.orphanPresent.Swap(on) == on {
 		return nil
-	}
-	if on {
-		v.sb.FeatureRoCompat |= layout.RoCompatOrphanPresent
-	} else {
-		v.sb.FeatureRoCompat &^= layout.RoCompatOrphanPresent
 	}
 	return v.writeSuperLocked()
 }

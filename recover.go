@@ -107,7 +107,7 @@ func (v *Volume) recover() error {
 	}
 	v.sbMu.Lock()
 	defer v.sbMu.Unlock()
-	if err := v.writeSuperLocked(); err != nil {
+	if err := v.writeSuperDirectLocked(); err != nil {
 		return err
 	}
 	return v.flushDev()

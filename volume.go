@@ -66,6 +66,11 @@ type Volume struct {
 
 	recovered *RecoveryInfo // what Open replayed, nil if nothing
 
+	// orphanPresent is the orphan_present ro_compat flag of a writable
+	// volume, applied when the superblock is encoded.
+	orphanPresent atomic.Bool
+	orphanMu      sync.Mutex // serializes changes to the orphan file's slots
+
 	inoMu  sync.Mutex
 	inodes map[uint32]*inode // guarded by inoMu
 
@@ -163,32 +168,67 @@ func (v *Volume) openWritable() error {
 		return err
 	}
 	v.alloc = a
-	// Finish what a crash left on the orphan list, as Linux does at mount.
-	v.beginOp()
-	if err := v.endOpErr(v.processOrphans()); err != nil {
-		return err
-	}
+	v.orphanPresent.Store(sb.HasRoCompat(layout.RoCompatOrphanPresent))
 	now := time.Now().Unix()
 	v.sbMu.Lock()
-	defer v.sbMu.Unlock()
 	sb.State &^= layout.StateValid
 	sb.MntCount++
 	sb.Mtime = now
 	sb.Wtime = now
-	if err := v.writeSuperLocked(); err != nil {
+	// needs_recovery must be on disk before the first commit.
+	err = v.writeSuperDirectLocked()
+	v.sbMu.Unlock()
+	if err != nil {
 		return err
 	}
-	return v.flushDev()
+	if err := v.flushDev(); err != nil {
+		return err
+	}
+	// Finish what a crash left on the orphan list, as Linux does at mount.
+	v.beginOp()
+	return v.endOpErr(v.processOrphans())
 }
 
-// writeSuperLocked writes the primary superblock. Backups are left as
-// they are, as the kernel leaves them.
-func (v *Volume) writeSuperLocked() error {
-	b := v.sb.Encode()
-	if _, err := v.dev.WriteAt(b, layout.SuperblockOffset); err != nil {
+// encodeSuperLocked encodes the superblock with the orphan_present flag
+// as the volume currently has it (kept outside v.sb, whose feature words
+// are read without sbMu).
+func (v *Volume) encodeSuperLocked() []byte {
+	c := *v.sb
+	if v.alloc != nil {
+		if v.orphanPresent.Load() {
+			c.FeatureRoCompat |= layout.RoCompatOrphanPresent
+		} else {
+			c.FeatureRoCompat &^= layout.RoCompatOrphanPresent
+		}
+	}
+	return c.Encode()
+}
+
+// writeSuperDirectLocked writes the primary superblock straight to the
+// device (mount, unmount, recovery). Backups are left as they are, as the
+// kernel leaves them.
+func (v *Volume) writeSuperDirectLocked() error {
+	if _, err := v.dev.WriteAt(v.encodeSuperLocked(), layout.SuperblockOffset); err != nil {
 		return fmt.Errorf("ext4io: writing superblock: %w", wrapIO(err))
 	}
 	return nil
+}
+
+// writeSuperLocked writes the superblock as part of the current operation:
+// through the journal on a journaled volume (so that, say, an orphan list
+// change commits with the inode it concerns), directly otherwise.
+func (v *Volume) writeSuperLocked() error {
+	if v.jm == nil {
+		return v.writeSuperDirectLocked()
+	}
+	blk := uint64(layout.SuperblockOffset / v.bs)
+	off := layout.SuperblockOffset % v.bs
+	b, err := v.meta.GetWrite(blk)
+	if err != nil {
+		return err
+	}
+	copy(b[off:], v.encodeSuperLocked())
+	return v.meta.Dirty(blk, b)
 }
 
 func (v *Volume) flushDev() error {
@@ -274,7 +314,11 @@ func (v *Volume) CacheStats() esc.Stats { return v.cache.Stats() }
 func (v *Volume) Superblock() layout.Superblock {
 	v.sbMu.Lock()
 	defer v.sbMu.Unlock()
-	return *v.sb
+	c := *v.sb
+	if v.alloc != nil && v.orphanPresent.Load() {
+		c.FeatureRoCompat |= layout.RoCompatOrphanPresent
+	}
+	return c
 }
 
 // BlockSize returns the filesystem block size in bytes.
@@ -311,14 +355,18 @@ func (v *Volume) Close() error {
 }
 
 func (v *Volume) unmount() error {
-	if err := v.writeDirtyInodes(); err != nil {
-		return err
-	}
-	v.beginOp()
-	if err := v.endOpErr(v.releaseOrphans(true)); err != nil {
-		return err
+	if v.failed() == nil {
+		if err := v.writeDirtyInodes(); err != nil {
+			return err
+		}
+		v.beginOp()
+		if err := v.endOpErr(v.releaseOrphans(true)); err != nil {
+			return err
+		}
 	}
 	if err := v.stopJournal(); err != nil {
+		// The superblock keeps needs_recovery and "not clean": the next
+		// open recovers from the journal's last consistent state.
 		return err
 	}
 	v.sbMu.Lock()
@@ -330,7 +378,8 @@ func (v *Volume) unmount() error {
 	v.sb.FeatureIncompat &^= layout.IncompatRecover
 	v.sb.State |= layout.StateValid
 	v.sb.Wtime = time.Now().Unix()
-	if err := v.writeSuperLocked(); err != nil {
+	v.jm = nil // the journal is closed: from here on, write directly
+	if err := v.writeSuperDirectLocked(); err != nil {
 		return err
 	}
 	return v.flushDev()

@@ -29,6 +29,9 @@ func (f *File) writable(op string) error {
 	if f.v.alloc == nil {
 		return &fs.PathError{Op: op, Path: f.name, Err: ErrReadOnly}
 	}
+	if err := f.v.failed(); err != nil {
+		return &fs.PathError{Op: op, Path: f.name, Err: fmt.Errorf("%w after an earlier error: %w", ErrReadOnly, err)}
+	}
 	if f.m == nil || f.m.tree == nil || !f.in.IsReg() {
 		return &fs.PathError{Op: op, Path: f.name, Err: fmt.Errorf("only extent-mapped regular files can be written: %w", ErrUnsupported)}
 	}

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/ext4io/ext4io/internal/torture"
+)
+
+func init() {
+	commands["torture"] = command{
+		usage: "torture [--duration 30s] [--seed N] [--goroutines N] [--size 64M] [--block-size 4096] [--crash-every N] [--dir DIR] [-v]",
+		run:   cmdTorture,
+	}
+}
+
+// cmdTorture runs the crash/fault/ENOSPC torture harness (internal/torture).
+func cmdTorture(args []string, w io.Writer) error {
+	fs := newFlags("torture")
+	dur := fs.Duration("duration", 30*time.Second, "how long to run")
+	seed := fs.Uint64("seed", 0, "seed (0: from the clock)")
+	gor := fs.Int("goroutines", 4, "concurrent workers")
+	size := fs.String("size", "64M", "device size")
+	bs := fs.Int("block-size", 4096, "filesystem block size")
+	every := fs.Int("crash-every", 400, "operations per round")
+	dir := fs.String("dir", os.TempDir(), "where failing images and op logs are saved")
+	verbose := fs.Bool("v", false, "log each round")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if fs.NArg() != 0 || *gor <= 0 || *every <= 0 || *dur <= 0 {
+		return errUsage
+	}
+	n, err := parseSize(*size)
+	if err != nil {
+		return err
+	}
+	if *seed == 0 {
+		*seed = uint64(time.Now().UnixNano())
+	}
+	fmt.Fprintf(w, "torture: seed %d duration %s\n", *seed, *dur)
+	cfg := torture.Config{Seed: *seed, Duration: *dur, Goroutines: *gor, DeviceSize: n, BlockSize: *bs,
+		CrashEvery: *every, Dir: *dir}
+	if *verbose {
+		cfg.Log = w
+	}
+	sum, err := torture.Run(cfg)
+	fmt.Fprintf(w, "torture: %v\n", sum)
+	return err
+}

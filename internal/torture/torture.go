@@ -1,0 +1,418 @@
+// Package torture runs randomized crash, fault and full-volume rounds
+// against ext4io on an in-memory device and checks every outcome against a
+// per-goroutine model and e2fsck.
+//
+// A round formats a device (or continues on the previous round's recovered
+// image), opens it writable and runs random operations (create, buffered
+// and Direct writes, truncate, every implemented fallocate mode, rename,
+// unlink, mkdir/rmdir, File.Sync, Volume.Sync) from several goroutines, each
+// in its own directory. Then one of:
+//
+//   - crash: Crashable.Crash keeps the flushed state plus a random part of
+//     the rest; the image is recovered by ext4io (Open Writable or Replay) or,
+//     one time in four, by e2fsck -fy; e2fsck -fn must then be clean and every
+//     name and content made durable by a sync (and not touched since) must read
+//     back exactly;
+//   - fault (one round in five): the device fails random writes and flushes;
+//     operations must fail with errors wrapping ErrIO (never panic), then the
+//     round is treated as a crash;
+//   - ENOSPC: the workers fill the volume until ErrNoSpace; after Close the
+//     image must be e2fsck-clean and match the model exactly.
+//
+// Invariant checked: a synced state survives any crash. Goroutine
+// interleaving is not deterministic, so a seed reproduces the operation
+// sequence of each goroutine but not their interleaving.
+package torture
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/ext4io/ext4io"
+	"github.com/ext4io/ext4io/blockdev"
+	"github.com/ext4io/ext4io/blockdev/errordev"
+	"github.com/ext4io/ext4io/blockdev/memdev"
+)
+
+// Config configures Run.
+type Config struct {
+	Seed       uint64
+	Duration   time.Duration
+	Goroutines int    // 0: 4
+	DeviceSize int64  // 0: 64 MiB
+	BlockSize  int    // filesystem block size; 0: 4096
+	CrashEvery int    // operations per round (all goroutines); 0: 400
+	Dir        string // where failing images and op logs go; "": os.TempDir()
+	Log        io.Writer
+}
+
+// Summary counts what Run did.
+type Summary struct {
+	Rounds, Operations            int
+	Crashes, RecoveredByExt4io    int
+	RecoveredByE2fsck, E2fsckRuns int
+	IOErrorsInjected, FaultRounds int
+	ENOSPCRounds, Failures        int
+}
+
+func (s Summary) String() string {
+	return fmt.Sprintf("rounds=%d ops=%d crashes=%d recovered(ext4io)=%d recovered(e2fsck)=%d e2fsck-runs=%d fault-rounds=%d io-errors=%d enospc-rounds=%d failures=%d",
+		s.Rounds, s.Operations, s.Crashes, s.RecoveredByExt4io, s.RecoveredByE2fsck, s.E2fsckRuns,
+		s.FaultRounds, s.IOErrorsInjected, s.ENOSPCRounds, s.Failures)
+}
+
+// runner is the state of one Run; used by one goroutine.
+type runner struct {
+	cfg   Config
+	sum   Summary
+	fsck  string // e2fsck path, "" if missing
+	rng   *rand.Rand
+	dev   *memdev.Device // the image the next round starts from; nil: format
+	round int
+}
+
+// Run tortures ext4io for cfg.Duration and returns what it did. The error
+// names the seed, where the image and op log were saved and the command
+// line that reruns the seed.
+func Run(cfg Config) (Summary, error) {
+	if cfg.Goroutines <= 0 {
+		cfg.Goroutines = 4
+	}
+	if cfg.DeviceSize <= 0 {
+		cfg.DeviceSize = 64 << 20
+	}
+	if cfg.BlockSize <= 0 {
+		cfg.BlockSize = 4096
+	}
+	if cfg.CrashEvery <= 0 {
+		cfg.CrashEvery = 400
+	}
+	if cfg.Dir == "" {
+		cfg.Dir = os.TempDir()
+	}
+	if cfg.Log == nil {
+		cfg.Log = io.Discard
+	}
+	r := &runner{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x70727475))}
+	r.fsck, _ = exec.LookPath("e2fsck")
+	deadline := time.Now().Add(cfg.Duration)
+	for r.round == 0 || time.Now().Before(deadline) {
+		seed := r.rng.Uint64()
+		ws, img, err := r.doRound(seed)
+		r.round++
+		r.sum.Rounds++
+		if err != nil {
+			r.sum.Failures++
+			return r.sum, r.fail(seed, ws, img, err)
+		}
+	}
+	return r.sum, nil
+}
+
+func (r *runner) fail(seed uint64, ws []*worker, img *memdev.Device, err error) error {
+	base := filepath.Join(r.cfg.Dir, fmt.Sprintf("torture-%d-round%d", r.cfg.Seed, r.round-1))
+	var saved []string
+	if img != nil {
+		if e := saveImage(img, base+".img"); e == nil {
+			saved = append(saved, base+".img")
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed %d round %d round-seed %d\nerror: %v\n", r.cfg.Seed, r.round-1, seed, err)
+	for _, w := range ws {
+		fmt.Fprintf(&b, "== %s\n%s\n", w.dir, strings.Join(w.log, "\n"))
+	}
+	if os.WriteFile(base+".log", []byte(b.String()), 0o644) == nil {
+		saved = append(saved, base+".log")
+	}
+	return fmt.Errorf("torture: seed %d round %d: %w (saved %s); reproduce: ext4io torture --seed %d --duration %s --goroutines %d --size %d --block-size %d",
+		r.cfg.Seed, r.round-1, err, strings.Join(saved, ", "), r.cfg.Seed, r.cfg.Duration, r.cfg.Goroutines, r.cfg.DeviceSize, r.cfg.BlockSize)
+}
+
+// doRound runs one round; on failure it returns the image to save.
+func (r *runner) doRound(seed uint64) ([]*worker, *memdev.Device, error) {
+	rng := rand.New(rand.NewPCG(seed, seed>>1))
+	if r.dev == nil || rng.IntN(4) == 0 {
+		r.dev = memdev.NewBlockSize(r.cfg.DeviceSize, 4096)
+		if err := ext4io.Format(r.dev, ext4io.FormatOptions{BlockSize: r.cfg.BlockSize, Rand: rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8), byte(seed >> 16)})}); err != nil {
+			return nil, nil, fmt.Errorf("format: %w", err)
+		}
+	}
+	kind := "crash"
+	switch {
+	case rng.IntN(5) == 0:
+		kind = "fault"
+		r.sum.FaultRounds++
+	case rng.IntN(8) == 0:
+		kind = "enospc"
+		r.sum.ENOSPCRounds++
+	}
+	start := r.dev
+	crash, err := errordev.NewCrashable(r.dev)
+	if err != nil {
+		return nil, start, err
+	}
+	toggle := errordev.NewToggle(errordev.Kinds(errordev.Random(seed, 0.002+rng.Float64()*0.02), errordev.Write, errordev.Flush, errordev.ZeroOut))
+	counter := errordev.NewCounter(toggle)
+	var dev blockdev.Device = crash
+	if kind == "fault" {
+		dev = errordev.New(crash, counter)
+	}
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
+	if err != nil {
+		return nil, start, fmt.Errorf("open writable: %w", err)
+	}
+	ws := make([]*worker, r.cfg.Goroutines)
+	for i := range ws {
+		ws[i] = newWorker(v, fmt.Sprintf("/r%dg%d", r.round, i), rng.Uint64(), r.cfg.BlockSize)
+		if err := v.Mkdir(ws[i].dir, 0o755); err != nil {
+			if errors.Is(err, ext4io.ErrNoSpace) {
+				r.dev = nil // full from earlier rounds: format next time
+				v.Close()
+				return ws, nil, nil
+			}
+			return ws, start, fmt.Errorf("mkdir %s: %w", ws[i].dir, err)
+		}
+	}
+	if err := v.Sync(); err != nil {
+		return ws, start, fmt.Errorf("sync: %w", err)
+	}
+	for _, w := range ws {
+		w.volSync = true
+	}
+	fmt.Fprintf(r.cfg.Log, "round %d seed %d: %s\n", r.round, seed, kind)
+	if kind == "fault" {
+		toggle.Enable()
+	}
+	err = runWorkers(ws, r.cfg.CrashEvery/r.cfg.Goroutines, kind == "fault")
+	for _, w := range ws {
+		r.sum.Operations += w.ops
+	}
+	r.sum.IOErrorsInjected += int(counter.Failed(errordev.Write) + counter.Failed(errordev.Flush) + counter.Failed(errordev.ZeroOut))
+	if err != nil {
+		img, _ := crash.Crash(errordev.CrashOptions{Seed: seed, KeepProb: 1})
+		v.Close()
+		return ws, img, err
+	}
+	if kind == "enospc" {
+		return ws, nil, r.enospc(v, crash, ws)
+	}
+	img, err := crash.Crash(errordev.CrashOptions{Seed: seed, KeepProb: rng.Float64(), TearLast: rng.IntN(2) == 0})
+	v.Close() // the crashed image is taken; Close only tidies up
+	if err != nil {
+		return ws, nil, err
+	}
+	r.sum.Crashes++
+	saved, _ := img.Clone()
+	if err := r.recoverAndCheck(img, ws, rng); err != nil {
+		return ws, saved, err
+	}
+	r.dev = img
+	return ws, nil, nil
+}
+
+// enospc fills the volume, closes it cleanly and checks it.
+func (r *runner) enospc(v *ext4io.Volume, crash *errordev.Crashable, ws []*worker) error {
+	full := false
+	for _, w := range ws {
+		got, err := w.fillPhase()
+		if err != nil {
+			v.Close()
+			return err
+		}
+		full = full || got
+	}
+	if !full {
+		v.Close()
+		return fmt.Errorf("filling the volume never returned ErrNoSpace")
+	}
+	if err := v.Close(); err != nil {
+		return fmt.Errorf("close after ENOSPC: %w", err)
+	}
+	img, err := crash.Crash(errordev.CrashOptions{KeepProb: 1})
+	if err != nil {
+		return err
+	}
+	if err := r.fsckN(img); err != nil {
+		return err
+	}
+	v2, err := ext4io.Open(img, ext4io.Options{})
+	if err != nil {
+		return fmt.Errorf("reopen after ENOSPC: %w", err)
+	}
+	defer v2.Close()
+	for _, w := range ws {
+		if err := w.check(v2, false); err != nil {
+			return err
+		}
+	}
+	r.dev = nil // full: format next round
+	return nil
+}
+
+// recoverAndCheck recovers a crashed image and checks it against the model.
+func (r *runner) recoverAndCheck(img *memdev.Device, ws []*worker, rng *rand.Rand) error {
+	how := "e2fsck -fy"
+	if r.fsck != "" && rng.IntN(4) == 0 {
+		if err := r.fsckY(img); err != nil {
+			return err
+		}
+		r.sum.RecoveredByE2fsck++
+	} else {
+		opts := ext4io.Options{Writable: true}
+		how = "ext4io Open(Writable)"
+		if rng.IntN(2) == 0 {
+			opts = ext4io.Options{Replay: true}
+			how = "ext4io Open(Replay)"
+		}
+		v, err := ext4io.Open(img, opts)
+		if err != nil {
+			return fmt.Errorf("recovery (%+v): %w", opts, err)
+		}
+		if err := v.Close(); err != nil {
+			return fmt.Errorf("close after recovery: %w", err)
+		}
+		if opts.Replay {
+			// A replay leaves orphans for the mount to release, as the
+			// kernel's journal_only recovery does: mount writable.
+			if v, err = ext4io.Open(img, ext4io.Options{Writable: true}); err != nil {
+				return fmt.Errorf("writable open after replay: %w", err)
+			}
+			if err := v.Close(); err != nil {
+				return fmt.Errorf("close after replay: %w", err)
+			}
+		}
+		r.sum.RecoveredByExt4io++
+	}
+	if err := r.fsckN(img); err != nil {
+		return fmt.Errorf("after recovery by %s: %w", how, err)
+	}
+	v, err := ext4io.Open(img, ext4io.Options{})
+	if err != nil {
+		return fmt.Errorf("open image recovered by %s: %w", how, err)
+	}
+	defer v.Close()
+	for _, w := range ws {
+		if err := w.check(v, true); err != nil {
+			return fmt.Errorf("after recovery by %s: %w", how, err)
+		}
+	}
+	return nil
+}
+
+// fsckN runs e2fsck -fn on the image; it must exit 0.
+func (r *runner) fsckN(img *memdev.Device) error {
+	if r.fsck == "" {
+		return nil
+	}
+	out, code, err := r.e2fsck(img, "-fn", false)
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		return fmt.Errorf("e2fsck -fn exit %d:\n%s", code, out)
+	}
+	return nil
+}
+
+// fsckY repairs the image with e2fsck -fy (exit <= 1).
+func (r *runner) fsckY(img *memdev.Device) error {
+	out, code, err := r.e2fsck(img, "-fy", true)
+	if err != nil {
+		return err
+	}
+	if code > 1 {
+		return fmt.Errorf("e2fsck -fy exit %d:\n%s", code, out)
+	}
+	return nil
+}
+
+func (r *runner) e2fsck(img *memdev.Device, flag string, writeBack bool) (string, int, error) {
+	f, err := os.CreateTemp("", "torture-*.img")
+	if err != nil {
+		return "", 0, err
+	}
+	name := f.Name()
+	f.Close()
+	defer os.Remove(name)
+	if err := saveImage(img, name); err != nil {
+		return "", 0, err
+	}
+	r.sum.E2fsckRuns++
+	out, err := exec.Command(r.fsck, flag, name).CombinedOutput()
+	code := 0
+	if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		return "", 0, err
+	}
+	if writeBack {
+		if err := loadImage(img, name); err != nil {
+			return "", 0, err
+		}
+	}
+	return string(out), code, nil
+}
+
+const chunk = 1 << 20
+
+// saveImage writes dev to a sparse file.
+func saveImage(dev *memdev.Device, name string) error {
+	f, err := os.Create(name)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Truncate(dev.Size()); err != nil {
+		return err
+	}
+	buf := make([]byte, chunk)
+	for off := int64(0); off < dev.Size(); off += chunk {
+		n := min(chunk, dev.Size()-off)
+		if _, err := dev.ReadAt(buf[:n], off); err != nil {
+			return err
+		}
+		if !allZero(buf[:n]) {
+			if _, err := f.WriteAt(buf[:n], off); err != nil {
+				return err
+			}
+		}
+	}
+	return f.Close()
+}
+
+// loadImage copies the file back into dev.
+func loadImage(dev *memdev.Device, name string) error {
+	f, err := os.Open(name)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	buf := make([]byte, chunk)
+	for off := int64(0); off < dev.Size(); off += chunk {
+		n := min(chunk, dev.Size()-off)
+		if _, err := f.ReadAt(buf[:n], off); err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		if _, err := dev.WriteAt(buf[:n], off); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,76 @@
+package torture
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func hasFsck() bool { _, err := exec.LookPath("e2fsck"); return err == nil }
+
+// TestRun runs a bounded torture and expects every kind of round.
+func TestRun(t *testing.T) {
+	d := 20 * time.Second
+	if testing.Short() {
+		d = 5 * time.Second
+	}
+	if s := os.Getenv("TORTURE_DURATION"); s != "" {
+		var err error
+		if d, err = time.ParseDuration(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("TORTURE_SEED"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seed = n
+	}
+	dir := os.Getenv("TORTURE_DIR") // keep failing images and logs
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	t.Logf("seed %d", seed)
+	var log bytes.Buffer
+	sum, err := Run(Config{Seed: seed, Duration: d, Goroutines: 3, DeviceSize: 32 << 20, CrashEvery: 150, Dir: dir, Log: &log})
+	t.Logf("summary: %v", sum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Rounds == 0 || sum.Operations == 0 || sum.Crashes == 0 || sum.RecoveredByExt4io == 0 || sum.Failures != 0 {
+		t.Fatalf("summary %v", sum)
+	}
+	if hasFsck() && sum.E2fsckRuns == 0 {
+		t.Fatalf("no e2fsck run: %v", sum)
+	}
+}
+
+// TestBrokenModelIsReported proves the harness can fail: a wrong expected
+// byte must be reported with the seed, a saved image and op log.
+func TestBrokenModelIsReported(t *testing.T) {
+	testHookExpect = func(name string, want []byte) []byte {
+		return append(want, 'x')
+	}
+	defer func() { testHookExpect = nil }()
+	dir := t.TempDir()
+	_, err := Run(Config{Seed: 7, Duration: 10 * time.Second, Goroutines: 2, DeviceSize: 16 << 20, CrashEvery: 100, Dir: dir})
+	if err == nil {
+		t.Fatal("a broken model check was not reported")
+	}
+	msg := err.Error()
+	for _, s := range []string{"seed 7", "contents differ", "ext4io torture --seed 7", ".log"} {
+		if !strings.Contains(msg, s) {
+			t.Errorf("error %q lacks %q", msg, s)
+		}
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) == 0 {
+		t.Error("nothing saved")
+	}
+}
