@@ -322,6 +322,10 @@ func (j *Journal) commitRunning() {
 	j.mu.Lock()
 	j.mu.committing = nil
 	if err != nil {
+		// Keep the failed transaction visible to Lookup (never written
+		// home: Checkpoint refuses to run after an abort), so readers do
+		// not fall back to older home copies of its blocks.
+		j.mu.checkpoint = append(j.mu.checkpoint, t)
 		j.abortLocked(err)
 		j.mu.Unlock()
 		return
