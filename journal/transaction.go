@@ -355,6 +355,7 @@ func (j *Journal) commitRunning() {
 //     On a shared device the preflush also covers the ordered data.
 func (j *Journal) writeTransaction(t *transaction) error {
 	j.sbMu.Lock()
+	uuid := j.sb.UUID // j.sb is replaced under sbMu by checkpoints
 	if j.sb.Start == 0 {
 		nsb := j.sb
 		nsb.Start, nsb.SeqTail = t.start, t.tid
@@ -408,7 +409,7 @@ func (j *Journal) writeTransaction(t *transaction) error {
 		for i, b := range blocks[:n] {
 			tg := Tag{Block: b, Flags: FlagSameUUID}
 			if i == 0 {
-				tg.Flags, tg.UUID = 0, j.sb.UUID
+				tg.Flags, tg.UUID = 0, uuid
 			}
 			if i == n-1 {
 				tg.Flags |= FlagLastTag
