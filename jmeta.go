@@ -42,6 +42,10 @@ type jmeta struct {
 	// committing is the set being moved into the journal by commit; reads
 	// see it until the journal holds the blocks. Guarded by mu.
 	committing map[uint64][]byte
+	// busy holds the releases of blocks freed by the pending set: they
+	// become allocatable only once the transaction holding the frees has
+	// committed. Guarded by mu.
+	busy []func()
 	// failed is set when an operation failed with an I/O error or found
 	// corruption after changing metadata: nothing more is committed, so
 	// the journal keeps the last consistent state (errors=remount-ro).
@@ -115,11 +119,21 @@ func (m *jmeta) commit(wait bool) error {
 		v.txnGate.Unlock()
 		return fmt.Errorf("ext4io: volume stopped committing after an error: %w: %w", ErrReadOnly, err)
 	}
-	pending, revokes := m.pending, m.revokes
-	m.pending, m.revokes = make(map[uint64][]byte), make(map[uint64]struct{})
+	pending, revokes, busy := m.pending, m.revokes, m.busy
+	m.pending, m.revokes, m.busy = make(map[uint64][]byte), make(map[uint64]struct{}), nil
 	m.committing = pending
 	m.mu.Unlock()
-	err := m.log(pending, revokes)
+	tid, err := m.log(pending, revokes)
+	if err == nil && len(busy) > 0 {
+		// Blocks freed in this set become allocatable once it commits.
+		go func() {
+			if m.j.WaitCommit(context.Background(), tid) == nil {
+				for _, release := range busy {
+					release()
+				}
+			}
+		}()
+	}
 	m.mu.Lock()
 	m.committing = nil
 	if err != nil {
@@ -167,7 +181,7 @@ func (m *jmeta) failLocked(err error, pending map[uint64][]byte, revokes map[uin
 
 // log puts the blocks and revokes into journal handles of at most
 // maxChunk credits each (normally one).
-func (m *jmeta) log(pending map[uint64][]byte, revokes map[uint64]struct{}) error {
+func (m *jmeta) log(pending map[uint64][]byte, revokes map[uint64]struct{}) (tid uint32, err error) {
 	blks := make([]uint64, 0, len(pending))
 	for b := range pending {
 		blks = append(blks, b)
@@ -182,32 +196,33 @@ func (m *jmeta) log(pending map[uint64][]byte, revokes map[uint64]struct{}) erro
 		nr := min(len(revs), m.maxChunk-nb)
 		h, err := m.j.Start(nb + nr)
 		if err != nil {
-			return fmt.Errorf("ext4io: journal start: %w", err)
+			return 0, fmt.Errorf("ext4io: journal start: %w", err)
 		}
+		tid = h.TID()
 		for _, b := range revs[:nr] {
 			if err := h.Revoke(b); err != nil {
 				h.Stop()
-				return fmt.Errorf("ext4io: journal revoke %d: %w", b, err)
+				return 0, fmt.Errorf("ext4io: journal revoke %d: %w", b, err)
 			}
 		}
 		for _, b := range blks[:nb] {
 			if err := h.GetWriteAccess(b); err != nil {
 				h.Stop()
-				return fmt.Errorf("ext4io: journal block %d: %w", b, err)
+				return 0, fmt.Errorf("ext4io: journal block %d: %w", b, err)
 			}
 			if err := h.Dirty(b, pending[b]); err != nil {
 				h.Stop()
-				return fmt.Errorf("ext4io: journal block %d: %w", b, err)
+				return 0, fmt.Errorf("ext4io: journal block %d: %w", b, err)
 			}
 		}
 		if err := h.Stop(); err != nil {
-			return fmt.Errorf("ext4io: journal stop: %w", err)
+			return 0, fmt.Errorf("ext4io: journal stop: %w", err)
 		}
 		blks, revs = blks[nb:], revs[nr:]
 	}
 	v := m.v
 	v.stats.handles.Add(1)
-	return nil
+	return tid, nil
 }
 
 // endOpErr is endOp that keeps the operation's own error first. An
@@ -318,4 +333,25 @@ func (v *Volume) Sync() error {
 		return v.jm.commit(true)
 	}
 	return v.flushDev()
+}
+
+// freeMapped frees blocks that committed metadata may still map (tree
+// blocks, and data or directory blocks unmapped by truncate, punch or
+// unlink). On a journaled volume they stay unallocatable until the
+// transaction freeing them commits (see alloc.FreeDeferred): otherwise a
+// block whose newest metadata copy was already checkpointed could be
+// overwritten by new data before the free is durable, and a crash would
+// leave the old owner pointing at it.
+func (v *Volume) freeMapped(start, n uint64) error {
+	if v.jm == nil {
+		return v.alloc.Free(start, n)
+	}
+	release, err := v.alloc.FreeDeferred(start, n)
+	if err != nil {
+		return err
+	}
+	v.jm.mu.Lock()
+	v.jm.busy = append(v.jm.busy, release)
+	v.jm.mu.Unlock()
+	return nil
 }

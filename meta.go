@@ -160,7 +160,7 @@ func (a treeAlloc) AllocTreeBlock(goal uint64, mustSucceed bool) (uint64, error)
 }
 
 func (a treeAlloc) FreeTreeBlock(pblk uint64) error {
-	if err := a.v.alloc.Free(pblk, 1); err != nil {
+	if err := a.v.freeMapped(pblk, 1); err != nil {
 		return err
 	}
 	if a.v.jm != nil {
@@ -170,7 +170,7 @@ func (a treeAlloc) FreeTreeBlock(pblk uint64) error {
 }
 
 func (a treeAlloc) FreeData(pblk, n uint64) error {
-	if err := a.v.alloc.Free(pblk, n); err != nil {
+	if err := a.v.freeMapped(pblk, n); err != nil {
 		return err
 	}
 	if a.v.jm != nil && a.n.in.IsDir() {

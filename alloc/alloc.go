@@ -850,11 +850,44 @@ func (a *Allocator) writeDescLocked(gi uint64) error {
 // Free returns [start, start+n) to free space. Freeing a block that is
 // already free, or metadata, fails with ErrCorrupt and changes nothing.
 func (a *Allocator) Free(start, n uint64) error {
+	_, err := a.freeRun(start, n, false)
+	return err
+}
+
+// FreeDeferred frees like Free — bitmap, descriptor and counts change now,
+// inside the caller's transaction — but keeps the blocks out of the
+// allocation index until release is called: a journaled caller releases
+// them once the transaction that freed them has committed, so a crash can
+// never leave committed metadata pointing at a block already reused (the
+// busy extents of ext4's mballoc). release is safe to call from any
+// goroutine, once.
+func (a *Allocator) FreeDeferred(start, n uint64) (release func(), err error) {
+	ps, err := a.freeRun(start, n, true)
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		for _, p := range ps {
+			g := a.g[p.gi]
+			g.mu.Lock()
+			a.insertFreeLocked(p.gi, p.s, p.n)
+			g.mu.Unlock()
+		}
+	}, nil
+}
+
+// freePiece is the part of a freed run inside one group.
+type freePiece struct {
+	gi   uint64
+	s, n uint32
+}
+
+func (a *Allocator) freeRun(start, n uint64, busy bool) ([]freePiece, error) {
 	if n == 0 {
-		return nil
+		return nil, nil
 	}
 	if start < a.firstData || start >= a.sb.BlocksCount || a.sb.BlocksCount-start < n {
-		return fmt.Errorf("alloc: free %d+%d outside the filesystem of %d blocks: %w", start, n, a.sb.BlocksCount, ErrInvalid)
+		return nil, fmt.Errorf("alloc: free %d+%d outside the filesystem of %d blocks: %w", start, n, a.sb.BlocksCount, ErrInvalid)
 	}
 	first, last := a.groupOf(start), a.groupOf(start+n-1)
 	for gi := first; gi <= last; gi++ {
@@ -865,27 +898,23 @@ func (a *Allocator) Free(start, n uint64) error {
 			a.g[gi].mu.Unlock()
 		}
 	}()
-	type piece struct {
-		gi   uint64
-		s, n uint32
-	}
-	var ps []piece
+	var ps []freePiece
 	for b, left := start, n; left > 0; {
 		gi := a.groupOf(b)
 		k := min(left, a.groupEnd(gi)-b)
 		base := a.sb.GroupFirstBlock(gi)
 		if err := a.loadLocked(gi); err != nil {
-			return err
+			return nil, err
 		}
 		for _, r := range a.meta[gi] {
 			if r.start < b+k && b < r.start+r.n {
-				return errs.Corruptf("block bitmap", a.g[gi].mu.desc.BlockBitmap, -1, "freeing %d+%d: blocks %d+%d are filesystem metadata", start, n, r.start, r.n)
+				return nil, errs.Corruptf("block bitmap", a.g[gi].mu.desc.BlockBitmap, -1, "freeing %d+%d: blocks %d+%d are filesystem metadata", start, n, r.start, r.n)
 			}
 		}
 		if !allSet(a.g[gi].mu.bitmap, b-base, k) {
-			return errs.Corruptf("block bitmap", a.g[gi].mu.desc.BlockBitmap, -1, "freeing %d+%d: some blocks are already free", start, n)
+			return nil, errs.Corruptf("block bitmap", a.g[gi].mu.desc.BlockBitmap, -1, "freeing %d+%d: some blocks are already free", start, n)
 		}
-		ps = append(ps, piece{gi, uint32(b - base), uint32(k)})
+		ps = append(ps, freePiece{gi, uint32(b - base), uint32(k)})
 		b, left = b+k, left-k
 	}
 	for _, p := range ps {
@@ -895,14 +924,16 @@ func (a *Allocator) Free(start, n uint64) error {
 		if err := a.writeBlockBitmapLocked(p.gi); err != nil {
 			setBits(g.mu.bitmap, uint64(p.s), uint64(p.n))
 			g.mu.desc.FreeBlocksCount -= p.n
-			return err
+			return nil, err
 		}
-		a.insertFreeLocked(p.gi, p.s, p.n)
+		if !busy {
+			a.insertFreeLocked(p.gi, p.s, p.n)
+		}
 		g.freeBlocks.Add(int64(p.n))
 		a.free.Add(int64(p.n))
 		a.avail.Add(int64(p.n))
 	}
-	return nil
+	return ps, nil
 }
 
 // setBits sets n bits from bit i; clearBits clears them.
