@@ -24,13 +24,12 @@ import (
 // changes are split between two transactions and every committed state is
 // consistent.
 //
-// Freed tree blocks are revoked in the transaction that frees them, so that
-// replaying an older copy never overwrites a block reused since; commits
-// are in order, so a reused block's new mapping never commits before its
-// revoke. Data blocks freed by truncate or punch may be reused for data
-// before the freeing transaction commits; a crash in that window can show
-// the new data in the old file (ext4 holds such blocks back until commit;
-// ext4io does not yet).
+// Freed metadata blocks are revoked in the transaction that frees them, so
+// that replaying an older copy never overwrites a block reused since, and
+// forgotten by the journal, so that a checkpoint never does either. Blocks
+// that committed metadata may still map (tree, directory and data blocks
+// unmapped by truncate, punch or unlink) become allocatable only once the
+// freeing transaction has committed (freeMapped, alloc.FreeDeferred).
 type jmeta struct {
 	v   *Volume
 	j   *journal.Journal
