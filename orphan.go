@@ -3,9 +3,7 @@ package ext4io
 import (
 	"encoding/binary"
 	"fmt"
-	"runtime"
 	"sync"
-	"weak"
 
 	"github.com/ext4io/ext4io/internal/crc32c"
 	"github.com/ext4io/ext4io/internal/errs"
@@ -35,9 +33,13 @@ import (
 // Part of the on-disk format.
 const orphanBlockMagic = 0x0b10ca04
 
-// nsState is the namespace state of one Volume kept outside the Volume
-// struct: open Files by inode and in-memory orphans. Its fields are
-// guarded by mu; omu serializes changes to the on-disk orphan list.
+// nsState is the namespace state of one Volume (Volume.nss): open Files by
+// inode and in-memory orphans. Its fields are guarded by mu; omu serializes
+// changes to the on-disk orphan list.
+//
+// It lives in the Volume, not in a package-level table: the open Files it
+// holds point back at the Volume, so a global table would keep every Volume
+// (its device, caches and journal) reachable forever.
 type nsState struct {
 	mu struct {
 		sync.Mutex
@@ -49,22 +51,12 @@ type nsState struct {
 	reap sync.Mutex // one reaper at a time
 }
 
-var nsStates sync.Map // weak.Pointer[Volume] -> *nsState
-
-func (v *Volume) ns() *nsState {
-	k := weak.Make(v)
-	if s, ok := nsStates.Load(k); ok {
-		return s.(*nsState)
-	}
-	s := &nsState{}
+func (s *nsState) init() {
 	s.mu.open = make(map[uint32][]*File)
 	s.mu.orphans = make(map[uint32]struct{})
-	got, loaded := nsStates.LoadOrStore(k, s)
-	if !loaded {
-		runtime.AddCleanup(v, func(k weak.Pointer[Volume]) { nsStates.Delete(k) }, k)
-	}
-	return got.(*nsState)
 }
+
+func (v *Volume) ns() *nsState { return &v.nss }
 
 func fileClosed(f *File) bool {
 	f.mu.Lock()

@@ -11,7 +11,7 @@ import (
 
 func init() {
 	commands["torture"] = command{
-		usage: "torture [--duration 30s] [--seed N] [--goroutines N] [--size 64M] [--block-size 4096] [--crash-every N] [--dir DIR] [-v]",
+		usage: "torture [--duration 30s] [--seed N] [--goroutines N] [--size 64M] [--block-size 4096] [--crash-every N] [--dir DIR] [--round-seed N] [-v]",
 		run:   cmdTorture,
 	}
 }
@@ -26,6 +26,7 @@ func cmdTorture(args []string, w io.Writer) error {
 	bs := fs.Int("block-size", 4096, "filesystem block size")
 	every := fs.Int("crash-every", 400, "operations per round")
 	dir := fs.String("dir", os.TempDir(), "where failing images and op logs are saved")
+	roundSeed := fs.Uint64("round-seed", 0, "run only the round with this round seed, on a fresh device")
 	verbose := fs.Bool("v", false, "log each round")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
@@ -42,7 +43,7 @@ func cmdTorture(args []string, w io.Writer) error {
 	}
 	fmt.Fprintf(w, "torture: seed %d duration %s\n", *seed, *dur)
 	cfg := torture.Config{Seed: *seed, Duration: *dur, Goroutines: *gor, DeviceSize: n, BlockSize: *bs,
-		CrashEvery: *every, Dir: *dir}
+		CrashEvery: *every, Dir: *dir, RoundSeed: *roundSeed}
 	if *verbose {
 		cfg.Log = w
 	}

@@ -51,6 +51,10 @@ type Config struct {
 	CrashEvery int    // operations per round (all goroutines); 0: 400
 	Dir        string // where failing images and op logs go; "": os.TempDir()
 	Log        io.Writer
+	// RoundSeed, if not 0, runs exactly one round with this round seed (as
+	// printed in the log and the failure report) on a freshly formatted
+	// device, ignoring Seed and Duration.
+	RoundSeed uint64
 }
 
 // Summary counts what Run did.
@@ -103,8 +107,11 @@ func Run(cfg Config) (Summary, error) {
 	r := &runner{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x70727475))}
 	r.fsck, _ = exec.LookPath("e2fsck")
 	deadline := time.Now().Add(cfg.Duration)
-	for r.round == 0 || time.Now().Before(deadline) {
+	for r.round == 0 || cfg.RoundSeed == 0 && time.Now().Before(deadline) {
 		seed := r.rng.Uint64()
+		if cfg.RoundSeed != 0 {
+			seed = cfg.RoundSeed
+		}
 		ws, img, err := r.doRound(seed)
 		r.round++
 		r.sum.Rounds++
@@ -132,8 +139,8 @@ func (r *runner) fail(seed uint64, ws []*worker, img *memdev.Device, err error) 
 	if os.WriteFile(base+".log", []byte(b.String()), 0o644) == nil {
 		saved = append(saved, base+".log")
 	}
-	return fmt.Errorf("torture: seed %d round %d: %w (saved %s); reproduce: ext4io torture --seed %d --duration %s --goroutines %d --size %d --block-size %d",
-		r.cfg.Seed, r.round-1, err, strings.Join(saved, ", "), r.cfg.Seed, r.cfg.Duration, r.cfg.Goroutines, r.cfg.DeviceSize, r.cfg.BlockSize)
+	return fmt.Errorf("torture: seed %d round %d: %w (saved %s); reproduce: ext4io torture --seed %d --duration %s --goroutines %d --size %d --block-size %d --crash-every %d (this round alone, on a fresh device: --round-seed %d)",
+		r.cfg.Seed, r.round-1, err, strings.Join(saved, ", "), r.cfg.Seed, r.cfg.Duration, r.cfg.Goroutines, r.cfg.DeviceSize, r.cfg.BlockSize, r.cfg.CrashEvery, seed)
 }
 
 // doRound runs one round; on failure it returns the image to save.

@@ -74,3 +74,16 @@ func TestBrokenModelIsReported(t *testing.T) {
 		t.Error("nothing saved")
 	}
 }
+
+// TestRoundSeed: Config.RoundSeed runs exactly that round, whatever the
+// duration (16201861495410494537 is a fault round).
+func TestRoundSeed(t *testing.T) {
+	var log bytes.Buffer
+	sum, err := Run(Config{RoundSeed: 16201861495410494537, Duration: time.Hour, Goroutines: 2, DeviceSize: 16 << 20, CrashEvery: 40, Dir: t.TempDir(), Log: &log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Rounds != 1 || sum.FaultRounds != 1 || !strings.Contains(log.String(), "round 0 seed 16201861495410494537: fault") {
+		t.Fatalf("summary %v, log %q", sum, log.String())
+	}
+}
