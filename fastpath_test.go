@@ -19,7 +19,7 @@ import (
 // the exclusive lock.
 func TestFastPathCounters(t *testing.T) {
 	img := formatImage(t, 128<<20, ext4io.FormatOptions{})
-	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
+	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, WritebackAge: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,15 +74,47 @@ func TestFastPathCounters(t *testing.T) {
 	}
 
 	before = v.Counters()
-	if _, err := f.WriteAt(buf[:100], 10); err != nil { // unaligned
+	if _, err := df.WriteAt(buf[:512], 512); err != nil { // unaligned to the block
 		t.Fatal(err)
 	}
-	if _, err := f.WriteAt(buf, size); err != nil { // extending
+	if _, err := df.WriteAt(buf, size); err != nil { // extending
 		t.Fatal(err)
 	}
 	d = diff(v.Counters(), before)
 	if d.ExclusiveLocks != 2 || d.SharedLocks != 0 {
-		t.Fatalf("unaligned and extending writes: %+v; want 2 exclusive locks", d)
+		t.Fatalf("unaligned and extending direct writes: %+v; want 2 exclusive locks", d)
+	}
+
+	// Buffered writes (delayed allocation): no metadata update, no journal
+	// handle, until write-back; then the new blocks come from the
+	// reservation, mapped in one run.
+	before = v.Counters()
+	for i := 0; i < n; i++ {
+		if _, err := f.WriteAt(buf[:1000], size+4096+int64(i)*1000); err != nil { // appends, unaligned
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt(buf[:100], rng.Int64N(size)); err != nil { // overwrites, unaligned
+			t.Fatal(err)
+		}
+	}
+	d = diff(v.Counters(), before)
+	if d.MetaUpdates != 0 || d.BufferedWrites != 2*n || d.JournalCommits != 0 || d.DelallocBlocks != 0 {
+		t.Fatalf("buffered writes: %+v; want %d buffered writes and no metadata update", d, 2*n)
+	}
+	if c := v.Counters(); c.ReservedBlocks == 0 {
+		t.Fatalf("buffered appends reserved no blocks: %+v", c)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	d = diff(v.Counters(), before)
+	wantBlocks := uint64((4096+n*1000+4095)/4096 - 1) // the first appended block was written directly above
+	if d.DelallocBlocks != wantBlocks || d.MetaUpdates == 0 || v.Counters().ReservedBlocks != 0 {
+		t.Fatalf("after write-back: %+v (reserved %d); want %d delalloc blocks, metadata updated, no reservation left",
+			d, v.Counters().ReservedBlocks, wantBlocks)
+	}
+	if ext, err := f.Extents(); err != nil || len(ext) > 3 {
+		t.Fatalf("extents after write-back: %v, %v; want the appended blocks in one extent", ext, err)
 	}
 
 	// Direct I/O alignment is enforced.
@@ -100,6 +132,8 @@ func diff(a, b ext4io.Counters) ext4io.Counters {
 		MetaUpdates: a.MetaUpdates - b.MetaUpdates, SharedLocks: a.SharedLocks - b.SharedLocks,
 		ExclusiveLocks: a.ExclusiveLocks - b.ExclusiveLocks, Conversions: a.Conversions - b.Conversions,
 		ZeroOutBlocks: a.ZeroOutBlocks - b.ZeroOutBlocks, Overwrites: a.Overwrites - b.Overwrites,
+		JournalCommits: a.JournalCommits - b.JournalCommits, BufferedWrites: a.BufferedWrites - b.BufferedWrites,
+		DelallocBlocks: a.DelallocBlocks - b.DelallocBlocks,
 	}
 }
 

@@ -50,6 +50,29 @@ type inode struct {
 	m      *mapper
 	inl    []byte
 	dirty  bool // in has changes (times) not yet written; guarded by dataMu
+
+	// Delayed allocation (buffered writes through the page cache). Guarded
+	// like in: changed under mu held exclusively, or shared with dataMu.
+	sizeAhead bool    // in.Size (i_size) is past the on-disk size: extending buffered writes not yet written back
+	disksize  uint64  // the on-disk size while sizeAhead (ext4's i_disksize)
+	delayed   uint64  // blocks reserved for this inode's Delayed ranges (i_reserved_data_blocks)
+	bops      *bufOps // buffered I/O ops; nil without a page cache or for non-extent files
+}
+
+// diskSize returns the size the inode has on disk (i_disksize). The caller
+// holds mu, or dataMu.
+func (n *inode) diskSize() uint64 {
+	if n.sizeAhead {
+		return n.disksize
+	}
+	return n.in.Size
+}
+
+// setSizeLocked sets i_size and the on-disk size together (truncate,
+// fallocate, direct writes). The caller holds mu exclusively.
+func (n *inode) setSizeLocked(size uint64) {
+	n.in.Size = size
+	n.sizeAhead = false
 }
 
 func (v *Volume) openInode(ino uint32, name string) (*File, error) {
@@ -114,6 +137,9 @@ func (v *Volume) getInode(ino uint32) (*inode, error) {
 		n.inl = append([]byte(nil), in.Block[:min(int(in.Size), layout.InodeBlockSize)]...)
 	default:
 		n.m, err = v.newMapper(n)
+		if err == nil && v.pc != nil && n.m.tree != nil && in.IsReg() {
+			n.bops = newBufOps(v, n)
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -175,7 +201,13 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 	if int64(want) > size-off {
 		p = p[:size-off]
 	}
-	n, err := f.readAt(p, off)
+	var n int
+	var err error
+	if f.cached() {
+		n, err = f.readBuffered(p, off)
+	} else {
+		n, err = f.readAt(p, off)
+	}
 	if err == nil && n < want {
 		err = io.EOF
 	}

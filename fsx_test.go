@@ -51,18 +51,21 @@ func (m *fsxModel) zero(off, n int64, grow bool) {
 	}
 }
 
-// TestFsx runs random writes, truncates, fallocates (every implemented
+// TestFsx runs random writes (buffered through the page cache with delayed
+// allocation, and direct), syncs, truncates, fallocates (every implemented
 // mode) and reads on several files of a writable volume, checking every
 // read against an in-memory model, reopening the volume now and then, and
 // running e2fsck -fn at each reopen and at the end.
 func TestFsx(t *testing.T) {
 	for _, c := range []struct {
-		name string
-		opts ext4io.FormatOptions
-		size int64
+		name  string
+		opts  ext4io.FormatOptions
+		size  int64
+		cache int64 // Options.PageCacheBytes
 	}{
-		{"4k", ext4io.FormatOptions{}, 256 << 20},
-		{"1k-nocsum", ext4io.FormatOptions{BlockSize: 1024, Features: "^metadata_csum"}, 128 << 20},
+		{"4k", ext4io.FormatOptions{}, 256 << 20, 0},
+		// A 32-page cache: writers keep finding it full of dirty pages.
+		{"1k-nocsum-smallcache", ext4io.FormatOptions{BlockSize: 1024, Features: "^metadata_csum"}, 128 << 20, 32 << 10},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			seed := uint64(len(c.name)) * 7919
@@ -72,7 +75,8 @@ func TestFsx(t *testing.T) {
 			t.Logf("seed %d", seed)
 			rng := rand.New(rand.NewPCG(seed, 1))
 			img := formatImage(t, c.size, c.opts)
-			v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
+			vopts := ext4io.Options{Writable: true, PageCacheBytes: c.cache}
+			v, err := ext4io.OpenImage(img, vopts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -80,12 +84,21 @@ func TestFsx(t *testing.T) {
 			const nfiles = 4
 			models := make([]*fsxModel, nfiles)
 			files := make([]*ext4io.File, nfiles)
+			direct := make([]*ext4io.File, nfiles) // the same files opened with Direct
+			openDirect := func() {
+				for i := range direct {
+					if direct[i], err = v.OpenFile(models[i].name, ext4io.Direct); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
 			for i := range models {
 				models[i] = &fsxModel{name: fmt.Sprintf("file%d", i)}
 				if files[i], err = v.Create(models[i].name); err != nil {
 					t.Fatal(err)
 				}
 			}
+			openDirect()
 			bs := int64(v.BlockSize())
 			const maxSize = 4 << 20
 			randOff := func() int64 {
@@ -138,8 +151,18 @@ func TestFsx(t *testing.T) {
 					for j := range p {
 						p[j] = byte(rng.Uint32()) | 1
 					}
-					if _, err := f.WriteAt(p, off); err != nil {
-						t.Fatalf("step %d: write %s [%d,+%d): %v", step, m.name, off, n, err)
+					how := "buffered"
+					w := f
+					if rng.IntN(3) == 0 { // direct: aligned to 512-byte sectors
+						how, w = "direct", direct[i]
+						off = off / 512 * 512
+						if len(p) < 512 {
+							p = append(p, bytes.Repeat([]byte{0x5a}, 512-len(p))...)
+						}
+						p = p[:len(p)/512*512]
+					}
+					if _, err := w.WriteAt(p, off); err != nil {
+						t.Fatalf("step %d: %s write %s [%d,+%d): %v", step, how, m.name, off, len(p), err)
 					}
 					m.write(off, p)
 				case op == 4:
@@ -179,6 +202,15 @@ func TestFsx(t *testing.T) {
 					case ext4io.FallocZeroRange, ext4io.FallocWriteZeroes:
 						m.zero(off, n, true)
 					}
+				case rng.IntN(3) == 0:
+					// Write back: the file's pages or every file's.
+					sync := f.Sync
+					if rng.IntN(2) == 0 {
+						sync = v.Sync
+					}
+					if err := sync(); err != nil {
+						t.Fatalf("step %d: sync: %v", step, err)
+					}
 				default:
 					// Reopen the volume and check the image.
 					if err := v.Close(); err != nil {
@@ -189,7 +221,7 @@ func TestFsx(t *testing.T) {
 						os.WriteFile(keep, b, 0o644)
 					}
 					e2fs.Fsck(t, img)
-					if v, err = ext4io.OpenImage(img, ext4io.Options{Writable: true}); err != nil {
+					if v, err = ext4io.OpenImage(img, vopts); err != nil {
 						t.Fatal(err)
 					}
 					for j := range files {
@@ -197,6 +229,7 @@ func TestFsx(t *testing.T) {
 							t.Fatal(err)
 						}
 					}
+					openDirect()
 				}
 				check(step, i)
 				if err := files[i].CheckTree(); err != nil {

@@ -48,6 +48,7 @@ const (
 	mapHole mapKind = iota
 	mapWritten
 	mapUnwritten
+	mapDelayed // delayed allocation: dirty pages, blocks reserved, nothing on disk
 )
 
 // blockMap is one run of a file's logical blocks.
@@ -89,7 +90,9 @@ func (v *Volume) newMapper(n *inode) (*mapper, error) {
 		cfg.ZeroOut = func(pblk, cnt uint64) error { return v.zeroBlocks(pblk, cnt) }
 		cfg.ZeroOutMax = uint32(32 << 10 / v.bs) // ext4's extent_max_zeroout_kb
 		bs := uint64(v.bs)
-		cfg.EOFBlock = func() uint64 { return (n.in.Size + bs - 1) / bs } // called under n.mu
+		// Zero-out may turn unwritten blocks into written ones only below
+		// the on-disk size (e2fsck rejects written blocks past i_size).
+		cfg.EOFBlock = func() uint64 { return (n.diskSize() + bs - 1) / bs } // called under n.mu
 	}
 	m := &mapper{cfg: cfg}
 	if in.Flags&layout.InodeFlagExtents != 0 {
@@ -127,6 +130,8 @@ func (m *mapper) lookup(lblk uint64) (blockMap, error) {
 			bm.kind, bm.pblk = mapWritten, e.Pblk+d
 		case esc.Unwritten:
 			bm.kind, bm.pblk = mapUnwritten, e.Pblk+d
+		case esc.Delayed:
+			bm.kind = mapDelayed
 		default:
 			bm.kind = mapHole
 		}

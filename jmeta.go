@@ -325,6 +325,11 @@ func (v *Volume) Sync() error {
 	if v.alloc == nil {
 		return nil
 	}
+	if v.pc != nil {
+		if err := v.pc.Sync(); err != nil {
+			return fmt.Errorf("ext4io: sync: write-back: %w", err)
+		}
+	}
 	if err := v.writeDirtyInodes(); err != nil {
 		return err
 	}

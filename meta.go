@@ -2,11 +2,14 @@ package ext4io
 
 import (
 	"fmt"
+	"math"
+	"slices"
 	"sync"
 
 	"github.com/ext4io/ext4io/alloc"
 	"github.com/ext4io/ext4io/extent"
 	"github.com/ext4io/ext4io/internal/errs"
+	"github.com/ext4io/ext4io/iomap"
 	"github.com/ext4io/ext4io/layout"
 )
 
@@ -38,7 +41,16 @@ func (v *Volume) writeInodeLocked(n *inode) error {
 	}
 	v.stats.metaUpdates.Add(1)
 	n.dirty = false
-	return v.writeInode(n.ino, n.in)
+	in := n.in
+	if n.sizeAhead {
+		// The on-disk size moves only when data is on the device (ext4's
+		// i_disksize); i_size stays in memory.
+		c := *in
+		c.Raw = slices.Clone(in.Raw)
+		c.Size = n.disksize
+		in = &c
+	}
+	return v.writeInode(n.ino, in)
 }
 
 // writeDirtyInodes writes every inode whose in-memory times changed under
@@ -68,6 +80,11 @@ func (v *Volume) syncInode(n *inode) error {
 		defer n.mu.RUnlock()
 		n.dataMu.Lock()
 		defer n.dataMu.Unlock()
+		if n.sizeAhead && v.pc.Dirty(iomap.Key(n.ino), int64(n.disksize), math.MaxInt64) == 0 {
+			// No data waits beyond the on-disk size: the rest is holes
+			// (a punched or zeroed tail), so i_size can go to disk.
+			n.sizeAhead, n.dirty = false, true
+		}
 		if !n.dirty {
 			return nil
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ext4io/ext4io/extent"
+	"github.com/ext4io/ext4io/iomap"
 	"github.com/ext4io/ext4io/layout"
 )
 
@@ -359,11 +360,21 @@ func (v *Volume) evictLocked(n *inode) error {
 }
 
 // forgetInode drops the cached state of inode ino.
+// Its cached pages are dropped and the reservations of its Delayed blocks
+// released. The caller holds the inode's lock exclusively, if it is cached.
 func (v *Volume) forgetInode(ino uint32) {
 	v.inoMu.Lock()
+	n := v.inodes[ino]
 	delete(v.inodes, ino)
 	v.inoMu.Unlock()
+	if v.pc != nil {
+		v.pc.Forget(iomap.Key(ino))
+	}
 	v.cache.Forget(ino)
+	if n != nil && n.delayed > 0 {
+		v.alloc.Unreserve(n.delayed)
+		n.delayed = 0
+	}
 }
 
 // releaseLinkLocked handles an inode whose link count dropped (n locked):

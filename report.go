@@ -39,6 +39,8 @@ func (r reportOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, e
 		out.Type, out.Addr = iomap.Mapped, int64(m.pblk)*bs
 	case mapUnwritten:
 		out.Type, out.Addr = iomap.Unwritten, int64(m.pblk)*bs
+	case mapDelayed:
+		out.Type = iomap.Delalloc
 	default:
 		out.Type = iomap.Hole
 	}

@@ -39,6 +39,22 @@ func TestReportOps(t *testing.T) {
 	if err := f.Truncate(40 * 4096); err != nil {
 		t.Fatal(err)
 	}
+	// Before write-back the buffered data is delayed: fiemap reports it
+	// FIEMAP_EXTENT_DELALLOC, SEEK_DATA finds it.
+	var delayed []iomap.Extent
+	if err := f.Fiemap(0, 40*4096, func(e iomap.Extent) error { delayed = append(delayed, e); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(delayed) != 3 || delayed[0].Flags&iomap.ExtentDelalloc == 0 || delayed[0].Logical != 2*4096 ||
+		delayed[0].Length != 2*4096 || delayed[1].Flags&iomap.ExtentDelalloc == 0 || delayed[1].Logical != 10*4096 {
+		t.Fatalf("fiemap before write-back: %v; want delalloc [8192,+8192) and [40960,+4096), then the unwritten range", delayed)
+	}
+	if g, err := f.SeekData(4 * 4096); err != nil || g != 10*4096 {
+		t.Fatalf("SeekData(4 blocks) before write-back = %d, %v; want the delayed block 10", g, err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
 	var got []iomap.Extent
 	if err := f.Fiemap(0, 40*4096, func(e iomap.Extent) error { got = append(got, e); return nil }); err != nil {
 		t.Fatal(err)

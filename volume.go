@@ -13,6 +13,7 @@ import (
 	"github.com/ext4io/ext4io/blockdev"
 	"github.com/ext4io/ext4io/esc"
 	"github.com/ext4io/ext4io/internal/errs"
+	"github.com/ext4io/ext4io/iomap"
 	"github.com/ext4io/ext4io/layout"
 )
 
@@ -41,6 +42,15 @@ type Options struct {
 	// SkipChecksums disables metadata checksum verification on read (for
 	// salvaging data from damaged images). Structural checks stay on.
 	SkipChecksums bool
+	// PageCacheBytes bounds the page cache of a writable volume, which
+	// holds the pages of buffered writes until write-back (0: 64 MiB;
+	// negative: no page cache, every write goes to the device at once, as
+	// with Direct but without the alignment rule).
+	PageCacheBytes int64
+	// WritebackAge is how long buffered data may stay dirty before the
+	// background flusher writes it back (0: 5 s; negative: no flusher,
+	// write-back only on Sync, Close and memory pressure).
+	WritebackAge time.Duration
 }
 
 // Volume is an ext4 filesystem on a block device, opened read-only or
@@ -61,6 +71,7 @@ type Volume struct {
 	cache    *esc.Cache // extent-status cache, safe for concurrent use
 
 	alloc    *alloc.Allocator // writable volumes only; safe for concurrent use
+	pc       *iomap.PageCache // buffered writes of a writable volume; nil if disabled
 	meta     alloc.MetaIO     // metadata block I/O of a writable volume
 	blkLocks blockLocks
 
@@ -74,6 +85,8 @@ type Volume struct {
 	inoMu  sync.Mutex
 	inodes map[uint32]*inode // guarded by inoMu
 
+	nss nsState // open Files and in-memory orphans (orphan.go)
+
 	// sbMu guards sb's mutable fields (state, counters, times) and
 	// serializes superblock writes.
 	sbMu sync.Mutex
@@ -85,6 +98,7 @@ type Volume struct {
 
 	stats struct {
 		metaUpdates, shared, exclusive, conversions, zeroOuts, overwrites, handles atomic.Uint64
+		buffered, delalloc                                                         atomic.Uint64
 	}
 
 	closed atomic.Bool
@@ -111,6 +125,7 @@ func Open(dev blockdev.Device, opts Options) (*Volume, error) {
 	}
 	v := &Volume{dev: dev, opts: opts, sb: sb, bs: sb.BlockSize(), csumSeed: sb.CsumSeed(), csum: sb.MetadataCsum(),
 		cache: esc.New(esc.Options{Budget: budget}), inodes: make(map[uint32]*inode)}
+	v.nss.init()
 	if size := dev.Size(); uint64(size)/uint64(v.bs) < sb.BlocksCount {
 		return nil, errs.Corruptf("superblock", 0, -1, "filesystem has %d blocks of %d bytes but the device holds %d bytes", sb.BlocksCount, v.bs, size)
 	}
@@ -168,6 +183,16 @@ func (v *Volume) openWritable() error {
 		return err
 	}
 	v.alloc = a
+	if pcb := v.opts.PageCacheBytes; pcb >= 0 {
+		if pcb == 0 {
+			pcb = 64 << 20
+		}
+		v.pc, err = iomap.NewPageCache(v.dev, iomap.PageCacheOptions{PageSize: v.bs, MaxPages: int(max(pcb/int64(v.bs), 16)),
+			NoInlineWriteback: true, NoReadCache: true})
+		if err != nil {
+			return err
+		}
+	}
 	v.orphanPresent.Store(sb.HasRoCompat(layout.RoCompatOrphanPresent))
 	now := time.Now().Unix()
 	v.sbMu.Lock()
@@ -186,7 +211,16 @@ func (v *Volume) openWritable() error {
 	}
 	// Finish what a crash left on the orphan list, as Linux does at mount.
 	v.beginOp()
-	return v.endOpErr(v.processOrphans())
+	if err := v.endOpErr(v.processOrphans()); err != nil {
+		return err
+	}
+	if age := v.opts.WritebackAge; v.pc != nil && age >= 0 {
+		if age == 0 {
+			age = 5 * time.Second
+		}
+		return v.pc.StartFlusher(min(age, time.Second), age)
+	}
+	return nil
 }
 
 // encodeSuperLocked encodes the superblock with the orphan_present flag
@@ -355,6 +389,15 @@ func (v *Volume) Close() error {
 }
 
 func (v *Volume) unmount() error {
+	if v.pc != nil {
+		v.pc.StopFlusher()
+		if v.failed() == nil {
+			if err := v.pc.Sync(); err != nil {
+				return fmt.Errorf("ext4io: writing back cached data: %w", err)
+			}
+		}
+		defer v.pc.Close()
+	}
 	if v.failed() == nil {
 		if err := v.writeDirtyInodes(); err != nil {
 			return err
@@ -436,6 +479,13 @@ type Counters struct {
 	// JournalCommits counts batches of metadata updates logged to the
 	// journal (each one or more jbd2 handles in one transaction).
 	JournalCommits uint64
+	// BufferedWrites counts writes through the page cache (no journal
+	// handle, no metadata update); DelallocBlocks counts blocks allocated
+	// for them at write-back.
+	BufferedWrites, DelallocBlocks uint64
+	// ReservedBlocks is the number of blocks reserved now for buffered
+	// data not yet written back (a gauge, not a count).
+	ReservedBlocks uint64
 }
 
 // Counters returns a snapshot of the volume's counters.
@@ -443,7 +493,15 @@ func (v *Volume) Counters() Counters {
 	s := &v.stats
 	return Counters{MetaUpdates: s.metaUpdates.Load(), SharedLocks: s.shared.Load(), ExclusiveLocks: s.exclusive.Load(),
 		Conversions: s.conversions.Load(), ZeroOutBlocks: s.zeroOuts.Load(), Overwrites: s.overwrites.Load(),
-		JournalCommits: s.handles.Load()}
+		JournalCommits: s.handles.Load(), BufferedWrites: s.buffered.Load(), DelallocBlocks: s.delalloc.Load(),
+		ReservedBlocks: v.reserved()}
+}
+
+func (v *Volume) reserved() uint64 {
+	if v.alloc == nil {
+		return 0
+	}
+	return v.alloc.Reserved()
 }
 
 // zeroBlocks makes n blocks at pblk read as zeroes on the device.

@@ -1,8 +1,10 @@
 package ext4io
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"time"
 
 	"github.com/ext4io/ext4io/alloc"
@@ -13,11 +15,12 @@ import (
 
 // The write path of a writable volume.
 //
-// This version writes data straight to the device (there is no page cache
-// yet) and changes metadata in place through v.meta; it is not yet
-// journaled, so a crash in the middle of an operation can leave metadata
-// that e2fsck must repair. Data is always written before the metadata that
-// maps it, so a crash never exposes stale blocks through a new mapping.
+// Buffered writes go through the page cache with delayed allocation
+// (buffered.go). Direct writes, and every write on a volume without a page
+// cache, go straight to the device under one metadata operation (a
+// journal handle) for the allocations and conversions they need. Data is
+// always written before the metadata that maps it, so a crash never
+// exposes stale blocks through a new mapping.
 
 // maxFileBlocks bounds logical block numbers (ext4's EXT_MAX_BLOCKS).
 const maxFileBlocks = 1<<32 - 1
@@ -60,14 +63,35 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 	if err := f.checkDirect("write", p, off); err != nil {
 		return 0, err
 	}
-	f.v.beginOp()
-	n, err := f.writeAt(p, off)
-	err = f.v.endOpErr(err)
-	if err != nil {
-		return n, &fs.PathError{Op: "write", Path: f.name, Err: err}
+	if !f.direct && f.n.bops != nil {
+		n, err := f.writeBuffered(p, off)
+		if err != nil {
+			return n, &fs.PathError{Op: "write", Path: f.name, Err: err}
+		}
+		return n, nil
 	}
-	return n, nil
+	for {
+		// Direct I/O: dirty cached pages of the range go first.
+		if err := f.flushCache(off, off+int64(len(p))); err != nil {
+			return 0, &fs.PathError{Op: "write", Path: f.name, Err: err}
+		}
+		f.v.beginOp()
+		n, err := f.writeAt(p, off)
+		err = f.v.endOpErr(err)
+		if err == errCacheRace {
+			continue // a buffered write dirtied the range again
+		}
+		if err != nil {
+			return n, &fs.PathError{Op: "write", Path: f.name, Err: err}
+		}
+		return n, nil
+	}
 }
+
+// errCacheRace reports that a buffered write dirtied a range between its
+// write-back and the lock of an operation that needs it clean; the
+// operation starts over.
+var errCacheRace = errors.New("ext4io: range dirtied again during write-back")
 
 func (f *File) writeAt(p []byte, off int64) (int, error) {
 	if n, err, ok := f.writeShared(p, off); ok {
@@ -75,11 +99,16 @@ func (f *File) writeAt(p []byte, off int64) (int, error) {
 	}
 	f.n.mu.Lock()
 	defer f.n.mu.Unlock()
+	if !f.cacheCleanLocked(off, off+int64(len(p))) {
+		return 0, errCacheRace
+	}
 	f.v.stats.exclusive.Add(1)
 	n, err := f.writeLocked(p, off)
 	if n > 0 {
 		if end := uint64(off) + uint64(n); end > f.in.Size {
-			f.in.Size = end
+			f.n.setSizeLocked(end)
+		} else if f.n.sizeAhead && end > f.n.disksize {
+			f.n.disksize = end
 		}
 		f.touchLocked()
 		if werr := f.v.writeInodeLocked(f.n); err == nil {
@@ -104,10 +133,13 @@ func (f *File) writeShared(p []byte, off int64) (n int, err error, ok bool) {
 	defer f.n.mu.RUnlock()
 	end := off + int64(len(p))
 	f.n.dataMu.Lock()
-	size := int64(f.in.Size)
+	size := int64(f.n.diskSize())
 	f.n.dataMu.Unlock()
 	if end > size {
 		return 0, nil, false
+	}
+	if !f.cacheCleanLocked(off, end) {
+		return 0, errCacheRace, true
 	}
 	// Every block must be mapped: holes need allocation.
 	maps := make([]blockMap, 0, 2)
@@ -116,7 +148,7 @@ func (f *File) writeShared(p []byte, off int64) (n int, err error, ok bool) {
 		if err != nil {
 			return 0, err, true
 		}
-		if m.kind == mapHole {
+		if m.kind != mapWritten && m.kind != mapUnwritten {
 			return 0, nil, false
 		}
 		m.n = min(m.n, uint64(end/bs)-lblk)
@@ -276,7 +308,7 @@ func (f *File) writeUnwritten(p []byte, pos int64, m blockMap, nblk uint64) (int
 // the block mapping lblk-1, else the inode's group.
 func (f *File) goalFor(lblk uint64) uint64 {
 	if lblk > 0 {
-		if m, err := f.m.lookup(lblk - 1); err == nil && m.kind != mapHole {
+		if m, err := f.m.lookup(lblk - 1); err == nil && (m.kind == mapWritten || m.kind == mapUnwritten) {
 			return m.pblk + 1
 		}
 	}
@@ -326,6 +358,9 @@ func (f *File) writeHole(p []byte, pos int64, nblk uint64) (int, error) {
 		f.v.alloc.Free(start, got)
 		return 0, fmt.Errorf("ext4io: inode %d: write: %w", f.ino, wrapIO(err))
 	}
+	if f.n.delayed > 0 {
+		f.n.bops.dropDelayedLocked(lblk, got)
+	}
 	if err := f.mapRun(lblk, start, got, false); err != nil {
 		return 0, err
 	}
@@ -344,6 +379,9 @@ func (f *File) Truncate(size int64) error {
 	}
 	f.v.beginOp()
 	f.n.mu.Lock()
+	if uint64(size) < f.in.Size {
+		f.dropCacheLocked(size, math.MaxInt64-size)
+	}
 	err := f.truncateLocked(uint64(size))
 	f.n.mu.Unlock()
 	if err := f.v.endOpErr(err); err != nil {
@@ -366,7 +404,7 @@ func (f *File) truncateLocked(size uint64) error {
 			return err
 		}
 	}
-	f.in.Size = size
+	f.n.setSizeLocked(size)
 	f.touchLocked()
 	return f.v.writeInodeLocked(f.n)
 }
@@ -455,17 +493,37 @@ func (f *File) Fallocate(mode FallocMode, off, length int64) error {
 	if length == 0 {
 		return &fs.PathError{Op: "fallocate", Path: f.name, Err: fmt.Errorf("zero length: %w", ErrInvalid)}
 	}
-	f.v.beginOp()
-	err := f.fallocate(mode, off, length)
-	if err := f.v.endOpErr(err); err != nil {
-		return &fs.PathError{Op: "fallocate " + mode.String(), Path: f.name, Err: err}
+	shift := mode == FallocCollapseRange || mode == FallocInsertRange
+	for {
+		if shift {
+			// Everything from off moves: write back the dirty pages first.
+			if err := f.flushCache(off, math.MaxInt64); err != nil {
+				return &fs.PathError{Op: "fallocate " + mode.String(), Path: f.name, Err: err}
+			}
+		}
+		f.v.beginOp()
+		err := f.fallocate(mode, off, length)
+		if err = f.v.endOpErr(err); err == errCacheRace {
+			continue
+		}
+		if err != nil {
+			return &fs.PathError{Op: "fallocate " + mode.String(), Path: f.name, Err: err}
+		}
+		return nil
 	}
-	return nil
 }
 
 func (f *File) fallocate(mode FallocMode, off, length int64) error {
 	f.n.mu.Lock()
 	defer f.n.mu.Unlock()
+	switch mode {
+	case FallocCollapseRange, FallocInsertRange:
+		if !f.cacheCleanLocked(off, math.MaxInt64) {
+			return errCacheRace
+		}
+	case FallocPunchHole, FallocZeroRange, FallocWriteZeroes:
+		f.dropCacheLocked(off, length)
+	}
 	var err error
 	switch mode {
 	case FallocAllocate, FallocKeepSize:
@@ -486,7 +544,7 @@ func (f *File) fallocate(mode FallocMode, off, length int64) error {
 	if err == nil {
 		if end := uint64(off + length); mode != FallocKeepSize && mode != FallocPunchHole &&
 			mode != FallocCollapseRange && mode != FallocInsertRange && end > f.in.Size {
-			f.in.Size = end
+			f.n.setSizeLocked(end)
 		}
 		f.touchLocked()
 		err = f.v.writeInodeLocked(f.n)
@@ -588,7 +646,7 @@ func (f *File) shiftRangeLocked(mode FallocMode, off, length int64) error {
 		if err := f.m.tree.Shift(first+uint32(n), -n); err != nil {
 			return err
 		}
-		f.in.Size -= uint64(length)
+		f.n.setSizeLocked(f.in.Size - uint64(length))
 	} else {
 		if off >= size {
 			return fmt.Errorf("insert-range at %d is not inside the file (size %d): %w", off, size, ErrInvalid)
@@ -602,7 +660,7 @@ func (f *File) shiftRangeLocked(mode FallocMode, off, length int64) error {
 		if err := f.m.tree.Shift(first, n); err != nil {
 			return err
 		}
-		f.in.Size += uint64(length)
+		f.n.setSizeLocked(f.in.Size + uint64(length))
 	}
 	f.m.es.Remove(first, uint32(maxFileBlocks-uint64(first)))
 	return nil
@@ -644,6 +702,9 @@ func (f *File) Sync() error {
 		return err
 	}
 	if f.v.alloc != nil {
+		if err := f.syncCache(); err != nil {
+			return err
+		}
 		if err := f.v.syncInode(f.n); err != nil {
 			return err
 		}
@@ -662,8 +723,9 @@ type OpenFlag int
 const (
 	// Direct makes ReadAt and WriteAt direct I/O: offsets and lengths must
 	// be multiples of the device's logical block size (ErrInvalid
-	// otherwise). In this version every write goes to the device without
-	// a page cache, so Direct only adds the alignment contract.
+	// otherwise), and data moves between the caller's buffer and the
+	// device without the page cache (dirty cached pages of the range are
+	// written back first; reads of a file with cached pages copy them).
 	Direct OpenFlag = 1 << iota
 )
 

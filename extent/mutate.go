@@ -405,13 +405,20 @@ func (t *Tree) checkExtent(e Extent) error {
 // tree as needed. On any error the tree is unchanged (see the staging note
 // at the top of mutate.go): new tree blocks are allocated before the nodes
 // they relieve are changed, and a failed allocation undoes the step.
-func (t *Tree) Insert(e Extent) error {
+func (t *Tree) Insert(e Extent) error { return t.insert(e, false) }
+
+// InsertMustSucceed is Insert for mappings that must not fail for want of
+// space (delayed-allocation write-back of data already on the device): the
+// tree blocks it needs are taken with mustSucceed.
+func (t *Tree) InsertMustSucceed(e Extent) error { return t.insert(e, true) }
+
+func (t *Tree) insert(e Extent, mustSucceed bool) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if err := t.checkExtent(e); err != nil {
 		return err
 	}
-	return t.run(false, func(tx *txn) error {
+	return t.run(mustSucceed, func(tx *txn) error {
 		path, pos, err := t.firstFromLocked(e.Lblk)
 		if err != nil {
 			return err

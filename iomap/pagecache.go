@@ -27,7 +27,25 @@ type PageCacheOptions struct {
 	MaxPages int
 	// MaxRunBytes caps the size of one write-back WriteAt; default 1 MiB.
 	MaxRunBytes int
+	// NoInlineWriteback makes a cache that is full of dirty or pinned
+	// pages fail the request with an error wrapping ErrCacheFull instead
+	// of writing back or waiting inside it. Filesystems whose write-back
+	// takes locks that their readers and writers hold (a journal handle
+	// after an inode lock) set it, and on ErrCacheFull drop their locks,
+	// call WritebackOldest (the kernel's balance_dirty_pages) and retry.
+	NoInlineWriteback bool
+	// NoReadCache makes BufferedRead copy cached pages but read pages
+	// that are not cached straight from the device into the caller's
+	// buffer (one device read per run of them) without caching them: the
+	// cache then holds only pages that writes touched. Such reads hold no
+	// page, so Invalidate does not wait for them: the filesystem must
+	// exclude truncate and hole punching while they run (the inode lock).
+	NoReadCache bool
 }
+
+// ErrCacheFull is returned (wrapped) by PageCache operations on a cache
+// created with NoInlineWriteback when no page can be evicted.
+var ErrCacheFull = errors.New("iomap: page cache full of dirty pages")
 
 // PageCache is a bounded write-back cache of file pages over one device.
 // It mirrors the part of the Linux page cache iomap's buffered I/O uses:
@@ -51,6 +69,8 @@ type PageCache struct {
 	shift    uint            // immutable: log2(pageSize)
 	maxPages int             // immutable
 	maxRun   int             // immutable: pages per write-back WriteAt
+	noInline bool            // immutable: NoInlineWriteback
+	noRead   bool            // immutable: NoReadCache
 	runPool  sync.Pool       // *[]byte of maxRun pages
 
 	flusher struct {
@@ -114,7 +134,8 @@ func NewPageCache(dev blockdev.Device, opt PageCacheOptions) (*PageCache, error)
 	if opt.MaxRunBytes == 0 {
 		opt.MaxRunBytes = 1 << 20
 	}
-	c := &PageCache{dev: dev, pageSize: int64(ps), maxPages: opt.MaxPages, maxRun: max(1, opt.MaxRunBytes/ps)}
+	c := &PageCache{dev: dev, pageSize: int64(ps), maxPages: opt.MaxPages, maxRun: max(1, opt.MaxRunBytes/ps),
+		noInline: opt.NoInlineWriteback, noRead: opt.NoReadCache}
 	for int64(1)<<c.shift < c.pageSize {
 		c.shift++
 	}
@@ -208,6 +229,8 @@ func (c *PageCache) get(f *file, idx int64) (*page, error) {
 		if c.mu.npages >= c.maxPages {
 			victim, dirty := c.victimLocked()
 			switch {
+			case victim == nil && c.noInline:
+				return nil, fmt.Errorf("iomap: %d pages cached, none clean and unpinned: %w", c.mu.npages, ErrCacheFull)
 			case victim != nil:
 				data = victim.data
 				c.dropLocked(victim)
@@ -349,12 +372,42 @@ func BufferedRead(c *PageCache, ops Ops, key Key, p []byte, off, size int64) (in
 	v, _ := ops.(Validator)
 	done, err := Iter(ops, off, n, 0, func(m Mapping, pos, n int64) (int64, error) {
 		var done int64
+		// [runStart, runEnd) are uncached bytes of a Mapped mapping to be
+		// read straight from the device (NoReadCache).
+		runStart, runEnd := int64(-1), int64(-1)
+		flushRun := func() error {
+			if runStart < 0 {
+				return nil
+			}
+			if v != nil && !v.Valid(m) {
+				return ErrStale
+			}
+			if err := c.readDirect(p[runStart-off:runEnd-off], m, runStart); err != nil {
+				return err
+			}
+			runStart, runEnd = -1, -1
+			return nil
+		}
 		for done < n {
 			idx := (pos + done) >> c.shift
 			po := (pos + done) & (c.pageSize - 1)
 			l := min(c.pageSize-po, n-done)
 			dst := p[pos+done-off : pos+done-off+l]
 			pg := c.lookup(f, idx)
+			if pg == nil && c.noRead && m.Type == Mapped {
+				if runStart < 0 {
+					runStart = pos + done
+				}
+				runEnd = pos + done + l
+				done += l
+				continue
+			}
+			if err := flushRun(); err != nil {
+				if pg != nil {
+					c.release(pg, false, false)
+				}
+				return runStart - pos, err
+			}
 			if pg == nil && m.Type != Mapped && m.Type != Inline {
 				if v != nil && !v.Valid(m) {
 					return done, ErrStale
@@ -388,12 +441,30 @@ func BufferedRead(c *PageCache, ops Ops, key Key, p []byte, off, size int64) (in
 			c.release(pg, filled, false)
 			done += l
 		}
+		if err := flushRun(); err != nil {
+			return runStart - pos, err
+		}
 		return done, nil
 	})
 	if err == nil && n < int64(len(p)) {
 		err = io.EOF
 	}
 	return int(done), err
+}
+
+// readDirect reads dst, the file bytes at pos inside Mapped mapping m,
+// from the device, for pages that are not cached (NoReadCache). Bytes past
+// the file size are zeroed by the caller's size clamp (dst stops at size).
+func (c *PageCache) readDirect(dst []byte, m Mapping, pos int64) error {
+	if pos < m.Offset || pos+int64(len(dst)) > m.End() {
+		return fmt.Errorf("iomap: read [%d, +%d) not inside %v: %w", pos, len(dst), m, ErrBadMapping)
+	}
+	counters.devReads.Add(1)
+	addr := m.Addr + (pos - m.Offset)
+	if _, err := c.dev.ReadAt(dst, addr); err != nil {
+		return fmt.Errorf("iomap: reading file %d from device %d: %w", pos, addr, err)
+	}
+	return nil
 }
 
 // BufferedWrite copies p into file key at off through the cache
@@ -470,20 +541,41 @@ func bufferedWrite(c *PageCache, ops Ops, key Key, p []byte, off, length, size i
 // zeroCached zeroes the cached parts of [off, off+n) of f in place,
 // leaving their dirty state alone.
 func (c *PageCache) zeroCached(f *file, off, n int64) {
-	for pos := off; pos < off+n; {
-		idx := pos >> c.shift
-		po := pos & (c.pageSize - 1)
-		l := min(c.pageSize-po, off+n-pos)
-		if pg := c.lookup(f, idx); pg != nil {
-			pg.mu.Lock()
-			if pg.uptodate {
-				clear(pg.data[po : po+l])
-				counters.zeroed.Add(l)
+	if n <= 0 {
+		return
+	}
+	end := off + n
+	// Pin the cached pages of the range (visiting the file's pages, not
+	// the range, which may be huge), then zero them one by one.
+	lo, hi := off>>c.shift, pageCeil(end, c.shift)
+	c.mu.Lock()
+	var pages []*page
+	if hi-lo <= int64(len(f.pages)) {
+		for idx := lo; idx < hi; idx++ {
+			if pg := f.pages[idx]; pg != nil {
+				pg.pins++
+				pages = append(pages, pg)
 			}
-			pg.mu.Unlock()
-			c.release(pg, false, false)
 		}
-		pos += l
+	} else {
+		for idx, pg := range f.pages {
+			if idx >= lo && idx < hi {
+				pg.pins++
+				pages = append(pages, pg)
+			}
+		}
+	}
+	c.mu.Unlock()
+	for _, pg := range pages {
+		start := pg.idx << c.shift
+		from, to := max(off, start)-start, min(end, start+c.pageSize)-start
+		pg.mu.Lock()
+		if pg.uptodate {
+			clear(pg.data[from:to])
+			counters.zeroed.Add(to - from)
+		}
+		pg.mu.Unlock()
+		c.release(pg, false, false)
 	}
 }
 
@@ -582,8 +674,104 @@ func (c *PageCache) writebackCluster(f *file, idx int64) error {
 	return c.writebackRange(f, lo, hi)
 }
 
+// WritebackLocker is an optional interface of Ops: write-back of a file
+// calls LockWriteback before it claims any of the file's pages and unlock
+// once it has released them, so a filesystem can take the locks its
+// write-back needs (a journal handle, then the inode lock shared) in its
+// own lock order, never while holding pages that its lock holders wait
+// for (truncate invalidating pages under the inode lock).
+type WritebackLocker interface {
+	LockWriteback() (unlock func(), err error)
+}
+
+// WritebackOldest writes back the contiguous dirty run around the least
+// recently used dirty page that is not in use, for callers of a
+// NoInlineWriteback cache that got ErrCacheFull; they must hold none of
+// the locks write-back takes. It reports whether there was such a page;
+// a write-back error is returned and also kept for the file's next
+// Writeback.
+func (c *PageCache) WritebackOldest() (bool, error) {
+	c.mu.Lock()
+	var dirty *page
+	for pg := c.mu.lru.prev; pg != &c.mu.lru; pg = pg.prev {
+		if pg.dirty && pg.pins == 0 && !pg.wb {
+			dirty = pg
+			break
+		}
+	}
+	if dirty == nil {
+		c.mu.Unlock()
+		return false, nil
+	}
+	f, idx := dirty.f, dirty.idx
+	c.mu.Unlock()
+	counters.evicWb.Add(1)
+	err := c.writebackCluster(f, idx)
+	if err != nil {
+		c.mu.Lock()
+		if f.wbErr == nil {
+			f.wbErr = err
+		}
+		c.mu.Unlock()
+	}
+	return true, err
+}
+
+// ZeroCached zeroes the bytes of [off, off+n) of file key that are in
+// cached pages, in place, leaving their dirty state alone (for truncate
+// and hole punching, which zero the device copy themselves).
+func (c *PageCache) ZeroCached(key Key, off, n int64) {
+	c.mu.Lock()
+	f := c.mu.files[key]
+	c.mu.Unlock()
+	if f != nil && n > 0 {
+		c.zeroCached(f, off, n)
+	}
+}
+
+// Dirty returns how many pages of file key overlapping [from, to) are
+// dirty or under write-back.
+func (c *PageCache) Dirty(key Key, from, to int64) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f := c.mu.files[key]
+	if f == nil || f.ndirty == 0 && f.inWriteback == 0 {
+		return 0
+	}
+	lo, hi := from>>c.shift, pageCeil(to, c.shift)
+	n := 0
+	for idx, pg := range f.pages {
+		if idx >= lo && idx < hi && (pg.dirty || pg.wb) {
+			n++
+		}
+	}
+	return n
+}
+
+// Cached reports whether file key has any page in the cache.
+func (c *PageCache) Cached(key Key) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f := c.mu.files[key]
+	return f != nil && len(f.pages) > 0
+}
+
 // writebackRange writes back the dirty pages of f with index in [lo, hi).
 func (c *PageCache) writebackRange(f *file, lo, hi int64) error {
+	c.mu.Lock()
+	ops := f.ops
+	idle := f.ndirty == 0 && f.inWriteback == 0
+	c.mu.Unlock()
+	if idle {
+		return nil // nothing to write or wait for: no locks taken
+	}
+	if l, ok := ops.(WritebackLocker); ok {
+		unlock, err := l.LockWriteback()
+		if err != nil {
+			return fmt.Errorf("iomap: write-back of file %d: %w", f.key, err)
+		}
+		defer unlock()
+	}
 	c.mu.Lock()
 	var idxs []int64
 	for {
@@ -618,7 +806,6 @@ func (c *PageCache) writebackRange(f *file, lo, hi int64) error {
 		pages = append(pages, pg)
 	}
 	f.inWriteback += len(pages)
-	ops := f.ops
 	c.mu.Unlock()
 
 	var errs []error

@@ -54,7 +54,13 @@ func TestBenchMemoryJSON(t *testing.T) {
 				t.Fatalf("%s %s: %+v", r.Name, side, m)
 			}
 			wantW := allWorkloads[i].Op != opRandRead
-			if got := m.Device.Writes >= 1; got != wantW {
+			if side == "engine" && r.Name == "buffered-4k" {
+				// Delayed allocation: the page cache writes the pages back
+				// in runs of up to 1 MiB, far fewer writes than ops.
+				if w := m.Device.Writes; w <= 0 || w >= 0.5 {
+					t.Fatalf("%s %s: %.2f device writes per op; want batched write-back", r.Name, side, w)
+				}
+			} else if got := m.Device.Writes >= 1; got != wantW {
 				t.Fatalf("%s %s: %.2f device writes per op", r.Name, side, m.Device.Writes)
 			}
 		}

@@ -1,0 +1,204 @@
+package ext4io_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/ext4io/ext4io"
+	"github.com/ext4io/ext4io/internal/e2fs"
+)
+
+// TestDelallocFullVolume: buffered writes reserve their blocks, so a
+// volume filled by buffered writes fails them with ErrNoSpace at write
+// time, never at write-back: Sync and Close succeed, every byte accepted is
+// on disk, and e2fsck is clean.
+func TestDelallocFullVolume(t *testing.T) {
+	for _, cache := range []int64{0, 64 << 10} { // default; tiny (write-back under pressure)
+		t.Run(fmt.Sprintf("cache%d", cache), func(t *testing.T) {
+			img := formatImage(t, 16<<20, ext4io.FormatOptions{BlockSize: 1024})
+			v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, PageCacheBytes: cache, WritebackAge: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rng := rand.New(rand.NewPCG(1, 2))
+			want := map[string][]byte{}
+			full := false
+			for i := 0; !full; i++ {
+				name := fmt.Sprintf("f%d", i)
+				f, err := v.Create(name)
+				if err != nil {
+					if errors.Is(err, ext4io.ErrNoSpace) {
+						break
+					}
+					t.Fatal(err)
+				}
+				var data []byte
+				for len(data) < 3<<20 {
+					chunk := make([]byte, 1+rng.IntN(70_000))
+					for j := range chunk {
+						chunk[j] = byte(rng.Uint32()) | 1
+					}
+					n, err := f.WriteAt(chunk, int64(len(data)))
+					data = append(data, chunk[:n]...)
+					if errors.Is(err, ext4io.ErrNoSpace) {
+						full = true
+						break
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				want[name] = data
+			}
+			if !full {
+				t.Fatal("the volume never filled")
+			}
+			if c := v.Counters(); c.ReservedBlocks == 0 && cache == 0 {
+				t.Fatalf("nothing reserved before write-back: %+v", c)
+			}
+			if err := v.Sync(); err != nil {
+				t.Fatalf("write-back on a full volume: %v", err)
+			}
+			if c := v.Counters(); c.ReservedBlocks != 0 || c.DelallocBlocks == 0 {
+				t.Fatalf("after Sync: %+v; want every reservation allocated", c)
+			}
+			if err := v.Close(); err != nil {
+				t.Fatal(err)
+			}
+			e2fs.Fsck(t, img)
+			ro, err := ext4io.OpenImage(img, ext4io.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ro.Close()
+			checkSynced(t, ro, want)
+			t.Logf("%d files, %d free blocks left", len(want), ro.Superblock().FreeBlocksCount)
+		})
+	}
+}
+
+// TestDelallocReservations: reservations of delayed blocks are released by
+// truncate, punch-hole, zero-range, write-zeroes and unlink, and nothing
+// leaks: after Close the free block count equals the one e2fsck computes
+// and the counts before the writes, less the blocks still mapped.
+func TestDelallocReservations(t *testing.T) {
+	img := formatImage(t, 64<<20, ext4io.FormatOptions{})
+	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, WritebackAge: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte("delalloc"), 1<<17) // 1 MiB: 256 blocks
+	reserved := func() uint64 { return v.Counters().ReservedBlocks }
+	steps := []struct {
+		name string
+		do   func(f *ext4io.File) error
+		left uint64 // blocks still reserved for the file
+	}{
+		{"truncate", func(f *ext4io.File) error { return f.Truncate(100*4096 + 10) }, 101},
+		{"punch", func(f *ext4io.File) error { return f.Fallocate(ext4io.FallocPunchHole, 10*4096, 100*4096) }, 156},
+		{"zero-range", func(f *ext4io.File) error { return f.Fallocate(ext4io.FallocZeroRange, 4096+1, 50*4096) }, 207},
+		{"write-zeroes", func(f *ext4io.File) error { return f.Fallocate(ext4io.FallocWriteZeroes, 0, 1<<20) }, 0},
+		{"unlink", nil, 256}, // while open: an orphan, released at Close
+	}
+	for i, s := range steps {
+		name := fmt.Sprintf("%s-%d", s.name, i)
+		f, err := v.Create(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt(data, 0); err != nil {
+			t.Fatal(err)
+		}
+		if got := reserved(); got != 256 {
+			t.Fatalf("%s: %d blocks reserved after a 1 MiB buffered write; want 256", s.name, got)
+		}
+		do := s.do
+		if do == nil {
+			do = func(*ext4io.File) error { return v.Unlink(name) }
+		}
+		if err := do(f); err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		if got := reserved(); got != s.left {
+			t.Fatalf("%s: %d blocks still reserved; want %d", s.name, got, s.left)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := v.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		if got := reserved(); got != 0 {
+			t.Fatalf("%s: %d blocks reserved after Sync", s.name, got)
+		}
+	}
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e2fs.Fsck(t, img)
+}
+
+// TestDelallocSizeOnDisk: an extending buffered write moves i_size at
+// once but the on-disk size only when the data is written back; a crash
+// (here: reading the image while the volume is still open) never sees a
+// size covering blocks that are not on disk.
+func TestDelallocSizeOnDisk(t *testing.T) {
+	img := formatImage(t, 32<<20, ext4io.FormatOptions{})
+	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, WritebackAge: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	f, err := v.Create("grow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := bytes.Repeat([]byte{1}, 10000)
+	if _, err := f.WriteAt(first, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(bytes.Repeat([]byte{2}, 50000), 10000); err != nil {
+		t.Fatal(err)
+	}
+	if f.Size() != 60000 {
+		t.Fatalf("size %d after the extending write; want 60000", f.Size())
+	}
+	// Commit metadata (other changes) without writing this file back: the
+	// on-disk size must stay at the synced 10000.
+	g, err := v.Create("other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	ro, err := ext4io.OpenImage(img, ext4io.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := ro.Stat("grow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() != 10000 {
+		t.Fatalf("on-disk size %d before write-back; want 10000", fi.Size())
+	}
+	checkSynced(t, ro, map[string][]byte{"grow": first})
+	ro.Close()
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	ro, err = ext4io.OpenImage(img, ext4io.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	want := append(first, bytes.Repeat([]byte{2}, 50000)...)
+	checkSynced(t, ro, map[string][]byte{"grow": want})
+}
