@@ -195,10 +195,7 @@ func (o *bufOps) endWriteback(off, length, written int64, m iomap.Mapping) error
 	if written > 0 {
 		// i_disksize covers the data now on the device, up to i_size.
 		if end := uint64(off + written); n.sizeAhead && end > n.disksize {
-			n.disksize = min(end, n.in.Size)
-			if n.disksize >= n.in.Size {
-				n.sizeAhead = false
-			}
+			n.coverLocked(end)
 			changed = true
 		}
 	}
@@ -246,6 +243,13 @@ func (o *bufOps) LockWriteback() (func(), error) {
 	}
 	o.v.beginOp()
 	o.n.mu.RLock()
+	if o.n.freed {
+		// Deleted while this write-back waited for the lock: its pages
+		// are gone (PageCache.Forget), so there is nothing to write.
+		o.n.mu.RUnlock()
+		o.v.endOp()
+		return func() {}, nil
+	}
 	return func() {
 		o.n.mu.RUnlock()
 		o.v.endOp()

@@ -57,6 +57,8 @@ type inode struct {
 	disksize  uint64  // the on-disk size while sizeAhead (ext4's i_disksize)
 	delayed   uint64  // blocks reserved for this inode's Delayed ranges (i_reserved_data_blocks)
 	bops      *bufOps // buffered I/O ops; nil without a page cache or for non-extent files
+
+	freed bool // the inode was freed: never write n again; set under mu exclusively
 }
 
 // diskSize returns the size the inode has on disk (i_disksize). The caller
@@ -66,6 +68,16 @@ func (n *inode) diskSize() uint64 {
 		return n.disksize
 	}
 	return n.in.Size
+}
+
+// coverLocked moves the on-disk size up to end (at most i_size) when
+// written blocks now reach end: e2fsck rejects written blocks past the
+// on-disk size. The caller holds mu exclusively, or shared with dataMu.
+func (n *inode) coverLocked(end uint64) {
+	if n.sizeAhead && end > n.disksize {
+		n.disksize = min(end, n.in.Size)
+		n.sizeAhead = n.disksize < n.in.Size
+	}
 }
 
 // setSizeLocked sets i_size and the on-disk size together (truncate,

@@ -151,6 +151,13 @@ func (m *jmeta) commit(wait bool) error {
 			m.mu.Unlock()
 			return err
 		}
+		if len(pending) == 0 && len(revokes) == 0 {
+			// Nothing to commit, so no commit flushed the device: data
+			// written since (overwrites, write-back into allocated blocks)
+			// needs a flush of its own to be durable (as ext4_sync_file
+			// issues one when the transaction has no barrier for it).
+			return v.flushDev()
+		}
 	}
 	return nil
 }

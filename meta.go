@@ -80,6 +80,9 @@ func (v *Volume) syncInode(n *inode) error {
 		defer n.mu.RUnlock()
 		n.dataMu.Lock()
 		defer n.dataMu.Unlock()
+		if n.freed {
+			return nil
+		}
 		if n.sizeAhead && v.pc.Dirty(iomap.Key(n.ino), int64(n.disksize), math.MaxInt64) == 0 {
 			// No data waits beyond the on-disk size: the rest is holes
 			// (a punched or zeroed tail), so i_size can go to disk.

@@ -350,11 +350,14 @@ func (v *Volume) evictLocked(n *inode) error {
 	}
 	dir := n.in.IsDir()
 	n.in.LinksCount = 0
-	n.in.Size = 0
+	n.setSizeLocked(0)
 	n.in.Dtime = uint32(time.Now().Unix())
 	if err := v.writeInodeLocked(n); err != nil {
 		return err
 	}
+	// Stale references to n (a write-back or an inode sync that looked it
+	// up before this) must never write it over the slot's next user.
+	n.freed = true
 	v.forgetInode(n.ino)
 	return v.alloc.FreeInode(n.ino, dir)
 }

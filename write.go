@@ -107,8 +107,8 @@ func (f *File) writeAt(p []byte, off int64) (int, error) {
 	if n > 0 {
 		if end := uint64(off) + uint64(n); end > f.in.Size {
 			f.n.setSizeLocked(end)
-		} else if f.n.sizeAhead && end > f.n.disksize {
-			f.n.disksize = end
+		} else {
+			f.n.coverLocked(end)
 		}
 		f.touchLocked()
 		if werr := f.v.writeInodeLocked(f.n); err == nil {
@@ -545,6 +545,8 @@ func (f *File) fallocate(mode FallocMode, off, length int64) error {
 		if end := uint64(off + length); mode != FallocKeepSize && mode != FallocPunchHole &&
 			mode != FallocCollapseRange && mode != FallocInsertRange && end > f.in.Size {
 			f.n.setSizeLocked(end)
+		} else if mode == FallocWriteZeroes {
+			f.n.coverLocked(end) // written blocks inside i_size, maybe past i_disksize
 		}
 		f.touchLocked()
 		err = f.v.writeInodeLocked(f.n)
