@@ -117,12 +117,20 @@ func (o *bufOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, err
 			return iomap.Mapping{}, err
 		}
 		o.n.delayed += nblk
+		o.n.seq.Add(1)
 		out.Type, out.Flags = iomap.Delalloc, iomap.MapNew
 	default:
 		out.Type = iomap.Hole
 	}
+	out.Cookie = o.n.seq.Load()
 	return out, nil
 }
+
+// Valid reports whether m, from Begin, still describes the file: no
+// mapping change since (iomap.Validator; the validity cookie is the
+// inode's extent change counter). Reads under the shared inode lock can
+// race with write-back mapping delayed blocks.
+func (o *bufOps) Valid(m iomap.Mapping) bool { return m.Cookie == o.n.seq.Load() }
 
 // End releases the reservations of blocks a buffered write did not reach,
 // and after write-back maps what reached the device.
@@ -176,6 +184,7 @@ func (o *bufOps) endWriteback(off, length, written int64, m iomap.Mapping) error
 				n.delayed -= min(n.delayed, d)
 			}
 			f.m.es.Insert(esc.Extent{Lblk: uint32(lblk), Len: uint32(wblk), Pblk: start, Status: esc.Written})
+			f.n.seq.Add(1) // the mapping changed: cached mappings are stale
 			o.v.stats.delalloc.Add(wblk)
 			changed = true
 		}
@@ -227,6 +236,7 @@ func (o *bufOps) dropDelayedLocked(lblk, n uint64) {
 	}
 	n = min(n, maxFileBlocks-lblk)
 	d, err := o.f.m.es.Remove(uint32(lblk), uint32(n))
+	o.n.seq.Add(1)
 	if err != nil || d == 0 {
 		return
 	}

@@ -31,8 +31,14 @@
 // through jbd2 (when the filesystem has a journal): an operation's changes
 // commit together, File.Sync waits for the commit, and Close checkpoints.
 // Data is written to the device before the metadata that maps it commits.
-// There is no page cache yet: every write goes to the device. Direct
-// overwrites defer the inode's mtime update to File.Sync or Volume.Close.
+// Writes without Direct go through a bounded page cache with delayed
+// allocation (Options.PageCacheBytes): they reserve blocks and change no
+// metadata; write-back (File.Sync, Volume.Sync, a flusher after
+// Options.WritebackAge, memory pressure) allocates, writes and maps them,
+// and only then moves the on-disk size. Direct I/O (Volume.OpenFile with
+// Direct) goes to the device through iomap ops with ext4's fast paths:
+// overwrites take the inode lock shared and no journal handle, and defer
+// the mtime update to File.Sync or Volume.Close.
 // A volume whose journal needs recovery is replayed by Open (in memory for
 // read-only opens) unless Options.NoRecovery is set.
 //
@@ -45,6 +51,9 @@
 //
 //	Volume state, journal transaction gate (shared per operation)
 //	└─ inode lock (inode.mu, read/write: ext4's i_rwsem)
+//	   └─ page-cache page locks (iomap.PageCache; write-back takes the
+//	      gate and then the inode lock shared before it pins pages, so a
+//	      writer holding an inode lock never waits for write-back)
 //	   └─ inode.dataMu (ext4's i_data_sem: inode fields under a shared lock)
 //	      └─ extent.Tree mutex
 //	      └─ esc per-inode lock

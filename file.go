@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ext4io/ext4io/extent"
@@ -59,6 +60,10 @@ type inode struct {
 	bops      *bufOps // buffered I/O ops; nil without a page cache or for non-extent files
 
 	freed bool // the inode was freed: never write n again; set under mu exclusively
+
+	// seq counts changes of the file's block mapping (the extent-status
+	// cache and tree): the validity cookie of iomap mappings.
+	seq atomic.Uint64
 }
 
 // diskSize returns the size the inode has on disk (i_disksize). The caller

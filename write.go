@@ -76,7 +76,13 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 			return 0, &fs.PathError{Op: "write", Path: f.name, Err: err}
 		}
 		f.v.beginOp()
-		n, err := f.writeAt(p, off)
+		var n int
+		var err error
+		if a := dioAlign(f.v.dev); off%a == 0 && int64(len(p))%a == 0 {
+			n, err = f.directWrite(p, off) // through iomap.DirectWrite
+		} else {
+			n, err = f.writeAt(p, off) // unaligned write without a page cache
+		}
 		err = f.v.endOpErr(err)
 		if err == errCacheRace {
 			continue // a buffered write dirtied the range again
@@ -93,10 +99,10 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 // operation starts over.
 var errCacheRace = errors.New("ext4io: range dirtied again during write-back")
 
+// writeAt writes p at off under the exclusive inode lock, straight to the
+// device (any alignment): the write path of volumes without a page cache
+// for writes that direct I/O cannot take.
 func (f *File) writeAt(p []byte, off int64) (int, error) {
-	if n, err, ok := f.writeShared(p, off); ok {
-		return n, err
-	}
 	f.n.mu.Lock()
 	defer f.n.mu.Unlock()
 	if !f.cacheCleanLocked(off, off+int64(len(p))) {
@@ -116,72 +122,6 @@ func (f *File) writeAt(p []byte, off int64) (int, error) {
 		}
 	}
 	return n, err
-}
-
-// writeShared is the fast path of the seed threads: a write aligned to
-// the block size, inside EOF, over blocks that are already allocated
-// (written or unwritten) runs under the shared inode lock. Overwrites of
-// written blocks change no metadata at all (the mtime update is deferred
-// to Sync/Close); unwritten blocks are converted under dataMu, the
-// extent-tree lock. ok is false when the write needs the exclusive path.
-func (f *File) writeShared(p []byte, off int64) (n int, err error, ok bool) {
-	bs := int64(f.v.bs)
-	if off%bs != 0 || len(p)%int(bs) != 0 || len(p) == 0 {
-		return 0, nil, false
-	}
-	f.n.mu.RLock()
-	defer f.n.mu.RUnlock()
-	end := off + int64(len(p))
-	f.n.dataMu.Lock()
-	size := int64(f.n.diskSize())
-	f.n.dataMu.Unlock()
-	if end > size {
-		return 0, nil, false
-	}
-	if !f.cacheCleanLocked(off, end) {
-		return 0, errCacheRace, true
-	}
-	// Every block must be mapped: holes need allocation.
-	maps := make([]blockMap, 0, 2)
-	for lblk := uint64(off / bs); lblk < uint64(end/bs); {
-		m, err := f.m.lookup(lblk)
-		if err != nil {
-			return 0, err, true
-		}
-		if m.kind != mapWritten && m.kind != mapUnwritten {
-			return 0, nil, false
-		}
-		m.n = min(m.n, uint64(end/bs)-lblk)
-		maps = append(maps, m)
-		lblk += m.n
-	}
-	f.v.stats.shared.Add(1)
-	converted := false
-	for _, m := range maps {
-		chunk := p[int64(m.lblk)*bs-off:][:int64(m.n)*bs]
-		if _, err := f.v.dev.WriteAt(chunk, int64(m.pblk)*bs); err != nil {
-			return n, fmt.Errorf("ext4io: inode %d: write: %w", f.ino, wrapIO(err)), true
-		}
-		if m.kind == mapUnwritten {
-			f.n.dataMu.Lock()
-			err := f.convertExactLocked(m.lblk, m.n)
-			f.n.dataMu.Unlock()
-			if err != nil {
-				return n, err, true
-			}
-			converted = true
-		}
-		n += len(chunk)
-	}
-	f.n.dataMu.Lock()
-	defer f.n.dataMu.Unlock()
-	f.touchLocked()
-	if converted {
-		return n, f.v.writeInodeLocked(f.n), true
-	}
-	f.n.dirty = true
-	f.v.stats.overwrites.Add(1)
-	return n, nil, true
 }
 
 // convertLocked marks [lblk, lblk+n) written after its data reached the
@@ -204,6 +144,7 @@ func (f *File) convertLocked(lblk, n uint64) error {
 	// (extent.Config.ZeroOutMax): drop them from the cache.
 	lo := lblk - min(lblk, 64<<10/uint64(f.v.bs))
 	f.m.es.Remove(uint32(lo), uint32(min(n+2*(lblk-lo), maxFileBlocks-lo)))
+	f.n.seq.Add(1) // the mapping changed: cached mappings are stale
 	return nil
 }
 
@@ -215,6 +156,7 @@ func (f *File) convertExactLocked(lblk, n uint64) error {
 	}
 	f.v.stats.conversions.Add(1)
 	f.m.es.Remove(uint32(lblk), uint32(n))
+	f.n.seq.Add(1) // the mapping changed: cached mappings are stale
 	return nil
 }
 
@@ -341,6 +283,7 @@ func (f *File) mapRun(lblk, start, got uint64, unwritten bool) error {
 		st = esc.Unwritten
 	}
 	f.m.es.Insert(esc.Extent{Lblk: uint32(lblk), Len: uint32(got), Pblk: start, Status: st})
+	f.n.seq.Add(1) // the mapping changed: cached mappings are stale
 	return nil
 }
 
@@ -399,6 +342,7 @@ func (f *File) truncateLocked(size uint64) error {
 				return err
 			}
 			f.m.es.Remove(uint32(first), uint32(maxFileBlocks-first))
+			f.n.seq.Add(1) // the mapping changed: cached mappings are stale
 		}
 		if err := f.zeroPartial(size, bs-size%bs); err != nil {
 			return err
@@ -665,6 +609,7 @@ func (f *File) shiftRangeLocked(mode FallocMode, off, length int64) error {
 		f.n.setSizeLocked(f.in.Size + uint64(length))
 	}
 	f.m.es.Remove(first, uint32(maxFileBlocks-uint64(first)))
+	f.n.seq.Add(1) // the mapping changed: cached mappings are stale
 	return nil
 }
 
@@ -694,6 +639,7 @@ func (f *File) punchLocked(off, length int64) error {
 		return err
 	}
 	f.m.es.Remove(uint32(first), uint32(last-first))
+	f.n.seq.Add(1) // the mapping changed: cached mappings are stale
 	return nil
 }
 

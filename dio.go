@@ -1,0 +1,216 @@
+package ext4io
+
+import (
+	"errors"
+
+	"github.com/ext4io/ext4io/blockdev"
+	"github.com/ext4io/ext4io/esc"
+	"github.com/ext4io/ext4io/extent"
+	"github.com/ext4io/ext4io/iomap"
+)
+
+// Direct writes through iomap: ext4's iomap ops (ext4_iomap_ops) driving
+// iomap.DirectWrite.
+//
+// dioOps is the normal variant with the overwrite variant folded into
+// Begin, as current Linux does: a range that is already allocated (written
+// or unwritten) is mapped from the extent-status cache without a journal
+// handle or any allocation (ext4_iomap_overwrite_ops' "pretend we are
+// reading"), so with shared set the ops serve the shared-lock fast path
+// and refuse holes (errNeedExclusive) instead of allocating. Under the
+// exclusive lock Begin allocates blocks for holes and the completion hook
+// maps them once the data is on the device; unwritten blocks are converted
+// at completion (dioEndIO), the data always on the device before the
+// metadata that exposes it. Each mapping carries the inode's change counter
+// as its validity cookie.
+
+// dioAlign is the alignment iomap.DirectWrite requires on dev: its logical
+// block size, or its Aligner's offset alignment if larger.
+func dioAlign(dev blockdev.Device) int64 {
+	a := int64(dev.LogicalBlockSize())
+	if al, ok := dev.(blockdev.Aligner); ok {
+		if _, off := al.Alignment(); int64(off) > a {
+			a = int64(off)
+		}
+	}
+	return max(a, 1)
+}
+
+// errNeedExclusive stops a shared-lock direct write at a range that needs
+// allocation; the write goes on under the exclusive lock.
+var errNeedExclusive = errors.New("ext4io: direct write needs the exclusive inode lock")
+
+type dioOps struct {
+	f      *File
+	shared bool // the caller holds n.mu shared: map allocated ranges only
+}
+
+func (o dioOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, error) {
+	f, n := o.f, o.f.n
+	bs := int64(f.v.bs)
+	lblk := uint64(off / bs)
+	endBlk := uint64((off + length + bs - 1) / bs)
+	cookie := n.seq.Load()
+	m, err := f.m.lookup(lblk)
+	if err != nil {
+		return iomap.Mapping{}, err
+	}
+	nblk := min(m.n, endBlk-lblk)
+	out := iomap.Mapping{Offset: int64(lblk) * bs, Length: int64(nblk) * bs, Addr: int64(m.pblk) * bs, Cookie: cookie}
+	switch {
+	case m.kind == mapWritten:
+		out.Type = iomap.Mapped
+	case m.kind == mapUnwritten:
+		out.Type = iomap.Unwritten
+	case o.shared || flags&iomap.OverwriteOnly != 0:
+		return iomap.Mapping{}, errNeedExclusive
+	default:
+		// A hole (or delayed blocks whose pages were dropped): allocate.
+		// The blocks are mapped at completion, in this operation.
+		if m.kind == mapDelayed {
+			n.bops.dropDelayedLocked(lblk, nblk)
+		}
+		start, got, err := f.allocRun(lblk, nblk, extent.MaxWrittenLen)
+		if err != nil {
+			return iomap.Mapping{}, err
+		}
+		out.Type, out.Addr, out.Length, out.Flags = iomap.Mapped, int64(start)*bs, int64(got)*bs, iomap.MapNew
+	}
+	return out, nil
+}
+
+// endIO is the completion hook (ext4_dio_write_end_io): [off, off+n) of m
+// is on the device, with the rest of its partial new or unwritten blocks
+// zeroed.
+func (o dioOps) endIO(off, n int64, m iomap.Mapping) error {
+	f, bs := o.f, int64(o.f.v.bs)
+	first := off / bs
+	last := (off + n + bs - 1) / bs
+	switch {
+	case m.Type == iomap.Unwritten:
+		if o.shared {
+			f.n.dataMu.Lock()
+			defer f.n.dataMu.Unlock()
+			return f.convertExactLocked(uint64(first), uint64(last-first))
+		}
+		return f.convertLocked(uint64(first), uint64(last-first))
+	case m.Flags&iomap.MapNew != 0:
+		// Map the blocks now that their data is on the device. On error
+		// nothing is mapped and End frees them.
+		pblk := uint64(m.Addr/bs) + uint64(first-m.Offset/bs)
+		e := extent.Extent{Lblk: uint32(first), Len: uint32(last - first), Pblk: pblk}
+		if err := f.m.tree.Insert(e); err != nil {
+			return err
+		}
+		f.m.es.Insert(esc.Extent{Lblk: e.Lblk, Len: e.Len, Pblk: pblk, Status: esc.Written})
+		f.n.seq.Add(1) // the mapping changed: cached mappings are stale
+		return (treeAlloc{f.v, f.n}).addBlocks(int64(e.Len))
+	}
+	return nil
+}
+
+// End frees the blocks Begin allocated that no completed write reached.
+func (o dioOps) End(off, length, written int64, flags iomap.Flags, m iomap.Mapping) error {
+	if m.Flags&iomap.MapNew == 0 {
+		return nil
+	}
+	bs := int64(o.f.v.bs)
+	used := (off + written + bs - 1) / bs // first block not mapped by endIO
+	if written == 0 {
+		used = m.Offset / bs
+	}
+	if end := m.End() / bs; used < end {
+		pblk := uint64(m.Addr/bs) + uint64(used-m.Offset/bs)
+		return o.f.v.alloc.Free(pblk, uint64(end-used))
+	}
+	return nil
+}
+
+// directWrite is WriteAt for a file opened with Direct (the caller holds
+// a metadata operation). Block-aligned writes inside the on-disk size
+// start under the shared inode lock; whatever needs allocation, and every
+// other write, runs under the exclusive lock.
+func (f *File) directWrite(p []byte, off int64) (int, error) {
+	bs := int64(f.v.bs)
+	done := 0
+	if off%bs == 0 && len(p)%int(bs) == 0 && len(p) > 0 {
+		k, err, ok := f.directShared(p, off)
+		done = k
+		if ok {
+			return done, err
+		}
+	}
+	f.n.mu.Lock()
+	defer f.n.mu.Unlock()
+	rest, pos := p[done:], off+int64(done)
+	if !f.cacheCleanLocked(pos, pos+int64(len(rest))) {
+		return done, errCacheRace
+	}
+	f.v.stats.exclusive.Add(1)
+	ops := dioOps{f: f}
+	k, err := iomap.DirectWrite(f.v.dev, ops, rest, pos, &iomap.DioOptions{BlockSize: bs, EndIO: ops.endIO})
+	done += k
+	if k > 0 {
+		if end := uint64(pos) + uint64(k); end > f.in.Size {
+			f.n.setSizeLocked(end)
+		} else if f.n.sizeAhead && end > f.n.disksize {
+			f.n.disksize = end
+		}
+		f.touchLocked()
+		if werr := f.v.writeInodeLocked(f.n); err == nil {
+			err = werr
+		}
+	}
+	return done, err
+}
+
+// directShared runs a block-aligned direct write under the shared inode
+// lock while it finds allocated blocks inside the on-disk size: overwrites
+// of written blocks change no metadata at all (the mtime update waits for
+// Sync or Close), unwritten blocks are converted exactly under dataMu. ok
+// is false when the rest of the write needs the exclusive lock.
+func (f *File) directShared(p []byte, off int64) (n int, err error, ok bool) {
+	f.n.mu.RLock()
+	defer f.n.mu.RUnlock()
+	end := off + int64(len(p))
+	f.n.dataMu.Lock()
+	size := int64(f.n.diskSize())
+	f.n.dataMu.Unlock()
+	if end > size {
+		return 0, nil, false
+	}
+	if !f.cacheCleanLocked(off, end) {
+		return 0, errCacheRace, true
+	}
+	f.v.stats.shared.Add(1)
+	ops := dioOps{f: f, shared: true}
+	converted := false
+	endIO := func(off, n int64, m iomap.Mapping) error {
+		converted = converted || m.Type == iomap.Unwritten
+		return ops.endIO(off, n, m)
+	}
+	n, err = iomap.DirectWrite(f.v.dev, ops, p, off, &iomap.DioOptions{BlockSize: int64(f.v.bs), EndIO: endIO})
+	if errors.Is(err, errNeedExclusive) {
+		if converted {
+			f.n.dataMu.Lock()
+			err = f.v.writeInodeLocked(f.n)
+			f.n.dataMu.Unlock()
+			if err != nil {
+				return n, err, true
+			}
+		}
+		return n, nil, false
+	}
+	f.n.dataMu.Lock()
+	defer f.n.dataMu.Unlock()
+	f.touchLocked()
+	if converted {
+		if werr := f.v.writeInodeLocked(f.n); err == nil {
+			err = werr
+		}
+		return n, err, true
+	}
+	f.n.dirty = true
+	f.v.stats.overwrites.Add(1)
+	return n, err, true
+}
