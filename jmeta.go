@@ -146,8 +146,15 @@ func (m *jmeta) commit(wait bool) error {
 	if wait {
 		if err := m.j.Sync(context.Background()); err != nil {
 			err = fmt.Errorf("ext4io: journal commit: %w", err)
+			// Stop committing, but put nothing back: the blocks are in
+			// the journal, which keeps them visible to Lookup after an
+			// abort, and operations and commits that ran while this one
+			// waited (the gate is released) may have logged newer copies
+			// that a restored pending copy would shadow.
 			m.mu.Lock()
-			m.failLocked(err, pending, revokes)
+			if m.failed == nil {
+				m.failed = err
+			}
 			m.mu.Unlock()
 			return err
 		}
@@ -162,11 +169,14 @@ func (m *jmeta) commit(wait bool) error {
 	return nil
 }
 
-// failLocked stops committing after err and keeps the blocks of the failed
-// commit readable in memory (the journal may have dropped them), so that
-// the volume's in-memory state never goes back in time: later reads see
-// what earlier operations wrote, as Linux's page cache does after a
-// journal abort. Newer pending copies win. m.mu is held.
+// failLocked stops committing after err and keeps the blocks of a commit
+// that failed to log them readable in memory (some never reached the
+// journal), so that the volume's in-memory state never goes back in time:
+// later reads see what earlier operations wrote, as Linux's page cache
+// does after a journal abort. Newer pending copies win. Only for a failed
+// log, with txnGate held exclusively: a set that was logged must not come
+// back once the gate is released, as newer copies may be in the journal
+// by then. m.mu is held.
 func (m *jmeta) failLocked(err error, pending map[uint64][]byte, revokes map[uint64]struct{}) {
 	if m.failed == nil {
 		m.failed = err
