@@ -31,8 +31,10 @@ import (
 
 	"github.com/ext4io/ext4io"
 	"github.com/ext4io/ext4io/blockdev"
+	"github.com/ext4io/ext4io/blockdev/errordev"
 	"github.com/ext4io/ext4io/blockdev/memdev"
 	"github.com/ext4io/ext4io/internal/e2fs"
+	"github.com/ext4io/ext4io/journal"
 )
 
 // sentinels are the errors every ext4io failure must wrap.
@@ -595,9 +597,11 @@ var _ blockdev.Device = (*overlayDev)(nil)
 
 // damageTarget is a metadata region the sweep may damage: [off, off+n) holds
 // bytes the walk reads; detect says a change there must be reported when
-// the image has metadata_csum.
+// the image has metadata_csum. sub names the part of a "journal" region
+// (journal superblock, descriptor, data, commit, revoke block, inode 8).
 type damageTarget struct {
 	kind   string
+	sub    string
 	off, n int64
 	detect bool
 }
@@ -633,21 +637,52 @@ func genDamageTree(t *testing.T, root string, seed uint64) {
 
 // sweepBase is a pristine image and the metadata regions of it.
 type sweepBase struct {
-	name   string
-	img    []byte
-	bs     int
-	csum   bool
-	byKind map[string][]damageTarget
+	name    string
+	img     []byte
+	mem     *memdev.Device // img, cloned (copy-on-write) for the phases that write
+	bs      int
+	csum    bool
+	journal bool     // the image's journal holds committed transactions to replay
+	files   []string // regular files of the pristine tree: truncate/unlink targets
+	byKind  map[string][]damageTarget
 }
 
-func buildSweepBase(t *testing.T, name string, seed uint64, args ...string) *sweepBase {
+// clone returns a writable copy of the base image with data written at
+// off, behind a boundsDev.
+func (b *sweepBase) clone(t *testing.T, off int64, data []byte) *boundsDev {
+	t.Helper()
+	c, err := b.mem.Clone()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data) > 0 {
+		if _, err := c.WriteAt(data, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &boundsDev{Device: c}
+}
+
+// buildSweepBase makes a 16 MiB image of genDamageTree with mkfs.ext4
+// (args added) and lists its metadata regions. Without journal the image
+// has none (-O ^has_journal). With journal, ext4io does some metadata work
+// on it, syncs, and the image is taken as a crash would leave it then
+// (crashWithJournal): needs_recovery set, committed transactions in the
+// journal. Its regions are located on a copy e2fsck replayed, and none is
+// marked detect (a replay may overwrite a damaged block), and the journal's
+// own blocks are added as kind "journal".
+func buildSweepBase(t *testing.T, name string, seed uint64, journal bool, args ...string) *sweepBase {
 	t.Helper()
 	dir := t.TempDir()
 	src := filepath.Join(dir, "src")
 	os.Mkdir(src, 0o755)
 	genDamageTree(t, src, seed)
 	img := filepath.Join(dir, "img")
-	e2fs.Mkfs(t, img, "16M", append([]string{"-d", src, "-O", "^has_journal"}, args...)...)
+	mk := []string{"-d", src}
+	if !journal {
+		mk = append(mk, "-O", "^has_journal")
+	}
+	e2fs.Mkfs(t, img, "16M", append(mk, args...)...)
 	cmds := []string{}
 	for b := 1; b < 1536*1024/1024; b += 3 { // every third KiB-block: > 4 extents
 		cmds = append(cmds, fmt.Sprintf("punch /frag %d %d", b, b))
@@ -662,16 +697,35 @@ func buildSweepBase(t *testing.T, name string, seed uint64, args ...string) *swe
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := ext4io.OpenImage(img, ext4io.Options{})
+	parse := img // the image whose layout is read (a replayed copy with journal)
+	if journal {
+		raw = crashWithJournal(t, raw)
+		if err := os.WriteFile(img, raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		parse = replayedCopy(t, img)
+		if parse == img {
+			t.Fatal("the crashed image does not need recovery")
+		}
+	}
+	praw, err := os.ReadFile(parse)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := ext4io.OpenImage(parse, ext4io.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer v.Close()
 	sb := v.Superblock()
-	b := &sweepBase{name: name, img: raw, bs: v.BlockSize(), csum: sb.MetadataCsum(), byKind: map[string][]damageTarget{}}
+	b := &sweepBase{name: name, img: raw, bs: v.BlockSize(), csum: sb.MetadataCsum(), journal: journal, byKind: map[string][]damageTarget{}}
+	b.mem = memdev.New(int64(len(raw)))
+	if _, err := b.mem.WriteAt(raw, 0); err != nil {
+		t.Fatal(err)
+	}
 	bs := int64(b.bs)
 	add := func(kind string, off, n int64, detect bool) {
-		b.byKind[kind] = append(b.byKind[kind], damageTarget{kind, off, n, detect})
+		b.byKind[kind] = append(b.byKind[kind], damageTarget{kind: kind, off: off, n: n, detect: detect && !journal})
 	}
 	add("superblock", 1024, 1024, true)
 	ds := int64(sb.DescriptorSize())
@@ -699,6 +753,9 @@ func buildSweepBase(t *testing.T, name string, seed uint64, args ...string) *swe
 		if err != nil {
 			t.Fatalf("pristine walk: %v", err)
 		}
+		if d.Type().IsRegular() {
+			b.files = append(b.files, p)
+		}
 		ino := fi.Sys().(*ext4io.FileInfo).Ino
 		if _, ok := inos[ino]; !ok && (len(inos) < 40 || !strings.HasPrefix(p, "big/")) {
 			inos[ino] = p
@@ -711,11 +768,11 @@ func buildSweepBase(t *testing.T, name string, seed uint64, args ...string) *swe
 		add("inode", int64(gd.InodeTable)*bs+int64(idx)*isz, isz, true)
 	}
 	// Extent tree blocks of the fragmented file.
-	rows, depth := e2fs.Leaves(t, img, "frag")
+	rows, depth := e2fs.Leaves(t, parse, "frag")
 	if depth < 1 {
 		t.Fatalf("frag has depth %d (%d extents)", depth, len(rows))
 	}
-	tree := e2fs.TreeBlocks(t, img, "frag")
+	tree := e2fs.TreeBlocks(t, parse, "frag")
 	if len(tree) == 0 {
 		t.Fatal("no extent tree blocks found for frag")
 	}
@@ -737,7 +794,7 @@ func buildSweepBase(t *testing.T, name string, seed uint64, args ...string) *swe
 		for _, e := range exts {
 			for i := uint64(0); i < e.Length; i++ {
 				off := int64(e.Physical+i) * bs
-				blk := raw[off : off+bs]
+				blk := praw[off : off+bs]
 				le := binary.LittleEndian
 				switch {
 				case d == "big" && e.Logical+i == 0:
@@ -753,17 +810,473 @@ func buildSweepBase(t *testing.T, name string, seed uint64, args ...string) *swe
 		}
 		f.Close()
 	}
-	if !strings.Contains(e2fs.Debugfs(t, img, false, "htree big"), "Root node dump") {
+	if !strings.Contains(e2fs.Debugfs(t, parse, false, "htree big"), "Root node dump") {
 		t.Fatal("big/ is not indexed")
 	}
+	if journal {
+		addJournalTargets(t, b)
+	}
 	return b
+}
+
+// crashWithJournal opens the journaled image raw writable through a
+// Crashable device, does some metadata work in three transactions (creates,
+// mkdirs, renames, an htree insert, unlinks, an rmdir of a directory the
+// first one logged, a truncate), syncing after each, and returns the image a
+// crash right then leaves: everything written survives (KeepProb 1), the
+// volume is never closed, so needs_recovery is set and the journal holds
+// the committed transactions.
+func crashWithJournal(t *testing.T, raw []byte) []byte {
+	t.Helper()
+	mem := memdev.New(int64(len(raw)))
+	if _, err := mem.WriteAt(raw, 0); err != nil {
+		t.Fatal(err)
+	}
+	cdev, err := errordev.NewCrashable(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := ext4io.Open(cdev, ext4io.Options{Writable: true, WritebackAge: -1})
+	if err != nil {
+		t.Fatalf("writable open of the journaled base: %v", err)
+	}
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("journaled base: %s: %v", what, err)
+		}
+	}
+	create := func(name string, n int) {
+		f, err := v.Create(name)
+		must("create "+name, err)
+		_, err = f.WriteAt(bytes.Repeat([]byte(name[len(name)-1:]), n), 0)
+		must("write "+name, err)
+		must("close "+name, f.Close())
+	}
+	for i := 0; i < 6; i++ {
+		create(fmt.Sprintf("jw%d", i), 3000*(i+1))
+	}
+	must("mkdir", v.Mkdir("jdir", 0o755))
+	must("rename", v.Rename("jw0", "jdir/jw0"))
+	must("rename", v.Rename("d0/f4", "d3/jmoved"))
+	create("big/jw-htree", 100)
+	create("d1/jw-leaf", 10)
+	must("mkdir", v.Mkdir("jgone", 0o755))
+	create("jgone/a", 5000)
+	must("sync", v.Sync())
+	// A second transaction frees metadata blocks the first logged (jgone's
+	// directory block): revoke records.
+	must("unlink", v.Unlink("jgone/a"))
+	must("rmdir", v.Rmdir("jgone"))
+	must("unlink", v.Unlink("d2/f6"))
+	must("sync", v.Sync())
+	f, err := v.Open("jw5")
+	must("open jw5", err)
+	must("truncate", f.Truncate(5000))
+	must("close", f.Close())
+	create("d3/jw-last", 7000)
+	must("sync", v.Sync())
+	img, err := cdev.Crash(errordev.CrashOptions{Seed: 1, KeepProb: 1})
+	must("crash", err)
+	v.Close()
+	out := make([]byte, img.Size())
+	if _, err := img.ReadAt(out, 0); err != nil {
+		t.Fatal(err)
+	}
+	// The crashed image, read through ext4io: the replay must find
+	// committed transactions and give a clean tree.
+	st := openAndWalk(t, "pristine crashed image", 20*time.Second, func() (*ext4io.Volume, error) {
+		v, err := ext4io.Open(img, ext4io.Options{})
+		if err == nil && (v.Recovery() == nil || v.Recovery().Transactions == 0) {
+			v.Close()
+			return nil, fmt.Errorf("the crashed image has nothing to replay (%+v): %w", v.Recovery(), ext4io.ErrInvalid)
+		}
+		return v, err
+	}, nil)
+	if st == nil || st.openErr != nil || len(st.errs) > 0 {
+		t.Fatalf("crashed journaled base: %+v", st)
+	}
+	return out
+}
+
+// addJournalTargets adds kind "journal": the journal superblock, every
+// block of the log (descriptor, data, revoke and commit blocks, as Scan
+// walks them) and the journal inode.
+func addJournalTargets(t *testing.T, b *sweepBase) {
+	t.Helper()
+	v, err := ext4io.Open(&overlayDev{base: b.img}, ext4io.Options{NoRecovery: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	sb := v.Superblock()
+	jf, err := v.OpenIno(sb.JournalInum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exts, err := jf.Extents()
+	jf.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs := int64(b.bs)
+	pos := func(jblk uint32) int64 {
+		for _, e := range exts {
+			if uint64(jblk) >= e.Logical && uint64(jblk) < e.Logical+e.Length {
+				return int64(e.Physical+uint64(jblk)-e.Logical) * bs
+			}
+		}
+		t.Fatalf("journal block %d is not mapped", jblk)
+		return 0
+	}
+	add := func(sub string, off, n int64) {
+		b.byKind["journal"] = append(b.byKind["journal"], damageTarget{kind: "journal", sub: sub, off: off, n: n})
+	}
+	add("journal superblock", pos(0), 1024)
+	g, idx := sb.InodeLocation(sb.JournalInum)
+	gd, _ := v.Group(int(g))
+	isz := int64(sb.InodeSizeBytes())
+	add("journal inode", int64(gd.InodeTable)*bs+int64(idx)*isz, isz)
+	j, err := v.Journal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !j.NeedsRecovery() {
+		t.Fatal("the journal of the crashed base needs no recovery")
+	}
+	subs := map[string]int{}
+	err = j.Scan(func(lb journal.LogBlock) error {
+		sub := map[uint32]string{journal.BlockTypeDescriptor: "descriptor", journal.BlockTypeCommit: "commit",
+			journal.BlockTypeRevoke: "revoke", 0: "data"}[lb.Type]
+		if sub == "" {
+			sub = fmt.Sprintf("log block type %d", lb.Type)
+		}
+		subs[sub]++
+		add(sub, pos(lb.Block), bs)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if subs["commit"] < 2 || subs["data"] == 0 || subs["revoke"] == 0 {
+		t.Fatalf("journal log of the crashed base: %v", subs)
+	}
+	t.Logf("%s: journal log blocks %v", b.name, subs)
+}
+
+// boundsDev passes everything to a Device and records every WriteAt,
+// ZeroOut or Discard outside [0, Size), and, when readOnly, every one at
+// all: ext4io must refuse out-of-bounds writes itself and must not write
+// through a read-only open.
+type boundsDev struct {
+	blockdev.Device
+	readOnly bool
+
+	mu     sync.Mutex
+	writes int      // WriteAt, ZeroOut and Discard calls
+	nbad   int      // of them out of bounds (or on a read-only open)
+	bad    []string // the first few
+}
+
+func (d *boundsDev) note(op string, off, n int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.writes++
+	size := d.Device.Size()
+	if d.readOnly || off < 0 || n < 0 || off > size || n > size-off {
+		d.nbad++
+		if len(d.bad) < 4 {
+			what := "out of bounds"
+			if d.readOnly {
+				what = "on a read-only open"
+			}
+			d.bad = append(d.bad, fmt.Sprintf("%s [%d, +%d) of a %d-byte device: %s\n%s", op, off, n, size, what, debug.Stack()))
+		}
+	}
+}
+
+func (d *boundsDev) WriteAt(p []byte, off int64) (int, error) {
+	d.note("WriteAt", off, int64(len(p)))
+	return d.Device.WriteAt(p, off)
+}
+
+func (d *boundsDev) ZeroOut(off, n int64) error {
+	d.note("ZeroOut", off, n)
+	return d.Device.ZeroOut(off, n)
+}
+
+func (d *boundsDev) Discard(off, n int64) error {
+	d.note("Discard", off, n)
+	return d.Device.Discard(off, n)
+}
+
+// check fails t for every bad write seen, and reports whether there was none.
+func (d *boundsDev) check(t *testing.T, label string) bool {
+	t.Helper()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, b := range d.bad {
+		t.Errorf("%s: device %s", label, b)
+	}
+	if d.nbad > len(d.bad) {
+		t.Errorf("%s: %d more bad device writes", label, d.nbad-len(d.bad))
+	}
+	return d.nbad == 0
+}
+
+var _ blockdev.Device = (*boundsDev)(nil)
+
+// writeSentinels are the errors every failed write-side operation must wrap.
+var writeSentinels = []struct {
+	name string
+	err  error
+}{
+	{"corrupt", ext4io.ErrCorrupt},
+	{"nospace", ext4io.ErrNoSpace},
+	{"readonly", ext4io.ErrReadOnly},
+	{"unsupported", ext4io.ErrUnsupported},
+	{"io", ext4io.ErrIO},
+	{"invalid", ext4io.ErrInvalid},
+	{"notfound", ext4io.ErrNotFound},
+	{"exist", ext4io.ErrExist},
+	{"closed", ext4io.ErrClosed},
+}
+
+// writeCounts are the outcomes of the phases that open damaged images
+// writable (or with Replay), summed over a sweep.
+type writeCounts struct {
+	tried, opened, replayed int
+	refused                 map[string]int // writable open failed, by sentinel
+	opsOK                   int
+	opsFailed               map[string]int // by sentinel
+	devWrites               int            // device writes seen by boundsDev
+	oob                     int            // out-of-bounds device writes (must be 0)
+	walkErrs                map[string]int // errors of the walk right after the writable open
+	rewalked                int            // reopened read-only and walked after Close
+	bareCorrupt             int            // ErrCorrupt without a *CorruptError
+	firstBare               string
+	// Replay opens (journaled bases only).
+	replayTried, replayOpened int
+	replayRefused             map[string]int
+}
+
+func newWriteCounts() *writeCounts {
+	return &writeCounts{refused: map[string]int{}, walkErrs: map[string]int{}, opsFailed: map[string]int{}, replayRefused: map[string]int{}}
+}
+
+// classify names the sentinel err wraps; an error wrapping none fails t.
+func (wc *writeCounts) classify(t *testing.T, label, op string, err error) string {
+	t.Helper()
+	for _, s := range writeSentinels {
+		if errors.Is(err, s.err) {
+			if s.err == ext4io.ErrCorrupt {
+				var ce *ext4io.CorruptError
+				if !errors.As(err, &ce) {
+					wc.bareCorrupt++
+					if wc.firstBare == "" {
+						wc.firstBare = fmt.Sprintf("%s: %s: %v", label, op, err)
+					}
+				}
+			}
+			return s.name
+		}
+	}
+	t.Errorf("%s: %s: error wraps no ext4io sentinel: %v (%T)", label, op, err, err)
+	return "UNWRAPPED"
+}
+
+// damageVerbose (EXT4IO_DAMAGE_VERBOSE=1) logs every failed write-side
+// operation of TestRandomDamage.
+var damageVerbose = os.Getenv("EXT4IO_DAMAGE_VERBOSE") != ""
+
+// writeOpDeadline bounds each operation of the write phase: far more than
+// any of them needs, even under -race.
+const writeOpDeadline = 10 * time.Second
+
+// wop runs fn in a goroutine; a panic or no result within writeOpDeadline
+// ends the test, naming label (seed and region) and op.
+func wop(t *testing.T, label, op string, fn func() error) error {
+	t.Helper()
+	type result struct {
+		err   error
+		panic string
+	}
+	ch := make(chan result, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				ch <- result{panic: fmt.Sprintf("%v\n%s", r, debug.Stack())}
+			}
+		}()
+		ch <- result{err: fn()}
+	}()
+	select {
+	case r := <-ch:
+		if r.panic != "" {
+			t.Fatalf("%s: %s panicked: %s", label, op, r.panic)
+		}
+		return r.err
+	case <-time.After(writeOpDeadline):
+		t.Fatalf("%s: %s: no result after %v (hang?)", label, op, writeOpDeadline)
+		return nil
+	}
+}
+
+// damageWrite opens dev writable and, if that works, runs a fixed sequence
+// of writes: create, a buffered 20 KiB write, fsync, mkdir, a create and a
+// rename into an existing directory, an htree insert into big/, unlink of
+// an open file, truncate and fallocate of an existing file, a hole punch
+// and a truncate of frag (its extent tree), an unlink of an existing file,
+// sync and close. Each operation runs under wop; every error must wrap a
+// sentinel. The writable volume is walked before the writes, and reopened
+// read-only and walked after Close. dev must see
+// no out-of-bounds write. It returns the number of failed operations and
+// the first failure.
+func damageWrite(t *testing.T, label string, dev *boundsDev, base *sweepBase, seed uint64, wc *writeCounts) (failed int, first error) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 7))
+	wc.tried++
+	defer func() {
+		dev.mu.Lock()
+		wc.devWrites += dev.writes
+		wc.oob += dev.nbad
+		dev.mu.Unlock()
+		dev.check(t, label)
+	}()
+	var v *ext4io.Volume
+	err := wop(t, label, "open writable", func() (err error) {
+		v, err = ext4io.Open(dev, ext4io.Options{Writable: true})
+		return err
+	})
+	if err != nil {
+		wc.refused[wc.classify(t, label, "open writable", err)]++
+		if damageVerbose {
+			t.Logf("%s: open writable: %v", label, err)
+		}
+		return 1, fmt.Errorf("open writable: %w", err)
+	}
+	wc.opened++
+	if v.Recovery() != nil {
+		wc.replayed++
+	}
+	// Reads through the writable volume's metadata layer first.
+	var st *walkStats
+	wop(t, label, "walk", func() error { st = walkVolume(v, nil); return nil })
+	for _, u := range st.unwrapped {
+		t.Errorf("%s: walk of the writable volume: error wraps no sentinel: %s", label, u)
+	}
+	for _, b := range st.bareCorrupt {
+		t.Errorf("%s: walk of the writable volume: ErrCorrupt without a *CorruptError (no context): %s", label, b)
+	}
+	for k, n := range st.errs {
+		wc.walkErrs[k] += n
+	}
+	do := func(op string, fn func() error) bool {
+		t.Helper()
+		err := wop(t, label, op, fn)
+		if err == nil {
+			wc.opsOK++
+			return true
+		}
+		wc.opsFailed[wc.classify(t, label, op, err)]++
+		if damageVerbose {
+			t.Logf("%s: %s: %v", label, op, err)
+		}
+		failed++
+		if first == nil {
+			first = fmt.Errorf("%s: %w", op, err)
+		}
+		return false
+	}
+	withFile := func(name string, fn func(f *ext4io.File) error) func() error {
+		return func() error {
+			f, err := v.Open(name)
+			if err != nil {
+				return err
+			}
+			err = fn(f)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			return err
+		}
+	}
+	var f *ext4io.File
+	if do("create dmg-new", func() (err error) { f, err = v.Create("dmg-new"); return err }) {
+		data := make([]byte, 20<<10)
+		for i := range data {
+			data[i] = byte(rng.Uint32())
+		}
+		do("write 20 KiB", func() error { _, err := f.WriteAt(data, 100); return err })
+		do("fsync", f.Sync)
+	}
+	do("mkdir dmg-dir", func() error { return v.Mkdir("dmg-dir", 0o755) })
+	do("create dmg-dir/inner", func() error {
+		g, err := v.Create("dmg-dir/inner")
+		if err != nil {
+			return err
+		}
+		_, err = g.WriteAt([]byte("inner"), 0)
+		if cerr := g.Close(); err == nil {
+			err = cerr
+		}
+		return err
+	})
+	do("rename into d1", func() error { return v.Rename("dmg-dir/inner", "d1/dmg-moved") })
+	do("create big/dmg-htree", func() error {
+		g, err := v.Create("big/dmg-htree")
+		if err == nil {
+			err = g.Close()
+		}
+		return err
+	})
+	do("unlink open dmg-new", func() error { return v.Unlink("dmg-new") })
+	if f != nil {
+		do("close unlinked dmg-new", f.Close)
+	}
+	victim := base.files[rng.IntN(len(base.files))]
+	do("truncate "+victim, withFile(victim, func(f *ext4io.File) error { return f.Truncate(f.Size() / 2) }))
+	do("fallocate "+victim, withFile(victim, func(f *ext4io.File) error {
+		return f.Fallocate(ext4io.FallocKeepSize, 0, 64<<10)
+	}))
+	do("punch frag", withFile("frag", func(f *ext4io.File) error {
+		return f.Fallocate(ext4io.FallocPunchHole, rng.Int64N(1<<20), 40<<10)
+	}))
+	do("truncate frag", withFile("frag", func(f *ext4io.File) error { return f.Truncate(rng.Int64N(3 << 19)) }))
+	other := base.files[rng.IntN(len(base.files))]
+	do("unlink "+other, func() error { return v.Unlink(other) })
+	do("sync", v.Sync)
+	do("close", v.Close)
+	// What the writes left must read without panic, hang or stray error,
+	// and without a device write: the reopen is read-only.
+	dev.mu.Lock()
+	dev.readOnly = true
+	dev.mu.Unlock()
+	st = openAndWalk(t, label+" [after writes]", 20*time.Second, func() (*ext4io.Volume, error) {
+		return ext4io.Open(dev, ext4io.Options{})
+	}, nil)
+	if st != nil && st.openErr == nil {
+		wc.rewalked++
+	}
+	return failed, first
 }
 
 // TestRandomDamage damages one metadata region of small images per seed
 // (random byte changes, or zeroing) and walks the result: no panic, no
 // hang, every error wraps a sentinel, and with metadata_csum every change
-// to a checksummed region the walk reads is reported as ErrCorrupt.
-// EXT4IO_DAMAGE_SEEDS sets the seeds per image kind (default 80).
+// to a checksummed region the walk reads is reported as ErrCorrupt. The
+// walk goes through a device that fails the test on any write.
+//
+// Every other damaged image (every one with a journal) is also opened
+// writable on a copy and written (damageWrite): no panic, no hang, no
+// device write outside the device, every error wraps a sentinel. The
+// *-journal bases hold committed transactions needing recovery; their
+// damage includes kind "journal" (the journal's superblock, inode and log
+// blocks), and each damaged image is also opened with Replay and walked.
+// The read sweep and the write phase have time budgets of their own (8 s
+// and 5 s per base image), which only bind under -race or a loaded machine.
+// EXT4IO_DAMAGE_SEEDS sets the seeds per image kind (default 80);
+// EXT4IO_DAMAGE_VERBOSE=1 logs every write-side failure.
 func TestRandomDamage(t *testing.T) {
 	seeds := 80
 	if s := os.Getenv("EXT4IO_DAMAGE_SEEDS"); s != "" {
@@ -772,21 +1285,46 @@ func TestRandomDamage(t *testing.T) {
 		seeds = 20
 	}
 	configs := []struct {
-		name string
-		args []string
+		name    string
+		journal bool
+		args    []string
 	}{
-		{"1k-csum", []string{"-b", "1024"}},
-		{"1k-nocsum", []string{"-b", "1024", "-O", "^metadata_csum"}},
-		{"4k-csum", []string{"-b", "4096"}},
-		{"4k-nocsum", []string{"-b", "4096", "-O", "^metadata_csum"}},
+		{"1k-csum", false, []string{"-b", "1024"}},
+		{"1k-nocsum", false, []string{"-b", "1024", "-O", "^metadata_csum"}},
+		{"4k-csum", false, []string{"-b", "4096"}},
+		{"4k-nocsum", false, []string{"-b", "4096", "-O", "^metadata_csum"}},
+		{"1k-journal", true, []string{"-b", "1024"}},
+		{"4k-journal-nocsum", true, []string{"-b", "4096", "-O", "^metadata_csum"}},
 	}
 	for ci, c := range configs {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			base := buildSweepBase(t, c.name, uint64(ci+1), c.args...)
+			base := buildSweepBase(t, c.name, uint64(ci+1), c.journal, c.args...)
+			// The write sequence must run cleanly on the pristine image
+			// (replaying the journal first on a journaled base) and leave
+			// it clean for e2fsck.
+			wc := newWriteCounts()
+			pdev := base.clone(t, 0, nil)
+			if n, err := damageWrite(t, c.name+" pristine", pdev, base, 0, wc); n > 0 {
+				t.Fatalf("%s: write sequence on the pristine image: %d failures, first %v", c.name, n, err)
+			}
+			written := filepath.Join(t.TempDir(), "written.img")
+			saveDev(t, pdev.Device.(*memdev.Device), written)
+			e2fs.Fsck(t, written)
+			wc = newWriteCounts()
 			counts := map[string]int{}
 			kinds := map[string]int{}
+			jsubs := map[string]int{}
 			tried, undetected := 0, 0
+			// Damaged images for the write phase: every other one, every
+			// one on a journaled base.
+			type damaged struct {
+				label string
+				seed  uint64
+				tg    damageTarget
+				data  []byte
+			}
+			var writeList []damaged
 			start := time.Now()
 			for s := 0; s < seeds; s++ {
 				if time.Since(start) > 8*time.Second {
@@ -795,9 +1333,26 @@ func TestRandomDamage(t *testing.T) {
 				}
 				seed := uint64(ci)<<32 | uint64(s)
 				rng := rand.New(rand.NewPCG(seed, 99))
-				// A kind first (uniformly), then a region of that kind.
+				// A kind first (uniformly; "journal" half the time on a
+				// journaled base), then a region of that kind.
 				kindNames := slices.Sorted(maps.Keys(base.byKind))
-				ofKind := base.byKind[kindNames[rng.IntN(len(kindNames))]]
+				kind := ""
+				if base.journal && rng.IntN(2) == 0 {
+					kind = "journal"
+				} else {
+					kind = kindNames[rng.IntN(len(kindNames))]
+				}
+				ofKind := base.byKind[kind]
+				if kind == "journal" {
+					// A part (superblock, inode, descriptor, data, commit,
+					// revoke) uniformly, then a block of it.
+					bySub := map[string][]damageTarget{}
+					for _, tg := range ofKind {
+						bySub[tg.sub] = append(bySub[tg.sub], tg)
+					}
+					subs := slices.Sorted(maps.Keys(bySub))
+					ofKind = bySub[subs[rng.IntN(len(subs))]]
+				}
 				tg := ofKind[rng.IntN(len(ofKind))]
 				data := append([]byte(nil), base.img[tg.off:tg.off+tg.n]...)
 				mode := "zero"
@@ -812,16 +1367,24 @@ func TestRandomDamage(t *testing.T) {
 				if bytes.Equal(data, base.img[tg.off:tg.off+tg.n]) {
 					continue // zeroing an all-zero region changes nothing
 				}
-				dev := &overlayDev{base: base.img, patches: []devPatch{{tg.off, data}}}
-				label := fmt.Sprintf("%s seed %d: %s %s at byte %d (+%d)", c.name, seed, mode, tg.kind, tg.off, tg.n)
+				what := tg.kind
+				if tg.sub != "" {
+					what += " (" + tg.sub + ")"
+				}
+				label := fmt.Sprintf("%s seed %d: %s %s at byte %d (+%d)", c.name, seed, mode, what, tg.off, tg.n)
+				ro := &boundsDev{Device: &overlayDev{base: base.img, patches: []devPatch{{tg.off, data}}}, readOnly: true}
 				st := openAndWalk(t, label, 20*time.Second, func() (*ext4io.Volume, error) {
-					return ext4io.Open(dev, ext4io.Options{})
+					return ext4io.Open(ro, ext4io.Options{})
 				}, nil)
+				ro.check(t, label)
 				if st == nil {
 					continue
 				}
 				tried++
 				kinds[tg.kind]++
+				if tg.sub != "" {
+					jsubs[tg.sub]++
+				}
 				for k, n := range st.errs {
 					counts[k] += n
 				}
@@ -829,9 +1392,66 @@ func TestRandomDamage(t *testing.T) {
 					undetected++
 					t.Errorf("%s: checksummed metadata damaged, walk saw no ErrCorrupt (errors %v, %d files read)", label, st.errs, st.files)
 				}
+				if base.journal || s%2 == 0 {
+					writeList = append(writeList, damaged{label, seed, tg, data})
+				}
 			}
+			readTime := time.Since(start)
+			// The write phase, with its own time budget so that it does
+			// not cut the read sweep short (under -race).
+			wstart := time.Now()
+			for i, d := range writeList {
+				if time.Since(wstart) > 5*time.Second {
+					t.Logf("write-phase time budget reached after %d of %d images", i, len(writeList))
+					break
+				}
+				if base.journal {
+					// Replay into (a copy of) the device, then walk. With
+					// the damage outside the journal the walk would read
+					// what the read-only open's in-memory replay read: skip
+					// it.
+					dev := base.clone(t, d.tg.off, d.data)
+					rlabel := d.label + " [Replay]"
+					var openErr error
+					if d.tg.kind == "journal" {
+						rst := openAndWalk(t, rlabel, 20*time.Second, func() (*ext4io.Volume, error) {
+							return ext4io.Open(dev, ext4io.Options{Replay: true})
+						}, nil)
+						if rst == nil {
+							continue // panic or hang, reported
+						}
+						openErr = rst.openErr
+					} else {
+						openErr = wop(t, rlabel, "open", func() error {
+							v, err := ext4io.Open(dev, ext4io.Options{Replay: true})
+							if err == nil {
+								err = v.Close()
+							}
+							return err
+						})
+					}
+					dev.check(t, rlabel)
+					wc.replayTried++
+					if openErr == nil {
+						wc.replayOpened++
+					} else {
+						wc.replayRefused[wc.classify(t, rlabel, "open", openErr)]++
+					}
+				}
+				damageWrite(t, d.label+" [Writable]", base.clone(t, d.tg.off, d.data), base, d.seed, wc)
+			}
+			writeTime := time.Since(wstart)
 			t.Logf("%s: %d damaged images walked in %v; by region %v; errors by sentinel %v; undetected %d; panics 0",
-				c.name, tried, time.Since(start).Round(time.Millisecond), kinds, counts, undetected)
+				c.name, tried, readTime.Round(time.Millisecond), kinds, counts, undetected)
+			if len(jsubs) > 0 {
+				t.Logf("%s: journal damage by part %v; Replay opens: %d tried, %d opened, refused by sentinel %v",
+					c.name, jsubs, wc.replayTried, wc.replayOpened, wc.replayRefused)
+			}
+			t.Logf("%s: writable (%v): %d damaged images tried, %d opened (%d replayed a journal), refused by sentinel %v; walk errors %v; ops ok %d, failed by sentinel %v; %d reopened and walked after Close; device writes %d, out of bounds %d; panics 0, hangs 0",
+				c.name, writeTime.Round(time.Millisecond), wc.tried, wc.opened, wc.replayed, wc.refused, wc.walkErrs, wc.opsOK, wc.opsFailed, wc.rewalked, wc.devWrites, wc.oob)
+			if wc.bareCorrupt > 0 {
+				t.Logf("%s: %d write-side ErrCorrupt errors carry no *CorruptError; first: %s", c.name, wc.bareCorrupt, wc.firstBare)
+			}
 		})
 	}
 }

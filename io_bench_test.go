@@ -62,7 +62,7 @@ func BenchmarkFileIO(b *testing.B) {
 			}
 		})
 	}
-	rawBase := int64(160 << 20) // a region of the device the file system does not use here
+	rawBase := int64(160 << 20)                       // a region of the device the file system does not use here
 	for off := int64(0); off < size; off += 1 << 20 { // touch it, as the file's blocks were
 		if _, err := dev.WriteAt(make([]byte, 1<<20), rawBase+off); err != nil {
 			b.Fatal(err)
