@@ -389,22 +389,30 @@ func (v *Volume) Close() error {
 }
 
 func (v *Volume) unmount() error {
+	// abandon stops the journal after a failure, checkpointing only what
+	// committed; the superblock keeps needs_recovery.
+	abandon := func(err error) error {
+		if v.jm != nil {
+			err = errors.Join(err, v.jm.j.Close())
+		}
+		return err
+	}
 	if v.pc != nil {
 		v.pc.StopFlusher()
 		if v.failed() == nil {
 			if err := v.pc.Sync(); err != nil {
-				return fmt.Errorf("ext4io: writing back cached data: %w", err)
+				return abandon(fmt.Errorf("ext4io: writing back cached data: %w", err))
 			}
 		}
 		defer v.pc.Close()
 	}
 	if v.failed() == nil {
 		if err := v.writeDirtyInodes(); err != nil {
-			return err
+			return abandon(err)
 		}
 		v.beginOp()
 		if err := v.endOpErr(v.releaseOrphans(true)); err != nil {
-			return err
+			return abandon(err)
 		}
 	}
 	if err := v.stopJournal(); err != nil {
