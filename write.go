@@ -141,9 +141,22 @@ func (f *File) convertLocked(lblk, n uint64) error {
 	}
 	f.v.stats.conversions.Add(1)
 	// The conversion may have zeroed out and converted neighbours too
-	// (extent.Config.ZeroOutMax): drop them from the cache.
+	// (extent.Config.ZeroOutMax): drop their cached mappings — but not
+	// Delayed ranges, which exist only in the cache (their dirty pages
+	// and reservations depend on them).
 	lo := lblk - min(lblk, 64<<10/uint64(f.v.bs))
-	f.m.es.Remove(uint32(lo), uint32(min(n+2*(lblk-lo), maxFileBlocks-lo)))
+	hi := lo + min(n+2*(lblk-lo), maxFileBlocks-lo)
+	var stale []esc.Extent
+	f.m.es.Range(uint32(lo), uint32(hi-lo), func(e esc.Extent) bool {
+		if e.Status != esc.Delayed {
+			stale = append(stale, e)
+		}
+		return true
+	})
+	for _, e := range stale {
+		s, end := max(uint64(e.Lblk), lo), min(uint64(e.End()), hi)
+		f.m.es.Remove(uint32(s), uint32(end-s))
+	}
 	f.n.seq.Add(1) // the mapping changed: cached mappings are stale
 	return nil
 }
