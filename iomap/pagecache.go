@@ -550,21 +550,11 @@ func (c *PageCache) zeroCached(f *file, off, n int64) {
 	lo, hi := off>>c.shift, pageCeil(end, c.shift)
 	c.mu.Lock()
 	var pages []*page
-	if hi-lo <= int64(len(f.pages)) {
-		for idx := lo; idx < hi; idx++ {
-			if pg := f.pages[idx]; pg != nil {
-				pg.pins++
-				pages = append(pages, pg)
-			}
-		}
-	} else {
-		for idx, pg := range f.pages {
-			if idx >= lo && idx < hi {
-				pg.pins++
-				pages = append(pages, pg)
-			}
-		}
-	}
+	c.rangeLocked(f, lo, hi, func(pg *page) bool {
+		pg.pins++
+		pages = append(pages, pg)
+		return true
+	})
 	c.mu.Unlock()
 	for _, pg := range pages {
 		start := pg.idx << c.shift
@@ -738,14 +728,34 @@ func (c *PageCache) Dirty(key Key, from, to int64) int {
 	if f == nil || f.ndirty == 0 && f.inWriteback == 0 {
 		return 0
 	}
-	lo, hi := from>>c.shift, pageCeil(to, c.shift)
 	n := 0
-	for idx, pg := range f.pages {
-		if idx >= lo && idx < hi && (pg.dirty || pg.wb) {
+	c.rangeLocked(f, from>>c.shift, pageCeil(to, c.shift), func(pg *page) bool {
+		if pg.dirty || pg.wb {
 			n++
 		}
-	}
+		return true
+	})
 	return n
+}
+
+// rangeLocked calls fn for each cached page of f with index in [lo, hi),
+// in no particular order, until fn returns false. It visits the range or
+// the file's pages, whichever is smaller, so small ranges of files with
+// many cached pages stay cheap (direct I/O checks every write's range).
+func (c *PageCache) rangeLocked(f *file, lo, hi int64, fn func(pg *page) bool) {
+	if hi-lo <= int64(len(f.pages)) {
+		for idx := lo; idx < hi; idx++ {
+			if pg := f.pages[idx]; pg != nil && !fn(pg) {
+				return
+			}
+		}
+		return
+	}
+	for idx, pg := range f.pages {
+		if idx >= lo && idx < hi && !fn(pg) {
+			return
+		}
+	}
 }
 
 // Cached reports whether file key has any page in the cache.
@@ -777,18 +787,16 @@ func (c *PageCache) writebackRange(f *file, lo, hi int64) error {
 	for {
 		busy := false
 		idxs = idxs[:0]
-		for idx, pg := range f.pages {
-			if idx < lo || idx >= hi {
-				continue
-			}
+		c.rangeLocked(f, lo, hi, func(pg *page) bool {
 			if pg.wb {
 				busy = true
-				break
+				return false
 			}
 			if pg.dirty {
-				idxs = append(idxs, idx)
+				idxs = append(idxs, pg.idx)
 			}
-		}
+			return true
+		})
 		if !busy {
 			break
 		}
@@ -920,16 +928,14 @@ func (c *PageCache) invalidateLocked(f *file, lo, hi int64) {
 	for {
 		busy := false
 		var victims []*page
-		for idx, pg := range f.pages {
-			if idx < lo || idx >= hi {
-				continue
-			}
+		c.rangeLocked(f, lo, hi, func(pg *page) bool {
 			if pg.pins > 0 {
 				busy = true
-				break
+				return false
 			}
 			victims = append(victims, pg)
-		}
+			return true
+		})
 		if !busy {
 			for _, pg := range victims {
 				c.dropLocked(pg)
