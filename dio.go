@@ -45,7 +45,7 @@ type dioOps struct {
 	shared bool // the caller holds n.mu shared: map allocated ranges only
 }
 
-func (o dioOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, error) {
+func (o *dioOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, error) {
 	f, n := o.f, o.f.n
 	bs := int64(f.v.bs)
 	lblk := uint64(off / bs)
@@ -82,7 +82,7 @@ func (o dioOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, erro
 // endIO is the completion hook (ext4_dio_write_end_io): [off, off+n) of m
 // is on the device, with the rest of its partial new or unwritten blocks
 // zeroed.
-func (o dioOps) endIO(off, n int64, m iomap.Mapping) error {
+func (o *dioOps) endIO(off, n int64, m iomap.Mapping) error {
 	f, bs := o.f, int64(o.f.v.bs)
 	first := off / bs
 	last := (off + n + bs - 1) / bs
@@ -110,7 +110,7 @@ func (o dioOps) endIO(off, n int64, m iomap.Mapping) error {
 }
 
 // End frees the blocks Begin allocated that no completed write reached.
-func (o dioOps) End(off, length, written int64, flags iomap.Flags, m iomap.Mapping) error {
+func (o *dioOps) End(off, length, written int64, flags iomap.Flags, m iomap.Mapping) error {
 	if m.Flags&iomap.MapNew == 0 {
 		return nil
 	}
@@ -147,7 +147,7 @@ func (f *File) directWrite(p []byte, off int64) (int, error) {
 		return done, errCacheRace
 	}
 	f.v.stats.exclusive.Add(1)
-	ops := dioOps{f: f}
+	ops := &f.dio[0]
 	k, err := iomap.DirectWrite(f.v.dev, ops, rest, pos, &iomap.DioOptions{BlockSize: bs, EndIO: ops.endIO})
 	done += k
 	if k > 0 {
@@ -183,7 +183,7 @@ func (f *File) directShared(p []byte, off int64) (n int, err error, ok bool) {
 		return 0, errCacheRace, true
 	}
 	f.v.stats.shared.Add(1)
-	ops := dioOps{f: f, shared: true}
+	ops := &f.dio[1]
 	converted := false
 	endIO := func(off, n int64, m iomap.Mapping) error {
 		converted = converted || m.Type == iomap.Unwritten

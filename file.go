@@ -28,7 +28,8 @@ type File struct {
 	m    *mapper       // == n.m; nil for inline data
 	inl  []byte        // inline data (inline-data files, fast symlinks)
 
-	direct bool // opened with Direct: I/O must be aligned
+	direct bool      // opened with Direct: I/O must be aligned
+	dio    [2]dioOps // direct-write ops (exclusive, shared), set up by OpenFile
 
 	mu     sync.Mutex // guards off, closed, dir
 	off    int64
@@ -92,6 +93,13 @@ func (n *inode) setSizeLocked(size uint64) {
 	n.sizeAhead = false
 }
 
+// newFile returns a File of inode n.
+func newFile(v *Volume, n *inode, ino uint32, name string) *File {
+	f := &File{v: v, n: n, ino: ino, name: name, in: n.in, m: n.m, inl: n.inl}
+	f.dio = [2]dioOps{{f: f}, {f: f, shared: true}}
+	return f
+}
+
 func (v *Volume) openInode(ino uint32, name string) (*File, error) {
 	n, err := v.getInode(ino)
 	if err != nil {
@@ -103,7 +111,7 @@ func (v *Volume) openInode(ino uint32, name string) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &File{v: v, n: n, ino: ino, name: name, in: n.in, m: n.m, inl: n.inl}, nil
+	return newFile(v, n, ino, name), nil
 }
 
 // OpenIno opens inode ino directly (no path, no link-count check), for
@@ -116,7 +124,7 @@ func (v *Volume) OpenIno(ino uint32) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &File{v: v, n: n, ino: ino, name: fmt.Sprintf("<%d>", ino), in: n.in, m: n.m, inl: n.inl}, nil
+	return newFile(v, n, ino, fmt.Sprintf("<%d>", ino)), nil
 }
 
 // checkLinked rejects a directory entry's inode that is not in use (no

@@ -157,7 +157,7 @@ func (v *Volume) inodeFile(ino uint32, name string) (*File, error) {
 	if n.in.LinksCount == 0 {
 		return nil, &CorruptError{What: "inode", Ino: ino, Off: -1, Msg: "unused inode referenced (links count 0)"}
 	}
-	return &File{v: v, n: n, ino: ino, name: name, in: n.in, m: n.m, inl: n.inl}, nil
+	return newFile(v, n, ino, name), nil
 }
 
 // incDirLink adds a subdirectory link to directory n (ext4_inc_count):
