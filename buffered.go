@@ -269,9 +269,14 @@ func (o *bufOps) LockWriteback() (func(), error) {
 // writeBuffered is WriteAt through the page cache.
 func (f *File) writeBuffered(p []byte, off int64) (int, error) {
 	done := 0
+	retried := false
 	for spins := 0; ; {
 		n, err := f.writeBufferedOnce(p[done:], off+int64(done))
 		done += n
+		if !retried && f.v.retryNoSpace(err) {
+			retried = true // blocks freed by uncommitted transactions are back
+			continue
+		}
 		if err == nil || !errors.Is(err, iomap.ErrCacheFull) {
 			return done, err
 		}

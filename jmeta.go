@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ext4io/ext4io/alloc"
 	"github.com/ext4io/ext4io/journal"
@@ -45,6 +46,9 @@ type jmeta struct {
 	// become allocatable only once the transaction holding the frees has
 	// committed. Guarded by mu.
 	busy []func()
+	// busyBlocks counts blocks freed but not yet allocatable (busy), for
+	// retrying an allocation that failed for space after a commit.
+	busyBlocks atomic.Int64
 	// failed is set when an operation failed with an I/O error or found
 	// corruption after changing metadata: nothing more is committed, so
 	// the journal keeps the last consistent state (errors=remount-ro).
@@ -123,9 +127,12 @@ func (m *jmeta) commit(wait bool) error {
 	m.committing = pending
 	m.mu.Unlock()
 	tid, err := m.log(pending, revokes)
+	var released chan struct{}
 	if err == nil && len(busy) > 0 {
 		// Blocks freed in this set become allocatable once it commits.
+		released = make(chan struct{})
 		go func() {
+			defer close(released)
 			if m.j.WaitCommit(context.Background(), tid) == nil {
 				for _, release := range busy {
 					release()
@@ -157,6 +164,9 @@ func (m *jmeta) commit(wait bool) error {
 			}
 			m.mu.Unlock()
 			return err
+		}
+		if released != nil {
+			<-released // the blocks this commit freed are allocatable now
 		}
 		if len(pending) == 0 && len(revokes) == 0 {
 			// Nothing to commit, so no commit flushed the device: data
@@ -371,8 +381,21 @@ func (v *Volume) freeMapped(start, n uint64) error {
 	if err != nil {
 		return err
 	}
-	v.jm.mu.Lock()
-	v.jm.busy = append(v.jm.busy, release)
-	v.jm.mu.Unlock()
+	m := v.jm // v.jm is cleared at Close, maybe before the release runs
+	m.busyBlocks.Add(int64(n))
+	m.mu.Lock()
+	m.busy = append(m.busy, func() { release(); m.busyBlocks.Add(-int64(n)) })
+	m.mu.Unlock()
 	return nil
+}
+
+// retryNoSpace reports whether an operation that failed with err should
+// be retried because blocks freed by uncommitted transactions will be
+// allocatable after a commit; it commits and waits for them first
+// (ext4_should_retry_alloc). The caller holds no lock and no operation.
+func (v *Volume) retryNoSpace(err error) bool {
+	if !errors.Is(err, ErrNoSpace) || v.jm == nil || v.jm.busyBlocks.Load() == 0 {
+		return false
+	}
+	return v.jm.commit(true) == nil
 }

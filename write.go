@@ -70,6 +70,7 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 		}
 		return n, nil
 	}
+	retried := false
 	for {
 		// Direct I/O: dirty cached pages of the range go first.
 		if err := f.flushCache(off, off+int64(len(p))); err != nil {
@@ -86,6 +87,10 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 		err = f.v.endOpErr(err)
 		if err == errCacheRace {
 			continue // a buffered write dirtied the range again
+		}
+		if !retried && f.v.retryNoSpace(err) {
+			retried = true // freed blocks are allocatable after the commit
+			continue
 		}
 		if err != nil {
 			return n, &fs.PathError{Op: "write", Path: f.name, Err: err}
@@ -451,6 +456,7 @@ func (f *File) Fallocate(mode FallocMode, off, length int64) error {
 		return &fs.PathError{Op: "fallocate", Path: f.name, Err: fmt.Errorf("zero length: %w", ErrInvalid)}
 	}
 	shift := mode == FallocCollapseRange || mode == FallocInsertRange
+	retried := false
 	for {
 		if shift {
 			// Everything from off moves: write back the dirty pages first.
@@ -461,6 +467,10 @@ func (f *File) Fallocate(mode FallocMode, off, length int64) error {
 		f.v.beginOp()
 		err := f.fallocate(mode, off, length)
 		if err = f.v.endOpErr(err); err == errCacheRace {
+			continue
+		}
+		if !retried && f.v.retryNoSpace(err) {
+			retried = true
 			continue
 		}
 		if err != nil {
