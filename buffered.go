@@ -339,7 +339,7 @@ func (f *File) cached() bool {
 // (filemap_write_and_wait_range). The caller holds no lock and no
 // operation.
 func (f *File) flushCache(off, end int64) error {
-	if !f.cached() {
+	if f.n.bops == nil {
 		return nil
 	}
 	if err := f.v.pc.Writeback(f.n.bops.key(), off, end); err != nil {
@@ -352,15 +352,7 @@ func (f *File) flushCache(off, end int64) error {
 // flushCache, unless a buffered write raced in), and drops its clean
 // pages. The caller holds n.mu (shared or exclusive).
 func (f *File) cacheCleanLocked(off, end int64) bool {
-	if !f.cached() {
-		return true
-	}
-	key := f.n.bops.key()
-	if f.v.pc.Dirty(key, off, end) > 0 {
-		return false
-	}
-	f.v.pc.Invalidate(key, off, end)
-	return true
+	return f.n.bops == nil || f.v.pc.InvalidateClean(f.n.bops.key(), off, end)
 }
 
 // dropCacheLocked makes [off, off+length) of the cache read as zeroes for

@@ -213,18 +213,7 @@ func TestDelallocSizeOnDisk(t *testing.T) {
 // torture harness: the journal's Sync returned early with no transaction
 // to commit, so nothing flushed the written-back data.)
 func TestSyncFlushesOverwrites(t *testing.T) {
-	base := memdev.NewBlockSize(32<<20, 4096)
-	if err := ext4io.Format(base, ext4io.FormatOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	dev, err := errordev.NewCrashable(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	v, dev := crashableVolume(t)
 	defer v.Close()
 	f, err := v.Create("f")
 	if err != nil {
@@ -275,18 +264,7 @@ func TestSyncFlushesOverwrites(t *testing.T) {
 // e2fsck accepts. (Found by the torture harness: "i_size is 0, should be
 // 262144".)
 func TestWriteZeroesInsideDelayedSize(t *testing.T) {
-	base := memdev.NewBlockSize(32<<20, 4096)
-	if err := ext4io.Format(base, ext4io.FormatOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	dev, err := errordev.NewCrashable(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	v, dev := crashableVolume(t)
 	defer v.Close()
 	f, err := v.Create("f")
 	if err != nil {
@@ -474,4 +452,24 @@ func TestNoSpaceRetriesAfterCommit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// crashableVolume formats a 32 MiB in-memory device and opens it writable
+// (no background write-back) behind a Crashable that can take the image a
+// crash would leave.
+func crashableVolume(t *testing.T) (*ext4io.Volume, *errordev.Crashable) {
+	t.Helper()
+	base := memdev.NewBlockSize(32<<20, 4096)
+	if err := ext4io.Format(base, ext4io.FormatOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dev, err := errordev.NewCrashable(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v, dev
 }

@@ -149,19 +149,7 @@ func (f *File) directWrite(p []byte, off int64) (int, error) {
 	f.v.stats.exclusive.Add(1)
 	ops := &f.dio[0]
 	k, err := iomap.DirectWrite(f.v.dev, ops, rest, pos, &iomap.DioOptions{BlockSize: bs, EndIO: ops.endIO})
-	done += k
-	if k > 0 {
-		if end := uint64(pos) + uint64(k); end > f.in.Size {
-			f.n.setSizeLocked(end)
-		} else if f.n.sizeAhead && end > f.n.disksize {
-			f.n.disksize = end
-		}
-		f.touchLocked()
-		if werr := f.v.writeInodeLocked(f.n); err == nil {
-			err = werr
-		}
-	}
-	return done, err
+	return done + k, f.wroteLocked(pos, k, err)
 }
 
 // directShared runs a block-aligned direct write under the shared inode

@@ -86,6 +86,17 @@ func (n *inode) coverLocked(end uint64) {
 	}
 }
 
+// wroteLocked records written blocks up to end: i_size grows to cover
+// them, or, inside i_size, the on-disk size does. The caller holds mu
+// exclusively.
+func (n *inode) wroteLocked(end uint64) {
+	if end > n.in.Size {
+		n.setSizeLocked(end)
+	} else {
+		n.coverLocked(end)
+	}
+}
+
 // setSizeLocked sets i_size and the on-disk size together (truncate,
 // fallocate, direct writes). The caller holds mu exclusively.
 func (n *inode) setSizeLocked(size uint64) {

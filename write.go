@@ -115,18 +115,21 @@ func (f *File) writeAt(p []byte, off int64) (int, error) {
 	}
 	f.v.stats.exclusive.Add(1)
 	n, err := f.writeLocked(p, off)
-	if n > 0 {
-		if end := uint64(off) + uint64(n); end > f.in.Size {
-			f.n.setSizeLocked(end)
-		} else {
-			f.n.coverLocked(end)
-		}
-		f.touchLocked()
-		if werr := f.v.writeInodeLocked(f.n); err == nil {
-			err = werr
-		}
+	return n, f.wroteLocked(off, n, err)
+}
+
+// wroteLocked finishes an exclusive write of n bytes at off that reached
+// the device: size, times and the inode, keeping the write's error first.
+func (f *File) wroteLocked(off int64, n int, err error) error {
+	if n == 0 {
+		return err
 	}
-	return n, err
+	f.n.wroteLocked(uint64(off) + uint64(n))
+	f.touchLocked()
+	if werr := f.v.writeInodeLocked(f.n); err == nil {
+		err = werr
+	}
+	return err
 }
 
 // convertLocked marks [lblk, lblk+n) written after its data reached the

@@ -758,6 +758,30 @@ func (c *PageCache) rangeLocked(f *file, lo, hi int64, fn func(pg *page) bool) {
 	}
 }
 
+// InvalidateClean drops the cached pages of file key overlapping
+// [from, to) if none of them is dirty or under write-back, and reports
+// whether it did (false: the range has dirty data; nothing dropped). It
+// waits for pages in use, like Invalidate. Direct I/O calls it after
+// writing the range back.
+func (c *PageCache) InvalidateClean(key Key, from, to int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f := c.mu.files[key]
+	if f == nil || len(f.pages) == 0 {
+		return true
+	}
+	lo, hi := from>>c.shift, pageCeil(to, c.shift)
+	clean := true
+	c.rangeLocked(f, lo, hi, func(pg *page) bool {
+		clean = !pg.dirty && !pg.wb
+		return clean
+	})
+	if clean {
+		c.invalidateLocked(f, lo, hi)
+	}
+	return clean
+}
+
 // Cached reports whether file key has any page in the cache.
 func (c *PageCache) Cached(key Key) bool {
 	c.mu.Lock()

@@ -800,3 +800,38 @@ func TestZeroCachedDirtyCached(t *testing.T) {
 		t.Fatal("Forget left the file cached or dirty")
 	}
 }
+
+// TestInvalidateClean: a range with a dirty page is left alone (false);
+// after write-back the same range's pages are dropped (true), and pages
+// outside it stay.
+func TestInvalidateClean(t *testing.T) {
+	const bs, key = 4096, 1
+	dev := patternDev(t, 1<<20)
+	c, err := iomap.NewPageCache(dev, iomap.PageCacheOptions{PageSize: bs, MaxPages: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ops := &hookOps{tinyFS: newTinyFS(bs, 0, 256)}
+	if !c.InvalidateClean(key, 0, bs) {
+		t.Fatal("InvalidateClean of an unknown file: false")
+	}
+	if _, err := iomap.BufferedWrite(c, ops, key, optData(9, 4*bs), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if c.InvalidateClean(key, bs, 2*bs) {
+		t.Fatal("InvalidateClean dropped a dirty range")
+	}
+	if pages, dirty := c.Len(); pages != 4 || dirty != 4 {
+		t.Fatalf("after a refused InvalidateClean: %d pages, %d dirty; want 4, 4", pages, dirty)
+	}
+	if err := c.Writeback(key, 0, 4*bs); err != nil {
+		t.Fatal(err)
+	}
+	if !c.InvalidateClean(key, bs, 3*bs) {
+		t.Fatal("InvalidateClean refused a clean range")
+	}
+	if pages, _ := c.Len(); pages != 2 {
+		t.Fatalf("%d pages left; want the 2 outside the range", pages)
+	}
+}
