@@ -94,3 +94,64 @@ func BenchmarkPunch(b *testing.B) {
 		}
 	}
 }
+
+// unwrittenFile returns a tree mapping a 1 GiB file of 4 KiB blocks with
+// unwritten extents of maximal length, as fallocate leaves it.
+func unwrittenFile(b *testing.B) (*Tree, uint32) {
+	tr, _ := benchTree(b, 4096)
+	const blocks = 1 << 18
+	for l := uint32(0); l < blocks; l += MaxUnwrittenLen {
+		n := min(uint32(MaxUnwrittenLen), blocks-l)
+		if err := tr.Insert(Extent{Lblk: l, Len: n, Pblk: regionA + uint64(l), Unwritten: true}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return tr, blocks
+}
+
+// refreshEvery is how many random 4 KiB writes the benchmarks below make
+// into one unwrittenFile before starting over on a new one (timer stopped):
+// enough to grow the tree to depth 2 with ~175 leaves, few enough that most
+// writes still hit unwritten blocks, so ns/op does not depend on b.N.
+const refreshEvery = 1 << 14
+
+// BenchmarkSplitConvert4K is a direct 4 KiB write into preallocated space:
+// split both ends of the block at submission, convert it at completion.
+func BenchmarkSplitConvert4K(b *testing.B) {
+	tr, blocks := unwrittenFile(b)
+	rng := rand.New(rand.NewPCG(7, 8))
+	for i := 0; b.Loop(); i++ {
+		if i > 0 && i%refreshEvery == 0 {
+			b.StopTimer()
+			tr, _ = unwrittenFile(b)
+			b.StartTimer()
+		}
+		l := uint32(rng.IntN(int(blocks)))
+		if err := tr.SplitAt(l, false); err != nil {
+			b.Fatal(err)
+		}
+		if err := tr.SplitAt(l+1, false); err != nil {
+			b.Fatal(err)
+		}
+		if err := tr.MarkWrittenExact(l, 1, true); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkMarkWrittenExact4K converts one random 4 KiB block per op,
+// without zero-out or a prior split.
+func BenchmarkMarkWrittenExact4K(b *testing.B) {
+	tr, blocks := unwrittenFile(b)
+	rng := rand.New(rand.NewPCG(9, 10))
+	for i := 0; b.Loop(); i++ {
+		if i > 0 && i%refreshEvery == 0 {
+			b.StopTimer()
+			tr, _ = unwrittenFile(b)
+			b.StartTimer()
+		}
+		if err := tr.MarkWrittenExact(uint32(rng.IntN(int(blocks))), 1, true); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -142,3 +142,30 @@ func FuzzEntries(f *testing.F) {
 		}
 	})
 }
+
+// FuzzPutExtents checks that putExtents, the tree's encoding loop, writes
+// exactly what Extent.Encode writes, and nothing for an extent Encode
+// rejects.
+func FuzzPutExtents(f *testing.F) {
+	f.Add(uint32(0), uint32(1), uint64(1), false)
+	f.Add(uint32(7), uint32(0), uint64(1), false)
+	f.Add(uint32(7), uint32(MaxWrittenLen), uint64(maxPblk-1), false)
+	f.Add(uint32(7), uint32(MaxWrittenLen+1), uint64(9), false)
+	f.Add(uint32(7), uint32(MaxUnwrittenLen), uint64(1)<<40, true)
+	f.Add(uint32(7), uint32(MaxWrittenLen), uint64(9), true)
+	f.Add(uint32(7), uint32(0), uint64(9), true)
+	f.Add(uint32(7), uint32(5), uint64(maxPblk), true)
+	f.Add(uint32(EndLblk), uint32(1<<32-1), uint64(1<<64-1), true)
+	f.Fuzz(func(t *testing.T, lblk, n uint32, pblk uint64, unw bool) {
+		e := []Extent{{Lblk: 1, Len: 2, Pblk: 3}, {Lblk: lblk, Len: n, Pblk: pblk, Unwritten: unw}}
+		want := bytes.Repeat([]byte{0xa5}, 3*EntrySize)
+		got := bytes.Clone(want)
+		for i := range e {
+			_ = e[i].Encode(want[EntrySize*i:])
+		}
+		putExtents(got, e)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("%+v: putExtents wrote %x, Encode %x", e[1], got, want)
+		}
+	})
+}

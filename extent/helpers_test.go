@@ -39,7 +39,11 @@ func (m *memIO) WriteBlock(p uint64, buf []byte) error {
 		return fmt.Errorf("write of %d bytes: %w", len(buf), ErrInvalid)
 	}
 	m.writes++
-	m.blocks[p] = append([]byte(nil), buf...)
+	if b, ok := m.blocks[p]; ok && len(b) == len(buf) {
+		copy(b, buf) // like a device: overwrite in place
+	} else {
+		m.blocks[p] = append([]byte(nil), buf...)
+	}
 	return nil
 }
 

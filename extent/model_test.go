@@ -1,10 +1,12 @@
 package extent
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -180,10 +182,21 @@ func (m *modelRun) step(i int) {
 				m.model[b] = v
 			}
 		}
-	default: // SplitAt
+	default: // SplitAt, SplitRange
 		l := uint32(r.IntN(int(m.space)))
-		desc = fmt.Sprintf("SplitAt(%d)", l)
-		err = m.tr.SplitAt(l, false)
+		if r.IntN(2) == 0 {
+			desc = fmt.Sprintf("SplitAt(%d)", l)
+			err = m.tr.SplitAt(l, false)
+		} else {
+			n := 1 + uint32(r.IntN(int(m.maxLen)))
+			desc = fmt.Sprintf("SplitRange(%d,%d)", l, n)
+			err = m.tr.SplitRange(l, n, false)
+			for _, b := range []uint32{l, l + n} {
+				if e, found, _, lerr := m.tr.Lookup(b); err == nil && lerr == nil && found && e.Lblk != b {
+					m.fatalf(i, "%s: block %d is inside extent %+v, not at its start", desc, b, e)
+				}
+			}
+		}
 	}
 	if inject {
 		m.al.failAfter = 0
@@ -244,6 +257,7 @@ func (m *modelRun) verify(i int, desc string) {
 	if blocks != len(m.al.inUse) {
 		m.fatalf(i, "after %s: tree has %d blocks, allocator %d in use (leak)", desc, blocks, len(m.al.inUse))
 	}
+	m.checkNodes(i, desc)
 	m.depths[m.tr.Depth()]++
 	for k := 0; k < 4; k++ {
 		l := uint32(m.rng.IntN(int(m.space) + 10))
@@ -267,6 +281,35 @@ func (m *modelRun) verify(i int, desc string) {
 					m.fatalf(i, "Lookup(%d) hole %d ends at unmapped block", l, hole)
 				}
 			}
+		}
+	}
+}
+
+// checkNodes checks what commit and abort rely on: at rest every node is
+// clean and decodes from its raw bytes to its current state, and every tree
+// block on the device is the full encoding of its node (commit re-encodes
+// only the entries a mutation changed).
+func (m *modelRun) checkNodes(i int, desc string) {
+	tr := m.tr
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	check := func(n *node) {
+		if n.dirty || n.freed {
+			m.fatalf(i, "after %s: node %d left dirty %v freed %v", desc, n.pblk, n.dirty, n.freed)
+		}
+		d, err := tr.decodeNode(n.raw, n.pblk, n.root, -1, "check")
+		if err != nil {
+			m.fatalf(i, "after %s: node %d: raw does not decode: %v", desc, n.pblk, err)
+		}
+		if d.hdr.Depth != n.hdr.Depth || d.hdr.Max != n.hdr.Max || !slices.Equal(d.ext, n.ext) || !slices.Equal(d.idx, n.idx) {
+			m.fatalf(i, "after %s: node %d: raw decodes to another state", desc, n.pblk)
+		}
+	}
+	check(tr.mu.root)
+	for p, n := range tr.mu.cache {
+		check(n)
+		if enc := tr.encodeLocked(n); !bytes.Equal(m.io.blocks[p], enc) {
+			m.fatalf(i, "after %s: block %d on the device differs from its full encoding", desc, p)
 		}
 	}
 }
@@ -382,6 +425,117 @@ func TestModelDeep(t *testing.T) {
 			}
 			m.reopen(c.steps)
 			t.Logf("depth histogram %v, %d extents", m.depths, len(m.snapshot()))
+		})
+	}
+}
+
+// TestAbortMidMutation fails the k-th tree-block allocation of a mutation,
+// for k = 1, 2, ... until the mutation succeeds. Small nodes make splits
+// climb the tree and grow it, so a failure often comes after earlier
+// allocations and after earlier extents of a Remove or MarkWrittenExact
+// range were already changed. Each failure must leave the tree as it was;
+// the mutations after it must still succeed and match the model.
+func TestAbortMidMutation(t *testing.T) {
+	cases := []struct {
+		name       string
+		bs, maxEnt int
+		space      uint32 // small enough to stay below MaxDepth
+	}{
+		{"1k-small-nodes", 1024, 5, 1500},
+		{"1k", 1024, 0, 6000},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			seed := testSeed(t)
+			t.Logf("seed %d (rerun with EXTENT_SEED=%d)", seed, seed)
+			space := c.space
+			m := newModelRun(t, seed, c.bs, c.maxEnt, space, 8)
+			r := m.rng
+			for l := uint32(0); l < space-8; {
+				n := 1 + uint32(r.IntN(6))
+				e := Extent{Lblk: l, Len: n, Pblk: regionA + 2*uint64(l), Unwritten: r.IntN(3) > 0}
+				if err := m.tr.Insert(e); err != nil {
+					t.Fatalf("fill %+v: %v", e, err)
+				}
+				for b := l; b < l+n; b++ {
+					m.model[b] = mblk{e.Pblk + uint64(b-l), e.Unwritten}
+				}
+				l += n + uint32(r.IntN(3))
+			}
+			m.verify(-1, "fill")
+			failedAt := map[int]int{} // k -> failures
+			for i := 0; i < 400; i++ {
+				from := uint32(r.IntN(int(space)))
+				n := 1 + uint32(r.IntN(40))
+				var desc string
+				var op func() error
+				var apply func()
+				switch r.IntN(4) {
+				case 0:
+					desc = fmt.Sprintf("Remove(%d,%d)", from, from+n-1)
+					op = func() error { return m.tr.Remove(from, from+n-1) }
+					apply = func() {
+						for b := from; b < from+n; b++ {
+							delete(m.model, b)
+						}
+					}
+				case 1:
+					desc = fmt.Sprintf("MarkWrittenExact(%d,%d)", from, n)
+					op = func() error { return m.tr.MarkWrittenExact(from, n, false) }
+					apply = func() {
+						for b := from; b < from+n; b++ {
+							if v, ok := m.model[b]; ok {
+								v.unw = false
+								m.model[b] = v
+							}
+						}
+					}
+				case 2:
+					desc = fmt.Sprintf("SplitRange(%d,%d)", from, n)
+					op = func() error { return m.tr.SplitRange(from, n, false) }
+					apply = func() {}
+				default:
+					desc = fmt.Sprintf("SplitAt(%d)", from)
+					op = func() error { return m.tr.SplitAt(from, false) }
+					apply = func() {}
+				}
+				for k := 1; ; k++ {
+					before, root, writes, inUse := m.snapshot(), m.tr.Root(), m.io.writes, len(m.al.inUse)
+					m.al.dataFreed = map[uint64]bool{}
+					m.al.failAfter = k
+					err := op()
+					injected := m.al.failAfter == 0
+					m.al.failAfter = 0
+					if err == nil {
+						apply()
+						break
+					}
+					if !injected || !errors.Is(err, ErrNoSpace) {
+						m.fatalf(i, "%s failing allocation %d: %v", desc, k, err)
+					}
+					failedAt[k]++
+					if fmt.Sprint(m.snapshot()) != fmt.Sprint(before) || m.tr.Root() != root ||
+						m.io.writes != writes || len(m.al.inUse) != inUse || len(m.al.dataFreed) != 0 {
+						m.fatalf(i, "%s failed at allocation %d but changed the tree", desc, k)
+					}
+					m.verify(i, desc+" (failed)")
+				}
+				m.verify(i, desc)
+			}
+			t.Logf("failures by failing allocation: %v; depth histogram %v", failedAt, m.depths)
+			mid := 0
+			for k, n := range failedAt {
+				if k > 1 {
+					mid += n
+				}
+			}
+			switch {
+			case len(failedAt) == 0:
+				t.Errorf("no mutation failed")
+			case c.maxEnt != 0 && mid == 0:
+				t.Errorf("no mutation failed after a successful allocation")
+			}
+			m.reopen(400)
 		})
 	}
 }

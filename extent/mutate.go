@@ -3,29 +3,33 @@ package extent
 import (
 	"errors"
 	"fmt"
-	"sort"
 )
 
-// Mutations stage every change in memory (copying each node before its
-// first change) and allocate tree blocks as the change needs them. If an
-// allocation or read fails, the staged copies are put back and the blocks
-// allocated so far are returned with FreeTreeBlock: nothing was written and
-// the tree is as it was. Only when the whole operation has succeeded in
-// memory are the changed blocks written (children before parents, the root
-// last, in memory) and then the freed tree and data blocks handed to the
-// Allocator. A write error at that point leaves the on-disk tree
-// inconsistent; the Tree then refuses further use (as ext4 aborts).
+// Mutations stage every change in memory, in the decoded nodes, and
+// allocate tree blocks as the change needs them. If an allocation or read
+// fails, each changed node is decoded again from its last-written bytes
+// (node.raw) and the blocks allocated so far are returned with
+// FreeTreeBlock: nothing was written and the tree is as it was. Only when
+// the whole operation has succeeded in memory are the changed blocks written
+// (children before parents, the root last, in memory) and then the freed
+// tree and data blocks handed to the Allocator. A write error at that point
+// leaves the on-disk tree inconsistent; the Tree then refuses further use (as
+// ext4 aborts).
 
-// txn is the staged state of one mutation.
+// txn is the staged state of one mutation. The Tree keeps one in t.mu.tx
+// (guarded by t.mu, which is held for the whole mutation) and reuses its
+// slices.
 type txn struct {
 	t        *Tree
-	saved    map[*node]*node // original node -> copy before the first change
-	order    []*node         // touched or created nodes, in first-touch order
-	created  []uint64        // blocks allocated by this mutation
-	freed    []*node         // tree nodes dropped by this mutation
-	freeData [][2]uint64     // data runs unmapped by this mutation
-	must     bool            // pass mustSucceed to the allocator
+	order    []*node     // touched or created nodes, in first-touch order
+	created  []uint64    // blocks allocated by this mutation
+	freed    []*node     // tree nodes dropped by this mutation
+	freeData [][2]uint64 // data runs unmapped by this mutation
+	must     bool        // pass mustSucceed to the allocator
 }
+
+// maxKeep bounds the capacity of a txn slice kept for the next mutation.
+const maxKeep = 1024
 
 func (t *Tree) begin(must bool) (*txn, error) {
 	if t.mu.broken != nil {
@@ -34,17 +38,38 @@ func (t *Tree) begin(must bool) (*txn, error) {
 	if t.cfg.Alloc == nil {
 		return nil, invalidf("Config.Alloc is nil")
 	}
-	return &txn{t: t, saved: make(map[*node]*node), must: must}, nil
+	tx := &t.mu.tx
+	tx.t, tx.must = t, must
+	return tx, nil
 }
 
-// touch records n's state before its first change in this mutation.
-func (tx *txn) touch(n *node) {
-	if _, ok := tx.saved[n]; ok {
-		return
+// end empties tx for the next mutation, dropping its node pointers.
+func (tx *txn) end() {
+	clear(tx.order)
+	clear(tx.freed)
+	tx.order, tx.freed = tx.order[:0], tx.freed[:0]
+	tx.created, tx.freeData = tx.created[:0], tx.freeData[:0]
+	if cap(tx.order) > maxKeep || cap(tx.freed) > maxKeep || cap(tx.created) > maxKeep || cap(tx.freeData) > maxKeep {
+		*tx = txn{}
 	}
-	tx.saved[n] = n.clone()
-	tx.order = append(tx.order, n)
-	n.dirty = true
+}
+
+// touch marks n changed by this mutation before a change to any of its
+// entries or its header. A clean node still decodes from n.raw, which
+// abort uses to put it back.
+func (tx *txn) touch(n *node) { tx.touchSpan(n, 0, 0) }
+
+// touchSpan is touch before a change that leaves n's entries before index i
+// in place and its last keep entries unchanged (though they may move), so
+// that commit need not encode them again. Understating i or keep is safe.
+func (tx *txn) touchSpan(n *node, i, keep int) {
+	keep = max(keep, 0)
+	if !n.dirty {
+		n.dirty = true
+		n.from, n.keep = i, keep
+		tx.order = append(tx.order, n)
+	}
+	n.from, n.keep = min(n.from, i), min(n.keep, keep)
 }
 
 // alloc allocates and registers a new node.
@@ -63,7 +88,6 @@ func (tx *txn) alloc(goal uint64, depth int) (*node, error) {
 	}
 	tx.created = append(tx.created, p)
 	n := &node{pblk: p, hdr: Header{Magic: Magic, Max: uint16(t.cfg.newCap()), Depth: uint16(depth)}, dirty: true}
-	tx.saved[n] = nil
 	tx.order = append(tx.order, n)
 	t.mu.cache[p] = n
 	return n, nil
@@ -72,18 +96,25 @@ func (tx *txn) alloc(goal uint64, depth int) (*node, error) {
 // free drops tree node n (not the root) at commit.
 func (tx *txn) free(n *node) {
 	tx.touch(n)
+	n.freed = true
 	tx.freed = append(tx.freed, n)
 }
 
 // abort puts back every staged node and frees the blocks allocated.
 func (tx *txn) abort(cause error) error {
 	t := tx.t
-	for n, old := range tx.saved {
-		if old == nil {
-			continue
+	for _, n := range tx.order {
+		if n.raw == nil {
+			continue // created by this mutation; dropped below
+		}
+		// raw decoded to n's state before this mutation, so this succeeds
+		// unless the package has a bug.
+		old, err := t.decodeNode(n.raw, n.pblk, n.root, -1, "undo")
+		if err != nil {
+			t.mu.broken = fmt.Errorf("extent: inode %d: undoing a failed change: %w", t.cfg.Ino, err)
+			return errors.Join(cause, t.mu.broken)
 		}
 		*n = *old
-		n.dirty = old.dirty
 	}
 	for _, p := range tx.created {
 		delete(t.mu.cache, p)
@@ -99,32 +130,25 @@ func (tx *txn) abort(cause error) error {
 // commit writes every changed block, then hands back freed blocks.
 func (tx *txn) commit() error {
 	t := tx.t
-	freed := make(map[*node]bool, len(tx.freed))
-	for _, n := range tx.freed {
-		freed[n] = true
-	}
-	nodes := make([]*node, 0, len(tx.order))
-	for _, n := range tx.order {
-		if !freed[n] && !n.root {
-			nodes = append(nodes, n)
+	// Children before parents: blocks by increasing depth, then the root.
+	for d := 0; d <= MaxDepth; d++ {
+		for _, n := range tx.order {
+			if n.root || n.freed || int(n.hdr.Depth) != d {
+				continue
+			}
+			if n.raw == nil {
+				n.raw = make([]byte, t.cfg.BlockSize)
+			}
+			t.encodeOver(n, n.raw, n.from, n.keep)
+			if err := t.cfg.IO.WriteBlock(n.pblk, n.raw); err != nil {
+				t.mu.broken = fmt.Errorf("extent: inode %d: tree half-written: %w", t.cfg.Ino, err)
+				return t.mu.broken
+			}
+			n.dirty = false
 		}
 	}
-	sort.SliceStable(nodes, func(i, j int) bool { return nodes[i].hdr.Depth < nodes[j].hdr.Depth })
-	for _, n := range nodes {
-		b := t.encodeLocked(n)
-		if err := t.cfg.IO.WriteBlock(n.pblk, b); err != nil {
-			t.mu.broken = fmt.Errorf("extent: inode %d: tree half-written: %w", t.cfg.Ino, err)
-			return t.mu.broken
-		}
-		if n.raw == nil {
-			n.raw = make([]byte, t.cfg.BlockSize)
-		}
-		copy(n.raw, b)
-		n.dirty = false
-	}
-	if _, ok := tx.saved[t.mu.root]; ok {
-		r := t.mu.root
-		r.raw = t.encodeLocked(r)
+	if r := t.mu.root; r.dirty {
+		t.encodeOver(r, r.raw, 0, 0)
 		r.dirty = false
 	}
 	var errOut error
@@ -148,6 +172,7 @@ func (t *Tree) run(must bool, op func(tx *txn) error) error {
 	if err != nil {
 		return err
 	}
+	defer tx.end()
 	if err := op(tx); err != nil {
 		return tx.abort(err)
 	}
@@ -178,7 +203,7 @@ func (tx *txn) fixKeys(path []pathElem, level int) {
 	for l := level - 1; l >= 0; l-- {
 		p := path[l]
 		if p.n.idx[p.pos].Lblk != key {
-			tx.touch(p.n)
+			tx.touchSpan(p.n, p.pos, len(p.n.idx)-p.pos-1)
 			p.n.idx[p.pos].Lblk = key
 		}
 		if p.pos != 0 {
@@ -208,17 +233,28 @@ func (tx *txn) goalFor(path []pathElem) uint64 {
 // neighbour in its leaf unless noMerge, and making room by splitting nodes
 // or growing the tree as ext4_ext_insert_extent does.
 func (tx *txn) insert(e Extent, noMerge bool) error {
+	path, err := tx.t.findLocked(e.Lblk)
+	if err != nil {
+		return err
+	}
+	return tx.insertPath(path, e, noMerge)
+}
+
+// insertPath is insert given path == findLocked(e.Lblk).
+func (tx *txn) insertPath(path []pathElem, e Extent, noMerge bool) error {
 	t := tx.t
 	for try := 0; try < 2*MaxDepth+4; try++ {
-		path, err := t.findLocked(e.Lblk)
-		if err != nil {
-			return err
+		if try > 0 {
+			var err error
+			if path, err = t.findLocked(e.Lblk); err != nil {
+				return err
+			}
 		}
 		lv := len(path) - 1
 		leaf, pos := path[lv].n, path[lv].pos
 		if !noMerge {
 			if pos >= 0 && canMerge(leaf.ext[pos], e) {
-				tx.touch(leaf)
+				tx.touchSpan(leaf, pos, len(leaf.ext)-pos-2) // pos+1 may merge too
 				leaf.ext[pos].Len += e.Len
 				if pos+1 < len(leaf.ext) && canMerge(leaf.ext[pos], leaf.ext[pos+1]) {
 					leaf.ext[pos].Len += leaf.ext[pos+1].Len
@@ -227,7 +263,7 @@ func (tx *txn) insert(e Extent, noMerge bool) error {
 				return nil
 			}
 			if pos+1 < len(leaf.ext) && canMerge(e, leaf.ext[pos+1]) {
-				tx.touch(leaf)
+				tx.touchSpan(leaf, pos+1, len(leaf.ext)-pos-2)
 				x := &leaf.ext[pos+1]
 				x.Lblk, x.Pblk, x.Len = e.Lblk, e.Pblk, x.Len+e.Len
 				if pos+1 == 0 {
@@ -237,7 +273,7 @@ func (tx *txn) insert(e Extent, noMerge bool) error {
 			}
 		}
 		if len(leaf.ext) < int(leaf.hdr.Max) {
-			tx.touch(leaf)
+			tx.touchSpan(leaf, pos+1, len(leaf.ext)-pos-1)
 			leaf.ext = append(leaf.ext, Extent{})
 			copy(leaf.ext[pos+2:], leaf.ext[pos+1:])
 			leaf.ext[pos+1] = e
@@ -285,7 +321,8 @@ func (tx *txn) makeRoom(path []pathElem, newLblk uint32) error {
 		split = 1
 	}
 	tx.touch(leaf)
-	moved := append([]Extent(nil), leaf.ext[split:]...)
+	// Room for the new leaf to fill up without growing its slice.
+	moved := append(make([]Extent, 0, max(len(leaf.ext)-split, int(fresh[lv].hdr.Max))), leaf.ext[split:]...)
 	leaf.ext = leaf.ext[:split]
 	border := newLblk
 	if len(moved) > 0 {
@@ -330,7 +367,7 @@ func (tx *txn) grow(goal uint64) error {
 func (tx *txn) removeAt(path []pathElem, pos int) {
 	lv := len(path) - 1
 	leaf := path[lv].n
-	tx.touch(leaf)
+	tx.touchSpan(leaf, pos, len(leaf.ext)-pos-1)
 	leaf.ext = append(leaf.ext[:pos], leaf.ext[pos+1:]...)
 	if len(leaf.ext) > 0 || lv == 0 {
 		if pos == 0 && len(leaf.ext) > 0 {
@@ -342,7 +379,7 @@ func (tx *txn) removeAt(path []pathElem, pos int) {
 	tx.free(leaf)
 	for l := lv - 1; l >= 0; l-- {
 		p := path[l]
-		tx.touch(p.n)
+		tx.touchSpan(p.n, p.pos, len(p.n.idx)-p.pos-1)
 		p.n.idx = append(p.n.idx[:p.pos], p.n.idx[p.pos+1:]...)
 		if len(p.n.idx) > 0 {
 			if p.pos == 0 {
@@ -462,7 +499,7 @@ func (t *Tree) Remove(from, to uint32) error {
 			last := min(uint32(e.End()-1), to)
 			off := uint64(s - e.Lblk)
 			tx.freeData = append(tx.freeData, [2]uint64{e.Pblk + off, uint64(last-s) + 1})
-			tx.touch(leaf)
+			tx.touchSpan(leaf, pos, len(leaf.ext)-pos-1)
 			switch x := &leaf.ext[pos]; {
 			case s == e.Lblk && uint64(last)+1 == e.End():
 				tx.removeAt(path, pos)
@@ -504,6 +541,29 @@ func (t *Tree) SplitAt(lblk uint32, mustSucceed bool) error {
 	return t.run(mustSucceed, func(tx *txn) error { return tx.splitAt(lblk) })
 }
 
+// SplitRange makes from and from+n extent boundaries, as SplitAt at both
+// ends, in one mutation: on error neither split is made and the tree is
+// unchanged. A direct write into unwritten blocks calls it at submission
+// (ext4's EXT4_GET_BLOCKS_PRE_IO) so that its range is an extent of its
+// own and converting it at completion needs no tree block.
+func (t *Tree) SplitRange(from, n uint32, mustSucceed bool) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	end := uint64(from) + uint64(n)
+	if end > EndLblk {
+		return invalidf("split range [%d,+%d) past logical block %d", from, n, uint32(EndLblk))
+	}
+	return t.run(mustSucceed, func(tx *txn) error {
+		if err := tx.splitAt(from); err != nil {
+			return err
+		}
+		if end < EndLblk {
+			return tx.splitAt(uint32(end))
+		}
+		return nil
+	})
+}
+
 func (tx *txn) splitAt(lblk uint32) error {
 	path, err := tx.t.findLocked(lblk)
 	if err != nil {
@@ -515,10 +575,11 @@ func (tx *txn) splitAt(lblk uint32) error {
 		return nil
 	}
 	e := leaf.ext[pos]
-	tx.touch(leaf)
+	tx.touchSpan(leaf, pos, len(leaf.ext)-pos-1)
 	leaf.ext[pos].Len = lblk - e.Lblk
 	off := lblk - e.Lblk
-	return tx.insert(Extent{Lblk: lblk, Len: e.Len - off, Pblk: e.Pblk + uint64(off), Unwritten: e.Unwritten}, true)
+	// Shortening ext[pos] changed no key: path is still findLocked(lblk).
+	return tx.insertPath(path, Extent{Lblk: lblk, Len: e.Len - off, Pblk: e.Pblk + uint64(off), Unwritten: e.Unwritten}, true)
 }
 
 // MarkWritten converts the unwritten parts of [from, from+n) to written
@@ -603,7 +664,7 @@ func (t *Tree) markWritten(from, n uint32, mustSucceed, zeroOut bool) error {
 				}
 				s, f = zs, zf
 			}
-			if err := tx.convert(e, uint32(s), uint32(f)); err != nil {
+			if err := tx.convert(path, e, uint32(s), uint32(f)); err != nil {
 				return err
 			}
 			cur = next
@@ -614,28 +675,34 @@ func (t *Tree) markWritten(from, n uint32, mustSucceed, zeroOut bool) error {
 
 // convert makes [s, f) of unwritten extent e written: split off the
 // unwritten pieces before s and from f, flip the middle, merge it with
-// written neighbours.
-func (tx *txn) convert(e Extent, s, f uint32) error {
-	if uint64(f) < e.End() {
-		if err := tx.splitAt(f); err != nil {
+// written neighbours. path leads to e (its leaf position is e's).
+func (tx *txn) convert(path []pathElem, e Extent, s, f uint32) error {
+	if uint64(f) < e.End() || s > e.Lblk {
+		if uint64(f) < e.End() {
+			if err := tx.splitAt(f); err != nil {
+				return err
+			}
+		}
+		if s > e.Lblk {
+			if err := tx.splitAt(s); err != nil {
+				return err
+			}
+		}
+		var err error
+		if path, err = tx.t.findLocked(s); err != nil {
 			return err
 		}
 	}
-	if s > e.Lblk {
-		if err := tx.splitAt(s); err != nil {
-			return err
-		}
-	}
-	path, err := tx.t.findLocked(s)
-	if err != nil {
-		return err
-	}
+	// Without a split s == e.Lblk, and path is what findLocked(s) returns:
+	// by I3, checked as nodes load, the keys leading to e's leaf are the
+	// last ones at or before every block of e.
 	lv := len(path) - 1
 	leaf, pos := path[lv].n, path[lv].pos
 	if pos < 0 || leaf.ext[pos].Lblk != s || !leaf.ext[pos].Unwritten {
 		return tx.t.cfg.corrupt(leaf.pblk, -1, "conversion lost extent at %d", s)
 	}
-	tx.touch(leaf)
+	// pos may take in pos+1 and merge into pos-1.
+	tx.touchSpan(leaf, max(pos-1, 0), len(leaf.ext)-pos-2)
 	leaf.ext[pos].Unwritten = false
 	if pos+1 < len(leaf.ext) && canMerge(leaf.ext[pos], leaf.ext[pos+1]) {
 		leaf.ext[pos].Len += leaf.ext[pos+1].Len

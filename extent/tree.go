@@ -1,6 +1,7 @@
 package extent
 
 import (
+	"encoding/binary"
 	"fmt"
 	"sort"
 	"strings"
@@ -18,19 +19,31 @@ type Tree struct {
 		cache  map[uint64]*node // decoded tree blocks by physical block
 		buf    []byte           // scratch block buffer
 		broken error            // set when a commit failed half-way
+		// path backs the paths findLocked returns: a path is valid until
+		// the next findLocked or firstFromLocked call.
+		path [MaxDepth + 1]pathElem
+		tx   txn // the running mutation; begin and txn.end prepare it for reuse
 	}
 }
 
 // node is one decoded tree node. Exactly one of ext, idx is in use,
 // depending on hdr.Depth.
+//
+// Between mutations every node is clean (dirty false) and raw decodes to
+// its current state: a failed mutation puts a node back by decoding raw.
 type node struct {
-	pblk  uint64 // 0 for the root
-	root  bool
-	hdr   Header // Entries is recomputed on encode
-	ext   []Extent
-	idx   []Index
-	raw   []byte // the bytes it was decoded from (nil for new nodes)
-	dirty bool   // changed since decoded (zero the unused slots on encode)
+	pblk uint64 // 0 for the root
+	root bool
+	hdr  Header // Entries is recomputed on encode
+	ext  []Extent
+	idx  []Index
+	raw  []byte // the bytes last read or written (nil for new nodes)
+
+	// State of the running mutation (see txn.touchSpan).
+	dirty bool // changed (zero the unused slots on encode)
+	freed bool // dropped
+	from  int  // when dirty: the first from entries are as encoded in raw
+	keep  int  // when dirty: so are the last keep ones, though they may move
 }
 
 func (n *node) entries() int {
@@ -51,13 +64,6 @@ func (n *node) firstKey() uint32 {
 		return 0
 	}
 	return n.idx[0].Lblk
-}
-
-func (n *node) clone() *node {
-	c := *n
-	c.ext = append([]Extent(nil), n.ext...)
-	c.idx = append([]Index(nil), n.idx...)
-	return &c
 }
 
 // pathElem is one level of a root-to-leaf path: node and position. At an
@@ -98,7 +104,8 @@ func (t *Tree) Root() [RootSize]byte {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var r [RootSize]byte
-	copy(r[:], t.encodeLocked(t.mu.root))
+	copy(r[:], t.mu.root.raw)
+	t.encodeOver(t.mu.root, r[:], 0, 0)
 	return r
 }
 
@@ -173,37 +180,71 @@ func (t *Tree) decodeNode(raw []byte, pblk uint64, root bool, wantDepth int, whe
 	return n, nil
 }
 
-// encodeLocked returns the on-disk bytes of n (60 for the root). The
-// returned slice is only valid until the next call.
+// encodeLocked returns the on-disk bytes of n (60 for the root) in a
+// scratch buffer that is only valid until the next call.
 func (t *Tree) encodeLocked(n *node) []byte {
-	var b []byte
+	b := t.mu.buf
 	if n.root {
-		b = make([]byte, RootSize)
-	} else {
-		b = t.mu.buf
-		clear(b)
+		b = b[:RootSize]
 	}
-	if n.raw != nil {
-		copy(b, n.raw)
+	clear(b[copy(b, n.raw):])
+	t.encodeOver(n, b, 0, 0)
+	return b
+}
+
+// encodeOver encodes n into b, which holds n.raw (zeroes for a new node):
+// it rewrites the header and the entries, zeroes the unused slots of a
+// dirty node and sets the checksum tail. Bytes it does not rewrite keep
+// their value from raw, so a clean node re-encodes to raw. The caller may
+// know that the first from and the last keep entries are as in raw; those
+// are not encoded again (the last ones are moved if the count changed).
+func (t *Tree) encodeOver(n *node, b []byte, from, keep int) {
+	cnt, old := n.entries(), int(DecodeHeader(b).Entries)
+	from = min(from, cnt, old)
+	keep = min(keep, cnt-from, old-from)
+	if keep > 0 && cnt != old {
+		copy(b[HeaderSize+EntrySize*(cnt-keep):], b[HeaderSize+EntrySize*(old-keep):HeaderSize+EntrySize*old])
 	}
 	h := n.hdr
-	h.Entries = uint16(n.entries())
+	h.Entries = uint16(cnt)
 	h.Encode(b)
-	for i := 0; i < n.entries(); i++ {
-		off := HeaderSize + EntrySize*i
-		if h.Depth == 0 {
-			_ = n.ext[i].Encode(b[off:]) // valid by construction
-		} else {
-			_ = n.idx[i].Encode(b[off:])
+	if h.Depth == 0 {
+		putExtents(b[HeaderSize+EntrySize*from:], n.ext[from:cnt-keep])
+	} else {
+		for i := from; i < cnt-keep; i++ {
+			_ = n.idx[i].Encode(b[HeaderSize+EntrySize*i:]) // valid by construction
 		}
 	}
+	off := HeaderSize + EntrySize*cnt
 	if n.dirty {
-		clear(b[HeaderSize+EntrySize*n.entries() : TailOffset(int(h.Max))])
+		clear(b[off:TailOffset(int(h.Max))])
 	}
 	if !n.root && t.cfg.Csum {
 		SetBlockChecksum(b, t.cfg.Seed)
 	}
-	return b
+}
+
+// putExtents encodes ext into b, EntrySize bytes each, as Extent.Encode
+// does but without a call per extent (leaves hold up to 5460 of them). Like
+// Encode it writes nothing for an extent that has no encoding; the tree
+// never holds one.
+func putExtents(b []byte, ext []Extent) {
+	b = b[:EntrySize*len(ext)]
+	for i := range ext {
+		e := &ext[i]
+		var u uint32 // 1 if unwritten; mixed leaves make a branch on it costly
+		if e.Unwritten {
+			u = 1
+		}
+		// Encode's checks: Len <= 32768 if written, 1 <= Len <= 32767 if
+		// unwritten (Len-1 wraps for 0), and a 48-bit Pblk.
+		if e.Len-u > MaxWrittenLen-2*u || e.Pblk >= maxPblk {
+			continue
+		}
+		p := b[EntrySize*i:][:EntrySize]
+		binary.LittleEndian.PutUint64(p, uint64(e.Lblk)|uint64(e.Len+u*MaxWrittenLen)<<32|e.Pblk>>32<<48)
+		binary.LittleEndian.PutUint32(p[8:], uint32(e.Pblk))
+	}
 }
 
 // loadLocked returns the validated node at pblk, expected at depth with
@@ -293,29 +334,55 @@ func (t *Tree) rangeOf(path []pathElem) (lo, hi uint64) {
 	return lo, hi
 }
 
-// findLocked returns the path to the leaf that would hold lblk.
+// findLocked returns the path to the leaf that would hold lblk. The path
+// lives in t.mu.path: it is valid until the next findLocked or
+// firstFromLocked call, which callers must not make while using it.
 func (t *Tree) findLocked(lblk uint32) ([]pathElem, error) {
 	if t.mu.broken != nil {
 		return nil, t.mu.broken
 	}
 	n := t.mu.root
-	path := make([]pathElem, 0, int(n.hdr.Depth)+1)
+	path := t.mu.path[:0]
 	for {
 		if n.hdr.Depth == 0 {
-			pos := sort.Search(len(n.ext), func(i int) bool { return n.ext[i].Lblk > lblk }) - 1
-			return append(path, pathElem{n, pos}), nil
+			return append(path, pathElem{n, searchExt(n.ext, lblk)}), nil
 		}
-		pos := sort.Search(len(n.idx), func(i int) bool { return n.idx[i].Lblk > lblk }) - 1
-		if pos < 0 {
-			pos = 0
-		}
-		path = append(path, pathElem{n, pos})
+		path = append(path, pathElem{n, max(searchIdx(n.idx, lblk), 0)})
 		c, err := t.childLocked(path)
 		if err != nil {
 			return nil, err
 		}
 		n = c
 	}
+}
+
+// searchExt returns the index of the last extent starting at or before
+// lblk, or -1.
+func searchExt(ext []Extent, lblk uint32) int {
+	lo, hi := 0, len(ext) // ext[:lo] start at or before lblk, ext[hi:] after
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if ext[m].Lblk <= lblk {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo - 1
+}
+
+// searchIdx returns the index of the last key at or before lblk, or -1.
+func searchIdx(idx []Index, lblk uint32) int {
+	lo, hi := 0, len(idx)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if idx[m].Lblk <= lblk {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo - 1
 }
 
 // leftmostLocked extends path (ending at an index node with pos set) down
@@ -334,20 +401,21 @@ func (t *Tree) leftmostLocked(path []pathElem) ([]pathElem, error) {
 }
 
 // nextLeafLocked returns the path to the leaf after path's leaf, or nil.
-// path is not modified.
+// It reuses path's backing array: path is invalid afterwards.
 func (t *Tree) nextLeafLocked(path []pathElem) ([]pathElem, error) {
 	for l := len(path) - 2; l >= 0; l-- {
 		if path[l].pos+1 < len(path[l].n.idx) {
-			np := append([]pathElem(nil), path[:l+1]...)
-			np[l].pos++
-			return t.leftmostLocked(np)
+			path = path[:l+1]
+			path[l].pos++
+			return t.leftmostLocked(path)
 		}
 	}
 	return nil, nil
 }
 
 // firstFromLocked returns the path and position of the first extent that
-// ends after lblk, or a nil path if there is none.
+// ends after lblk, or a nil path if there is none. The path is valid as
+// findLocked's is.
 func (t *Tree) firstFromLocked(lblk uint32) ([]pathElem, int, error) {
 	path, err := t.findLocked(lblk)
 	if err != nil {
@@ -358,14 +426,20 @@ func (t *Tree) firstFromLocked(lblk uint32) ([]pathElem, int, error) {
 	if pos < 0 || leaf.n.ext[pos].End() <= uint64(lblk) {
 		pos++
 	}
-	var seen map[uint64]bool // empty leaves passed; a repeat means a cycle
-	for pos >= len(path[len(path)-1].n.ext) {
-		if seen == nil {
-			seen = make(map[uint64]bool)
-		}
-		if p := path[len(path)-1].n.pblk; seen[p] {
+	// Leaves passed: the first, then empty ones; a repeat means a cycle.
+	// The map is only needed past the first leaf (appends stop there).
+	var first uint64
+	var seen map[uint64]bool
+	for i := 0; pos >= len(path[len(path)-1].n.ext); i++ {
+		switch p := path[len(path)-1].n.pblk; {
+		case i == 0:
+			first = p
+		case p == first || seen[p]:
 			return nil, 0, t.cfg.corrupt(p, -1, "empty leaf block reached twice")
-		} else {
+		default:
+			if seen == nil {
+				seen = make(map[uint64]bool)
+			}
 			seen[p] = true
 		}
 		if path, err = t.nextLeafLocked(path); err != nil || path == nil {
