@@ -195,7 +195,7 @@ func (o *bufOps) endWriteback(off, length, written int64, m iomap.Mapping) error
 		}
 	case iomap.Unwritten:
 		if wblk > 0 {
-			if err = f.convertExactLocked(lblk, wblk); err != nil {
+			if err = f.convertExactLocked(lblk, wblk, uint64((m.Addr+(off-m.Offset))/bs)); err != nil {
 				return err
 			}
 			changed = true
@@ -306,6 +306,7 @@ func (f *File) writeBufferedOnce(p []byte, off int64) (int, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	f.v.stats.buffered.Add(1)
+	n.mayCache.Store(true)
 	size := int64(n.in.Size)
 	k, err := iomap.BufferedWrite(f.v.pc, n.bops, n.bops.key(), p, off, size)
 	if k > 0 {
@@ -332,15 +333,15 @@ func (f *File) readBuffered(p []byte, off int64) (int, error) {
 
 // cached reports whether the file has pages in the page cache.
 func (f *File) cached() bool {
-	return f.n.bops != nil && f.v.pc.Cached(f.n.bops.key())
+	return f.n.bops != nil && f.n.mayCache.Load() && f.v.pc.Cached(f.n.bops.key())
 }
 
 // flushCache writes back the file's dirty pages overlapping [off, end)
 // (filemap_write_and_wait_range). The caller holds no lock and no
 // operation.
 func (f *File) flushCache(off, end int64) error {
-	if f.n.bops == nil {
-		return nil
+	if f.n.bops == nil || !f.n.mayCache.Load() {
+		return nil // a buffered write racing in is caught by cacheCleanLocked
 	}
 	if err := f.v.pc.Writeback(f.n.bops.key(), off, end); err != nil {
 		return fmt.Errorf("ext4io: inode %d: write-back: %w", f.ino, err)
@@ -350,9 +351,21 @@ func (f *File) flushCache(off, end int64) error {
 
 // cacheCleanLocked reports whether [off, end) has no dirty pages (after
 // flushCache, unless a buffered write raced in), and drops its clean
-// pages. The caller holds n.mu (shared or exclusive).
+// pages. When the file has no dirty page at all, every page of it is
+// dropped: a file written directly gains little from pages its earlier
+// buffered writes left, and later direct I/O then skips the cache. The
+// caller holds n.mu (shared or exclusive), so no buffered write adds
+// pages meanwhile.
 func (f *File) cacheCleanLocked(off, end int64) bool {
-	return f.n.bops == nil || f.v.pc.InvalidateClean(f.n.bops.key(), off, end)
+	if f.n.bops == nil || !f.n.mayCache.Load() {
+		return true
+	}
+	key := f.n.bops.key()
+	if f.v.pc.DropClean(key) {
+		f.n.mayCache.Store(false)
+		return true
+	}
+	return f.v.pc.InvalidateClean(key, off, end)
 }
 
 // dropCacheLocked makes [off, off+length) of the cache read as zeroes for

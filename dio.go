@@ -62,6 +62,11 @@ func (o *dioOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, err
 		out.Type = iomap.Mapped
 	case m.kind == mapUnwritten:
 		out.Type = iomap.Unwritten
+		if !f.v.opts.DeferSplits {
+			if err := f.splitForIO(lblk, nblk, o.shared); err != nil {
+				return iomap.Mapping{}, err
+			}
+		}
 	case o.shared || flags&iomap.OverwriteOnly != 0:
 		return iomap.Mapping{}, errNeedExclusive
 	default:
@@ -88,12 +93,18 @@ func (o *dioOps) endIO(off, n int64, m iomap.Mapping) error {
 	last := (off + n + bs - 1) / bs
 	switch {
 	case m.Type == iomap.Unwritten:
+		pblk := uint64(m.Addr/bs) + uint64(first-m.Offset/bs)
+		if f.v.opts.DeferSplits {
+			f.v.stats.splitsDeferred.Add(1)
+			if !o.shared {
+				return f.convertLocked(uint64(first), uint64(last-first))
+			}
+		}
 		if o.shared {
 			f.n.dataMu.Lock()
 			defer f.n.dataMu.Unlock()
-			return f.convertExactLocked(uint64(first), uint64(last-first))
 		}
-		return f.convertLocked(uint64(first), uint64(last-first))
+		return f.convertExactLocked(uint64(first), uint64(last-first), pblk)
 	case m.Flags&iomap.MapNew != 0:
 		// Map the blocks now that their data is on the device. On error
 		// nothing is mapped and End frees them.
@@ -107,6 +118,30 @@ func (o *dioOps) endIO(off, n int64, m iomap.Mapping) error {
 		return (treeAlloc{f.v, f.n}).addBlocks(int64(e.Len))
 	}
 	return nil
+}
+
+// splitForIO makes [lblk, lblk+n) an unwritten extent of its own before a
+// direct write into it (ext4's EXT4_GET_BLOCKS_PRE_IO): each in-flight
+// write then owns its extent, and converting it at completion needs no
+// tree block, so it cannot fail for space once the data is on the device.
+// A split takes a tree block from free space, else from the reserved
+// pool; when both are exhausted it fails here, before any data is
+// written, and changes nothing. The inode is written if the splits
+// changed its root or i_blocks.
+func (f *File) splitForIO(lblk, n uint64, shared bool) error {
+	if shared {
+		f.n.dataMu.Lock()
+		defer f.n.dataMu.Unlock()
+	}
+	t := f.m.tree
+	err := t.SplitRange(uint32(lblk), uint32(n), false)
+	if errors.Is(err, ErrNoSpace) {
+		err = t.SplitRange(uint32(lblk), uint32(n), true) // the reserved pool
+	}
+	if err != nil {
+		return err // the tree is unchanged
+	}
+	return f.v.writeMappingLocked(f.n)
 }
 
 // End frees the blocks Begin allocated that no completed write reached.
@@ -181,7 +216,7 @@ func (f *File) directShared(p []byte, off int64) (n int, err error, ok bool) {
 	if errors.Is(err, errNeedExclusive) {
 		if converted {
 			f.n.dataMu.Lock()
-			err = f.v.writeInodeLocked(f.n)
+			err = f.v.writeMappingLocked(f.n)
 			f.n.dataMu.Unlock()
 			if err != nil {
 				return n, err, true
@@ -193,7 +228,9 @@ func (f *File) directShared(p []byte, off int64) (n int, err error, ok bool) {
 	defer f.n.dataMu.Unlock()
 	f.touchLocked()
 	if converted {
-		if werr := f.v.writeInodeLocked(f.n); err == nil {
+		// The conversion's tree blocks are in the running transaction;
+		// the inode goes with them if its root or i_blocks changed.
+		if werr := f.v.writeMappingLocked(f.n); err == nil {
 			err = werr
 		}
 		return n, err, true

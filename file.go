@@ -52,6 +52,9 @@ type inode struct {
 	m      *mapper
 	inl    []byte
 	dirty  bool // in has changes (times) not yet written; guarded by dataMu
+	// blocksChanged: i_blocks changed since in was last written (a tree
+	// block allocated or freed). Guarded like in.
+	blocksChanged bool
 
 	// Delayed allocation (buffered writes through the page cache). Guarded
 	// like in: changed under mu held exclusively, or shared with dataMu.
@@ -61,6 +64,12 @@ type inode struct {
 	bops      *bufOps // buffered I/O ops; nil without a page cache or for non-extent files
 
 	freed bool // the inode was freed: never write n again; set under mu exclusively
+
+	// mayCache: the page cache may hold pages of this file. Buffered
+	// writes set it (under mu exclusively) before adding pages; a direct
+	// write clears it (under mu) after dropping every page, so direct I/O
+	// on a file without cached pages skips the cache's lock entirely.
+	mayCache atomic.Bool
 
 	// seq counts changes of the file's block mapping (the extent-status
 	// cache and tree): the validity cookie of iomap mappings.
@@ -175,6 +184,7 @@ func (v *Volume) getInode(ino uint32) (*inode, error) {
 		n.m, err = v.newMapper(n)
 		if err == nil && v.pc != nil && n.m.tree != nil && in.IsReg() {
 			n.bops = newBufOps(v, n)
+			n.mayCache.Store(true) // pages may outlive an earlier inode struct
 		}
 	}
 	if err != nil {

@@ -46,6 +46,9 @@ type jmeta struct {
 	// become allocatable only once the transaction holding the frees has
 	// committed. Guarded by mu.
 	busy []func()
+	// spare holds block buffers of logged transactions for reuse by
+	// Dirty. Guarded by mu.
+	spare [][]byte
 	// busyBlocks counts blocks freed but not yet allocatable (busy), for
 	// retrying an allocation that failed for space after a commit.
 	busyBlocks atomic.Int64
@@ -85,9 +88,70 @@ func (m *jmeta) GetWrite(blk uint64) ([]byte, error) { return m.Read(blk) }
 func (m *jmeta) Dirty(blk uint64, b []byte) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.pending[blk] = append([]byte(nil), b...)
+	if p, ok := m.pending[blk]; ok {
+		copy(p, b) // already in the running transaction: update in place
+	} else {
+		p = m.bufLocked()
+		copy(p, b)
+		m.pending[blk] = p
+	}
 	delete(m.revokes, blk)
 	return nil
+}
+
+// update changes block blk in place with fn: its pending copy if the
+// running transaction has one, else a copy of its current contents that
+// becomes the pending copy. It saves the two block copies of a GetWrite +
+// Dirty pair for small changes to shared blocks (an inode in its inode
+// table block). fn runs with m.mu held and must not call m.
+func (m *jmeta) update(blk uint64, fn func(b []byte)) error {
+	m.mu.Lock()
+	if p, ok := m.pending[blk]; ok {
+		fn(p)
+		m.mu.Unlock()
+		return nil
+	}
+	m.mu.Unlock()
+	cur, err := m.Read(blk)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p, ok := m.pending[blk]; ok {
+		cur = p // logged meanwhile by another writer of the block: newer
+	} else {
+		m.pending[blk] = cur
+	}
+	fn(cur)
+	delete(m.revokes, blk)
+	return nil
+}
+
+// maxSpare bounds the block buffers kept for reuse between transactions.
+const maxSpare = 256
+
+// bufLocked returns a block buffer for the pending set: one recycled from
+// a logged transaction (the journal keeps its own copies), or a new one.
+// m.mu is held.
+func (m *jmeta) bufLocked() []byte {
+	if n := len(m.spare); n > 0 {
+		b := m.spare[n-1]
+		m.spare = m.spare[:n-1]
+		return b
+	}
+	return make([]byte, m.v.bs)
+}
+
+// recycleLocked keeps the buffers of a set the journal has copied for
+// later transactions. m.mu is held.
+func (m *jmeta) recycleLocked(set map[uint64][]byte) {
+	for _, b := range set {
+		if len(m.spare) >= maxSpare {
+			return
+		}
+		m.spare = append(m.spare, b)
+	}
 }
 
 func (m *jmeta) ZeroOut(blk, n uint64) error { return m.dev.ZeroOut(blk, n) }
@@ -144,6 +208,8 @@ func (m *jmeta) commit(wait bool) error {
 	m.committing = nil
 	if err != nil {
 		m.failLocked(err, pending, revokes)
+	} else {
+		m.recycleLocked(pending) // the journal holds copies now
 	}
 	m.mu.Unlock()
 	v.txnGate.Unlock()

@@ -40,7 +40,7 @@ func (v *Volume) writeInodeLocked(n *inode) error {
 		n.in.Block = n.m.tree.Root()
 	}
 	v.stats.metaUpdates.Add(1)
-	n.dirty = false
+	n.dirty, n.blocksChanged = false, false
 	in := n.in
 	if n.sizeAhead {
 		// The on-disk size moves only when data is on the device (ext4's
@@ -51,6 +51,19 @@ func (v *Volume) writeInodeLocked(n *inode) error {
 		in = &c
 	}
 	return v.writeInode(n.ino, in)
+}
+
+// writeMappingLocked writes n's inode if a mapping change reached it (a
+// new extent-tree root in i_block, or i_blocks), so that it commits with
+// the tree blocks of the change; a change confined to tree blocks leaves
+// the inode's times for Sync or Close, as overwrites do. The caller holds
+// n.mu exclusively, or shared with n.dataMu.
+func (v *Volume) writeMappingLocked(n *inode) error {
+	if n.blocksChanged || n.m == nil || n.m.tree == nil || n.m.tree.Root() != n.in.Block {
+		return v.writeInodeLocked(n)
+	}
+	n.dirty = true
+	return nil
 }
 
 // writeDirtyInodes writes every inode whose in-memory times changed under
@@ -108,6 +121,12 @@ func (v *Volume) writeInode(ino uint32, in *layout.Inode) error {
 	}
 	mu := v.blkLocks.lock(blk)
 	defer mu.Unlock()
+	if v.jm != nil {
+		if err := v.jm.update(blk, func(b []byte) { copy(b[off:off+isz], in.Raw) }); err != nil {
+			return fmt.Errorf("ext4io: inode %d: %w", ino, err)
+		}
+		return nil
+	}
 	b, err := v.meta.GetWrite(blk)
 	if err != nil {
 		return fmt.Errorf("ext4io: inode %d: %w", ino, err)
@@ -132,13 +151,10 @@ func (t treeIO) ReadBlock(pblk uint64, buf []byte) error {
 	return nil
 }
 
+// WriteBlock replaces the whole block, so it needs no GetWrite: Dirty
+// copies buf (jmeta: into the block's pending copy).
 func (t treeIO) WriteBlock(pblk uint64, buf []byte) error {
-	b, err := t.v.meta.GetWrite(pblk)
-	if err != nil {
-		return err
-	}
-	copy(b, buf)
-	return t.v.meta.Dirty(pblk, b)
+	return t.v.meta.Dirty(pblk, buf)
 }
 
 // treeAlloc is the extent.Allocator for one inode: it takes blocks from
@@ -160,6 +176,7 @@ func (a treeAlloc) addBlocks(delta int64) error {
 	if !a.n.in.SetBlocks(a.v.sb, uint64(next)) {
 		return fmt.Errorf("ext4io: inode %d: i_blocks %d does not fit without huge_file: %w", a.n.ino, next, ErrNoSpace)
 	}
+	a.n.blocksChanged = true
 	return nil
 }
 

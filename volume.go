@@ -51,6 +51,29 @@ type Options struct {
 	// background flusher writes it back (0: 5 s; negative: no flusher,
 	// write-back only on Sync, Close and memory pressure).
 	WritebackAge time.Duration
+	// ReservedPool is the number of blocks only allocations that must not
+	// fail for space may take: tree blocks for the extent splits of writes
+	// into preallocated (unwritten) space and for delayed-allocation
+	// write-back (ext4's reserved clusters; 0: min(2% of the blocks,
+	// 4096); negative: none).
+	ReservedPool int64
+	// DeferSplits postpones the extent split a direct write into
+	// preallocated (unwritten) space needs until its I/O completes, as
+	// the seed thread's "postpone split" variant of ext4 does: one
+	// metadata update per write instead of two. By default the unwritten
+	// extent is split when the write is submitted (ext4's
+	// EXT4_GET_BLOCKS_PRE_IO), so each in-flight write owns its own
+	// extent and conversion at completion needs no tree block.
+	//
+	// ENOSPC: either way a split takes its tree block from free space,
+	// then from the reserved pool. By default, when both are exhausted,
+	// the write fails with ErrNoSpace before any of its data is written.
+	// With DeferSplits the split happens after the data reached the
+	// device: when both are exhausted then, the write fails with
+	// ErrNoSpace, the bytes it reports stop before the range that could
+	// not be converted, and that range keeps reading as zeroes. Counters
+	// SplitsDeferred counts the conversions left to completion.
+	DeferSplits bool
 }
 
 // Volume is an ext4 filesystem on a block device, opened read-only or
@@ -98,7 +121,7 @@ type Volume struct {
 
 	stats struct {
 		metaUpdates, shared, exclusive, conversions, zeroOuts, overwrites, handles atomic.Uint64
-		buffered, delalloc                                                         atomic.Uint64
+		buffered, delalloc, splitsDeferred                                         atomic.Uint64
 	}
 
 	closed atomic.Bool
@@ -178,7 +201,11 @@ func (v *Volume) openWritable() error {
 			return err
 		}
 	}
-	a, err := alloc.New(sb, v.meta, alloc.Options{})
+	aopts := alloc.Options{NoReservedPool: v.opts.ReservedPool < 0}
+	if v.opts.ReservedPool > 0 {
+		aopts.ReservedPool = uint64(v.opts.ReservedPool)
+	}
+	a, err := alloc.New(sb, v.meta, aopts)
 	if err != nil {
 		return err
 	}
@@ -494,6 +521,9 @@ type Counters struct {
 	// ReservedBlocks is the number of blocks reserved now for buffered
 	// data not yet written back (a gauge, not a count).
 	ReservedBlocks uint64
+	// SplitsDeferred counts direct writes into unwritten blocks whose
+	// extent split was left to I/O completion (Options.DeferSplits).
+	SplitsDeferred uint64
 }
 
 // Counters returns a snapshot of the volume's counters.
@@ -502,7 +532,7 @@ func (v *Volume) Counters() Counters {
 	return Counters{MetaUpdates: s.metaUpdates.Load(), SharedLocks: s.shared.Load(), ExclusiveLocks: s.exclusive.Load(),
 		Conversions: s.conversions.Load(), ZeroOutBlocks: s.zeroOuts.Load(), Overwrites: s.overwrites.Load(),
 		JournalCommits: s.handles.Load(), BufferedWrites: s.buffered.Load(), DelallocBlocks: s.delalloc.Load(),
-		ReservedBlocks: v.reserved()}
+		ReservedBlocks: v.reserved(), SplitsDeferred: s.splitsDeferred.Load()}
 }
 
 func (v *Volume) reserved() uint64 {

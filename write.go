@@ -170,13 +170,15 @@ func (f *File) convertLocked(lblk, n uint64) error {
 }
 
 // convertExactLocked is convertLocked without zero-out, for conversions
-// under the shared inode lock (see extent.Tree.MarkWrittenExact).
-func (f *File) convertExactLocked(lblk, n uint64) error {
+// under the shared inode lock (see extent.Tree.MarkWrittenExact): [lblk,
+// lblk+n) maps to pblk onwards and becomes written in the extent-status
+// cache too.
+func (f *File) convertExactLocked(lblk, n, pblk uint64) error {
 	if err := f.m.tree.MarkWrittenExact(uint32(lblk), uint32(n), true); err != nil {
 		return err
 	}
 	f.v.stats.conversions.Add(1)
-	f.m.es.Remove(uint32(lblk), uint32(n))
+	f.m.es.Insert(esc.Extent{Lblk: uint32(lblk), Len: uint32(n), Pblk: pblk, Status: esc.Written})
 	f.n.seq.Add(1) // the mapping changed: cached mappings are stale
 	return nil
 }

@@ -23,12 +23,13 @@ const (
 // regular file or block device whose size and logical block size were read
 // at open. Every field but closed and zeroMode is immutable after open.
 type fileCore struct {
-	f    *os.File
-	path string
-	size int64
-	lbs  int
-	blk  bool // a block device, not a regular file
-	ro   bool
+	f     *os.File
+	path  string
+	label string // "blockdev: " + path, for error messages
+	size  int64
+	lbs   int
+	blk   bool // a block device, not a regular file
+	ro    bool
 
 	closed   atomic.Bool
 	zeroMode atomic.Int32 // one of the zero* constants; files only
@@ -37,7 +38,7 @@ type fileCore struct {
 func (c *fileCore) Size() int64           { return c.size }
 func (c *fileCore) LogicalBlockSize() int { return c.lbs }
 
-func (c *fileCore) name() string { return "blockdev: " + c.path }
+func (c *fileCore) name() string { return c.label }
 
 // ioErr wraps an error from the OS with the operation and offset. An error
 // caused by a concurrent Close becomes ErrClosed.

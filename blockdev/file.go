@@ -85,6 +85,7 @@ func openOS(path string, readOnly bool, extra int) (*os.File, error) {
 
 // init reads the size and logical block size of an open file.
 func (c *fileCore) init(f *os.File, path string, readOnly bool) error {
+	c.label = "blockdev: " + path
 	c.f, c.path, c.ro, c.lbs = f, path, readOnly, 512
 	st, err := f.Stat()
 	if err != nil {

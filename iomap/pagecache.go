@@ -782,6 +782,26 @@ func (c *PageCache) InvalidateClean(key Key, from, to int64) bool {
 	return clean
 }
 
+// DropClean drops every page of file key and reports true if none is
+// dirty or under write-back; otherwise it drops nothing and reports false.
+// The check costs O(1), so a direct-I/O path can call it on every write
+// until it succeeds and then skip the cache for the file while its owner
+// knows no page was added since. It waits for pages in use, like
+// Invalidate.
+func (c *PageCache) DropClean(key Key) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f := c.mu.files[key]
+	if f == nil {
+		return true
+	}
+	if f.ndirty > 0 || f.inWriteback > 0 {
+		return false
+	}
+	c.invalidateLocked(f, 0, math.MaxInt64)
+	return true
+}
+
 // Cached reports whether file key has any page in the cache.
 func (c *PageCache) Cached(key Key) bool {
 	c.mu.Lock()

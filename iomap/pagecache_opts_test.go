@@ -835,3 +835,46 @@ func TestInvalidateClean(t *testing.T) {
 		t.Fatalf("%d pages left; want the 2 outside the range", pages)
 	}
 }
+
+// TestDropClean: DropClean refuses while any page of the file is dirty,
+// then drops all of the file's pages and leaves other files alone.
+func TestDropClean(t *testing.T) {
+	const bs = 4096
+	dev := patternDev(t, 1<<20)
+	c, err := iomap.NewPageCache(dev, iomap.PageCacheOptions{PageSize: bs, MaxPages: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ops := &hookOps{tinyFS: newTinyFS(bs, 0, 256)}
+	if !c.DropClean(1) {
+		t.Fatal("DropClean of an unknown file: false")
+	}
+	if _, err := iomap.BufferedWrite(c, ops, 1, optData(9, 4*bs), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := iomap.BufferedWrite(c, ops, 2, optData(3, 2*bs), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Writeback(1, 0, 3*bs); err != nil { // page 3 stays dirty
+		t.Fatal(err)
+	}
+	if c.DropClean(1) {
+		t.Fatal("DropClean dropped a file with a dirty page")
+	}
+	if pages, dirty := c.Len(); pages != 6 || dirty != 3 {
+		t.Fatalf("after a refused DropClean: %d pages, %d dirty; want 6, 3", pages, dirty)
+	}
+	if err := c.Writeback(1, 0, 4*bs); err != nil {
+		t.Fatal(err)
+	}
+	if !c.DropClean(1) {
+		t.Fatal("DropClean refused a clean file")
+	}
+	if pages, dirty := c.Len(); pages != 2 || dirty != 2 {
+		t.Fatalf("after DropClean: %d pages, %d dirty; want file 2's 2 dirty pages", pages, dirty)
+	}
+	if c.Cached(1) {
+		t.Fatal("file 1 still cached")
+	}
+}

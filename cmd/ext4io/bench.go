@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -36,7 +37,7 @@ import (
 func init() {
 	commands["bench"] = command{
 		usage: "bench [--backend file|direct|mmap|memory] [--image PATH] [--size N] [--runtime 5s] [--goroutines N] " +
-			"[--block-size N] [--workloads a,b] [--json] [--svg FILE] [--kernel] [--dir DIR]",
+			"[--block-size N] [--workloads a,b] [--json] [--svg FILE] [--kernel] [--dir DIR] [--defer-splits] [--cpuprofile FILE]",
 		run: cmdBench,
 	}
 }
@@ -51,20 +52,22 @@ const (
 
 // benchConfig is the parsed command line.
 type benchConfig struct {
-	backend    string
-	image      string // user's image or device; "" = temporary
-	dir        string // where the temporary image (and kernel backing file) go
-	size       int64  // 0 = choose
-	runtime    time.Duration
-	goroutines int // 0 = per workload
-	blockSize  int
-	workloads  []workload
-	json       bool
-	svg        string
-	kernel     bool
-	seed       uint64
-	progress   bool
-	stderr     io.Writer
+	backend     string
+	image       string // user's image or device; "" = temporary
+	dir         string // where the temporary image (and kernel backing file) go
+	size        int64  // 0 = choose
+	runtime     time.Duration
+	goroutines  int // 0 = per workload
+	blockSize   int
+	workloads   []workload
+	json        bool
+	svg         string
+	cpuprofile  string // pprof CPU profile of the whole run
+	deferSplits bool   // ext4io.Options.DeferSplits for the engine
+	kernel      bool
+	seed        uint64
+	progress    bool
+	stderr      io.Writer
 }
 
 func parseBenchFlags(args []string) (*benchConfig, error) {
@@ -81,6 +84,8 @@ func parseBenchFlags(args []string) (*benchConfig, error) {
 	fs.StringVar(&names, "workloads", "", "comma-separated subset (default all)")
 	fs.BoolVar(&c.json, "json", false, "machine-readable output")
 	fs.StringVar(&c.svg, "svg", "", "write an SVG bar chart to FILE")
+	fs.BoolVar(&c.deferSplits, "defer-splits", false, "engine: split unwritten extents at I/O completion (Options.DeferSplits)")
+	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of the run (go tool pprof) to FILE")
 	fs.BoolVar(&c.kernel, "kernel", false, "also run the jobs with fio on Linux ext4 (root, fio)")
 	fs.Uint64Var(&c.seed, "seed", 1, "random offset seed")
 	noProgress := fs.Bool("no-progress", false, "no progress line on stderr")
@@ -130,6 +135,20 @@ func cmdBench(args []string, stdout io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if c.cpuprofile != "" {
+		pf, err := os.Create(c.cpuprofile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			pf.Close()
+			return err
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			pf.Close()
+		}()
+	}
 	rep, err := runBench(ctx, c)
 	if err != nil {
 		return err

@@ -112,8 +112,17 @@ func newReport(c *benchConfig, desc string, size, region int64) *benchReport {
 			Kernel: strings.TrimSpace(readSmall("/proc/sys/kernel/osrelease")), GoVersion: runtime.Version(), LoadBefore: loadAvg()},
 		Config: reportConfig{Backend: c.backend, Device: desc, DeviceBytes: size, RegionBytes: region,
 			RuntimeSeconds: c.runtime.Seconds(), Rounds: benchRounds, BlockSize: c.blockSize, Seed: c.seed},
-		Notes: engineVersionNotes,
+		Notes: notesFor(c),
 	}
+}
+
+// notesFor returns the engine notes with the split mode the run used.
+func notesFor(c *benchConfig) []string {
+	split := "direct writes into unwritten extents split them at submission (each in-flight write owns its extent) and convert at completion"
+	if c.deferSplits {
+		split = "--defer-splits: direct writes into unwritten extents split and convert at I/O completion (Options.DeferSplits)"
+	}
+	return append(append([]string(nil), engineVersionNotes...), split)
 }
 
 func readSmall(path string) string {
