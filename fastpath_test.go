@@ -141,9 +141,16 @@ func diff(a, b ext4io.Counters) ext4io.Counters {
 // shared file (overwrites and into unwritten blocks, each goroutine on its
 // own blocks) and some appending to files of their own; afterwards every
 // byte matches the model and e2fsck is clean.
+// Both split modes: at submission (default) and at completion.
 func TestConcurrentDirectWrites(t *testing.T) {
+	for _, deferSplits := range []bool{false, true} {
+		t.Run(fmt.Sprintf("defer=%v", deferSplits), func(t *testing.T) { concurrentDirectWrites(t, deferSplits) })
+	}
+}
+
+func concurrentDirectWrites(t *testing.T, deferSplits bool) {
 	img := formatImage(t, 256<<20, ext4io.FormatOptions{})
-	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
+	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, DeferSplits: deferSplits})
 	if err != nil {
 		t.Fatal(err)
 	}

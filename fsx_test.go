@@ -58,14 +58,16 @@ func (m *fsxModel) zero(off, n int64, grow bool) {
 // running e2fsck -fn at each reopen and at the end.
 func TestFsx(t *testing.T) {
 	for _, c := range []struct {
-		name  string
-		opts  ext4io.FormatOptions
-		size  int64
-		cache int64 // Options.PageCacheBytes
+		name        string
+		opts        ext4io.FormatOptions
+		size        int64
+		cache       int64 // Options.PageCacheBytes
+		deferSplits bool  // Options.DeferSplits
 	}{
-		{"4k", ext4io.FormatOptions{}, 256 << 20, 0},
-		// A 32-page cache: writers keep finding it full of dirty pages.
-		{"1k-nocsum-smallcache", ext4io.FormatOptions{BlockSize: 1024, Features: "^metadata_csum"}, 128 << 20, 32 << 10},
+		{"4k", ext4io.FormatOptions{}, 256 << 20, 0, false},
+		// A 32-page cache: writers keep finding it full of dirty pages;
+		// unwritten extents split at I/O completion.
+		{"1k-nocsum-smallcache-defer", ext4io.FormatOptions{BlockSize: 1024, Features: "^metadata_csum"}, 128 << 20, 32 << 10, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			seed := uint64(len(c.name)) * 7919
@@ -75,7 +77,7 @@ func TestFsx(t *testing.T) {
 			t.Logf("seed %d", seed)
 			rng := rand.New(rand.NewPCG(seed, 1))
 			img := formatImage(t, c.size, c.opts)
-			vopts := ext4io.Options{Writable: true, PageCacheBytes: c.cache}
+			vopts := ext4io.Options{Writable: true, PageCacheBytes: c.cache, DeferSplits: c.deferSplits}
 			v, err := ext4io.OpenImage(img, vopts)
 			if err != nil {
 				t.Fatal(err)
