@@ -394,9 +394,12 @@ func (f *File) dropCacheLocked(off, length int64) {
 }
 
 // Datasync makes the file's data durable (fdatasync): dirty pages are
-// written back and the metadata needed to read them committed. In this
-// version it is Sync.
-func (f *File) Datasync() error { return f.Sync() }
+// written back and the metadata needed to read them (allocations,
+// conversions, the size) committed, but a change of the inode's times
+// alone is left for Sync, Close or the next commit. After direct
+// overwrites it is one device flush, where Sync logs the inode and
+// commits.
+func (f *File) Datasync() error { return f.sync(false) }
 
 // syncCache writes back the file's dirty pages (for Sync).
 func (f *File) syncCache() error {

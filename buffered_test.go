@@ -473,3 +473,75 @@ func crashableVolume(t *testing.T) (*ext4io.Volume, *errordev.Crashable) {
 	}
 	return v, dev
 }
+
+// TestDatasync: Datasync after direct overwrites commits nothing (the
+// times-only inode change waits for Sync), while the data, a buffered
+// extension with its size and a write into preallocated space all survive
+// a crash right after it.
+func TestDatasync(t *testing.T) {
+	v, dev := crashableVolume(t)
+	defer v.Close()
+	f, err := v.Create("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := bytes.Repeat([]byte{1}, 64<<10)
+	if _, err := f.WriteAt(want, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Fallocate(ext4io.FallocAllocate, 64<<10, 64<<10); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, make([]byte, 64<<10)...)
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := v.OpenFile("f", ext4io.Direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	over := bytes.Repeat([]byte{2}, 4096)
+	if _, err := d.WriteAt(over, 8192); err != nil {
+		t.Fatal(err)
+	}
+	copy(want[8192:], over)
+	before := v.Counters()
+	if err := d.Datasync(); err != nil {
+		t.Fatal(err)
+	}
+	after := v.Counters()
+	if after.MetaUpdates != before.MetaUpdates || after.JournalCommits != before.JournalCommits {
+		t.Errorf("Datasync after an overwrite: %d metadata updates, %d commits; want none",
+			after.MetaUpdates-before.MetaUpdates, after.JournalCommits-before.JournalCommits)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if c := v.Counters(); c.MetaUpdates == after.MetaUpdates || c.JournalCommits == after.JournalCommits {
+		t.Error("Sync after Datasync wrote and committed no inode (the times were left for it)")
+	}
+	// Into preallocated space (a conversion), and a buffered extension.
+	if _, err := d.WriteAt(over, 80<<10); err != nil {
+		t.Fatal(err)
+	}
+	copy(want[80<<10:], over)
+	tail := []byte("buffered tail")
+	if _, err := f.WriteAt(tail, 200000); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, make([]byte, 200000-len(want))...)
+	want = append(want, tail...)
+	if err := f.Datasync(); err != nil {
+		t.Fatal(err)
+	}
+	img, err := dev.Crash(errordev.CrashOptions{Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro, err := ext4io.Open(img, ext4io.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	checkSynced(t, ro, map[string][]byte{"f": want})
+}

@@ -283,6 +283,9 @@ func (m *jmeta) log(pending map[uint64][]byte, revokes map[uint64]struct{}) (tid
 	for b := range revokes {
 		revs = append(revs, b)
 	}
+	if len(blks) > 0 || len(revs) > 0 {
+		m.v.stats.handles.Add(1)
+	}
 	for len(blks) > 0 || len(revs) > 0 {
 		nb := min(len(blks), m.maxChunk)
 		nr := min(len(revs), m.maxChunk-nb)
@@ -312,8 +315,6 @@ func (m *jmeta) log(pending map[uint64][]byte, revokes map[uint64]struct{}) (tid
 		}
 		blks, revs = blks[nb:], revs[nr:]
 	}
-	v := m.v
-	v.stats.handles.Add(1)
 	return tid, nil
 }
 

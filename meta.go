@@ -86,7 +86,11 @@ func (v *Volume) writeDirtyInodes() error {
 }
 
 // syncInode writes n if it is dirty.
-func (v *Volume) syncInode(n *inode) error {
+func (v *Volume) syncInode(n *inode) error { return v.syncInodeData(n, true) }
+
+// syncInodeData writes n if it is dirty; without times, only if its size
+// needs writing (fdatasync leaves a times-only change for later).
+func (v *Volume) syncInodeData(n *inode, times bool) error {
 	v.beginOp()
 	err := func() error {
 		n.mu.RLock()
@@ -96,12 +100,13 @@ func (v *Volume) syncInode(n *inode) error {
 		if n.freed {
 			return nil
 		}
+		sizeOnly := false
 		if n.sizeAhead && v.pc.Dirty(iomap.Key(n.ino), int64(n.disksize), math.MaxInt64) == 0 {
 			// No data waits beyond the on-disk size: the rest is holes
 			// (a punched or zeroed tail), so i_size can go to disk.
-			n.sizeAhead, n.dirty = false, true
+			n.sizeAhead, n.dirty, sizeOnly = false, true, true
 		}
-		if !n.dirty {
+		if !n.dirty || !times && !sizeOnly {
 			return nil
 		}
 		return v.writeInodeLocked(n)

@@ -673,7 +673,10 @@ func (f *File) punchLocked(off, length int64) error {
 
 // Sync makes the file's data and metadata durable: a deferred inode
 // update is written, then the device is flushed.
-func (f *File) Sync() error {
+func (f *File) Sync() error { return f.sync(true) }
+
+// sync is Sync, and with times false Datasync.
+func (f *File) sync(times bool) error {
 	if err := f.v.checkOpen(); err != nil {
 		return err
 	}
@@ -681,7 +684,7 @@ func (f *File) Sync() error {
 		if err := f.syncCache(); err != nil {
 			return err
 		}
-		if err := f.v.syncInode(f.n); err != nil {
+		if err := f.v.syncInodeData(f.n, times); err != nil {
 			return err
 		}
 		if f.v.jm != nil {
