@@ -52,6 +52,10 @@ type jmeta struct {
 	// busyBlocks counts blocks freed but not yet allocatable (busy), for
 	// retrying an allocation that failed for space after a commit.
 	busyBlocks atomic.Int64
+	// npending mirrors len(pending)+len(revokes) and isFailed mirrors
+	// failed != nil, for lock-free checks; both change under mu.
+	npending atomic.Int64
+	isFailed atomic.Bool
 	// failed is set when an operation failed with an I/O error or found
 	// corruption after changing metadata: nothing more is committed, so
 	// the journal keeps the last consistent state (errors=remount-ro).
@@ -96,6 +100,7 @@ func (m *jmeta) Dirty(blk uint64, b []byte) error {
 		m.pending[blk] = p
 	}
 	delete(m.revokes, blk)
+	m.countLocked()
 	return nil
 }
 
@@ -125,6 +130,7 @@ func (m *jmeta) update(blk uint64, fn func(b []byte)) error {
 	}
 	fn(cur)
 	delete(m.revokes, blk)
+	m.countLocked()
 	return nil
 }
 
@@ -164,14 +170,26 @@ func (m *jmeta) revoke(blk uint64) {
 	m.mu.Lock()
 	delete(m.pending, blk)
 	m.revokes[blk] = struct{}{}
+	m.countLocked()
 	m.mu.Unlock()
 	m.j.Forget(blk)
 }
 
-func (m *jmeta) pendingLen() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.pending) + len(m.revokes)
+// pendingLen returns the number of blocks and revokes in the pending set
+// without taking m.mu (every operation checks it at its end).
+func (m *jmeta) pendingLen() int { return int(m.npending.Load()) }
+
+// countLocked refreshes npending after a change of the pending set. m.mu
+// is held.
+func (m *jmeta) countLocked() { m.npending.Store(int64(len(m.pending) + len(m.revokes))) }
+
+// setFailedLocked records err as the error that stopped committing. m.mu is
+// held.
+func (m *jmeta) setFailedLocked(err error) {
+	if m.failed == nil {
+		m.failed = err
+		m.isFailed.Store(true)
+	}
 }
 
 // commit moves the pending set into the journal and, with wait, waits
@@ -188,6 +206,7 @@ func (m *jmeta) commit(wait bool) error {
 	}
 	pending, revokes, busy := m.pending, m.revokes, m.busy
 	m.pending, m.revokes, m.busy = make(map[uint64][]byte), make(map[uint64]struct{}), nil
+	m.countLocked()
 	m.committing = pending
 	m.mu.Unlock()
 	tid, err := m.log(pending, revokes)
@@ -225,9 +244,7 @@ func (m *jmeta) commit(wait bool) error {
 			// waited (the gate is released) may have logged newer copies
 			// that a restored pending copy would shadow.
 			m.mu.Lock()
-			if m.failed == nil {
-				m.failed = err
-			}
+			m.setFailedLocked(err)
 			m.mu.Unlock()
 			return err
 		}
@@ -254,9 +271,8 @@ func (m *jmeta) commit(wait bool) error {
 // back once the gate is released, as newer copies may be in the journal
 // by then. m.mu is held.
 func (m *jmeta) failLocked(err error, pending map[uint64][]byte, revokes map[uint64]struct{}) {
-	if m.failed == nil {
-		m.failed = err
-	}
+	m.setFailedLocked(err)
+	defer m.countLocked()
 	for b, d := range pending {
 		if _, newer := m.pending[b]; !newer {
 			if _, rev := m.revokes[b]; !rev {
@@ -326,9 +342,7 @@ func (m *jmeta) log(pending map[uint64][]byte, revokes map[uint64]struct{}) (tid
 func (v *Volume) endOpErr(err error) error {
 	if err != nil && v.jm != nil && (errors.Is(err, ErrIO) || errors.Is(err, ErrCorrupt)) {
 		v.jm.mu.Lock()
-		if v.jm.failed == nil {
-			v.jm.failed = err
-		}
+		v.jm.setFailedLocked(err)
 		v.jm.mu.Unlock()
 	}
 	if eerr := v.endOp(); err == nil {
@@ -339,8 +353,8 @@ func (v *Volume) endOpErr(err error) error {
 
 // failed returns the error that stopped a writable volume, or nil.
 func (v *Volume) failed() error {
-	if v.jm == nil {
-		return nil
+	if v.jm == nil || !v.jm.isFailed.Load() {
+		return nil // checked on every write: no lock on the fast path
 	}
 	v.jm.mu.Lock()
 	defer v.jm.mu.Unlock()
