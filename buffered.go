@@ -112,17 +112,16 @@ func (o *bufOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, err
 			nblk = 1
 			out.Length = bs
 		}
-		if err := f.m.es.Insert(esc.Extent{Lblk: uint32(lblk), Len: uint32(nblk), Status: esc.Delayed}); err != nil {
+		if err := f.m.set(esc.Extent{Lblk: uint32(lblk), Len: uint32(nblk), Status: esc.Delayed}); err != nil {
 			o.v.alloc.Unreserve(nblk)
 			return iomap.Mapping{}, err
 		}
 		o.n.delayed += nblk
-		o.n.seq.Add(1)
 		out.Type, out.Flags = iomap.Delalloc, iomap.MapNew
 	default:
 		out.Type = iomap.Hole
 	}
-	out.Cookie = o.n.seq.Load()
+	out.Cookie = f.m.seq.Load()
 	return out, nil
 }
 
@@ -130,7 +129,7 @@ func (o *bufOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, err
 // mapping change since (iomap.Validator; the validity cookie is the
 // inode's extent change counter). Reads under the shared inode lock can
 // race with write-back mapping delayed blocks.
-func (o *bufOps) Valid(m iomap.Mapping) bool { return m.Cookie == o.n.seq.Load() }
+func (o *bufOps) Valid(m iomap.Mapping) bool { return m.Cookie == o.f.m.seq.Load() }
 
 // End releases the reservations of blocks a buffered write did not reach,
 // and after write-back maps what reached the device.
@@ -180,11 +179,10 @@ func (o *bufOps) endWriteback(off, length, written int64, m iomap.Mapping) error
 			if err = (treeAlloc{o.v, n}).addBlocks(int64(wblk)); err != nil {
 				return err
 			}
-			if d, rerr := f.m.es.Remove(uint32(lblk), uint32(wblk)); rerr == nil && fromResv {
+			if d, rerr := f.m.drop(uint32(lblk), uint32(wblk)); rerr == nil && fromResv {
 				n.delayed -= min(n.delayed, d)
 			}
-			f.m.es.Insert(esc.Extent{Lblk: uint32(lblk), Len: uint32(wblk), Pblk: start, Status: esc.Written})
-			f.n.seq.Add(1) // the mapping changed: cached mappings are stale
+			f.m.set(esc.Extent{Lblk: uint32(lblk), Len: uint32(wblk), Pblk: start, Status: esc.Written})
 			o.v.stats.delalloc.Add(wblk)
 			changed = true
 		}
@@ -235,8 +233,7 @@ func (o *bufOps) dropDelayedLocked(lblk, n uint64) {
 		return
 	}
 	n = min(n, maxFileBlocks-lblk)
-	d, err := o.f.m.es.Remove(uint32(lblk), uint32(n))
-	o.n.seq.Add(1)
+	d, err := o.f.m.drop(uint32(lblk), uint32(n))
 	if err != nil || d == 0 {
 		return
 	}
@@ -331,16 +328,18 @@ func (f *File) readBuffered(p []byte, off int64) (int, error) {
 	return iomap.BufferedRead(f.v.pc, f.n.bops, f.n.bops.key(), p, off, int64(f.in.Size))
 }
 
+// mayHavePages reports whether the page cache may hold pages of the file
+// (inode.mayCache); false lets direct I/O skip the cache's lock.
+func (f *File) mayHavePages() bool { return f.n.bops != nil && f.n.mayCache.Load() }
+
 // cached reports whether the file has pages in the page cache.
-func (f *File) cached() bool {
-	return f.n.bops != nil && f.n.mayCache.Load() && f.v.pc.Cached(f.n.bops.key())
-}
+func (f *File) cached() bool { return f.mayHavePages() && f.v.pc.Cached(f.n.bops.key()) }
 
 // flushCache writes back the file's dirty pages overlapping [off, end)
 // (filemap_write_and_wait_range). The caller holds no lock and no
 // operation.
 func (f *File) flushCache(off, end int64) error {
-	if f.n.bops == nil || !f.n.mayCache.Load() {
+	if !f.mayHavePages() {
 		return nil // a buffered write racing in is caught by cacheCleanLocked
 	}
 	if err := f.v.pc.Writeback(f.n.bops.key(), off, end); err != nil {
@@ -357,7 +356,7 @@ func (f *File) flushCache(off, end int64) error {
 // caller holds n.mu (shared or exclusive), so no buffered write adds
 // pages meanwhile.
 func (f *File) cacheCleanLocked(off, end int64) bool {
-	if f.n.bops == nil || !f.n.mayCache.Load() {
+	if !f.mayHavePages() {
 		return true
 	}
 	key := f.n.bops.key()

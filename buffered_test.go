@@ -245,16 +245,7 @@ func TestSyncFlushesOverwrites(t *testing.T) {
 	if err := f.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	img, err := dev.Crash(errordev.CrashOptions{Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ro, err := ext4io.Open(img, ext4io.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ro.Close()
-	checkSynced(t, ro, map[string][]byte{"f": want})
+	checkAfterCrash(t, dev, 1, map[string][]byte{"f": want})
 }
 
 // TestWriteZeroesInsideDelayedSize: write-zeroes inside i_size but past
@@ -457,6 +448,22 @@ func TestNoSpaceRetriesAfterCommit(t *testing.T) {
 // crashableVolume formats a 32 MiB in-memory device and opens it writable
 // (no background write-back) behind a Crashable that can take the image a
 // crash would leave.
+// checkAfterCrash crashes dev (losing what was not flushed, with seed)
+// and checks that the synced files read back as given.
+func checkAfterCrash(t *testing.T, dev *errordev.Crashable, seed uint64, synced map[string][]byte) {
+	t.Helper()
+	img, err := dev.Crash(errordev.CrashOptions{Seed: seed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro, err := ext4io.Open(img, ext4io.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	checkSynced(t, ro, synced)
+}
+
 func crashableVolume(t *testing.T) (*ext4io.Volume, *errordev.Crashable) {
 	t.Helper()
 	base := memdev.NewBlockSize(32<<20, 4096)
@@ -534,14 +541,5 @@ func TestDatasync(t *testing.T) {
 	if err := f.Datasync(); err != nil {
 		t.Fatal(err)
 	}
-	img, err := dev.Crash(errordev.CrashOptions{Seed: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ro, err := ext4io.Open(img, ext4io.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ro.Close()
-	checkSynced(t, ro, map[string][]byte{"f": want})
+	checkAfterCrash(t, dev, 3, map[string][]byte{"f": want})
 }

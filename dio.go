@@ -20,7 +20,7 @@ import (
 // and refuse holes (errNeedExclusive) instead of allocating. Under the
 // exclusive lock Begin allocates blocks for holes and the completion hook
 // maps them once the data is on the device; unwritten blocks are converted
-// at completion (dioEndIO), the data always on the device before the
+// at completion (endIO), the data always on the device before the
 // metadata that exposes it. Each mapping carries the inode's change counter
 // as its validity cookie.
 
@@ -50,7 +50,7 @@ func (o *dioOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, err
 	bs := int64(f.v.bs)
 	lblk := uint64(off / bs)
 	endBlk := uint64((off + length + bs - 1) / bs)
-	cookie := n.seq.Load()
+	cookie := f.m.seq.Load()
 	m, err := f.m.lookup(lblk)
 	if err != nil {
 		return iomap.Mapping{}, err
@@ -91,9 +91,9 @@ func (o *dioOps) endIO(off, n int64, m iomap.Mapping) error {
 	f, bs := o.f, int64(o.f.v.bs)
 	first := off / bs
 	last := (off + n + bs - 1) / bs
+	pblk := uint64(m.Addr/bs) + uint64(first-m.Offset/bs)
 	switch {
 	case m.Type == iomap.Unwritten:
-		pblk := uint64(m.Addr/bs) + uint64(first-m.Offset/bs)
 		if f.v.opts.DeferSplits {
 			f.v.stats.splitsDeferred.Add(1)
 			if !o.shared {
@@ -108,13 +108,11 @@ func (o *dioOps) endIO(off, n int64, m iomap.Mapping) error {
 	case m.Flags&iomap.MapNew != 0:
 		// Map the blocks now that their data is on the device. On error
 		// nothing is mapped and End frees them.
-		pblk := uint64(m.Addr/bs) + uint64(first-m.Offset/bs)
 		e := extent.Extent{Lblk: uint32(first), Len: uint32(last - first), Pblk: pblk}
 		if err := f.m.tree.Insert(e); err != nil {
 			return err
 		}
-		f.m.es.Insert(esc.Extent{Lblk: e.Lblk, Len: e.Len, Pblk: pblk, Status: esc.Written})
-		f.n.seq.Add(1) // the mapping changed: cached mappings are stale
+		f.m.set(esc.Extent{Lblk: e.Lblk, Len: e.Len, Pblk: pblk, Status: esc.Written})
 		return (treeAlloc{f.v, f.n}).addBlocks(int64(e.Len))
 	}
 	return nil

@@ -70,10 +70,6 @@ type inode struct {
 	// write clears it (under mu) after dropping every page, so direct I/O
 	// on a file without cached pages skips the cache's lock entirely.
 	mayCache atomic.Bool
-
-	// seq counts changes of the file's block mapping (the extent-status
-	// cache and tree): the validity cookie of iomap mappings.
-	seq atomic.Uint64
 }
 
 // diskSize returns the size the inode has on disk (i_disksize). The caller

@@ -3,6 +3,7 @@ package ext4io
 import (
 	"encoding/binary"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/ext4io/ext4io/esc"
 	"github.com/ext4io/ext4io/extent"
@@ -66,6 +67,27 @@ type mapper struct {
 	es   *esc.Tree    // the volume's extent-status cache for this inode
 	ind  *[60]byte    // block-mapped files
 	cfg  extent.Config
+
+	// seq counts changes of the file's block mapping: the validity cookie
+	// of iomap mappings. set and drop bump it with every change they
+	// record in the extent-status cache.
+	seq atomic.Uint64
+}
+
+// set records a change of the mapping in the extent-status cache (e
+// replaces whatever it overlaps) and makes earlier mappings stale.
+func (m *mapper) set(e esc.Extent) error {
+	err := m.es.Insert(e)
+	m.seq.Add(1)
+	return err
+}
+
+// drop forgets the cached mapping of [lblk, lblk+n) after a change and
+// makes earlier mappings stale. It returns the Delayed blocks dropped.
+func (m *mapper) drop(lblk, n uint32) (delayed uint64, err error) {
+	delayed, err = m.es.Remove(lblk, n)
+	m.seq.Add(1)
+	return delayed, err
 }
 
 func (v *Volume) extentConfig(ino uint32, in *layout.Inode) extent.Config {

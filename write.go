@@ -163,9 +163,8 @@ func (f *File) convertLocked(lblk, n uint64) error {
 	})
 	for _, e := range stale {
 		s, end := max(uint64(e.Lblk), lo), min(uint64(e.End()), hi)
-		f.m.es.Remove(uint32(s), uint32(end-s))
+		f.m.drop(uint32(s), uint32(end-s))
 	}
-	f.n.seq.Add(1) // the mapping changed: cached mappings are stale
 	return nil
 }
 
@@ -178,8 +177,7 @@ func (f *File) convertExactLocked(lblk, n, pblk uint64) error {
 		return err
 	}
 	f.v.stats.conversions.Add(1)
-	f.m.es.Insert(esc.Extent{Lblk: uint32(lblk), Len: uint32(n), Pblk: pblk, Status: esc.Written})
-	f.n.seq.Add(1) // the mapping changed: cached mappings are stale
+	f.m.set(esc.Extent{Lblk: uint32(lblk), Len: uint32(n), Pblk: pblk, Status: esc.Written})
 	return nil
 }
 
@@ -305,8 +303,7 @@ func (f *File) mapRun(lblk, start, got uint64, unwritten bool) error {
 	if unwritten {
 		st = esc.Unwritten
 	}
-	f.m.es.Insert(esc.Extent{Lblk: uint32(lblk), Len: uint32(got), Pblk: start, Status: st})
-	f.n.seq.Add(1) // the mapping changed: cached mappings are stale
+	f.m.set(esc.Extent{Lblk: uint32(lblk), Len: uint32(got), Pblk: start, Status: st})
 	return nil
 }
 
@@ -364,8 +361,7 @@ func (f *File) truncateLocked(size uint64) error {
 			if err := f.m.tree.Remove(uint32(first), extent.EndLblk-1); err != nil {
 				return err
 			}
-			f.m.es.Remove(uint32(first), uint32(maxFileBlocks-first))
-			f.n.seq.Add(1) // the mapping changed: cached mappings are stale
+			f.m.drop(uint32(first), uint32(maxFileBlocks-first))
 		}
 		if err := f.zeroPartial(size, bs-size%bs); err != nil {
 			return err
@@ -636,8 +632,7 @@ func (f *File) shiftRangeLocked(mode FallocMode, off, length int64) error {
 		}
 		f.n.setSizeLocked(f.in.Size + uint64(length))
 	}
-	f.m.es.Remove(first, uint32(maxFileBlocks-uint64(first)))
-	f.n.seq.Add(1) // the mapping changed: cached mappings are stale
+	f.m.drop(first, uint32(maxFileBlocks-uint64(first)))
 	return nil
 }
 
@@ -666,8 +661,7 @@ func (f *File) punchLocked(off, length int64) error {
 	if err := f.m.tree.Remove(uint32(first), uint32(last-1)); err != nil {
 		return err
 	}
-	f.m.es.Remove(uint32(first), uint32(last-first))
-	f.n.seq.Add(1) // the mapping changed: cached mappings are stale
+	f.m.drop(uint32(first), uint32(last-first))
 	return nil
 }
 

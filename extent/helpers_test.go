@@ -113,3 +113,15 @@ func (a *memAlloc) FreeData(p, n uint64) error {
 	}
 	return nil
 }
+
+// encodeLocked returns the on-disk bytes of n (60 for the root), encoded
+// from scratch over its last-written bytes.
+func (t *Tree) encodeLocked(n *node) []byte {
+	b := make([]byte, t.cfg.BlockSize)
+	if n.root {
+		b = b[:RootSize]
+	}
+	copy(b, n.raw)
+	t.encodeOver(n, b, 0, 0)
+	return b
+}

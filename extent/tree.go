@@ -17,7 +17,6 @@ type Tree struct {
 		sync.Mutex
 		root   *node            // the in-inode node; pblk 0
 		cache  map[uint64]*node // decoded tree blocks by physical block
-		buf    []byte           // scratch block buffer
 		broken error            // set when a commit failed half-way
 		// path backs the paths findLocked returns: a path is valid until
 		// the next findLocked or firstFromLocked call.
@@ -88,7 +87,6 @@ func Open(root *[RootSize]byte, cfg Config) (*Tree, error) {
 	}
 	t.mu.root = n
 	t.mu.cache = make(map[uint64]*node)
-	t.mu.buf = make([]byte, cfg.BlockSize)
 	return t, nil
 }
 
@@ -178,18 +176,6 @@ func (t *Tree) decodeNode(raw []byte, pblk uint64, root bool, wantDepth int, whe
 		}
 	}
 	return n, nil
-}
-
-// encodeLocked returns the on-disk bytes of n (60 for the root) in a
-// scratch buffer that is only valid until the next call.
-func (t *Tree) encodeLocked(n *node) []byte {
-	b := t.mu.buf
-	if n.root {
-		b = b[:RootSize]
-	}
-	clear(b[copy(b, n.raw):])
-	t.encodeOver(n, b, 0, 0)
-	return b
 }
 
 // encodeOver encodes n into b, which holds n.raw (zeroes for a new node):
