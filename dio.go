@@ -100,11 +100,17 @@ func (o *dioOps) endIO(off, n int64, m iomap.Mapping) error {
 				return f.convertLocked(uint64(first), uint64(last-first))
 			}
 		}
-		if o.shared {
-			f.n.dataMu.Lock()
-			defer f.n.dataMu.Unlock()
+		if !o.shared {
+			return f.convertExactLocked(uint64(first), uint64(last-first), pblk)
 		}
-		return f.convertExactLocked(uint64(first), uint64(last-first), pblk)
+		f.n.dataMu.Lock()
+		defer f.n.dataMu.Unlock()
+		if err := f.convertExactLocked(uint64(first), uint64(last-first), pblk); err != nil {
+			return err
+		}
+		// The conversion's tree blocks are in the running transaction;
+		// the inode goes with them if its root or i_blocks changed.
+		return f.v.writeMappingLocked(f.n)
 	case m.Flags&iomap.MapNew != 0:
 		// Map the blocks now that their data is on the device. On error
 		// nothing is mapped and End frees them.
@@ -187,17 +193,24 @@ func (f *File) directWrite(p []byte, off int64) (int, error) {
 
 // directShared runs a block-aligned direct write under the shared inode
 // lock while it finds allocated blocks inside the on-disk size: overwrites
-// of written blocks change no metadata at all (the mtime update waits for
-// Sync or Close), unwritten blocks are converted exactly under dataMu. ok
-// is false when the rest of the write needs the exclusive lock.
+// of written blocks change no metadata at all (the times are set in memory
+// before the write, as ext4's file_modified does, and reach the disk with
+// Sync, Close or the next inode write), and unwritten blocks are converted
+// exactly under dataMu at completion, the inode written with the
+// conversion when its extent root or i_blocks changed. ok is false when
+// the rest of the write needs the exclusive lock.
 func (f *File) directShared(p []byte, off int64) (n int, err error, ok bool) {
 	f.n.mu.RLock()
 	defer f.n.mu.RUnlock()
 	end := off + int64(len(p))
 	f.n.dataMu.Lock()
-	size := int64(f.n.diskSize())
+	inside := end <= int64(f.n.diskSize())
+	if inside {
+		f.touchLocked()
+		f.n.dirty = true
+	}
 	f.n.dataMu.Unlock()
-	if end > size {
+	if !inside {
 		return 0, nil, false
 	}
 	if !f.cacheCleanLocked(off, end) {
@@ -212,28 +225,10 @@ func (f *File) directShared(p []byte, off int64) (n int, err error, ok bool) {
 	}
 	n, err = iomap.DirectWrite(f.v.dev, ops, p, off, &iomap.DioOptions{BlockSize: int64(f.v.bs), EndIO: endIO})
 	if errors.Is(err, errNeedExclusive) {
-		if converted {
-			f.n.dataMu.Lock()
-			err = f.v.writeMappingLocked(f.n)
-			f.n.dataMu.Unlock()
-			if err != nil {
-				return n, err, true
-			}
-		}
 		return n, nil, false
 	}
-	f.n.dataMu.Lock()
-	defer f.n.dataMu.Unlock()
-	f.touchLocked()
-	if converted {
-		// The conversion's tree blocks are in the running transaction;
-		// the inode goes with them if its root or i_blocks changed.
-		if werr := f.v.writeMappingLocked(f.n); err == nil {
-			err = werr
-		}
-		return n, err, true
+	if !converted {
+		f.v.stats.overwrites.Add(1)
 	}
-	f.n.dirty = true
-	f.v.stats.overwrites.Add(1)
 	return n, err, true
 }

@@ -5,8 +5,20 @@ import (
 	"testing"
 
 	"github.com/ext4io/ext4io"
+	"github.com/ext4io/ext4io/blockdev"
 	"github.com/ext4io/ext4io/blockdev/memdev"
+	"github.com/ext4io/ext4io/iomap"
 )
+
+// rawAt does a file's I/O on its device directly: offset off of the file
+// is byte phys[off/4096] of the device.
+type rawAt struct {
+	dev  blockdev.Device
+	phys []int64
+}
+
+func (r rawAt) WriteAt(p []byte, off int64) (int, error) { return r.dev.WriteAt(p, r.phys[off/4096]) }
+func (r rawAt) ReadAt(p []byte, off int64) (int, error)  { return r.dev.ReadAt(p, r.phys[off/4096]) }
 
 // BenchmarkFileIO measures the engine's own CPU per 4 KiB operation on an
 // in-memory device: each File API workload next to the raw device doing
@@ -62,14 +74,19 @@ func BenchmarkFileIO(b *testing.B) {
 			}
 		})
 	}
-	// raw: a second in-memory device of the same kind, every page touched
-	// (as the file's blocks are), doing the same I/O.
-	raw := memdev.NewBlockSize(size, 4096)
-	for off := int64(0); off < size; off += 1 << 20 {
-		if _, err := raw.WriteAt(make([]byte, 1<<20), off); err != nil {
-			b.Fatal(err)
+	// raw: the same device doing the same I/O at the blocks the written
+	// file maps to, so both sides touch the same memory.
+	phys := make([]int64, size/4096)
+	err = written.Fiemap(0, size, func(e iomap.Extent) error {
+		for o := int64(0); o < e.Length; o += 4096 {
+			phys[(e.Logical+o)/4096] = e.Physical + o
 		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
 	}
+	raw := rawAt{dev, phys}
 	run("raw-write", func(off int64) error { _, err := raw.WriteAt(buf, off); return err })
 	run("overwrite", func(off int64) error { _, err := written.WriteAt(buf, off); return err })
 	run("raw-read", func(off int64) error { _, err := raw.ReadAt(buf, off); return err })
@@ -109,4 +126,73 @@ func BenchmarkFileIO(b *testing.B) {
 		}
 		return nil
 	})
+}
+
+// BenchmarkConvertScattered measures direct 4 KiB writes into a 1 GiB
+// preallocated file at offsets in random order, each write a conversion
+// of a block no earlier write touched: the extent tree and the
+// extent-status cache grow to ~100k extents, as in ext4io bench's
+// fallocated workloads. overwrite then writes the same offsets again.
+// Run it with -benchtime at most 262144x.
+//
+//	go test -run XXX -bench ConvertScattered -benchtime 200000x .
+func BenchmarkConvertScattered(b *testing.B) {
+	const size = 1 << 30
+	dev := memdev.NewBlockSize(2<<30, 4096)
+	for off := int64(0); off < 2<<30; off += 1 << 20 { // give memdev its pages
+		if _, err := dev.WriteAt(make([]byte, 1<<20), off); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := ext4io.Format(dev, ext4io.FormatOptions{NoDiscard: true}); err != nil {
+		b.Fatal(err)
+	}
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer v.Close()
+	perm := rand.New(rand.NewPCG(3, 4)).Perm(size / 4096)
+	buf := make([]byte, 4096)
+	var d *ext4io.File
+	write := func(b *testing.B) {
+		b.SetBytes(4096)
+		i := 0
+		for b.Loop() {
+			if i == len(perm) {
+				b.Fatal("more iterations than blocks: use -benchtime 262144x or less")
+			}
+			if _, err := d.WriteAt(buf, int64(perm[i])*4096); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	}
+	// Each write converts a block no earlier write touched, in a new file
+	// for each run of the benchmark.
+	b.Run("convert", func(b *testing.B) {
+		if d != nil {
+			d.Close()
+			if err := v.Unlink("f"); err != nil {
+				b.Fatal(err)
+			}
+		}
+		f, err := v.Create("f")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := f.Fallocate(ext4io.FallocAllocate, 0, size); err != nil {
+			b.Fatal(err)
+		}
+		f.Close()
+		if d, err = v.OpenFile("f", ext4io.Direct); err != nil {
+			b.Fatal(err)
+		}
+		c := v.Counters().Conversions
+		write(b)
+		b.ReportMetric(float64(v.Counters().Conversions-c)/float64(b.N), "conv/op")
+	})
+	// The same offsets again: overwrites, with the tree and the cache as
+	// large as the conversions left them.
+	b.Run("overwrite", write)
 }

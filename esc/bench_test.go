@@ -215,3 +215,30 @@ func BenchmarkInRootPolicy(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkConvertInsert marks single blocks of a 1 GiB unwritten range
+// Written in random order, as direct writes into preallocated space do:
+// most inserts land inside an unwritten entry, some next to written
+// neighbours they merge with. The tree peaks near 130k entries.
+//
+//	go test -run XXX -bench ConvertInsert -benchtime 200000x ./esc/
+func BenchmarkConvertInsert(b *testing.B) {
+	const blocks = 1 << 18
+	c := New(Options{})
+	tr := c.Inode(1)
+	if err := tr.Insert(Extent{Lblk: 0, Len: blocks, Pblk: 1 << 20, Status: Unwritten}); err != nil {
+		b.Fatal(err)
+	}
+	perm := rand.New(rand.NewPCG(5, 6)).Perm(blocks)
+	i := 0
+	for b.Loop() {
+		if i == len(perm) {
+			b.Fatal("more iterations than blocks: use -benchtime 262144x or less")
+		}
+		l := uint32(perm[i])
+		if err := tr.Insert(Extent{Lblk: l, Len: 1, Pblk: 1<<20 + uint64(l), Status: Written}); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}

@@ -102,8 +102,10 @@ func (t *Tree) Root() [RootSize]byte {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var r [RootSize]byte
-	copy(r[:], t.mu.root.raw)
-	t.encodeOver(t.mu.root, r[:], 0, 0)
+	copy(r[:], t.mu.root.raw) // encoded by every commit that changed it
+	if t.mu.root.dirty {
+		t.encodeOver(t.mu.root, r[:], 0, 0) // a commit that failed part way
+	}
 	return r
 }
 
