@@ -15,6 +15,13 @@ package main
 // workload alternates raw and engine phases (benchRounds of each, runtime
 // split between them) so that load drifting on a shared machine hits both
 // sides alike, and the same goroutine seeds give both the same offsets.
+//
+// --repeat N runs the workload list N times, odd rounds in the listed
+// order and even rounds reversed, so that a disk slowing down over the run
+// does not favour the workloads that come first. The report gives each
+// workload once: medians over the rounds, and ratios (engine/raw, between
+// workloads, against Linux) as medians of ratios taken within one round.
+// With --kernel, each round ends with the fio pass in that round's order.
 
 import (
 	"context"
@@ -36,7 +43,7 @@ import (
 
 func init() {
 	commands["bench"] = command{
-		usage: "bench [--backend file|direct|mmap|memory] [--image PATH] [--size N] [--runtime 5s] [--goroutines N] " +
+		usage: "bench [--backend file|direct|mmap|memory] [--image PATH] [--size N] [--runtime 5s] [--repeat N] [--goroutines N] " +
 			"[--block-size N] [--workloads a,b] [--json] [--svg FILE] [--kernel] [--dir DIR] [--defer-splits] [--cpuprofile FILE]",
 		run: cmdBench,
 	}
@@ -57,6 +64,7 @@ type benchConfig struct {
 	dir         string // where the temporary image (and kernel backing file) go
 	size        int64  // 0 = choose
 	runtime     time.Duration
+	repeat      int // rounds over the workload list, alternating order
 	goroutines  int // 0 = per workload
 	blockSize   int
 	workloads   []workload
@@ -79,6 +87,7 @@ func parseBenchFlags(args []string) (*benchConfig, error) {
 	fs.StringVar(&c.dir, "dir", os.TempDir(), "directory for the temporary image")
 	fs.StringVar(&size, "size", "", "device size (default: a few GiB, less if disk is short)")
 	fs.DurationVar(&c.runtime, "runtime", 5*time.Second, "time per workload, engine and raw each")
+	fs.IntVar(&c.repeat, "repeat", 1, "run the workload list N times, every other round reversed; report medians")
 	fs.IntVar(&c.goroutines, "goroutines", 0, "override the goroutines of random and fsync workloads")
 	fs.IntVar(&c.blockSize, "block-size", 4096, "filesystem block size")
 	fs.StringVar(&names, "workloads", "", "comma-separated subset (default all)")
@@ -111,8 +120,8 @@ func parseBenchFlags(args []string) (*benchConfig, error) {
 		}
 		c.size = n
 	}
-	if c.runtime <= 0 || c.goroutines < 0 {
-		return nil, fmt.Errorf("%w: --runtime must be positive and --goroutines non-negative", errUsage)
+	if c.runtime <= 0 || c.goroutines < 0 || c.repeat < 1 {
+		return nil, fmt.Errorf("%w: --runtime and --repeat must be positive and --goroutines non-negative", errUsage)
 	}
 	ws, err := selectWorkloads(names)
 	if err != nil {
@@ -286,42 +295,105 @@ func runBench(ctx context.Context, c *benchConfig) (*benchReport, error) {
 	if region < 16<<20 {
 		return nil, fmt.Errorf("device of %d bytes is too small for the bench: need at least %d MiB", size, minImageSize>>20)
 	}
-	fsWin, fsDev := newWindow(b.dev, 0, size-region)
-	rawWin, rawDev := newWindow(b.dev, size-region, region)
-	r := &benchRun{cfg: c, fsWin: fsWin, fsDev: fsDev, rawWin: rawWin, rawDev: rawDev, region: region,
-		prog: newProgress(c.stderr, c.progress)}
+	r := newBenchRun(c, b.dev, size, region)
 	defer r.closeEngine()
 	rep := newReport(c, b.desc, size, region)
-	for i, w := range c.workloads {
-		if err := ctx.Err(); err != nil {
+	rep.Kernel = kernelInfo{Skipped: "not requested (--kernel)"}
+	var kenv *kernelEnv
+	defer func() {
+		if kenv != nil {
+			kenv.teardown()
+		}
+	}()
+	n := len(c.workloads)
+	samples := make([][]roundSample, n) // per workload, one per round
+	for round := range c.repeat {
+		order := roundOrder(n, round)
+		for pos, i := range order {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			w := c.workloads[i]
+			r.prog.workload = fmt.Sprintf("[%s%d/%d] %s", roundTag(c, round), pos+1, n, w.Name)
+			res, err := r.runWorkload(ctx, w)
+			if err != nil {
+				r.prog.clear()
+				return nil, fmt.Errorf("workload %s: %w", w.Name, err)
+			}
+			samples[i] = append(samples[i], roundSample{round: round + 1, pos: pos + 1, res: res})
+		}
+		if err := r.closeEngine(); err != nil {
 			return nil, err
 		}
-		r.prog.workload = fmt.Sprintf("[%d/%d] %s", i+1, len(c.workloads), w.Name)
-		res, err := r.runWorkload(ctx, w)
-		if err != nil {
-			r.prog.clear()
-			return nil, fmt.Errorf("workload %s: %w", w.Name, err)
-		}
-		rep.Workloads = append(rep.Workloads, res)
-	}
-	if err := r.closeEngine(); err != nil {
-		return nil, err
-	}
-	r.prog.clear()
-	if c.kernel {
-		dir := c.dir
-		if c.backend == "memory" {
-			dir = "/dev/shm"
-		} else if b.path != "" && !b.temporary {
-			dir = filepath.Dir(b.path)
-		}
-		rep.Kernel = runKernel(ctx, c, dir, region, rep.Workloads, r.prog)
 		r.prog.clear()
-	} else {
-		rep.Kernel = kernelInfo{Skipped: "not requested (--kernel)"}
+		if !c.kernel {
+			continue
+		}
+		if round == 0 {
+			kenv, rep.Kernel = startKernel(ctx, kernelDir(c, b), region)
+		}
+		if kenv == nil {
+			continue
+		}
+		for pos, i := range order {
+			s := &samples[i][round]
+			r.prog.workload = fmt.Sprintf("[linux %s%d/%d] %s", roundTag(c, round), pos+1, n, s.res.Name)
+			r.prog.set("fio", "", time.Now(), 0)
+			m, note, err := kenv.run(ctx, c, c.workloads[i], s.res.Jobs)
+			if err != nil {
+				s.res.KernelNote = "failed: " + oneLine(err)
+				continue
+			}
+			s.res.Kernel, s.res.KernelNote = m, note
+		}
+		r.prog.clear()
 	}
+	rep.Workloads, rep.Ratios = combineRounds(samples)
 	rep.Machine.LoadAfter = loadAvg()
 	return rep, nil
+}
+
+// newBenchRun splits the first size bytes of dev into the filesystem's
+// window and the raw region (the last region bytes).
+func newBenchRun(c *benchConfig, dev blockdev.Device, size, region int64) *benchRun {
+	fsWin, fsDev := newWindow(dev, 0, size-region)
+	rawWin, rawDev := newWindow(dev, size-region, region)
+	return &benchRun{cfg: c, fsWin: fsWin, fsDev: fsDev, rawWin: rawWin, rawDev: rawDev, region: region,
+		prog: newProgress(c.stderr, c.progress)}
+}
+
+// roundOrder returns the indexes of n workloads in the order round (from
+// 0) runs them: as listed in even rounds, reversed in odd ones.
+func roundOrder(n, round int) []int {
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+		if round%2 == 1 {
+			order[i] = n - 1 - i
+		}
+	}
+	return order
+}
+
+// roundTag is the progress line's round prefix ("r2/3 "), empty without
+// --repeat.
+func roundTag(c *benchConfig, round int) string {
+	if c.repeat == 1 {
+		return ""
+	}
+	return fmt.Sprintf("r%d/%d ", round+1, c.repeat)
+}
+
+// kernelDir is where --kernel puts its backing file: beside the bench's
+// image, in /dev/shm for the memory backend.
+func kernelDir(c *benchConfig, b *backing) string {
+	switch {
+	case c.backend == "memory":
+		return "/dev/shm"
+	case b.path != "" && !b.temporary:
+		return filepath.Dir(b.path)
+	}
+	return c.dir
 }
 
 func loadAvg() string {

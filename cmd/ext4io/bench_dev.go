@@ -27,6 +27,11 @@ func (c *devCounts) snap() devSnap {
 		ReadBytes: c.readBytes.Load(), WriteBytes: c.writeBytes.Load()}
 }
 
+func (s devSnap) add(o devSnap) devSnap {
+	return devSnap{s.Reads + o.Reads, s.Writes + o.Writes, s.Flushes + o.Flushes, s.ZeroOuts + o.ZeroOuts,
+		s.Discards + o.Discards, s.ReadBytes + o.ReadBytes, s.WriteBytes + o.WriteBytes}
+}
+
 func (s devSnap) sub(o devSnap) devSnap {
 	return devSnap{s.Reads - o.Reads, s.Writes - o.Writes, s.Flushes - o.Flushes, s.ZeroOuts - o.ZeroOuts,
 		s.Discards - o.Discards, s.ReadBytes - o.ReadBytes, s.WriteBytes - o.WriteBytes}

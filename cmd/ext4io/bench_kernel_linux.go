@@ -4,8 +4,9 @@ package main
 
 // --kernel: the same jobs with fio on Linux's ext4, mounted from a loop
 // device (losetup --direct-io=on) over a backing file of the same kind as
-// the bench's (same directory; /dev/shm for the memory backend). The loop
-// device, mount and file are always cleaned up.
+// the bench's (same directory; /dev/shm for the memory backend). It is set
+// up once and serves every --repeat round. The loop device, mount and file
+// are always cleaned up.
 
 import (
 	"context"
@@ -35,11 +36,14 @@ type kernelEnv struct {
 	notes              []string
 }
 
-func runKernel(ctx context.Context, c *benchConfig, dir string, region int64, res []workloadResult, prog *progress) kernelInfo {
+// startKernel checks that the kernel column can run and sets it up. env
+// is nil when it cannot, info.Skipped saying why; the caller tears down a
+// non-nil env.
+func startKernel(ctx context.Context, dir string, region int64) (*kernelEnv, kernelInfo) {
 	info := kernelInfo{Backing: dir}
 	if os.Geteuid() != 0 {
 		info.Skipped = "not root: loop devices and mount need root"
-		return info
+		return nil, info
 	}
 	for _, tool := range []string{"fio", "losetup", "mkfs.ext4", "mount", "umount"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -47,39 +51,22 @@ func runKernel(ctx context.Context, c *benchConfig, dir string, region int64, re
 			if tool == "fio" {
 				info.Skipped += " (apt-get install fio)"
 			}
-			return info
+			return nil, info
 		}
 	}
 	if out, err := exec.Command("fio", "--version").Output(); err == nil {
 		info.Fio = strings.TrimSpace(string(out))
 	}
 	env, err := setupKernel(ctx, dir, region)
-	if env != nil {
-		defer env.teardown()
-	}
 	if err != nil {
+		if env != nil {
+			env.teardown()
+		}
 		info.Skipped = err.Error()
-		return info
+		return nil, info
 	}
-	info.Notes = env.notes
-	for i := range res {
-		r := &res[i]
-		w, _ := selectWorkloads(r.Name)
-		prog.workload = fmt.Sprintf("[linux %d/%d] %s", i+1, len(res), r.Name)
-		prog.set("fio", "", time.Now(), 0)
-		m, note, err := env.run(ctx, c, w[0], r.Jobs)
-		if err != nil {
-			r.KernelNote = "failed: " + oneLine(err)
-			continue
-		}
-		r.Kernel, r.KernelNote = m, note
-		if fig := m.figure(r.unit()); fig > 0 {
-			ratio := r.Engine.figure(r.unit()) / fig
-			r.EngineOverKern = &ratio
-		}
-	}
-	info.Ran = true
-	return info
+	info.Notes, info.Ran = env.notes, true
+	return env, info
 }
 
 func setupKernel(ctx context.Context, dir string, region int64) (*kernelEnv, error) {

@@ -2,11 +2,23 @@
 
 package main
 
-import "context"
+import (
+	"context"
+	"errors"
+)
 
 // fioJob is unused off Linux.
 type fioJob struct{}
 
-func runKernel(context.Context, *benchConfig, string, int64, []workloadResult, *progress) kernelInfo {
-	return kernelInfo{Skipped: "the Linux ext4 column needs Linux (loop devices, mount, fio)"}
+// kernelEnv is never set up off Linux: startKernel says why.
+type kernelEnv struct{}
+
+func startKernel(context.Context, string, int64) (*kernelEnv, kernelInfo) {
+	return nil, kernelInfo{Skipped: "the Linux ext4 column needs Linux (loop devices, mount, fio)"}
 }
+
+func (*kernelEnv) run(context.Context, *benchConfig, workload, int) (*measure, string, error) {
+	return nil, "", errors.New("no Linux ext4 column off Linux")
+}
+
+func (*kernelEnv) teardown() {}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -34,6 +35,7 @@ type benchReport struct {
 	Config    reportConfig     `json:"config"`
 	Notes     []string         `json:"engine_version_notes"`
 	Workloads []workloadResult `json:"workloads"`
+	Ratios    []workloadRatio  `json:"workload_ratios,omitempty"`
 	Kernel    kernelInfo       `json:"kernel"`
 }
 
@@ -55,7 +57,8 @@ type reportConfig struct {
 	DeviceBytes    int64   `json:"device_bytes"`
 	RegionBytes    int64   `json:"region_bytes"`
 	RuntimeSeconds float64 `json:"runtime_seconds"`
-	Rounds         int     `json:"rounds"`
+	Rounds         int     `json:"rounds"` // raw/engine alternations within a workload
+	Repeat         int     `json:"repeat"` // rounds over the workload list (--repeat)
 	BlockSize      int     `json:"block_size"`
 	Seed           uint64  `json:"seed"`
 }
@@ -72,6 +75,7 @@ type measure struct {
 	// Device operations per workload operation (engine and raw sides).
 	Device     *devPerOp `json:"device_per_op,omitempty"`
 	PrepSecond float64   `json:"prep_seconds,omitempty"`
+	dev        devSnap   // the device operations behind Device
 }
 
 type devPerOp struct {
@@ -90,8 +94,49 @@ type workloadResult struct {
 	Kernel         *measure           `json:"kernel,omitempty"`
 	EngineOverRaw  float64            `json:"engine_over_raw"`
 	EngineOverKern *float64           `json:"engine_over_kernel,omitempty"`
+	KernelOverRaw  *float64           `json:"kernel_over_raw,omitempty"`
 	KernelNote     string             `json:"kernel_note,omitempty"`
 	Counters       map[string]float64 `json:"engine_counters,omitempty"`
+	Rounds         []roundResult      `json:"rounds"`
+	gauges         map[string]bool    // the keys of Counters that are gauges
+}
+
+// roundResult is a workload's figures in one --repeat round. Ratios
+// between workloads divide figures of the same round.
+type roundResult struct {
+	Round          int      `json:"round"`    // from 1
+	Position       int      `json:"position"` // from 1, in the order the round ran
+	EngineIOPS     float64  `json:"engine_iops"`
+	EngineMBps     float64  `json:"engine_mb_per_s"`
+	RawIOPS        float64  `json:"raw_iops"`
+	RawMBps        float64  `json:"raw_mb_per_s"`
+	KernelIOPS     *float64 `json:"kernel_iops,omitempty"`
+	KernelMBps     *float64 `json:"kernel_mb_per_s,omitempty"`
+	EngineOverRaw  float64  `json:"engine_over_raw"`
+	EngineOverKern *float64 `json:"engine_over_kernel,omitempty"`
+	KernelOverRaw  *float64 `json:"kernel_over_raw,omitempty"`
+}
+
+// workloadRatio is one workload's figure over another's, per side: the
+// median of the per-round ratios, and those (null where a side did not
+// measure both in that round).
+type workloadRatio struct {
+	Name         string     `json:"name"` // "num/den"
+	Engine       float64    `json:"engine"`
+	Raw          float64    `json:"raw"`
+	Kernel       *float64   `json:"kernel,omitempty"`
+	EngineRounds []*float64 `json:"engine_rounds"`
+	RawRounds    []*float64 `json:"raw_rounds"`
+	KernelRounds []*float64 `json:"kernel_rounds,omitempty"`
+}
+
+// workloadPairs are the ratios between workloads the report gives: writes
+// into a fallocated or write-zeroed file against overwrites of a written one.
+var workloadPairs = [][2]string{
+	{"fallocated-16", "overwrite-16"},
+	{"fallocated-2", "overwrite-2"},
+	{"writezeroes-16", "overwrite-16"},
+	{"writezeroes-2", "overwrite-2"},
 }
 
 // kernelInfo says whether the --kernel column ran, and why not.
@@ -111,7 +156,7 @@ func newReport(c *benchConfig, desc string, size, region int64) *benchReport {
 			CPUModel: procField("/proc/cpuinfo", "model name"), MemTotal: procField("/proc/meminfo", "MemTotal"),
 			Kernel: strings.TrimSpace(readSmall("/proc/sys/kernel/osrelease")), GoVersion: runtime.Version(), LoadBefore: loadAvg()},
 		Config: reportConfig{Backend: c.backend, Device: desc, DeviceBytes: size, RegionBytes: region,
-			RuntimeSeconds: c.runtime.Seconds(), Rounds: benchRounds, BlockSize: c.blockSize, Seed: c.seed},
+			RuntimeSeconds: c.runtime.Seconds(), Rounds: benchRounds, Repeat: c.repeat, BlockSize: c.blockSize, Seed: c.seed},
 		Notes: notesFor(c),
 	}
 }
@@ -142,7 +187,7 @@ func procField(path, key string) string {
 }
 
 func makeMeasure(t *phaseTotals, ioSize int) measure {
-	m := measure{Ops: t.ops, Seconds: t.elapsed.Seconds(), PrepSecond: t.prep.Seconds()}
+	m := measure{Ops: t.ops, Seconds: t.elapsed.Seconds(), PrepSecond: t.prep.Seconds(), dev: t.dev}
 	if t.elapsed > 0 {
 		m.IOPS = float64(t.ops) / t.elapsed.Seconds()
 		m.MBps = m.IOPS * float64(ioSize) / 1e6
@@ -150,22 +195,210 @@ func makeMeasure(t *phaseTotals, ioSize int) measure {
 	m.P50us = float64(t.hist.Quantile(0.5)) / 1e3
 	m.P99us = float64(t.hist.Quantile(0.99)) / 1e3
 	m.MaxUs = float64(t.hist.Max()) / 1e3
-	if t.ops > 0 {
-		n := float64(t.ops)
-		d := t.dev
-		m.Device = &devPerOp{float64(d.Reads) / n, float64(d.Writes) / n, float64(d.Flushes) / n,
-			float64(d.ZeroOuts) / n, float64(d.Discards) / n, float64(d.ReadBytes) / n, float64(d.WriteBytes) / n}
-	}
+	m.Device = perOp(t.dev, t.ops)
 	return m
+}
+
+// perOp divides device operations by workload operations; nil for none.
+func perOp(d devSnap, ops int64) *devPerOp {
+	if ops <= 0 {
+		return nil
+	}
+	n := float64(ops)
+	return &devPerOp{float64(d.Reads) / n, float64(d.Writes) / n, float64(d.Flushes) / n,
+		float64(d.ZeroOuts) / n, float64(d.Discards) / n, float64(d.ReadBytes) / n, float64(d.WriteBytes) / n}
 }
 
 func makeResult(w workload, jobs int, eng, raw *phaseTotals) workloadResult {
 	r := workloadResult{Name: w.Name, Title: w.Title, Jobs: jobs, IOSize: w.IOSize, Prep: prepNames[w.Prep],
-		Engine: makeMeasure(eng, w.IOSize), Raw: makeMeasure(raw, w.IOSize), Counters: eng.counters}
+		Engine: makeMeasure(eng, w.IOSize), Raw: makeMeasure(raw, w.IOSize), Counters: eng.counters, gauges: eng.gauges}
 	if r.Raw.IOPS > 0 {
 		r.EngineOverRaw = r.Engine.IOPS / r.Raw.IOPS
 	}
 	return r
+}
+
+// roundSample is a workload's result in one round (from 1) and its
+// position (from 1) in that round's order.
+type roundSample struct {
+	round, pos int
+	res        workloadResult
+}
+
+// combineRounds reduces each workload's rounds (samples[i], in round
+// order) to one result, and computes workloadPairs over the same rounds.
+func combineRounds(samples [][]roundSample) ([]workloadResult, []workloadRatio) {
+	out := make([]workloadResult, len(samples))
+	byName := map[string][]roundSample{}
+	for i, ss := range samples {
+		out[i] = combineWorkload(ss)
+		byName[out[i].Name] = ss
+	}
+	var ratios []workloadRatio
+	for _, p := range workloadPairs {
+		if num, den := byName[p[0]], byName[p[1]]; num != nil && den != nil {
+			ratios = append(ratios, pairRatio(p[0]+"/"+p[1], num, den))
+		}
+	}
+	return out, ratios
+}
+
+// combineWorkload: rates and latency percentiles are medians over the
+// rounds, max latency the max, ops, seconds and prep time sums; device ops
+// and engine counters are summed (gauges: the last round's), so their per-op
+// values are pooled over the rounds. The ratios are medians of the ratios
+// within each round, not ratios of the medians.
+func combineWorkload(ss []roundSample) workloadResult {
+	f := &ss[0].res
+	out := workloadResult{Name: f.Name, Title: f.Title, Jobs: f.Jobs, IOSize: f.IOSize, Prep: f.Prep}
+	u := f.unit()
+	var eng, raw, kern []measure
+	var eor, eok, kor []float64
+	var notes []string
+	for _, s := range ss {
+		r := &s.res
+		rr := roundResult{Round: s.round, Position: s.pos, EngineIOPS: r.Engine.IOPS, EngineMBps: r.Engine.MBps,
+			RawIOPS: r.Raw.IOPS, RawMBps: r.Raw.MBps, EngineOverRaw: r.EngineOverRaw}
+		eng, raw = append(eng, r.Engine), append(raw, r.Raw)
+		if r.Raw.IOPS > 0 {
+			eor = append(eor, r.EngineOverRaw)
+		}
+		if k := r.Kernel; k != nil {
+			kern = append(kern, *k)
+			iops, mbps := k.IOPS, k.MBps
+			rr.KernelIOPS, rr.KernelMBps = &iops, &mbps
+			if rr.EngineOverKern = ratioOf(r.Engine.figure(u), k.figure(u)); rr.EngineOverKern != nil {
+				eok = append(eok, *rr.EngineOverKern)
+			}
+			if rr.KernelOverRaw = ratioOf(k.figure(u), r.Raw.figure(u)); rr.KernelOverRaw != nil {
+				kor = append(kor, *rr.KernelOverRaw)
+			}
+		}
+		if n := r.KernelNote; n != "" {
+			if len(ss) > 1 && strings.HasPrefix(n, "failed: ") {
+				n = fmt.Sprintf("round %d %s", s.round, n)
+			}
+			if !slices.Contains(notes, n) {
+				notes = append(notes, n)
+			}
+		}
+		for k, v := range r.Counters {
+			if out.Counters == nil {
+				out.Counters, out.gauges = map[string]float64{}, map[string]bool{}
+			}
+			if r.gauges[k] {
+				out.Counters[k], out.gauges[k] = v, true
+			} else {
+				out.Counters[k] += v
+			}
+		}
+		out.Rounds = append(out.Rounds, rr)
+	}
+	out.Engine, out.Raw = combineMeasures(eng), combineMeasures(raw)
+	if len(eor) > 0 {
+		out.EngineOverRaw = median(eor)
+	}
+	if len(kern) > 0 {
+		k := combineMeasures(kern)
+		out.Kernel = &k
+	}
+	if len(eok) > 0 {
+		x := median(eok)
+		out.EngineOverKern = &x
+	}
+	if len(kor) > 0 {
+		x := median(kor)
+		out.KernelOverRaw = &x
+	}
+	out.KernelNote = strings.Join(notes, "; ")
+	return out
+}
+
+// combineMeasures reduces one side's rounds as combineWorkload says.
+func combineMeasures(ms []measure) measure {
+	var c measure
+	var iops, mbps, p50, p99 []float64
+	pooled := true
+	for _, m := range ms {
+		c.Ops += m.Ops
+		c.Seconds += m.Seconds
+		c.PrepSecond += m.PrepSecond
+		c.MaxUs = max(c.MaxUs, m.MaxUs)
+		c.dev = c.dev.add(m.dev)
+		pooled = pooled && m.Device != nil
+		iops, mbps = append(iops, m.IOPS), append(mbps, m.MBps)
+		p50, p99 = append(p50, m.P50us), append(p99, m.P99us)
+	}
+	c.IOPS, c.MBps, c.P50us, c.P99us = median(iops), median(mbps), median(p50), median(p99)
+	if pooled {
+		c.Device = perOp(c.dev, c.Ops)
+	}
+	return c
+}
+
+// pairRatio divides num's figures by den's round by round, per side.
+func pairRatio(name string, num, den []roundSample) workloadRatio {
+	wr := workloadRatio{Name: name}
+	kernel := false
+	for k := range min(len(num), len(den)) {
+		a, b := &num[k].res, &den[k].res
+		u := a.unit()
+		wr.EngineRounds = append(wr.EngineRounds, ratioOf(a.Engine.figure(u), b.Engine.figure(u)))
+		wr.RawRounds = append(wr.RawRounds, ratioOf(a.Raw.figure(u), b.Raw.figure(u)))
+		var kr *float64
+		if a.Kernel != nil && b.Kernel != nil {
+			kr = ratioOf(a.Kernel.figure(u), b.Kernel.figure(u))
+			kernel = kernel || kr != nil
+		}
+		wr.KernelRounds = append(wr.KernelRounds, kr)
+	}
+	wr.Engine, _ = medianOf(wr.EngineRounds)
+	wr.Raw, _ = medianOf(wr.RawRounds)
+	if kernel {
+		x, _ := medianOf(wr.KernelRounds)
+		wr.Kernel = &x
+	} else {
+		wr.KernelRounds = nil
+	}
+	return wr
+}
+
+// ratioOf returns num/den, nil unless both are positive.
+func ratioOf(num, den float64) *float64 {
+	if !(num > 0 && den > 0) {
+		return nil
+	}
+	x := num / den
+	return &x
+}
+
+// medianOf is the median of the non-nil values; false when there are none.
+func medianOf(ps []*float64) (float64, bool) {
+	var xs []float64
+	for _, p := range ps {
+		if p != nil {
+			xs = append(xs, *p)
+		}
+	}
+	if len(xs) == 0 {
+		return 0, false
+	}
+	return median(xs), true
+}
+
+// median returns the median of xs: the middle value, or for an even count
+// the mean of the two middle values; NaN for none. xs is not modified.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
 }
 
 // unit is the figure a workload is read by.
@@ -194,6 +427,11 @@ func writeBenchText(w io.Writer, rep *benchReport) {
 	c := rep.Config
 	fmt.Fprintf(w, "device: %s; raw region and file size %d MiB; %s per workload (%d raw/engine alternations); block size %d\n",
 		c.Device, c.RegionBytes>>20, time.Duration(c.RuntimeSeconds*float64(time.Second)), c.Rounds, c.BlockSize)
+	if c.Repeat > 1 {
+		fmt.Fprintf(w, "repeat: %d rounds over the workloads, odd rounds as listed, even rounds reversed; figures are medians over the rounds "+
+			"(max µs: the max; ops, seconds, prep: sums; device ops and counters per op: pooled); eng/raw, eng/linux, linux/raw: "+
+			"medians of the per-round ratios, not ratios of the medians\n", c.Repeat)
+	}
 	fmt.Fprintln(w, "engine version notes:")
 	for _, n := range rep.Notes {
 		fmt.Fprintf(w, "  - %s\n", n)
@@ -214,8 +452,8 @@ func writeBenchText(w io.Writer, rep *benchReport) {
 			benchstat.FormatNumber(r.Raw.figure(u)), us(r.Raw.P50us), us(r.Raw.P99us), r.EngineOverRaw)
 		if kern {
 			if r.Kernel != nil {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%.2f\t", benchstat.FormatNumber(r.Kernel.figure(u)), us(r.Kernel.P50us),
-					us(r.Kernel.P99us), *r.EngineOverKern, r.Kernel.figure(u)/r.Raw.figure(u))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t", benchstat.FormatNumber(r.Kernel.figure(u)), us(r.Kernel.P50us),
+					us(r.Kernel.P99us), ratioText(r.EngineOverKern), ratioText(r.KernelOverRaw))
 			} else {
 				fmt.Fprintf(tw, "-\t-\t-\t-\t-\t")
 			}
@@ -224,6 +462,10 @@ func writeBenchText(w io.Writer, rep *benchReport) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
+	if c.Repeat > 1 && len(rep.Ratios) > 0 {
+		writeRatios(w, rep.Ratios, kern)
+		fmt.Fprintln(w)
+	}
 	fmt.Fprintln(w, "per operation (device ops issued by the engine / by raw; engine counters per op; prep time):")
 	for i := range rep.Workloads {
 		r := &rep.Workloads[i]
@@ -242,6 +484,35 @@ func writeBenchText(w io.Writer, rep *benchReport) {
 	} else {
 		fmt.Fprintf(w, "\nlinux column skipped: %s\n", rep.Kernel.Skipped)
 	}
+}
+
+// writeRatios prints the ratios between workloads, each round's in brackets.
+func writeRatios(w io.Writer, ratios []workloadRatio, kern bool) {
+	fmt.Fprintln(w, "ratios between workloads (median of per-round ratios; rounds 1, 2, ... in brackets):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, r := range ratios {
+		fmt.Fprintf(tw, "  %s\tengine %.2f %s\traw %.2f %s", r.Name, r.Engine, roundsText(r.EngineRounds), r.Raw, roundsText(r.RawRounds))
+		if kern {
+			fmt.Fprintf(tw, "\tlinux %s %s", ratioText(r.Kernel), roundsText(r.KernelRounds))
+		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
+}
+
+func roundsText(ps []*float64) string {
+	f := make([]string, len(ps))
+	for i, p := range ps {
+		f[i] = ratioText(p)
+	}
+	return "[" + strings.Join(f, " ") + "]"
+}
+
+func ratioText(p *float64) string {
+	if p == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", *p)
 }
 
 func us(v float64) string {

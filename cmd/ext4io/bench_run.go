@@ -291,6 +291,7 @@ type phaseTotals struct {
 	elapsed  time.Duration
 	dev      devSnap
 	counters map[string]float64 // engine only: deltas of uint64 counters, last value of gauges
+	gauges   map[string]bool    // the keys of counters that are gauges
 	prep     time.Duration
 }
 
@@ -332,7 +333,9 @@ func (r *benchRun) runWorkload(ctx context.Context, w workload) (workloadResult,
 		if err := r.phase(ctx, w, jobs, round, eng, r.fsWin, &engSeq, &engSmall, per, &engT, "engine", label); err != nil {
 			return workloadResult{}, fmt.Errorf("engine: %w", err)
 		}
-		engT.counters = addCounterDelta(engT.counters, before, engineCounters(r.v))
+		after := engineCounters(r.v)
+		engT.counters = addCounterDelta(engT.counters, before, after)
+		engT.gauges = gaugeKeys(after)
 	}
 	if w.Op == opSmallFsync || w.Op == opSeqWrite {
 		r.vPrep = prepFresh // the volume's files no longer match any prep
@@ -432,10 +435,7 @@ func (r *benchRun) phase(ctx context.Context, w workload, jobs, round int, s sid
 	}
 	t.ops += ops.Load()
 	t.elapsed += elapsed
-	after := win.c.snap().sub(devBefore)
-	t.dev = devSnap{t.dev.Reads + after.Reads, t.dev.Writes + after.Writes, t.dev.Flushes + after.Flushes,
-		t.dev.ZeroOuts + after.ZeroOuts, t.dev.Discards + after.Discards,
-		t.dev.ReadBytes + after.ReadBytes, t.dev.WriteBytes + after.WriteBytes}
+	t.dev = t.dev.add(win.c.snap().sub(devBefore))
 	return nil
 }
 
@@ -495,4 +495,15 @@ func addCounterDelta(acc map[string]float64, before, after map[string]counterVal
 		}
 	}
 	return acc
+}
+
+// gaugeKeys returns the keys of the gauges in a counter snapshot.
+func gaugeKeys(snap map[string]counterValue) map[string]bool {
+	g := map[string]bool{}
+	for k, v := range snap {
+		if !v.counter {
+			g[k] = true
+		}
+	}
+	return g
 }

@@ -2,12 +2,16 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"encoding/xml"
 	"errors"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -82,6 +86,305 @@ func TestBenchMemoryJSON(t *testing.T) {
 	checkSVG(t, svg, 1+2+2*len(allWorkloads))
 }
 
+// TestBenchRepeatJSON runs three rounds of three workloads and checks the
+// order of the rounds, the per-round records and that the report's figures
+// are their medians.
+func TestBenchRepeatJSON(t *testing.T) {
+	names := []string{"overwrite-2", "fallocated-2", "fsync-small"}
+	out, errOut, code := runCmd(t, "bench", "--backend", "memory", "--size", "128M", "--runtime", "50ms",
+		"--repeat", "3", "--workloads", strings.Join(names, ","), "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var rep benchReport
+	dec := json.NewDecoder(strings.NewReader(out))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rep); err != nil {
+		t.Fatalf("decoding JSON: %v\n%s", err, out)
+	}
+	if rep.Config.Repeat != 3 || rep.Config.Rounds != benchRounds {
+		t.Fatalf("config: %+v", rep.Config)
+	}
+	if len(rep.Workloads) != len(names) {
+		t.Fatalf("%d workloads, want each of %v once", len(rep.Workloads), names)
+	}
+	byName := map[string]*workloadResult{}
+	for i := range rep.Workloads {
+		r := &rep.Workloads[i]
+		if r.Name != names[i] {
+			t.Fatalf("workload %d is %s, want %s (listed order)", i, r.Name, names[i])
+		}
+		byName[r.Name] = r
+		if len(r.Rounds) != 3 {
+			t.Fatalf("%s: %d rounds, want 3", r.Name, len(r.Rounds))
+		}
+		// Rounds 1 and 3 as listed, round 2 reversed.
+		for k, rr := range r.Rounds {
+			want := i + 1
+			if k == 1 {
+				want = len(names) - i
+			}
+			if rr.Round != k+1 || rr.Position != want {
+				t.Fatalf("%s round %d: round %d position %d, want position %d", r.Name, k+1, rr.Round, rr.Position, want)
+			}
+			if rr.EngineIOPS <= 0 || rr.RawIOPS <= 0 || rr.EngineOverRaw != rr.EngineIOPS/rr.RawIOPS || rr.KernelIOPS != nil {
+				t.Fatalf("%s round %d: %+v", r.Name, k+1, rr)
+			}
+		}
+		var eng, raw, eor []float64
+		for _, rr := range r.Rounds {
+			eng, raw, eor = append(eng, rr.EngineIOPS), append(raw, rr.RawIOPS), append(eor, rr.EngineOverRaw)
+		}
+		if r.Engine.IOPS != median(eng) || r.Raw.IOPS != median(raw) || r.EngineOverRaw != median(eor) {
+			t.Fatalf("%s: engine %v raw %v eng/raw %v; want the medians of %v %v %v",
+				r.Name, r.Engine.IOPS, r.Raw.IOPS, r.EngineOverRaw, eng, raw, eor)
+		}
+		for side, m := range map[string]measure{"engine": r.Engine, "raw": r.Raw} {
+			if m.Ops <= 0 || m.Seconds < 3*0.05*0.9 || m.P99us < m.P50us || m.MaxUs < m.P99us || m.Device == nil {
+				t.Fatalf("%s %s: %+v", r.Name, side, m)
+			}
+		}
+	}
+	if d := byName["fsync-small"].Raw.Device; d.Writes != 1 || d.Flushes != 1 {
+		t.Fatalf("fsync-small raw device ops per op over the rounds: %+v", d)
+	}
+	if len(rep.Ratios) != 1 || rep.Ratios[0].Name != "fallocated-2/overwrite-2" {
+		t.Fatalf("workload ratios: %+v", rep.Ratios)
+	}
+	wr := rep.Ratios[0]
+	if len(wr.EngineRounds) != 3 || len(wr.RawRounds) != 3 || wr.KernelRounds != nil || wr.Kernel != nil {
+		t.Fatalf("workload ratio: %+v", wr)
+	}
+	var per []float64
+	for k := range 3 {
+		x := byName["fallocated-2"].Rounds[k].EngineIOPS / byName["overwrite-2"].Rounds[k].EngineIOPS
+		if wr.EngineRounds[k] == nil || *wr.EngineRounds[k] != x {
+			t.Fatalf("round %d: fallocated/overwrite %v, want %v", k+1, wr.EngineRounds[k], x)
+		}
+		per = append(per, x)
+	}
+	if wr.Engine != median(per) {
+		t.Fatalf("fallocated/overwrite %v, want the median of %v", wr.Engine, per)
+	}
+}
+
+// TestBenchRepeatText: the ratio section appears with --repeat only, for
+// the pairs selected.
+func TestBenchRepeatText(t *testing.T) {
+	args := []string{"bench", "--backend", "memory", "--size", "128M", "--runtime", "50ms", "--workloads", "overwrite-2,writezeroes-2"}
+	out, errOut, code := runCmd(t, append(args, "--repeat", "2")...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"repeat: 2 rounds", "medians of the per-round ratios", "ratios between workloads (median of per-round ratios"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("report lacks %q:\n%s", want, out)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^  writezeroes-2/overwrite-2 +engine [0-9.]+ \[[0-9.]+ [0-9.]+\] +raw [0-9.]+ \[[0-9.]+ [0-9.]+\]$`).MatchString(out) {
+		t.Fatalf("no writezeroes-2/overwrite-2 line with two rounds:\n%s", out)
+	}
+	if strings.Contains(out, "fallocated") || len(regexp.MustCompile(`(?m)^ +overwrite-2 +2 +IOPS `).FindAllString(out, -1)) != 1 {
+		t.Fatalf("workloads not reported once each, or a pair not selected:\n%s", out)
+	}
+	out, errOut, code = runCmd(t, args...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if strings.Contains(out, "repeat:") || strings.Contains(out, "ratios between workloads") {
+		t.Fatalf("repeat section without --repeat:\n%s", out)
+	}
+}
+
+// TestBenchPrepAnyOrder runs every workload in reversed, then listed order
+// on one benchRun and checks that each finds its file and raw region as
+// its prep says: reusing a written file must never hand over one that a
+// previous workload changed into something else.
+func TestBenchPrepAnyOrder(t *testing.T) {
+	// One goroutine for a short while: random writes leave blocks of the
+	// region untouched, which a wrongly reused file or region shows.
+	c := &benchConfig{backend: "memory", runtime: 10 * time.Millisecond, goroutines: 1, blockSize: 4096, seed: 1, repeat: 1, stderr: io.Discard}
+	dev := memdev.New(128 << 20)
+	defer dev.Close()
+	r := newBenchRun(c, dev, 128<<20, regionFor(128<<20))
+	defer r.closeEngine()
+	// sample reports whether every 4 KiB block of the region has data
+	// (written) or every one reads as zeroes (zero).
+	sample := func(ra io.ReaderAt) (written, zero bool) {
+		written, zero = true, true
+		buf := make([]byte, 1<<20)
+		for off := int64(0); off < r.region; off += int64(len(buf)) {
+			if _, err := ra.ReadAt(buf, off); err != nil {
+				t.Fatalf("read at %d: %v", off, err)
+			}
+			for b := range slices.Chunk(buf, 4096) {
+				nz := slices.ContainsFunc(b, func(x byte) bool { return x != 0 })
+				written, zero = written && nz, zero && !nz
+			}
+		}
+		return written, zero
+	}
+	n := len(allWorkloads)
+	for round := range 2 {
+		for _, i := range roundOrder(n, 1-round) {
+			w := allWorkloads[i]
+			eng, err := r.prepareEngine(w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			eng.f.Close()
+			raw, err := r.prepareRaw(w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := r.v.OpenFile(benchFile, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			size := f.Size()
+			var ew, ez bool
+			if w.Prep != prepFresh {
+				ew, ez = sample(f)
+			}
+			f.Close()
+			rw, rz := sample(raw.dev)
+			var ok bool
+			switch w.Prep {
+			case prepFresh:
+				ok = size == 0 && rz
+			case prepWritten:
+				ok = size == r.region && ew && rw
+			case prepFallocated, prepWriteZeroes:
+				ok = size == r.region && ez && rz
+			}
+			if !ok {
+				t.Fatalf("round %d, %s wants a %s: file size %d written %v zero %v; raw written %v zero %v",
+					round+1, w.Name, prepNames[w.Prep], size, ew, ez, rw, rz)
+			}
+			if _, err := r.runWorkload(context.Background(), w); err != nil {
+				t.Fatalf("%s: %v", w.Name, err)
+			}
+		}
+	}
+}
+
+// TestCombineRounds checks the reduction of rounds on made-up figures
+// where medians of ratios and ratios of medians differ, pooled and
+// median per-op values too, and one round lacks the kernel.
+func TestCombineRounds(t *testing.T) {
+	mk := func(round, pos int, name string, eng, raw float64, kern *float64, note string) roundSample {
+		r := workloadResult{Name: name, IOSize: 4096,
+			Engine: measure{Ops: int64(eng), Seconds: 1, IOPS: eng, MBps: eng * 4096 / 1e6, P50us: eng / 100, P99us: eng / 10, MaxUs: eng,
+				dev: devSnap{Writes: uint64(eng) * uint64(round)}, Device: &devPerOp{Writes: float64(round)}, PrepSecond: 0.5},
+			Raw:      measure{Ops: 10, Seconds: 1, IOPS: raw, MBps: raw * 4096 / 1e6, dev: devSnap{Writes: 10}, Device: &devPerOp{Writes: 1}},
+			Counters: map[string]float64{"Counters.Overwrites": eng, "CacheStats.Entries": float64(round)},
+			gauges:   map[string]bool{"CacheStats.Entries": true}, KernelNote: note}
+		r.EngineOverRaw = eng / raw
+		if kern != nil {
+			r.Kernel = &measure{Ops: 1, Seconds: 1, IOPS: *kern, MBps: *kern * 4096 / 1e6, P50us: 1, P99us: 2}
+		}
+		return roundSample{round: round, pos: pos, res: r}
+	}
+	k := func(x float64) *float64 { return &x }
+	// Engine 100, 200, 300 over raw 100, 400, 150: per-round ratios 1, 0.5,
+	// 2 (median 1), medians 200/150.
+	ow := []roundSample{
+		mk(1, 1, "overwrite-2", 100, 100, k(50), ""),
+		mk(2, 2, "overwrite-2", 200, 400, nil, "failed: fio died"),
+		mk(3, 1, "overwrite-2", 300, 150, k(200), ""),
+	}
+	// Over overwrite-2, round by round: 2, 0.75, 0.5 (median 0.75);
+	// medians 200/200 = 1.
+	fa := []roundSample{
+		mk(1, 2, "fallocated-2", 200, 100, k(25), ""),
+		mk(2, 1, "fallocated-2", 150, 100, k(10), ""),
+		mk(3, 2, "fallocated-2", 150, 100, k(400), ""),
+	}
+	res, ratios := combineRounds([][]roundSample{ow, fa})
+	r := res[0]
+	if r.Engine.IOPS != 200 || r.Raw.IOPS != 150 || r.EngineOverRaw != 1 {
+		t.Fatalf("engine %v raw %v eng/raw %v; want 200, 150, 1", r.Engine.IOPS, r.Raw.IOPS, r.EngineOverRaw)
+	}
+	if r.Engine.P50us != 2 || r.Engine.P99us != 20 || r.Engine.MaxUs != 300 || r.Engine.Ops != 600 || r.Engine.Seconds != 3 || r.Engine.PrepSecond != 1.5 {
+		t.Fatalf("engine: %+v", r.Engine)
+	}
+	// Writes per op 1, 2, 3 over 100, 200, 300 ops: pooled 1400/600.
+	if got := r.Engine.Device.Writes; math.Abs(got-1400.0/600) > 1e-12 {
+		t.Fatalf("pooled writes per op %v, want %v", got, 1400.0/600)
+	}
+	if r.Counters["Counters.Overwrites"] != 600 || r.Counters["CacheStats.Entries"] != 3 {
+		t.Fatalf("counters: %v", r.Counters)
+	}
+	// Kernel in rounds 1 and 3: 50 and 200, a median of an even count.
+	if r.Kernel == nil || r.Kernel.IOPS != 125 || r.Kernel.Ops != 2 || r.EngineOverKern == nil || *r.EngineOverKern != 1.75 ||
+		r.KernelOverRaw == nil || *r.KernelOverRaw != (0.5+200.0/150)/2 {
+		t.Fatalf("kernel %+v eng/linux %v linux/raw %v", r.Kernel, r.EngineOverKern, r.KernelOverRaw)
+	}
+	if r.KernelNote != "round 2 failed: fio died" {
+		t.Fatalf("kernel note %q", r.KernelNote)
+	}
+	if len(r.Rounds) != 3 || r.Rounds[1].Position != 2 || r.Rounds[1].KernelIOPS != nil || *r.Rounds[2].KernelIOPS != 200 || r.Rounds[1].EngineOverRaw != 0.5 {
+		t.Fatalf("rounds: %+v", r.Rounds)
+	}
+	if len(ratios) != 1 || ratios[0].Name != "fallocated-2/overwrite-2" {
+		t.Fatalf("ratios: %+v", ratios)
+	}
+	wr := ratios[0]
+	// Raw 100 each over 100, 400, 150; kernel 25, 10, 400 over 50, -, 200.
+	if wr.Engine != 0.75 || wr.Raw != 100.0/150 || wr.Kernel == nil || *wr.Kernel != 1.25 {
+		t.Fatalf("fallocated/overwrite: engine %v raw %v kernel %v; want 0.75, 0.67, 1.25", wr.Engine, wr.Raw, wr.Kernel)
+	}
+	if len(wr.KernelRounds) != 3 || wr.KernelRounds[1] != nil || *wr.KernelRounds[0] != 0.5 || *wr.KernelRounds[2] != 2 {
+		t.Fatalf("kernel rounds: %v", wr.KernelRounds)
+	}
+	// One round gives back that round's figures.
+	one, _ := combineRounds([][]roundSample{ow[:1]})
+	if one[0].Engine.IOPS != 100 || one[0].Engine.Device.Writes != 1 || one[0].EngineOverRaw != 1 || *one[0].EngineOverKern != 2 {
+		t.Fatalf("one round: %+v", one[0])
+	}
+}
+
+func TestMedian(t *testing.T) {
+	for _, c := range []struct {
+		in   []float64
+		want float64
+	}{
+		{[]float64{7}, 7},
+		{[]float64{5, 1, 3}, 3},
+		{[]float64{4, 1, 3, 2}, 2.5}, // even: the mean of the middle two
+		{[]float64{2, 9, 2, 1}, 2},
+		{[]float64{0.9, 0.77, 0.92, 0.8, 1.2}, 0.9},
+	} {
+		in := slices.Clone(c.in)
+		if got := median(in); got != c.want {
+			t.Errorf("median(%v) = %v, want %v", c.in, got, c.want)
+		}
+		if !slices.Equal(in, c.in) {
+			t.Errorf("median reordered its input: %v", in)
+		}
+	}
+	if !math.IsNaN(median(nil)) {
+		t.Error("median of nothing is not NaN")
+	}
+}
+
+func TestRoundOrder(t *testing.T) {
+	for _, c := range []struct {
+		n, round int
+		want     []int
+	}{
+		{3, 0, []int{0, 1, 2}},
+		{3, 1, []int{2, 1, 0}},
+		{3, 2, []int{0, 1, 2}},
+		{4, 3, []int{3, 2, 1, 0}},
+		{1, 1, []int{0}},
+	} {
+		if got := roundOrder(c.n, c.round); !slices.Equal(got, c.want) {
+			t.Errorf("roundOrder(%d, %d) = %v, want %v", c.n, c.round, got, c.want)
+		}
+	}
+}
+
 func checkSVG(t *testing.T, path string, wantRects int) {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -148,6 +451,7 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"bench", "--backend", "tape"},
 		{"bench", "--backend", "memory", "--image", "x"},
 		{"bench", "--runtime", "0s"},
+		{"bench", "--repeat", "0"},
 		{"bench", "extra"},
 		{"bench", "--size", "12Q"},
 	} {
