@@ -32,6 +32,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"syscall"
@@ -43,8 +44,8 @@ import (
 
 func init() {
 	commands["bench"] = command{
-		usage: "bench [--backend file|direct|mmap|memory] [--image PATH] [--size N] [--runtime 5s] [--repeat N] [--goroutines N] " +
-			"[--block-size N] [--workloads a,b] [--json] [--svg FILE] [--kernel] [--dir DIR] [--defer-splits] [--cpuprofile FILE]",
+		usage: "bench [--backend file|direct|mmap|memory] [--image PATH] [--size N] [--runtime 5s] [--repeat N] [--goroutines N] [--gomaxprocs N] " +
+			"[--block-size N] [--workloads a,b] [--json] [--svg FILE] [--kernel] [--dir DIR] [--defer-splits] [--cpuprofile FILE] [--mutexprofile FILE]",
 		run: cmdBench,
 	}
 }
@@ -66,11 +67,13 @@ type benchConfig struct {
 	runtime     time.Duration
 	repeat      int // rounds over the workload list, alternating order
 	goroutines  int // 0 = per workload
+	gomaxprocs  int // 0 = Go's default (the CPU count)
 	blockSize   int
 	workloads   []workload
 	json        bool
 	svg         string
 	cpuprofile  string // pprof CPU profile of the whole run
+	mutexprof   string // pprof mutex contention profile of the whole run
 	deferSplits bool   // ext4io.Options.DeferSplits for the engine
 	kernel      bool
 	seed        uint64
@@ -89,12 +92,14 @@ func parseBenchFlags(args []string) (*benchConfig, error) {
 	fs.DurationVar(&c.runtime, "runtime", 5*time.Second, "time per workload, engine and raw each")
 	fs.IntVar(&c.repeat, "repeat", 1, "run the workload list N times, every other round reversed; report medians")
 	fs.IntVar(&c.goroutines, "goroutines", 0, "override the goroutines of random and fsync workloads")
+	fs.IntVar(&c.gomaxprocs, "gomaxprocs", 0, "set GOMAXPROCS for the run (0: Go's default, the CPU count)")
 	fs.IntVar(&c.blockSize, "block-size", 4096, "filesystem block size")
 	fs.StringVar(&names, "workloads", "", "comma-separated subset (default all)")
 	fs.BoolVar(&c.json, "json", false, "machine-readable output")
 	fs.StringVar(&c.svg, "svg", "", "write an SVG bar chart to FILE")
 	fs.BoolVar(&c.deferSplits, "defer-splits", false, "engine: split unwritten extents at I/O completion (Options.DeferSplits)")
 	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of the run (go tool pprof) to FILE")
+	fs.StringVar(&c.mutexprof, "mutexprofile", "", "write a mutex contention profile of the run (go tool pprof) to FILE")
 	fs.BoolVar(&c.kernel, "kernel", false, "also run the jobs with fio on Linux ext4 (root, fio)")
 	fs.Uint64Var(&c.seed, "seed", 1, "random offset seed")
 	noProgress := fs.Bool("no-progress", false, "no progress line on stderr")
@@ -120,8 +125,8 @@ func parseBenchFlags(args []string) (*benchConfig, error) {
 		}
 		c.size = n
 	}
-	if c.runtime <= 0 || c.goroutines < 0 || c.repeat < 1 {
-		return nil, fmt.Errorf("%w: --runtime and --repeat must be positive and --goroutines non-negative", errUsage)
+	if c.runtime <= 0 || c.goroutines < 0 || c.gomaxprocs < 0 || c.repeat < 1 {
+		return nil, fmt.Errorf("%w: --runtime and --repeat must be positive, --goroutines and --gomaxprocs non-negative", errUsage)
 	}
 	ws, err := selectWorkloads(names)
 	if err != nil {
@@ -144,6 +149,12 @@ func cmdBench(args []string, stdout io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if c.gomaxprocs > 0 {
+		// Blocking pread/pwrite keep their P until the runtime hands it
+		// on, so with GOMAXPROCS at the CPU count fewer I/Os are in flight
+		// than goroutines issue (fio's jobs are processes).
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(c.gomaxprocs))
+	}
 	if c.cpuprofile != "" {
 		pf, err := os.Create(c.cpuprofile)
 		if err != nil {
@@ -156,6 +167,18 @@ func cmdBench(args []string, stdout io.Writer) error {
 		defer func() {
 			pprof.StopCPUProfile()
 			pf.Close()
+		}()
+	}
+	if c.mutexprof != "" {
+		pf, err := os.Create(c.mutexprof)
+		if err != nil {
+			return err
+		}
+		defer pf.Close()
+		runtime.SetMutexProfileFraction(1)
+		defer func() {
+			pprof.Lookup("mutex").WriteTo(pf, 0)
+			runtime.SetMutexProfileFraction(0)
 		}()
 	}
 	rep, err := runBench(ctx, c)

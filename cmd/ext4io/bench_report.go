@@ -43,6 +43,7 @@ type machineInfo struct {
 	OS         string `json:"os"`
 	Arch       string `json:"arch"`
 	CPUs       int    `json:"cpus"`
+	GOMAXPROCS int    `json:"gomaxprocs"`
 	CPUModel   string `json:"cpu_model,omitempty"`
 	MemTotal   string `json:"mem_total,omitempty"`
 	Kernel     string `json:"kernel_release,omitempty"`
@@ -152,7 +153,7 @@ func newReport(c *benchConfig, desc string, size, region int64) *benchReport {
 	return &benchReport{
 		Schema:  benchSchema,
 		Started: time.Now().UTC().Truncate(time.Second),
-		Machine: machineInfo{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(),
+		Machine: machineInfo{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
 			CPUModel: procField("/proc/cpuinfo", "model name"), MemTotal: procField("/proc/meminfo", "MemTotal"),
 			Kernel: strings.TrimSpace(readSmall("/proc/sys/kernel/osrelease")), GoVersion: runtime.Version(), LoadBefore: loadAvg()},
 		Config: reportConfig{Backend: c.backend, Device: desc, DeviceBytes: size, RegionBytes: region,
@@ -421,9 +422,9 @@ func (m *measure) figure(unit string) float64 {
 
 func writeBenchText(w io.Writer, rep *benchReport) {
 	fmt.Fprintf(w, "ext4io bench (%s)\n", rep.Schema)
-	fmt.Fprintf(w, "machine: %s/%s, %d CPUs %s, %s, Linux %s, %s; load %s before, %s after\n",
+	fmt.Fprintf(w, "machine: %s/%s, %d CPUs %s, %s, Linux %s, %s, GOMAXPROCS %d; load %s before, %s after\n",
 		rep.Machine.OS, rep.Machine.Arch, rep.Machine.CPUs, rep.Machine.CPUModel, rep.Machine.MemTotal,
-		rep.Machine.Kernel, rep.Machine.GoVersion, rep.Machine.LoadBefore, rep.Machine.LoadAfter)
+		rep.Machine.Kernel, rep.Machine.GoVersion, rep.Machine.GOMAXPROCS, rep.Machine.LoadBefore, rep.Machine.LoadAfter)
 	c := rep.Config
 	fmt.Fprintf(w, "device: %s; raw region and file size %d MiB; %s per workload (%d raw/engine alternations); block size %d\n",
 		c.Device, c.RegionBytes>>20, time.Duration(c.RuntimeSeconds*float64(time.Second)), c.Rounds, c.BlockSize)

@@ -11,7 +11,9 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -538,4 +540,29 @@ func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// TestBenchGOMAXPROCS: --gomaxprocs applies to the run, is reported, and
+// is undone afterwards.
+func TestBenchGOMAXPROCS(t *testing.T) {
+	before := runtime.GOMAXPROCS(0)
+	want := before + 3
+	out, errOut, code := runCmd(t, "bench", "--backend", "memory", "--size", "128M", "--runtime", "20ms",
+		"--gomaxprocs", strconv.Itoa(want), "--workloads", "overwrite-2", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var rep benchReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Machine.GOMAXPROCS != want {
+		t.Errorf("report says GOMAXPROCS %d, want %d", rep.Machine.GOMAXPROCS, want)
+	}
+	if got := runtime.GOMAXPROCS(0); got != before {
+		t.Errorf("GOMAXPROCS %d after the bench, want %d restored", got, before)
+	}
+	if _, _, code := runCmd(t, "bench", "--gomaxprocs", "-1"); code != 2 {
+		t.Errorf("--gomaxprocs -1: exit %d, want 2 (usage)", code)
+	}
 }
