@@ -201,7 +201,7 @@ func (o *bufOps) endWriteback(off, length, written int64, m iomap.Mapping) error
 	}
 	if written > 0 {
 		// i_disksize covers the data now on the device, up to i_size.
-		if end := uint64(off + written); n.sizeAhead && end > n.disksize {
+		if end := uint64(off + written); n.sizeAhead.Load() && end > n.disksize.Load() {
 			n.coverLocked(end)
 			changed = true
 		}
@@ -309,8 +309,9 @@ func (f *File) writeBufferedOnce(p []byte, off int64) (int, error) {
 	if k > 0 {
 		n.dataMu.Lock()
 		if end := uint64(off) + uint64(k); end > n.in.Size {
-			if !n.sizeAhead {
-				n.disksize, n.sizeAhead = n.in.Size, true
+			if !n.sizeAhead.Load() {
+				n.disksize.Store(n.in.Size)
+				n.sizeAhead.Store(true)
 			}
 			n.in.Size = end
 		}

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/ext4io/ext4io"
 	"github.com/ext4io/ext4io/blockdev/errordev"
@@ -542,4 +543,84 @@ func TestDatasync(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkAfterCrash(t, dev, 3, map[string][]byte{"f": want})
+}
+
+// TestSharedWriteTimes: a direct overwrite under the shared inode lock
+// changes no metadata, yet Stat shows its mtime at once, a later exclusive
+// operation's time is not replaced by the older pending one, and Sync
+// makes the time durable (checked on a crashed copy of the device).
+func TestSharedWriteTimes(t *testing.T) {
+	v, dev := crashableVolume(t)
+	defer v.Close()
+	f, err := v.Create("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Fallocate(ext4io.FallocWriteZeroes, 0, 64<<10); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := v.OpenFile("f", ext4io.Direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mtime := func() time.Time {
+		t.Helper()
+		fi, err := v.Stat("f")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Mtime
+	}
+	buf := bytes.Repeat([]byte{7}, 4096)
+	overwrite := func() time.Time {
+		t.Helper()
+		time.Sleep(2 * time.Millisecond)
+		start := time.Now()
+		before := v.Counters()
+		if _, err := d.WriteAt(buf, 8192); err != nil {
+			t.Fatal(err)
+		}
+		if c := v.Counters(); c.Overwrites != before.Overwrites+1 || c.MetaUpdates != before.MetaUpdates {
+			t.Fatalf("not a metadata-free overwrite: %+v then %+v", before, c)
+		}
+		return start
+	}
+	if start, m := overwrite(), mtime(); m.Before(start) {
+		t.Fatalf("mtime %v after an overwrite started at %v", m, start)
+	}
+	// A buffered write (exclusive lock, no inode write) after a shared
+	// one: its time wins.
+	overwrite()
+	time.Sleep(2 * time.Millisecond)
+	later := time.Now()
+	if _, err := f.WriteAt([]byte("x"), 100<<10); err != nil {
+		t.Fatal(err)
+	}
+	if m := mtime(); m.Before(later) {
+		t.Fatalf("mtime %v went back before the buffered write at %v", m, later)
+	}
+	// Sync writes the time of an overwrite nothing else has looked at.
+	last := overwrite()
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	img, err := dev.Crash(errordev.CrashOptions{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro, err := ext4io.Open(img, ext4io.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	fi, err := ro.Stat("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mtime.Before(last) || fi.Ctime.Before(last) {
+		t.Fatalf("after Sync and a crash: mtime %v ctime %v, want at least %v", fi.Mtime, fi.Ctime, last)
+	}
 }

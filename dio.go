@@ -2,6 +2,7 @@ package ext4io
 
 import (
 	"errors"
+	"time"
 
 	"github.com/ext4io/ext4io/blockdev"
 	"github.com/ext4io/ext4io/esc"
@@ -203,16 +204,12 @@ func (f *File) directShared(p []byte, off int64) (n int, err error, ok bool) {
 	f.n.mu.RLock()
 	defer f.n.mu.RUnlock()
 	end := off + int64(len(p))
-	f.n.dataMu.Lock()
-	inside := end <= int64(f.n.diskSize())
-	if inside {
-		f.touchLocked()
-		f.n.dirty = true
-	}
-	f.n.dataMu.Unlock()
-	if !inside {
+	if end > int64(f.n.diskSize()) {
 		return 0, nil, false
 	}
+	// The times, set before the write as ext4's file_modified does, reach
+	// the inode with its next write, Stat, Sync or Close.
+	f.n.touched.Store(time.Now().UnixNano())
 	if !f.cacheCleanLocked(off, end) {
 		return 0, errCacheRace, true
 	}

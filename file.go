@@ -56,14 +56,22 @@ type inode struct {
 	// block allocated or freed). Guarded like in.
 	blocksChanged bool
 
-	// Delayed allocation (buffered writes through the page cache). Guarded
-	// like in: changed under mu held exclusively, or shared with dataMu.
-	sizeAhead bool    // in.Size (i_size) is past the on-disk size: extending buffered writes not yet written back
-	disksize  uint64  // the on-disk size while sizeAhead (ext4's i_disksize)
-	delayed   uint64  // blocks reserved for this inode's Delayed ranges (i_reserved_data_blocks)
-	bops      *bufOps // buffered I/O ops; nil without a page cache or for non-extent files
+	// Delayed allocation (buffered writes through the page cache). Changed
+	// like in: under mu held exclusively, or shared with dataMu. Atomic so
+	// that the shared direct-write path reads the on-disk size under mu
+	// shared alone (under a shared mu the size only grows).
+	sizeAhead atomic.Bool   // in.Size (i_size) is past the on-disk size: extending buffered writes not yet written back
+	disksize  atomic.Uint64 // the on-disk size while sizeAhead (ext4's i_disksize)
+	delayed   uint64        // blocks reserved for this inode's Delayed ranges (i_reserved_data_blocks)
+	bops      *bufOps       // buffered I/O ops; nil without a page cache or for non-extent files
 
 	freed bool // the inode was freed: never write n again; set under mu exclusively
+
+	// touched is the time (Unix ns) of the last direct write under the
+	// shared lock whose mtime and ctime are not in in yet, 0 for none: the
+	// fast path stores it without dataMu, and applyTouchLocked moves it
+	// into in before in is read or written.
+	touched atomic.Int64
 
 	// mayCache: the page cache may hold pages of this file. Buffered
 	// writes set it (under mu exclusively) before adding pages; a direct
@@ -73,21 +81,33 @@ type inode struct {
 }
 
 // diskSize returns the size the inode has on disk (i_disksize). The caller
-// holds mu, or dataMu.
+// holds mu (in.Size changes only under mu held exclusively), or dataMu.
 func (n *inode) diskSize() uint64 {
-	if n.sizeAhead {
-		return n.disksize
+	if n.sizeAhead.Load() {
+		return n.disksize.Load()
 	}
 	return n.in.Size
+}
+
+// applyTouchLocked moves the time of the last shared-lock direct write
+// into the inode's mtime and ctime. The caller holds mu exclusively, or
+// shared with dataMu.
+func (n *inode) applyTouchLocked() {
+	if t := n.touched.Swap(0); t != 0 {
+		ts := layout.TimestampOf(time.Unix(0, t))
+		n.in.Mtime, n.in.Ctime = ts, ts
+		n.dirty = true
+	}
 }
 
 // coverLocked moves the on-disk size up to end (at most i_size) when
 // written blocks now reach end: e2fsck rejects written blocks past the
 // on-disk size. The caller holds mu exclusively, or shared with dataMu.
 func (n *inode) coverLocked(end uint64) {
-	if n.sizeAhead && end > n.disksize {
-		n.disksize = min(end, n.in.Size)
-		n.sizeAhead = n.disksize < n.in.Size
+	if n.sizeAhead.Load() && end > n.disksize.Load() {
+		d := min(end, n.in.Size)
+		n.disksize.Store(d)
+		n.sizeAhead.Store(d < n.in.Size)
 	}
 }
 
@@ -106,7 +126,7 @@ func (n *inode) wroteLocked(end uint64) {
 // fallocate, direct writes). The caller holds mu exclusively.
 func (n *inode) setSizeLocked(size uint64) {
 	n.in.Size = size
-	n.sizeAhead = false
+	n.sizeAhead.Store(false)
 }
 
 // newFile returns a File of inode n.
@@ -377,6 +397,7 @@ func (f *File) info() *FileInfo {
 	defer f.n.mu.RUnlock()
 	f.n.dataMu.Lock()
 	defer f.n.dataMu.Unlock()
+	f.n.applyTouchLocked()
 	return newFileInfo(f.v, f.name, f.ino, f.in)
 }
 

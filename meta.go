@@ -30,24 +30,24 @@ func (l *blockLocks) lock(blk uint64) *sync.Mutex {
 	return m
 }
 
-// writeInodeLocked encodes n's inode (with its checksum) into its inode
-// table block. The caller holds n.mu exclusively.
-//
-// The caller holds n.mu exclusively, or n.mu shared and n.dataMu. Each call
-// is one metadata update (one journal handle once the journal is wired in).
+// writeInodeLocked encodes n's inode (with its checksum, and the times of
+// shared-lock writes) into its inode table block. The caller holds n.mu
+// exclusively, or n.mu shared and n.dataMu. Each call is one metadata
+// update.
 func (v *Volume) writeInodeLocked(n *inode) error {
+	n.applyTouchLocked()
 	if n.m != nil && n.m.tree != nil {
 		n.in.Block = n.m.tree.Root()
 	}
 	v.stats.metaUpdates.Add(1)
 	n.dirty, n.blocksChanged = false, false
 	in := n.in
-	if n.sizeAhead {
+	if n.sizeAhead.Load() {
 		// The on-disk size moves only when data is on the device (ext4's
 		// i_disksize); i_size stays in memory.
 		c := *in
 		c.Raw = slices.Clone(in.Raw)
-		c.Size = n.disksize
+		c.Size = n.disksize.Load()
 		in = &c
 	}
 	return v.writeInode(n.ino, in)
@@ -101,10 +101,12 @@ func (v *Volume) syncInodeData(n *inode, times bool) error {
 			return nil
 		}
 		sizeOnly := false
-		if n.sizeAhead && v.pc.Dirty(iomap.Key(n.ino), int64(n.disksize), math.MaxInt64) == 0 {
+		n.applyTouchLocked()
+		if n.sizeAhead.Load() && v.pc.Dirty(iomap.Key(n.ino), int64(n.disksize.Load()), math.MaxInt64) == 0 {
 			// No data waits beyond the on-disk size: the rest is holes
 			// (a punched or zeroed tail), so i_size can go to disk.
-			n.sizeAhead, n.dirty, sizeOnly = false, true, true
+			n.sizeAhead.Store(false)
+			n.dirty, sizeOnly = true, true
 		}
 		if !n.dirty || !times && !sizeOnly {
 			return nil
