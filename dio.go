@@ -106,12 +106,14 @@ func (o *dioOps) endIO(off, n int64, m iomap.Mapping) error {
 		}
 		f.n.dataMu.Lock()
 		defer f.n.dataMu.Unlock()
-		if err := f.convertExactLocked(uint64(first), uint64(last-first), pblk); err != nil {
-			return err
-		}
+		err := f.convertExactLocked(uint64(first), uint64(last-first), pblk)
 		// The conversion's tree blocks are in the running transaction;
-		// the inode goes with them if its root or i_blocks changed.
-		return f.v.writeMappingLocked(f.n)
+		// the inode goes with them if its root or i_blocks changed (also
+		// when the change failed after freeing a tree block).
+		if werr := f.v.writeMappingLocked(f.n); err == nil {
+			err = werr
+		}
+		return err
 	case m.Flags&iomap.MapNew != 0:
 		// Map the blocks now that their data is on the device. On error
 		// nothing is mapped and End frees them.
