@@ -446,12 +446,17 @@ func TestNoSpaceRetriesAfterCommit(t *testing.T) {
 	}
 }
 
-// crashableVolume formats a 32 MiB in-memory device and opens it writable
-// (no background write-back) behind a Crashable that can take the image a
-// crash would leave.
 // checkAfterCrash crashes dev (losing what was not flushed, with seed)
 // and checks that the synced files read back as given.
 func checkAfterCrash(t *testing.T, dev *errordev.Crashable, seed uint64, synced map[string][]byte) {
+	t.Helper()
+	ro := openCrashed(t, dev, seed)
+	defer ro.Close()
+	checkSynced(t, ro, synced)
+}
+
+// openCrashed opens, read-only, the image a crash of dev would leave.
+func openCrashed(t *testing.T, dev *errordev.Crashable, seed uint64) *ext4io.Volume {
 	t.Helper()
 	img, err := dev.Crash(errordev.CrashOptions{Seed: seed})
 	if err != nil {
@@ -461,10 +466,12 @@ func checkAfterCrash(t *testing.T, dev *errordev.Crashable, seed uint64, synced 
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ro.Close()
-	checkSynced(t, ro, synced)
+	return ro
 }
 
+// crashableVolume formats a 32 MiB in-memory device and opens it writable
+// (no background write-back) behind a Crashable that can take the image a
+// crash would leave.
 func crashableVolume(t *testing.T) (*ext4io.Volume, *errordev.Crashable) {
 	t.Helper()
 	base := memdev.NewBlockSize(32<<20, 4096)
@@ -607,14 +614,7 @@ func TestSharedWriteTimes(t *testing.T) {
 	if err := f.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	img, err := dev.Crash(errordev.CrashOptions{Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ro, err := ext4io.Open(img, ext4io.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ro := openCrashed(t, dev, 1)
 	defer ro.Close()
 	fi, err := ro.Stat("f")
 	if err != nil {
