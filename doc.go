@@ -46,7 +46,7 @@
 // many goroutines therefore keep fewer I/Os in flight than they issue; a
 // program that wants N concurrent I/Os on a fast device should run with
 // GOMAXPROCS of about N (on a 2-CPU machine, 16 goroutines doing 4 KiB
-// direct writes reach ~40k IOPS with GOMAXPROCS 2 and ~90k with 16; the
+// direct writes reach ~40k IOPS with GOMAXPROCS 2 and ~85k with 16; the
 // same holds for raw pwrite).
 // A volume whose journal needs recovery is replayed by Open (in memory for
 // read-only opens) unless Options.NoRecovery is set.

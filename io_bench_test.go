@@ -20,6 +20,25 @@ type rawAt struct {
 func (r rawAt) WriteAt(p []byte, off int64) (int, error) { return r.dev.WriteAt(p, r.phys[off/4096]) }
 func (r rawAt) ReadAt(p []byte, off int64) (int, error)  { return r.dev.ReadAt(p, r.phys[off/4096]) }
 
+// directFile creates name, fallocates size bytes of it in mode and opens
+// it with Direct.
+func directFile(b *testing.B, v *ext4io.Volume, name string, mode ext4io.FallocMode, size int64) *ext4io.File {
+	b.Helper()
+	f, err := v.Create(name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Fallocate(mode, 0, size); err != nil {
+		b.Fatal(err)
+	}
+	d, err := v.OpenFile(name, ext4io.Direct)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return d
+}
+
 // BenchmarkFileIO measures the engine's own CPU per 4 KiB operation on an
 // in-memory device: each File API workload next to the raw device doing
 // the same I/O (raw-*). The difference is what ext4io adds per operation
@@ -39,18 +58,7 @@ func BenchmarkFileIO(b *testing.B) {
 	}
 	defer v.Close()
 	prep := func(name string, mode ext4io.FallocMode) *ext4io.File {
-		f, err := v.Create(name)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := f.Fallocate(mode, 0, size); err != nil {
-			b.Fatal(err)
-		}
-		d, err := v.OpenFile(name, ext4io.Direct)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return d
+		return directFile(b, v, name, mode, size)
 	}
 	written := prep("written", ext4io.FallocWriteZeroes)
 	for off := int64(0); off < size; off += 1 << 20 { // give memdev its pages
@@ -177,17 +185,7 @@ func BenchmarkConvertScattered(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		f, err := v.Create("f")
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := f.Fallocate(ext4io.FallocAllocate, 0, size); err != nil {
-			b.Fatal(err)
-		}
-		f.Close()
-		if d, err = v.OpenFile("f", ext4io.Direct); err != nil {
-			b.Fatal(err)
-		}
+		d = directFile(b, v, "f", ext4io.FallocAllocate, size)
 		c := v.Counters().Conversions
 		write(b)
 		b.ReportMetric(float64(v.Counters().Conversions-c)/float64(b.N), "conv/op")

@@ -134,8 +134,9 @@ func (t *Tree) Insert(e Extent) error {
 	}
 	t = t.lockLive()
 	x := toEntry(e)
-	if !t.insertInsideLocked(x) {
-		t.cutLocked(x.lblk, x.end(), nil)
+	f, ok := t.floorLocked(x.lblk)
+	if !t.insertInsideLocked(f, ok, x) {
+		t.cutFromLocked(f, ok, x.lblk, x.end(), nil)
 		t.insertMergeLocked(x)
 	}
 	t.touch()
@@ -143,14 +144,14 @@ func (t *Tree) Insert(e Extent) error {
 	return nil
 }
 
-// insertInsideLocked inserts x when it lies strictly inside one entry f
-// and merges with neither of f's outer parts (a block converted in the
-// middle of an unwritten range): f's left part replaces f under the same
-// key, then x and the right part go in — four tree walks where cutting
-// and merging take seven. It reports false, changing nothing, otherwise.
-func (t *Tree) insertInsideLocked(x entry) bool {
-	f, ok := t.floorLocked(x.lblk)
-	if !ok || f.lblk >= x.lblk || f.end() <= x.end() {
+// insertInsideLocked inserts x when it lies strictly inside f, the floor
+// entry of x.lblk (found says there is one), and merges with neither of
+// f's outer parts (a block converted in the middle of an unwritten range):
+// f's left part replaces f under the same key, then x and the right part
+// go in — three tree walks after the floor where cutting and merging take
+// six. It reports false, changing nothing, otherwise.
+func (t *Tree) insertInsideLocked(f entry, found bool, x entry) bool {
+	if !found || f.lblk >= x.lblk || f.end() <= x.end() {
 		return false
 	}
 	l, r := f.sub(f.lblk, x.lblk), f.sub(x.end(), f.end())
@@ -346,10 +347,17 @@ func (t *Tree) floorLocked(lblk uint32) (entry, bool) {
 //
 // Preconditions: s < e.
 func (t *Tree) overlapsLocked(s, e uint32, buf []entry) []entry {
+	f, ok := t.floorLocked(s)
+	return t.overlapsFromLocked(f, ok, s, e, buf)
+}
+
+// overlapsFromLocked is overlapsLocked given f, the floor entry of s
+// (found says there is one).
+func (t *Tree) overlapsFromLocked(f entry, found bool, s, e uint32, buf []entry) []entry {
 	if t.mu.bt == nil {
 		return buf
 	}
-	if f, ok := t.floorLocked(s); ok && f.end() > s {
+	if found && f.end() > s {
 		buf = append(buf, f)
 	}
 	if s+1 < e {
@@ -386,8 +394,15 @@ func (t *Tree) delLocked(x entry) {
 // [s, e); I1..I4 hold (the kept outer parts start or end where the
 // originals did, so they stay unmergeable with their outer neighbours).
 func (t *Tree) cutLocked(s, e uint32, fn func(entry)) {
+	f, ok := t.floorLocked(s)
+	t.cutFromLocked(f, ok, s, e, fn)
+}
+
+// cutFromLocked is cutLocked given f, the floor entry of s (found says
+// there is one).
+func (t *Tree) cutFromLocked(f entry, found bool, s, e uint32, fn func(entry)) {
 	var buf [8]entry
-	for _, x := range t.overlapsLocked(s, e, buf[:0]) {
+	for _, x := range t.overlapsFromLocked(f, found, s, e, buf[:0]) {
 		t.delLocked(x)
 		if x.lblk < s {
 			t.putLocked(x.sub(x.lblk, s))

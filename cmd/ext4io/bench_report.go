@@ -254,7 +254,8 @@ func combineWorkload(ss []roundSample) workloadResult {
 	out := workloadResult{Name: f.Name, Title: f.Title, Jobs: f.Jobs, IOSize: f.IOSize, Prep: f.Prep}
 	u := f.unit()
 	var eng, raw, kern []measure
-	var eor, eok, kor []float64
+	var eor []float64
+	var eok, kor []*float64
 	var notes []string
 	for _, s := range ss {
 		r := &s.res
@@ -268,12 +269,9 @@ func combineWorkload(ss []roundSample) workloadResult {
 			kern = append(kern, *k)
 			iops, mbps := k.IOPS, k.MBps
 			rr.KernelIOPS, rr.KernelMBps = &iops, &mbps
-			if rr.EngineOverKern = ratioOf(r.Engine.figure(u), k.figure(u)); rr.EngineOverKern != nil {
-				eok = append(eok, *rr.EngineOverKern)
-			}
-			if rr.KernelOverRaw = ratioOf(k.figure(u), r.Raw.figure(u)); rr.KernelOverRaw != nil {
-				kor = append(kor, *rr.KernelOverRaw)
-			}
+			rr.EngineOverKern = ratioOf(r.Engine.figure(u), k.figure(u))
+			rr.KernelOverRaw = ratioOf(k.figure(u), r.Raw.figure(u))
+			eok, kor = append(eok, rr.EngineOverKern), append(kor, rr.KernelOverRaw)
 		}
 		if n := r.KernelNote; n != "" {
 			if len(ss) > 1 && strings.HasPrefix(n, "failed: ") {
@@ -303,12 +301,10 @@ func combineWorkload(ss []roundSample) workloadResult {
 		k := combineMeasures(kern)
 		out.Kernel = &k
 	}
-	if len(eok) > 0 {
-		x := median(eok)
+	if x, ok := medianOf(eok); ok {
 		out.EngineOverKern = &x
 	}
-	if len(kor) > 0 {
-		x := median(kor)
+	if x, ok := medianOf(kor); ok {
 		out.KernelOverRaw = &x
 	}
 	out.KernelNote = strings.Join(notes, "; ")
