@@ -62,6 +62,14 @@ func (o *dioOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, err
 	case m.kind == mapWritten:
 		out.Type = iomap.Mapped
 	case m.kind == mapUnwritten:
+		if f.v.zchunk > 0 && endBlk <= (n.diskSize()+uint64(bs)-1)/uint64(bs) {
+			// Options.ZeroOutChunk: make the chunk written (zeroed) and
+			// map it again; the write is then an overwrite.
+			if err := f.zeroConvert(lblk, endBlk, o.shared); err != nil {
+				return iomap.Mapping{}, err
+			}
+			return o.Begin(off, length, flags)
+		}
 		out.Type = iomap.Unwritten
 		if !f.v.opts.DeferSplits {
 			if err := f.splitForIO(lblk, nblk, o.shared); err != nil {
@@ -230,4 +238,97 @@ func (f *File) directShared(p []byte, off int64) (n int, err error, ok bool) {
 		f.v.stats.overwrites.Add(1)
 	}
 	return n, err, true
+}
+
+// zeroConvert implements Options.ZeroOutChunk for a direct write of
+// [lblk, end) that found unwritten blocks at lblk, inside the on-disk size:
+// the unwritten blocks of the ZeroOutChunk-aligned chunks around the
+// write (clipped to the on-disk size) are zeroed on the device and
+// converted to written, the write's own blocks included, so the write and
+// every later write in those chunks is an overwrite. The zeroes reach the
+// device before the conversion is logged, so a crash exposes zeroes at
+// worst, never stale blocks. Chunks with dirty cached pages are left
+// alone; then only the write's own blocks are zeroed and converted.
+//
+// With the option set, no direct write ever sends data to an unwritten
+// block: each converts first. That is what makes zeroing blocks outside
+// the write safe under the shared inode lock, where other writers run:
+// no in-flight write can own them. Writers whose chunks overlap wait for
+// the one converting (n.zeroing); the zeroing itself runs outside dataMu.
+func (f *File) zeroConvert(lblk, end uint64, shared bool) error {
+	n, bs, c := f.n, uint64(f.v.bs), f.v.zchunk
+	lo := lblk / c * c
+	hi := min((end+c-1)/c*c, (n.diskSize()+bs-1)/bs)
+	if !f.cacheCleanLocked(int64(lo*bs), int64(hi*bs)) {
+		lo, hi = lblk, end // the write's own range is clean (checked by the caller)
+	}
+	lock, unlock := func() {}, func() {}
+	if shared {
+		lock, unlock = n.dataMu.Lock, n.dataMu.Unlock
+	}
+	lock()
+	for waiting := true; waiting; {
+		waiting = false
+		for _, z := range n.zeroing {
+			if z.lo < hi && lo < z.hi {
+				unlock()
+				<-z.done
+				lock()
+				waiting = true
+				break
+			}
+		}
+	}
+	// The unwritten runs of [lo, hi), looked up under dataMu: another
+	// writer may have converted some of them meanwhile.
+	var buf [4]esc.Extent
+	runs := buf[:0]
+	for b := lo; b < hi; {
+		m, err := f.m.lookup(b)
+		if err != nil {
+			unlock()
+			return err
+		}
+		k := min(m.n, hi-b)
+		if m.kind == mapUnwritten {
+			runs = append(runs, esc.Extent{Lblk: uint32(b), Len: uint32(k), Pblk: m.pblk})
+		}
+		b += k
+	}
+	if len(runs) == 0 {
+		unlock()
+		return nil
+	}
+	z := zeroing{lo: lo, hi: hi, done: make(chan struct{})}
+	n.zeroing = append(n.zeroing, z)
+	unlock()
+	var err error
+	for _, r := range runs {
+		if err = f.v.writeZeroes(r.Pblk, uint64(r.Len)); err != nil {
+			break
+		}
+	}
+	lock()
+	defer unlock()
+	for i := range n.zeroing {
+		if n.zeroing[i].done == z.done {
+			n.zeroing = append(n.zeroing[:i], n.zeroing[i+1:]...)
+			break
+		}
+	}
+	close(z.done)
+	if err != nil {
+		return err // nothing converted; the zeroed blocks stay unwritten
+	}
+	for _, r := range runs {
+		if err = f.convertExactLocked(uint64(r.Lblk), uint64(r.Len), r.Pblk); err != nil {
+			break
+		}
+	}
+	// As after a shared-lock conversion: the inode goes with the tree
+	// blocks if its root or i_blocks changed, also after a failure.
+	if werr := f.v.writeMappingLocked(n); err == nil {
+		err = werr
+	}
+	return err
 }

@@ -141,16 +141,20 @@ func diff(a, b ext4io.Counters) ext4io.Counters {
 // shared file (overwrites and into unwritten blocks, each goroutine on its
 // own blocks) and some appending to files of their own; afterwards every
 // byte matches the model and e2fsck is clean.
-// Both split modes: at submission (default) and at completion.
+// Both split modes: at submission (default) and at completion; and with
+// ZeroOutChunk, whose 64 KiB chunks hold a block of every goroutine, so a
+// chunk's zeroing would destroy other goroutines' data if it ever raced
+// with their writes.
 func TestConcurrentDirectWrites(t *testing.T) {
-	for _, deferSplits := range []bool{false, true} {
-		t.Run(fmt.Sprintf("defer=%v", deferSplits), func(t *testing.T) { concurrentDirectWrites(t, deferSplits) })
+	for _, o := range []ext4io.Options{{}, {DeferSplits: true}, {ZeroOutChunk: 64 << 10}, {ZeroOutChunk: 64 << 10, DeferSplits: true}} {
+		t.Run(fmt.Sprintf("defer=%v,zerochunk=%d", o.DeferSplits, o.ZeroOutChunk), func(t *testing.T) { concurrentDirectWrites(t, o) })
 	}
 }
 
-func concurrentDirectWrites(t *testing.T, deferSplits bool) {
+func concurrentDirectWrites(t *testing.T, opts ext4io.Options) {
 	img := formatImage(t, 256<<20, ext4io.FormatOptions{})
-	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, DeferSplits: deferSplits})
+	opts.Writable = true
+	v, err := ext4io.OpenImage(img, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

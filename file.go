@@ -78,6 +78,18 @@ type inode struct {
 	// write clears it (under mu) after dropping every page, so direct I/O
 	// on a file without cached pages skips the cache's lock entirely.
 	mayCache atomic.Bool
+
+	// zeroing lists the block ranges whose unwritten blocks a direct write
+	// is zeroing before converting them (Options.ZeroOutChunk); a writer
+	// into an overlapping range waits for done. Guarded like in.
+	zeroing []zeroing
+}
+
+// zeroing is one chunk conversion in progress: blocks [lo, hi); done is
+// closed when it ends.
+type zeroing struct {
+	lo, hi uint64
+	done   chan struct{}
 }
 
 // diskSize returns the size the inode has on disk (i_disksize). The caller

@@ -63,11 +63,16 @@ func TestFsx(t *testing.T) {
 		size        int64
 		cache       int64 // Options.PageCacheBytes
 		deferSplits bool  // Options.DeferSplits
+		zeroChunk   int64 // Options.ZeroOutChunk
 	}{
-		{"4k", ext4io.FormatOptions{}, 256 << 20, 0, false},
+		{"4k", ext4io.FormatOptions{}, 256 << 20, 0, false, 0},
+		// Direct writes into preallocated space zero and convert 16 KiB
+		// chunks, next to buffered writes whose dirty pages keep them from
+		// zeroing a chunk.
+		{"4k-zerochunk", ext4io.FormatOptions{}, 256 << 20, 0, false, 16 << 10},
 		// A 32-page cache: writers keep finding it full of dirty pages;
 		// unwritten extents split at I/O completion.
-		{"1k-nocsum-smallcache-defer", ext4io.FormatOptions{BlockSize: 1024, Features: "^metadata_csum"}, 128 << 20, 32 << 10, true},
+		{"1k-nocsum-smallcache-defer", ext4io.FormatOptions{BlockSize: 1024, Features: "^metadata_csum"}, 128 << 20, 32 << 10, true, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			seed := uint64(len(c.name)) * 7919
@@ -77,7 +82,7 @@ func TestFsx(t *testing.T) {
 			t.Logf("seed %d", seed)
 			rng := rand.New(rand.NewPCG(seed, 1))
 			img := formatImage(t, c.size, c.opts)
-			vopts := ext4io.Options{Writable: true, PageCacheBytes: c.cache, DeferSplits: c.deferSplits}
+			vopts := ext4io.Options{Writable: true, PageCacheBytes: c.cache, DeferSplits: c.deferSplits, ZeroOutChunk: c.zeroChunk}
 			v, err := ext4io.OpenImage(img, vopts)
 			if err != nil {
 				t.Fatal(err)

@@ -45,7 +45,7 @@ import (
 func init() {
 	commands["bench"] = command{
 		usage: "bench [--backend file|direct|mmap|memory] [--image PATH] [--size N] [--runtime 5s] [--repeat N] [--goroutines N] [--gomaxprocs N] " +
-			"[--block-size N] [--workloads a,b] [--json] [--svg FILE] [--kernel] [--dir DIR] [--defer-splits] [--cpuprofile FILE] [--mutexprofile FILE]",
+			"[--block-size N] [--workloads a,b] [--json] [--svg FILE] [--kernel] [--dir DIR] [--defer-splits] [--zeroout-chunk N] [--cpuprofile FILE] [--mutexprofile FILE]",
 		run: cmdBench,
 	}
 }
@@ -75,6 +75,7 @@ type benchConfig struct {
 	cpuprofile  string // pprof CPU profile of the whole run
 	mutexprof   string // pprof mutex contention profile of the whole run
 	deferSplits bool   // ext4io.Options.DeferSplits for the engine
+	zeroChunk   int64  // ext4io.Options.ZeroOutChunk for the engine
 	kernel      bool
 	seed        uint64
 	progress    bool
@@ -98,6 +99,7 @@ func parseBenchFlags(args []string) (*benchConfig, error) {
 	fs.BoolVar(&c.json, "json", false, "machine-readable output")
 	fs.StringVar(&c.svg, "svg", "", "write an SVG bar chart to FILE")
 	fs.BoolVar(&c.deferSplits, "defer-splits", false, "engine: split unwritten extents at I/O completion (Options.DeferSplits)")
+	zeroChunk := fs.String("zeroout-chunk", "", "engine: zero and convert preallocated space in chunks of N bytes (Options.ZeroOutChunk)")
 	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of the run (go tool pprof) to FILE")
 	fs.StringVar(&c.mutexprof, "mutexprofile", "", "write a mutex contention profile of the run (go tool pprof) to FILE")
 	fs.BoolVar(&c.kernel, "kernel", false, "also run the jobs with fio on Linux ext4 (root, fio)")
@@ -124,6 +126,13 @@ func parseBenchFlags(args []string) (*benchConfig, error) {
 			return nil, fmt.Errorf("%w: %v", errUsage, err)
 		}
 		c.size = n
+	}
+	if *zeroChunk != "" && *zeroChunk != "0" {
+		zc, err := parseSize(*zeroChunk)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --zeroout-chunk: %v", errUsage, err)
+		}
+		c.zeroChunk = zc
 	}
 	if c.runtime <= 0 || c.goroutines < 0 || c.gomaxprocs < 0 || c.repeat < 1 {
 		return nil, fmt.Errorf("%w: --runtime and --repeat must be positive, --goroutines and --gomaxprocs non-negative", errUsage)

@@ -168,6 +168,9 @@ func notesFor(c *benchConfig) []string {
 	if c.deferSplits {
 		split = "--defer-splits: direct writes into unwritten extents split and convert at I/O completion (Options.DeferSplits)"
 	}
+	if c.zeroChunk > 0 {
+		split += fmt.Sprintf("; --zeroout-chunk %d: the first direct write into each %d-byte chunk of preallocated space zeroes and converts the chunk, later ones are overwrites (Options.ZeroOutChunk)", c.zeroChunk, c.zeroChunk)
+	}
 	return append(append([]string(nil), engineVersionNotes...), split)
 }
 
