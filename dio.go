@@ -65,10 +65,15 @@ func (o *dioOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, err
 		if f.v.zchunk > 0 && endBlk <= (n.diskSize()+uint64(bs)-1)/uint64(bs) {
 			// Options.ZeroOutChunk: make the chunk written (zeroed) and
 			// map it again; the write is then an overwrite.
-			if err := f.zeroConvert(lblk, endBlk, o.shared); err != nil {
+			did, err := f.zeroConvert(lblk, endBlk, o.shared)
+			if err != nil {
 				return iomap.Mapping{}, err
 			}
-			return o.Begin(off, length, flags)
+			out, err := o.Begin(off, length, flags)
+			if did {
+				out.Flags |= iomap.MapDirty // the conversion is not committed yet
+			}
+			return out, err
 		}
 		out.Type = iomap.Unwritten
 		if !f.v.opts.DeferSplits {
@@ -227,15 +232,16 @@ func (f *File) directShared(p []byte, off int64) (n int, err error, ok bool) {
 	ops := &f.dio[1]
 	converted := false
 	endIO := func(off, n int64, m iomap.Mapping) error {
-		converted = converted || m.Type == iomap.Unwritten
+		converted = converted || m.Type == iomap.Unwritten || m.Flags&iomap.MapDirty != 0
 		return ops.endIO(off, n, m)
 	}
 	n, err = iomap.DirectWrite(f.v.dev, ops, p, off, &iomap.DioOptions{BlockSize: int64(f.v.bs), EndIO: endIO})
 	if errors.Is(err, errNeedExclusive) {
+		f.v.stats.sharedNotOverwrite.Add(1)
 		return n, nil, false
 	}
-	if !converted {
-		f.v.stats.overwrites.Add(1)
+	if converted {
+		f.v.stats.sharedNotOverwrite.Add(1)
 	}
 	return n, err, true
 }
@@ -255,7 +261,8 @@ func (f *File) directShared(p []byte, off int64) (n int, err error, ok bool) {
 // the write safe under the shared inode lock, where other writers run:
 // no in-flight write can own them. Writers whose chunks overlap wait for
 // the one converting (n.zeroing); the zeroing itself runs outside dataMu.
-func (f *File) zeroConvert(lblk, end uint64, shared bool) error {
+// converted reports whether this call converted any block.
+func (f *File) zeroConvert(lblk, end uint64, shared bool) (converted bool, err error) {
 	n, bs, c := f.n, uint64(f.v.bs), f.v.zchunk
 	lo := lblk / c * c
 	hi := min((end+c-1)/c*c, (n.diskSize()+bs-1)/bs)
@@ -287,7 +294,7 @@ func (f *File) zeroConvert(lblk, end uint64, shared bool) error {
 		m, err := f.m.lookup(b)
 		if err != nil {
 			unlock()
-			return err
+			return false, err
 		}
 		k := min(m.n, hi-b)
 		if m.kind == mapUnwritten {
@@ -297,12 +304,11 @@ func (f *File) zeroConvert(lblk, end uint64, shared bool) error {
 	}
 	if len(runs) == 0 {
 		unlock()
-		return nil
+		return false, nil
 	}
 	z := zeroing{lo: lo, hi: hi, done: make(chan struct{})}
 	n.zeroing = append(n.zeroing, z)
 	unlock()
-	var err error
 	for _, r := range runs {
 		if err = f.v.writeZeroes(r.Pblk, uint64(r.Len)); err != nil {
 			break
@@ -318,17 +324,18 @@ func (f *File) zeroConvert(lblk, end uint64, shared bool) error {
 	}
 	close(z.done)
 	if err != nil {
-		return err // nothing converted; the zeroed blocks stay unwritten
+		return false, err // nothing converted; the zeroed blocks stay unwritten
 	}
 	for _, r := range runs {
 		if err = f.convertExactLocked(uint64(r.Lblk), uint64(r.Len), r.Pblk); err != nil {
 			break
 		}
+		converted = true
 	}
 	// As after a shared-lock conversion: the inode goes with the tree
 	// blocks if its root or i_blocks changed, also after a failure.
 	if werr := f.v.writeMappingLocked(n); err == nil {
 		err = werr
 	}
-	return err
+	return converted, err
 }

@@ -144,8 +144,12 @@ type Volume struct {
 	txnGate sync.RWMutex
 
 	stats struct {
-		metaUpdates, shared, exclusive, conversions, zeroOuts, overwrites, handles atomic.Uint64
-		buffered, delalloc, splitsDeferred                                         atomic.Uint64
+		metaUpdates, shared, exclusive, conversions, zeroOuts, handles atomic.Uint64
+		// sharedNotOverwrite counts the shared-lock writes that converted
+		// or went on under the exclusive lock; the rest are overwrites.
+		// Counting the rare case keeps one atomic off the overwrite path.
+		sharedNotOverwrite                 atomic.Uint64
+		buffered, delalloc, splitsDeferred atomic.Uint64
 	}
 
 	closed atomic.Bool
@@ -538,7 +542,9 @@ type Counters struct {
 	// ZeroOutBlocks counts blocks zeroed: with the device's ZeroOut, or
 	// with zero writes for Options.ZeroOutChunk.
 	ZeroOutBlocks uint64
-	// Overwrites counts writes that changed no metadata.
+	// Overwrites counts writes that changed no metadata (shared-lock
+	// direct writes; one still in flight counts until it turns out to
+	// need a conversion or the exclusive lock).
 	Overwrites uint64
 	// JournalCommits counts batches of metadata updates logged to the
 	// journal (each one or more jbd2 handles in one transaction).
@@ -558,8 +564,9 @@ type Counters struct {
 // Counters returns a snapshot of the volume's counters.
 func (v *Volume) Counters() Counters {
 	s := &v.stats
+	notOver := s.sharedNotOverwrite.Load() // before shared: never more than it
 	return Counters{MetaUpdates: s.metaUpdates.Load(), SharedLocks: s.shared.Load(), ExclusiveLocks: s.exclusive.Load(),
-		Conversions: s.conversions.Load(), ZeroOutBlocks: s.zeroOuts.Load(), Overwrites: s.overwrites.Load(),
+		Conversions: s.conversions.Load(), ZeroOutBlocks: s.zeroOuts.Load(), Overwrites: s.shared.Load() - notOver,
 		JournalCommits: s.handles.Load(), BufferedWrites: s.buffered.Load(), DelallocBlocks: s.delalloc.Load(),
 		ReservedBlocks: v.reserved(), SplitsDeferred: s.splitsDeferred.Load()}
 }

@@ -172,7 +172,18 @@ func (r *runner) doRound(seed uint64) ([]*worker, *memdev.Device, error) {
 	if kind == "fault" {
 		dev = errordev.New(crash, counter)
 	}
-	v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
+	// The write paths for preallocated space: exact conversion split at
+	// submission (the default), at completion, or whole zeroed chunks.
+	opts, label := ext4io.Options{Writable: true}, kind
+	switch rng.IntN(4) {
+	case 0:
+		opts.DeferSplits = true
+		label += " defer-splits"
+	case 1:
+		opts.ZeroOutChunk = 16 << 10 << rng.IntN(3)
+		label += fmt.Sprintf(" zeroout-chunk=%d", opts.ZeroOutChunk)
+	}
+	v, err := ext4io.Open(dev, opts)
 	if err != nil {
 		return nil, start, fmt.Errorf("open writable: %w", err)
 	}
@@ -194,7 +205,7 @@ func (r *runner) doRound(seed uint64) ([]*worker, *memdev.Device, error) {
 	for _, w := range ws {
 		w.volSync = true
 	}
-	fmt.Fprintf(r.cfg.Log, "round %d seed %d: %s\n", r.round, seed, kind)
+	fmt.Fprintf(r.cfg.Log, "round %d seed %d: %s\n", r.round, seed, label)
 	if kind == "fault" {
 		toggle.Enable()
 	}
