@@ -2,11 +2,11 @@ package ext4io
 
 import (
 	"errors"
-	"time"
 
 	"github.com/ext4io/ext4io/blockdev"
 	"github.com/ext4io/ext4io/esc"
 	"github.com/ext4io/ext4io/extent"
+	"github.com/ext4io/ext4io/internal/stripe"
 	"github.com/ext4io/ext4io/iomap"
 )
 
@@ -224,11 +224,13 @@ func (f *File) directShared(p []byte, off int64) (n int, err error, ok bool) {
 	}
 	// The times, set before the write as ext4's file_modified does, reach
 	// the inode with its next write, Stat, Sync or Close.
-	f.n.touched.Store(time.Now().UnixNano())
+	if t := touchStamp(); f.n.touched.Load() != t {
+		f.n.touched.Store(t)
+	}
 	if !f.cacheCleanLocked(off, end) {
 		return 0, errCacheRace, true
 	}
-	f.v.stats.shared.Add(1)
+	f.v.stats.shared.Add(stripe.OfBuf(p), 1)
 	ops := &f.dio[1]
 	converted := false
 	endIO := func(off, n int64, m iomap.Mapping) error {

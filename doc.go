@@ -38,7 +38,11 @@
 // and only then moves the on-disk size. Direct I/O (Volume.OpenFile with
 // Direct) goes to the device through iomap ops with ext4's fast paths:
 // overwrites take the inode lock shared and no journal handle, and defer
-// the mtime update to File.Sync or Volume.Close.
+// the mtime update to File.Sync or Volume.Close (their times have 1 ms
+// granularity, as ext4 takes them from the kernel's coarse clock). Writes
+// into preallocated space convert exactly what they write, or with
+// Options.ZeroOutChunk zero and convert whole chunks so that later writes
+// there are overwrites.
 //
 // Direct I/O is synchronous: each ReadAt or WriteAt blocks its goroutine
 // in pread or pwrite, and a goroutine blocked in a system call keeps its P

@@ -67,7 +67,7 @@ type inode struct {
 
 	freed bool // the inode was freed: never write n again; set under mu exclusively
 
-	// touched is the time (Unix ns) of the last direct write under the
+	// touched is the time (touchStamp) of the last direct write under the
 	// shared lock whose mtime and ctime are not in in yet, 0 for none: the
 	// fast path stores it without dataMu, and applyTouchLocked moves it
 	// into in before in is read or written.
@@ -106,11 +106,34 @@ func (n *inode) diskSize() uint64 {
 // shared with dataMu.
 func (n *inode) applyTouchLocked() {
 	if t := n.touched.Swap(0); t != 0 {
-		ts := layout.TimestampOf(time.Unix(0, t))
+		// Grains since monoBase on the monotonic clock, taken as the end
+		// of the grain (never before the write, never after now): the
+		// wall time is now minus the time elapsed since, so a step of the
+		// wall clock in between does not skew it.
+		now := time.Now()
+		at := now
+		if d := time.Since(monoBase) - time.Duration(t)*touchGrain; d > 0 {
+			at = now.Add(-d)
+		}
+		ts := layout.TimestampOf(at)
 		n.in.Mtime, n.in.Ctime = ts, ts
 		n.dirty = true
 	}
 }
+
+// Times of shared-lock direct writes (inode.touched) are kept at touchGrain
+// granularity on the monotonic clock, as ext4 takes them from the kernel's
+// coarse clock: reading the monotonic clock costs half of time.Now, and
+// writers within one grain store nothing (the stamp is already there), so
+// concurrent writers of a file do not contend on touched.
+const touchGrain = time.Millisecond
+
+var monoBase = time.Now()
+
+// touchStamp is the current time for inode.touched: the number of the
+// grain since monoBase, counting from 1 (0 means none), so that t grains
+// after monoBase is the grain's end.
+func touchStamp() int64 { return int64(time.Since(monoBase)/touchGrain) + 1 }
 
 // coverLocked moves the on-disk size up to end (at most i_size) when
 // written blocks now reach end: e2fsck rejects written blocks past the

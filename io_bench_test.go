@@ -2,6 +2,8 @@ package ext4io_test
 
 import (
 	"math/rand/v2"
+	"os"
+	"sync/atomic"
 	"testing"
 
 	"github.com/ext4io/ext4io"
@@ -193,4 +195,74 @@ func BenchmarkConvertScattered(b *testing.B) {
 	// The same offsets again: overwrites, with the tree and the cache as
 	// large as the conversions left them.
 	b.Run("overwrite", write)
+}
+
+// BenchmarkParallelIO runs 4 KiB direct overwrites and reads from
+// GOMAXPROCS goroutines (b.RunParallel; vary it with -cpu) on one file of
+// an mmap-backed image in /dev/shm (the test's temporary directory where
+// there is none), next to raw I/O on the same device at the file's blocks.
+// The mmap device is a memcpy, so the gap is the engine's cost, including
+// the cache lines its shared locks and counters move between CPUs.
+//
+//	go test -run XXX -bench BenchmarkParallelIO -cpu 1,2 .
+func BenchmarkParallelIO(b *testing.B) {
+	const size = 64 << 20
+	dir := "/dev/shm"
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		dir = b.TempDir()
+	}
+	tmp, err := os.CreateTemp(dir, "ext4io-bench-*.img")
+	if err != nil {
+		b.Fatal(err)
+	}
+	img := tmp.Name()
+	defer os.Remove(img)
+	if err := tmp.Truncate(256 << 20); err != nil {
+		b.Fatal(err)
+	}
+	tmp.Close()
+	dev, err := blockdev.OpenMmap(img, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := ext4io.Format(dev, ext4io.FormatOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer v.Close()
+	f := directFile(b, v, "written", ext4io.FallocWriteZeroes, size)
+	phys := make([]int64, size/4096)
+	err = f.Fiemap(0, size, func(e iomap.Extent) error {
+		for o := int64(0); o < e.Length; o += 4096 {
+			phys[(e.Logical+o)/4096] = e.Physical + o
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw := rawAt{dev, phys}
+	var seed atomic.Uint64
+	run := func(name string, op func(buf []byte, off int64) error) {
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(4096)
+			b.RunParallel(func(pb *testing.PB) {
+				rng := rand.New(rand.NewPCG(seed.Add(1), 3))
+				buf := make([]byte, 4096)
+				for pb.Next() {
+					if err := op(buf, rng.Int64N(size/4096)*4096); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+	run("raw-write", func(p []byte, off int64) error { _, err := raw.WriteAt(p, off); return err })
+	run("overwrite", func(p []byte, off int64) error { _, err := f.WriteAt(p, off); return err })
+	run("raw-read", func(p []byte, off int64) error { _, err := raw.ReadAt(p, off); return err })
+	run("read", func(p []byte, off int64) error { _, err := f.ReadAt(p, off); return err })
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/ext4io/ext4io/blockdev"
 	"github.com/ext4io/ext4io/esc"
 	"github.com/ext4io/ext4io/internal/errs"
+	"github.com/ext4io/ext4io/internal/stripe"
 	"github.com/ext4io/ext4io/iomap"
 	"github.com/ext4io/ext4io/layout"
 )
@@ -144,7 +145,8 @@ type Volume struct {
 	txnGate sync.RWMutex
 
 	stats struct {
-		metaUpdates, shared, exclusive, conversions, zeroOuts, handles atomic.Uint64
+		metaUpdates, exclusive, conversions, zeroOuts, handles atomic.Uint64
+		shared                                                 stripe.Counter // per direct write: striped by buffer
 		// sharedNotOverwrite counts the shared-lock writes that converted
 		// or went on under the exclusive lock; the rest are overwrites.
 		// Counting the rare case keeps one atomic off the overwrite path.
@@ -565,8 +567,9 @@ type Counters struct {
 func (v *Volume) Counters() Counters {
 	s := &v.stats
 	notOver := s.sharedNotOverwrite.Load() // before shared: never more than it
-	return Counters{MetaUpdates: s.metaUpdates.Load(), SharedLocks: s.shared.Load(), ExclusiveLocks: s.exclusive.Load(),
-		Conversions: s.conversions.Load(), ZeroOutBlocks: s.zeroOuts.Load(), Overwrites: s.shared.Load() - notOver,
+	shared := s.shared.Load()
+	return Counters{MetaUpdates: s.metaUpdates.Load(), SharedLocks: shared, ExclusiveLocks: s.exclusive.Load(),
+		Conversions: s.conversions.Load(), ZeroOutBlocks: s.zeroOuts.Load(), Overwrites: shared - notOver,
 		JournalCommits: s.handles.Load(), BufferedWrites: s.buffered.Load(), DelallocBlocks: s.delalloc.Load(),
 		ReservedBlocks: v.reserved(), SplitsDeferred: s.splitsDeferred.Load()}
 }

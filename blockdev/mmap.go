@@ -23,11 +23,12 @@ import (
 // ErrIO instead of crashing the program. ZeroOut and Discard clear the
 // memory: discarded ranges read as zeroes. The logical block size is 512.
 type Mmap struct {
-	f    *os.File
-	path string
-	size int64
-	ro   bool
-	page int
+	f     *os.File
+	path  string
+	label string // "blockdev: " + path, for errors (built once, not per I/O)
+	size  int64
+	ro    bool
+	page  int
 
 	// life is held shared by every operation that touches data and
 	// exclusively by Close, so the mapping is never unmapped under a copy.
@@ -75,7 +76,7 @@ func newMmap(f *os.File, path string, readOnly bool) (*Mmap, error) {
 	if uint64(size) > math.MaxInt {
 		return nil, fmt.Errorf("blockdev: mmap %s: %d bytes do not fit the address space: %w", path, size, ErrInvalid)
 	}
-	m := &Mmap{f: f, path: path, size: size, ro: readOnly, page: os.Getpagesize()}
+	m := &Mmap{f: f, path: path, label: "blockdev: " + path, size: size, ro: readOnly, page: os.Getpagesize()}
 	if size == 0 {
 		return m, nil
 	}
@@ -129,7 +130,7 @@ func (m *Mmap) ReadAt(p []byte, off int64) (int, error) {
 	if m.life.closed {
 		return 0, devutil.Closed("blockdev", m.path)
 	}
-	n, tail := devutil.ClipRead("blockdev: "+m.path, off, len(p), m.size)
+	n, tail := devutil.ClipRead(m.label, off, len(p), m.size)
 	if n == 0 {
 		return 0, tail
 	}
@@ -146,7 +147,7 @@ func (m *Mmap) checkWriteLocked(what string, off, n int64) error {
 	if m.ro {
 		return devutil.ReadOnly("blockdev", m.path)
 	}
-	return devutil.CheckRange("blockdev: "+m.path, what, off, n, m.size)
+	return devutil.CheckRange(m.label, what, off, n, m.size)
 }
 
 // WriteAt implements io.WriterAt.

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 
 	"github.com/google/btree"
+
+	"github.com/ext4io/ext4io/internal/stripe"
 )
 
 // Options configure a Cache. The zero value means no budget, cache
@@ -62,8 +64,7 @@ type Cache struct {
 }
 
 type counters struct {
-	hits                      atomic.Uint64
-	_                         [56]byte
+	hits                      stripe.Counter // per lookup: striped by block
 	misses                    atomic.Uint64
 	_                         [56]byte
 	bytes, entries, inodes    atomic.Int64

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 
 	"github.com/google/btree"
+
+	"github.com/ext4io/ext4io/internal/stripe"
 )
 
 // Degree is the btree degree: nodes hold 17..35 entries. 18 is chosen
@@ -102,7 +104,7 @@ func (t *Tree) unlockAccount() {
 func (t *Tree) Lookup(lblk uint32) (Extent, bool) {
 	e, ok := t.peek(lblk)
 	if ok {
-		t.c.stats.hits.Add(1)
+		t.c.stats.hits.Add(stripe.Of(uint64(lblk)), 1)
 	} else {
 		t.c.stats.misses.Add(1)
 	}

@@ -1,6 +1,11 @@
 package iomap
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/ext4io/ext4io/internal/stripe"
+)
 
 // OpCounts counts Begin or End calls by request kind. A call is counted
 // once, under the first kind that applies in the order Writeback, Report,
@@ -63,7 +68,22 @@ type atomicCounters struct {
 	pagesCached, pagesEvicted, pagesWritten, pagesInval, evicWb atomic.Int64
 }
 
-var counters atomicCounters
+// counterStripes holds the counters striped over cache lines (see package
+// stripe): direct I/O counts on the stripe of its buffer, so concurrent
+// I/Os from different goroutines do not move one cache line between CPUs
+// several times per operation.
+var counterStripes [stripe.N]struct {
+	atomicCounters
+	_ [(128 - unsafe.Sizeof(atomicCounters{})%128) % 128]byte
+}
+
+// counters is stripe 0, for the paths that are not per-I/O hot.
+var counters = &counterStripes[0].atomicCounters
+
+// countersFor returns the stripe for an I/O buffer.
+func countersFor(p []byte) *atomicCounters {
+	return &counterStripes[stripe.OfBuf(p)].atomicCounters
+}
 
 func kindOf(f Flags) int {
 	switch {
@@ -95,17 +115,27 @@ func (a *atomicCounters) countEnd(f Flags) {
 
 // ReadCounters returns a snapshot of the package counters.
 func ReadCounters() Counters {
-	a := &counters
-	oc := func(v *[numKinds]atomic.Int64) OpCounts {
-		return OpCounts{v[kRead].Load(), v[kWrite].Load(), v[kZero].Load(), v[kReport].Load(),
-			v[kWriteback].Load(), v[kDirect].Load()}
+	var t Counters
+	for i := range counterStripes {
+		a := &counterStripes[i].atomicCounters
+		oc := func(v *[numKinds]atomic.Int64) OpCounts {
+			return OpCounts{v[kRead].Load(), v[kWrite].Load(), v[kZero].Load(), v[kReport].Load(),
+				v[kWriteback].Load(), v[kDirect].Load()}
+		}
+		t = t.add(Counters{
+			Begins: oc(&a.begins), Ends: oc(&a.ends),
+			DeviceReads: a.devReads.Load(), DeviceWrites: a.devWrites.Load(),
+			ZeroedBytes: a.zeroed.Load(), EndIOBytes: a.endIO.Load(), StaleMappings: a.stale.Load(),
+			PagesCached: a.pagesCached.Load(), PagesEvicted: a.pagesEvicted.Load(),
+			PagesWrittenBack: a.pagesWritten.Load(), PagesInvalidated: a.pagesInval.Load(),
+			EvictionWritebacks: a.evicWb.Load(),
+		})
 	}
-	return Counters{
-		Begins: oc(&a.begins), Ends: oc(&a.ends),
-		DeviceReads: a.devReads.Load(), DeviceWrites: a.devWrites.Load(),
-		ZeroedBytes: a.zeroed.Load(), EndIOBytes: a.endIO.Load(), StaleMappings: a.stale.Load(),
-		PagesCached: a.pagesCached.Load(), PagesEvicted: a.pagesEvicted.Load(),
-		PagesWrittenBack: a.pagesWritten.Load(), PagesInvalidated: a.pagesInval.Load(),
-		EvictionWritebacks: a.evicWb.Load(),
-	}
+	return t
+}
+
+// add returns c + o, field by field.
+func (c Counters) add(o Counters) Counters {
+	var zero Counters
+	return c.Sub(zero.Sub(o))
 }

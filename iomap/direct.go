@@ -75,7 +75,7 @@ func DirectRead(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOptio
 	if err := checkDio("direct read", dev, len(p), off, opt); err != nil {
 		return 0, err
 	}
-	c := cursor{ops: ops, pos: off, end: off + int64(len(p)), flags: Direct}
+	c := cursor{ops: ops, pos: off, end: off + int64(len(p)), flags: Direct, ctr: countersFor(p)}
 	for c.more() {
 		if err := c.begin(); err != nil {
 			return int(c.done), err
@@ -84,7 +84,7 @@ func DirectRead(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOptio
 		var err error
 		switch c.m.Type {
 		case Mapped:
-			counters.devReads.Add(1)
+			c.ctr.devReads.Add(1)
 			if _, rerr := dev.ReadAt(b, c.m.Addr+(c.pos-c.m.Offset)); rerr != nil {
 				err = fmt.Errorf("iomap: direct read file [%d, +%d) at device %d: %w", c.pos, c.n, c.m.Addr+(c.pos-c.m.Offset), rerr)
 			}
@@ -127,7 +127,7 @@ func DirectWrite(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOpti
 	if opt != nil {
 		o = *opt
 	}
-	c := cursor{ops: ops, pos: off, end: off + int64(len(p)), flags: Write | Direct}
+	c := cursor{ops: ops, pos: off, end: off + int64(len(p)), flags: Write | Direct, ctr: countersFor(p)}
 	for c.more() {
 		if err := c.begin(); err != nil {
 			return int(c.done), err
@@ -136,7 +136,7 @@ func DirectWrite(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOpti
 		var err error
 		switch c.m.Type {
 		case Mapped, Unwritten:
-			err = dioWriteSegment(dev, &o, c.m, b, c.pos)
+			err = dioWriteSegment(dev, &o, c.m, b, c.pos, c.ctr)
 		case Inline:
 			copy(c.m.InlineData[c.pos-c.m.Offset:], b)
 		default:
@@ -146,7 +146,7 @@ func DirectWrite(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOpti
 			if err = o.EndIO(c.pos, c.n, c.m); err != nil {
 				err = fmt.Errorf("iomap: end io [%d, +%d): %w", c.pos, c.n, err)
 			} else {
-				counters.endIO.Add(c.n)
+				c.ctr.endIO.Add(c.n)
 			}
 		}
 		processed := c.n
@@ -162,7 +162,7 @@ func DirectWrite(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOpti
 
 // dioWriteSegment writes b at file offset pos inside mapping m, zeroing the
 // rest of partial blocks first when m is New or Unwritten.
-func dioWriteSegment(dev blockdev.Device, o *DioOptions, m Mapping, b []byte, pos int64) error {
+func dioWriteSegment(dev blockdev.Device, o *DioOptions, m Mapping, b []byte, pos int64, ctr *atomicCounters) error {
 	addr := m.Addr + (pos - m.Offset)
 	n := int64(len(b))
 	if bs := o.BlockSize; bs > 0 && (m.Flags&MapNew != 0 || m.Type == Unwritten) {
@@ -179,7 +179,7 @@ func dioWriteSegment(dev blockdev.Device, o *DioOptions, m Mapping, b []byte, po
 			}
 		}
 	}
-	counters.devWrites.Add(1)
+	ctr.devWrites.Add(1)
 	if _, err := dev.WriteAt(b, addr); err != nil {
 		return fmt.Errorf("iomap: direct write file [%d, +%d) at device %d: %w", pos, n, addr, err)
 	}

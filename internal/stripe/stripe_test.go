@@ -1,0 +1,52 @@
+package stripe
+
+import (
+	"sync"
+	"testing"
+	"unsafe"
+)
+
+func TestCounter(t *testing.T) {
+	var c Counter
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 1000; i++ {
+				c.Add(g*7+i, 2)
+			}
+		}(g)
+	}
+	wg.Wait()
+	if got := c.Load(); got != 16000 {
+		t.Fatalf("Load = %d, want 16000", got)
+	}
+	if unsafe.Sizeof(c.s[0]) != lineSize {
+		t.Fatalf("stripe is %d bytes, want %d", unsafe.Sizeof(c.s[0]), lineSize)
+	}
+}
+
+func TestOf(t *testing.T) {
+	seen := map[int]bool{}
+	for h := uint64(0); h < 64; h++ {
+		i := Of(h)
+		if i < 0 || i >= N {
+			t.Fatalf("Of(%d) = %d", h, i)
+		}
+		seen[i] = true
+	}
+	if len(seen) != N {
+		t.Fatalf("64 consecutive hints use %d of %d stripes", len(seen), N)
+	}
+	// Four pages of one buffer: consecutive page numbers, so not all on
+	// one stripe.
+	p := make([]byte, 4<<12)
+	pages := map[int]bool{}
+	for off := 0; off < len(p); off += 1 << 12 {
+		pages[OfBuf(p[off:])] = true
+	}
+	if len(pages) < 2 {
+		t.Fatal("OfBuf puts four consecutive pages on one stripe")
+	}
+}
