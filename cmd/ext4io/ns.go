@@ -8,8 +8,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"syscall"
-	"time"
 
 	"github.com/ext4io/ext4io"
 )
@@ -185,9 +183,9 @@ func importOne(v *ext4io.Volume, src, dst string, fi fs.FileInfo) error {
 // copyAttrs sets mode, owner and times of dst from the host's fi.
 func copyAttrs(v *ext4io.Volume, dst string, fi fs.FileInfo) error {
 	atime := fi.ModTime()
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		atime = time.Unix(st.Atim.Sec, st.Atim.Nsec)
-		if err := v.Lchown(dst, int(st.Uid), int(st.Gid)); err != nil {
+	if at, uid, gid, ok := hostStat(fi); ok {
+		atime = at
+		if err := v.Lchown(dst, uid, gid); err != nil {
 			return err
 		}
 	}
