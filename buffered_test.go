@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"os/exec"
 	"path/filepath"
@@ -594,6 +595,19 @@ func TestSharedWriteTimes(t *testing.T) {
 			t.Fatalf("not a metadata-free overwrite: %+v then %+v", before, c)
 		}
 		return start
+	}
+	// A directory listing shows the pending time too.
+	start := overwrite()
+	ents, err := fs.ReadDir(v.FS(), ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if fi, err := e.Info(); err != nil {
+			t.Fatal(err)
+		} else if e.Name() == "f" && fi.ModTime().Before(start) {
+			t.Fatalf("DirEntry.Info: mtime %v after an overwrite started at %v", fi.ModTime(), start)
+		}
 	}
 	if start, m := overwrite(), mtime(); m.Before(start) {
 		t.Fatalf("mtime %v after an overwrite started at %v", m, start)

@@ -172,6 +172,22 @@ func (d *fsDirEntry) IsDir() bool       { return d.typ.IsDir() }
 func (d *fsDirEntry) Type() fs.FileMode { return d.typ }
 func (d *fsDirEntry) String() string    { return fs.FormatDirEntry(d) }
 func (d *fsDirEntry) Info() (fs.FileInfo, error) {
+	d.v.inoMu.Lock()
+	n := d.v.inodes[d.e.Ino]
+	d.v.inoMu.Unlock()
+	if n != nil {
+		// In memory: its state may be newer than the disk's (a direct
+		// write's pending time, a size not written back yet).
+		n.mu.RLock()
+		defer n.mu.RUnlock()
+		n.dataMu.Lock()
+		defer n.dataMu.Unlock()
+		if err := checkLinked(d.e.Ino, n.in); err != nil {
+			return nil, err
+		}
+		n.applyTouchLocked()
+		return newFileInfo(d.v, d.e.Name, d.e.Ino, n.in), nil
+	}
 	in, err := d.v.readInode(d.e.Ino)
 	if err != nil {
 		return nil, err
