@@ -203,7 +203,7 @@ func (f *File) directWrite(p []byte, off int64) (int, error) {
 	}
 	f.v.stats.exclusive.Add(1)
 	ops := &f.dio[0]
-	k, err := iomap.DirectWrite(f.v.dev, ops, rest, pos, &iomap.DioOptions{BlockSize: bs, EndIO: ops.endIO})
+	k, err := iomap.DirectWrite(f.v.dev, ops, rest, pos, &iomap.DioOptions{BlockSize: bs, EndIO: ops.endIO, Align: f.v.align})
 	return done + k, f.wroteLocked(pos, k, err)
 }
 
@@ -237,7 +237,7 @@ func (f *File) directShared(p []byte, off int64) (n int, err error, ok bool) {
 		converted = converted || m.Type == iomap.Unwritten || m.Flags&iomap.MapDirty != 0
 		return ops.endIO(off, n, m)
 	}
-	n, err = iomap.DirectWrite(f.v.dev, ops, p, off, &iomap.DioOptions{BlockSize: int64(f.v.bs), EndIO: endIO})
+	n, err = iomap.DirectWrite(f.v.dev, ops, p, off, &iomap.DioOptions{BlockSize: int64(f.v.bs), EndIO: endIO, Align: f.v.align})
 	if errors.Is(err, errNeedExclusive) {
 		f.v.stats.sharedNotOverwrite.Add(1)
 		return n, nil, false

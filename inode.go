@@ -72,7 +72,29 @@ type mapper struct {
 	// of iomap mappings. set and drop bump it with every change they
 	// record in the extent-status cache.
 	seq atomic.Uint64
+
+	// front holds large written extents found in the extent-status cache,
+	// each with the seq it was read under, in front of it: while seq is
+	// unchanged an entry is still the mapping, and a lookup inside it
+	// costs an atomic load instead of the cache's lock and tree walk.
+	// Slot i caches an extent containing some block b with
+	// frontSlot(b) == i.
+	front [frontSlots]atomic.Pointer[frontEntry]
 }
+
+// frontEntry is one cached extent and the mapper's seq when it was read.
+type frontEntry struct {
+	seq uint64
+	e   esc.Extent
+}
+
+const (
+	frontSlots = 8
+	frontShift = 15 // 32768 blocks (the longest extent) per slot region
+	frontMin   = 64 // smaller extents go uncached: misses would allocate
+)
+
+func frontSlot(lblk uint64) int { return int(lblk>>frontShift) & (frontSlots - 1) }
 
 // set records a change of the mapping in the extent-status cache (e
 // replaces whatever it overlaps) and makes earlier mappings stale.
@@ -141,9 +163,20 @@ func (m *mapper) lookup(lblk uint64) (blockMap, error) {
 		if lblk >= esc.MaxBlocks {
 			return blockMap{lblk: lblk, n: 1, kind: mapHole}, nil
 		}
+		// seq before the lookup: a change after it makes the entry stale
+		// (set and drop bump seq after changing the cache).
+		seq := m.seq.Load()
+		slot := &m.front[frontSlot(lblk)]
+		if fe := slot.Load(); fe != nil && fe.seq == seq && fe.e.Contains(uint32(lblk)) {
+			d := lblk - uint64(fe.e.Lblk)
+			return blockMap{lblk: lblk, n: uint64(fe.e.Len) - d, kind: mapWritten, pblk: fe.e.Pblk + d}, nil
+		}
 		e, err := m.es.Fill(uint32(lblk), m.diskLookup)
 		if err != nil {
 			return blockMap{}, err
+		}
+		if e.Status == esc.Written && e.Len >= frontMin {
+			slot.Store(&frontEntry{seq: seq, e: e})
 		}
 		d := lblk - uint64(e.Lblk)
 		bm := blockMap{lblk: lblk, n: uint64(e.Len) - d}

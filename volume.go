@@ -117,6 +117,8 @@ type Volume struct {
 	csum     bool       // metadata_csum
 	cache    *esc.Cache // extent-status cache, safe for concurrent use
 	zchunk   uint64     // Options.ZeroOutChunk in blocks (set before writes start)
+	lbs      int64      // dev's logical block size
+	align    int64      // dev's direct I/O alignment (dioAlign)
 
 	alloc    *alloc.Allocator // writable volumes only; safe for concurrent use
 	pc       *iomap.PageCache // buffered writes of a writable volume; nil if disabled
@@ -179,6 +181,7 @@ func Open(dev blockdev.Device, opts Options) (*Volume, error) {
 	v := &Volume{dev: dev, opts: opts, sb: sb, bs: sb.BlockSize(), csumSeed: sb.CsumSeed(), csum: sb.MetadataCsum(),
 		cache: esc.New(esc.Options{Budget: budget}), inodes: make(map[uint32]*inode)}
 	v.nss.init()
+	v.lbs, v.align = int64(dev.LogicalBlockSize()), dioAlign(dev)
 	if size := dev.Size(); uint64(size)/uint64(v.bs) < sb.BlocksCount {
 		return nil, errs.Corruptf("superblock", 0, -1, "filesystem has %d blocks of %d bytes but the device holds %d bytes", sb.BlocksCount, v.bs, size)
 	}

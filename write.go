@@ -79,7 +79,7 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 		f.v.beginOp()
 		var n int
 		var err error
-		if a := dioAlign(f.v.dev); off%a == 0 && int64(len(p))%a == 0 {
+		if a := f.v.align; off%a == 0 && int64(len(p))%a == 0 {
 			n, err = f.directWrite(p, off) // through iomap.DirectWrite
 		} else {
 			n, err = f.writeAt(p, off) // unaligned write without a page cache
@@ -188,7 +188,7 @@ func (f *File) checkDirect(op string, p []byte, off int64) error {
 	if !f.direct {
 		return nil
 	}
-	a := int64(f.v.dev.LogicalBlockSize())
+	a := f.v.lbs
 	if off%a != 0 || int64(len(p))%a != 0 {
 		return &fs.PathError{Op: op, Path: f.name, Err: fmt.Errorf("direct I/O at %d of %d bytes is not aligned to the device's %d-byte logical blocks: %w", off, len(p), a, ErrInvalid)}
 	}

@@ -24,6 +24,10 @@ type DioOptions struct {
 	// a segment counts none of that segment as written. An error from
 	// EndIO stops the write, and the segment counts as not written.
 	EndIO func(off, n int64, m Mapping) error
+	// Align, when set, is the device's I/O alignment as the caller
+	// computed it (its logical block size, or its Aligner offset
+	// alignment if larger), saving the device calls per I/O that find it.
+	Align int64
 }
 
 // zeroes is a shared source of zero bytes for sub-block zeroing (the
@@ -50,7 +54,13 @@ func checkDio(what string, dev blockdev.Device, n int, off int64, opt *DioOption
 	if err := checkRange(what, off, int64(n)); err != nil {
 		return err
 	}
-	a := dioAlignment(dev)
+	a := int64(0)
+	if opt != nil {
+		a = opt.Align
+	}
+	if a <= 0 {
+		a = dioAlignment(dev)
+	}
 	if off%a != 0 || int64(n)%a != 0 {
 		return fmt.Errorf("iomap: %s [%d, +%d) not aligned to the device's %d-byte logical block: %w",
 			what, off, n, a, ErrInvalid)
