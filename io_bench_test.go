@@ -22,6 +22,23 @@ type rawAt struct {
 func (r rawAt) WriteAt(p []byte, off int64) (int, error) { return r.dev.WriteAt(p, r.phys[off/4096]) }
 func (r rawAt) ReadAt(p []byte, off int64) (int, error)  { return r.dev.ReadAt(p, r.phys[off/4096]) }
 
+// rawFor returns raw I/O on dev at the blocks the first size bytes of f
+// map to (found with Fiemap).
+func rawFor(b *testing.B, dev blockdev.Device, f *ext4io.File, size int64) rawAt {
+	b.Helper()
+	phys := make([]int64, size/4096)
+	err := f.Fiemap(0, size, func(e iomap.Extent) error {
+		for o := int64(0); o < e.Length; o += 4096 {
+			phys[(e.Logical+o)/4096] = e.Physical + o
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return rawAt{dev, phys}
+}
+
 // directFile creates name, fallocates size bytes of it in mode and opens
 // it with Direct.
 func directFile(b *testing.B, v *ext4io.Volume, name string, mode ext4io.FallocMode, size int64) *ext4io.File {
@@ -86,17 +103,7 @@ func BenchmarkFileIO(b *testing.B) {
 	}
 	// raw: the same device doing the same I/O at the blocks the written
 	// file maps to, so both sides touch the same memory.
-	phys := make([]int64, size/4096)
-	err = written.Fiemap(0, size, func(e iomap.Extent) error {
-		for o := int64(0); o < e.Length; o += 4096 {
-			phys[(e.Logical+o)/4096] = e.Physical + o
-		}
-		return nil
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	raw := rawAt{dev, phys}
+	raw := rawFor(b, dev, written, size)
 	run("raw-write", func(off int64) error { _, err := raw.WriteAt(buf, off); return err })
 	run("overwrite", func(off int64) error { _, err := written.WriteAt(buf, off); return err })
 	run("raw-read", func(off int64) error { _, err := raw.ReadAt(buf, off); return err })
@@ -234,17 +241,7 @@ func BenchmarkParallelIO(b *testing.B) {
 	}
 	defer v.Close()
 	f := directFile(b, v, "written", ext4io.FallocWriteZeroes, size)
-	phys := make([]int64, size/4096)
-	err = f.Fiemap(0, size, func(e iomap.Extent) error {
-		for o := int64(0); o < e.Length; o += 4096 {
-			phys[(e.Logical+o)/4096] = e.Physical + o
-		}
-		return nil
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	raw := rawAt{dev, phys}
+	raw := rawFor(b, dev, f, size)
 	var seed atomic.Uint64
 	run := func(name string, op func(buf []byte, off int64) error) {
 		b.Run(name, func(b *testing.B) {
