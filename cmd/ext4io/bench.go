@@ -45,7 +45,7 @@ import (
 func init() {
 	commands["bench"] = command{
 		usage: "bench [--backend file|direct|mmap|memory] [--image PATH] [--size N] [--runtime 5s] [--repeat N] [--goroutines N] [--gomaxprocs N] " +
-			"[--block-size N] [--workloads a,b] [--json] [--svg FILE] [--kernel] [--dir DIR] [--defer-splits] [--zeroout-chunk N] [--cpuprofile FILE] [--mutexprofile FILE]",
+			"[--block-size N] [--workloads a,b] [--json] [--svg FILE] [--kernel] [--dir DIR] [--defer-splits] [--zeroout-chunk N] [--cpuprofile FILE] [--mutexprofile FILE] [--blockprofile FILE]",
 		run: cmdBench,
 	}
 }
@@ -74,6 +74,7 @@ type benchConfig struct {
 	svg         string
 	cpuprofile  string // pprof CPU profile of the whole run
 	mutexprof   string // pprof mutex contention profile of the whole run
+	blockprof   string // pprof blocking profile of the whole run
 	deferSplits bool   // ext4io.Options.DeferSplits for the engine
 	zeroChunk   int64  // ext4io.Options.ZeroOutChunk for the engine
 	kernel      bool
@@ -102,6 +103,7 @@ func parseBenchFlags(args []string) (*benchConfig, error) {
 	zeroChunk := fs.String("zeroout-chunk", "", "engine: zero and convert preallocated space in chunks of N bytes (Options.ZeroOutChunk)")
 	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of the run (go tool pprof) to FILE")
 	fs.StringVar(&c.mutexprof, "mutexprofile", "", "write a mutex contention profile of the run (go tool pprof) to FILE")
+	fs.StringVar(&c.blockprof, "blockprofile", "", "write a profile of where goroutines blocked (locks, channels; go tool pprof) to FILE")
 	fs.BoolVar(&c.kernel, "kernel", false, "also run the jobs with fio on Linux ext4 (root, fio)")
 	fs.Uint64Var(&c.seed, "seed", 1, "random offset seed")
 	noProgress := fs.Bool("no-progress", false, "no progress line on stderr")
@@ -188,6 +190,18 @@ func cmdBench(args []string, stdout io.Writer) error {
 		defer func() {
 			pprof.Lookup("mutex").WriteTo(pf, 0)
 			runtime.SetMutexProfileFraction(0)
+		}()
+	}
+	if c.blockprof != "" {
+		pf, err := os.Create(c.blockprof)
+		if err != nil {
+			return err
+		}
+		defer pf.Close()
+		runtime.SetBlockProfileRate(10_000) // one sample per ~10 µs blocked
+		defer func() {
+			pprof.Lookup("block").WriteTo(pf, 0)
+			runtime.SetBlockProfileRate(0)
 		}()
 	}
 	rep, err := runBench(ctx, c)

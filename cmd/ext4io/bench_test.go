@@ -566,3 +566,28 @@ func TestBenchGOMAXPROCS(t *testing.T) {
 		t.Errorf("--gomaxprocs -1: exit %d, want 2 (usage)", code)
 	}
 }
+
+// TestBenchProfiles: --cpuprofile, --mutexprofile and --blockprofile each
+// write a pprof profile (gzip-compressed protobuf) of the run, and the
+// mutex and block sampling are off again afterwards.
+func TestBenchProfiles(t *testing.T) {
+	dir := t.TempDir()
+	cpu, mu, blk := filepath.Join(dir, "cpu"), filepath.Join(dir, "mutex"), filepath.Join(dir, "block")
+	_, errOut, code := runCmd(t, "bench", "--backend", "memory", "--size", "128M", "--runtime", "20ms",
+		"--workloads", "overwrite-2", "--cpuprofile", cpu, "--mutexprofile", mu, "--blockprofile", blk)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, p := range []string{cpu, mu, blk} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+			t.Errorf("%s: %d bytes, not a gzip-compressed profile", filepath.Base(p), len(b))
+		}
+	}
+	if f := runtime.SetMutexProfileFraction(-1); f != 0 {
+		t.Errorf("mutex profile fraction %d after the bench, want 0", f)
+	}
+}
