@@ -34,6 +34,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 	"syscall"
 	"time"
@@ -45,7 +46,7 @@ import (
 func init() {
 	commands["bench"] = command{
 		usage: "bench [--backend file|direct|mmap|memory] [--image PATH] [--size N] [--runtime 5s] [--repeat N] [--goroutines N] [--gomaxprocs N] " +
-			"[--block-size N] [--workloads a,b] [--json] [--svg FILE] [--kernel] [--dir DIR] [--defer-splits] [--zeroout-chunk N] [--cpuprofile FILE] [--mutexprofile FILE] [--blockprofile FILE]",
+			"[--block-size N] [--workloads a,b] [--json] [--svg FILE] [--kernel] [--dir DIR] [--defer-splits] [--zeroout-chunk N] [--cpuprofile FILE] [--mutexprofile FILE] [--blockprofile FILE] [--trace FILE]",
 		run: cmdBench,
 	}
 }
@@ -75,6 +76,7 @@ type benchConfig struct {
 	cpuprofile  string // pprof CPU profile of the whole run
 	mutexprof   string // pprof mutex contention profile of the whole run
 	blockprof   string // pprof blocking profile of the whole run
+	tracefile   string // runtime execution trace of the whole run
 	deferSplits bool   // ext4io.Options.DeferSplits for the engine
 	zeroChunk   int64  // ext4io.Options.ZeroOutChunk for the engine
 	kernel      bool
@@ -104,6 +106,7 @@ func parseBenchFlags(args []string) (*benchConfig, error) {
 	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of the run (go tool pprof) to FILE")
 	fs.StringVar(&c.mutexprof, "mutexprofile", "", "write a mutex contention profile of the run (go tool pprof) to FILE")
 	fs.StringVar(&c.blockprof, "blockprofile", "", "write a profile of where goroutines blocked (locks, channels; go tool pprof) to FILE")
+	fs.StringVar(&c.tracefile, "trace", "", "write a runtime execution trace of the run (go tool trace) to FILE")
 	fs.BoolVar(&c.kernel, "kernel", false, "also run the jobs with fio on Linux ext4 (root, fio)")
 	fs.Uint64Var(&c.seed, "seed", 1, "random offset seed")
 	noProgress := fs.Bool("no-progress", false, "no progress line on stderr")
@@ -191,6 +194,17 @@ func cmdBench(args []string, stdout io.Writer) error {
 			pprof.Lookup("mutex").WriteTo(pf, 0)
 			runtime.SetMutexProfileFraction(0)
 		}()
+	}
+	if c.tracefile != "" {
+		tf, err := os.Create(c.tracefile)
+		if err != nil {
+			return err
+		}
+		defer tf.Close()
+		if err := trace.Start(tf); err != nil {
+			return err
+		}
+		defer trace.Stop()
 	}
 	if c.blockprof != "" {
 		pf, err := os.Create(c.blockprof)

@@ -568,13 +568,14 @@ func TestBenchGOMAXPROCS(t *testing.T) {
 }
 
 // TestBenchProfiles: --cpuprofile, --mutexprofile and --blockprofile each
-// write a pprof profile (gzip-compressed protobuf) of the run, and the
-// mutex and block sampling are off again afterwards.
+// write a pprof profile (gzip-compressed protobuf) of the run, --trace an
+// execution trace, and the mutex and block sampling are off again
+// afterwards.
 func TestBenchProfiles(t *testing.T) {
 	dir := t.TempDir()
-	cpu, mu, blk := filepath.Join(dir, "cpu"), filepath.Join(dir, "mutex"), filepath.Join(dir, "block")
+	cpu, mu, blk, tr := filepath.Join(dir, "cpu"), filepath.Join(dir, "mutex"), filepath.Join(dir, "block"), filepath.Join(dir, "trace")
 	_, errOut, code := runCmd(t, "bench", "--backend", "memory", "--size", "128M", "--runtime", "20ms",
-		"--workloads", "overwrite-2", "--cpuprofile", cpu, "--mutexprofile", mu, "--blockprofile", blk)
+		"--workloads", "overwrite-2", "--cpuprofile", cpu, "--mutexprofile", mu, "--blockprofile", blk, "--trace", tr)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -586,6 +587,9 @@ func TestBenchProfiles(t *testing.T) {
 		if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
 			t.Errorf("%s: %d bytes, not a gzip-compressed profile", filepath.Base(p), len(b))
 		}
+	}
+	if b, err := os.ReadFile(tr); err != nil || !bytes.HasPrefix(b, []byte("go 1.")) {
+		t.Errorf("trace: %v, %d bytes, not a Go execution trace", err, len(b))
 	}
 	if f := runtime.SetMutexProfileFraction(-1); f != 0 {
 		t.Errorf("mutex profile fraction %d after the bench, want 0", f)
