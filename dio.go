@@ -2,6 +2,7 @@ package ext4io
 
 import (
 	"errors"
+	"slices"
 
 	"github.com/ext4io/ext4io/blockdev"
 	"github.com/ext4io/ext4io/esc"
@@ -62,7 +63,7 @@ func (o *dioOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, err
 	case m.kind == mapWritten:
 		out.Type = iomap.Mapped
 	case m.kind == mapUnwritten:
-		if f.v.zchunk > 0 && endBlk <= (n.diskSize()+uint64(bs)-1)/uint64(bs) {
+		if f.v.zchunk > 0 && endBlk <= n.diskBlocks(uint64(bs)) {
 			// Options.ZeroOutChunk: make the chunk written (zeroed) and
 			// map it again; the write is then an overwrite.
 			did, err := f.zeroConvert(lblk, endBlk, o.shared)
@@ -267,7 +268,7 @@ func (f *File) directShared(p []byte, off int64) (n int, err error, ok bool) {
 func (f *File) zeroConvert(lblk, end uint64, shared bool) (converted bool, err error) {
 	n, bs, c := f.n, uint64(f.v.bs), f.v.zchunk
 	lo := lblk / c * c
-	hi := min((end+c-1)/c*c, (n.diskSize()+bs-1)/bs)
+	hi := min((end+c-1)/c*c, n.diskBlocks(bs))
 	if !f.cacheCleanLocked(int64(lo*bs), int64(hi*bs)) {
 		lo, hi = lblk, end // the write's own range is clean (checked by the caller)
 	}
@@ -276,17 +277,10 @@ func (f *File) zeroConvert(lblk, end uint64, shared bool) (converted bool, err e
 		lock, unlock = n.dataMu.Lock, n.dataMu.Unlock
 	}
 	lock()
-	for waiting := true; waiting; {
-		waiting = false
-		for _, z := range n.zeroing {
-			if z.lo < hi && lo < z.hi {
-				unlock()
-				<-z.done
-				lock()
-				waiting = true
-				break
-			}
-		}
+	for done := n.zeroingOver(lo, hi); done != nil; done = n.zeroingOver(lo, hi) {
+		unlock()
+		<-done
+		lock()
 	}
 	// The unwritten runs of [lo, hi), looked up under dataMu: another
 	// writer may have converted some of them meanwhile.
@@ -312,18 +306,13 @@ func (f *File) zeroConvert(lblk, end uint64, shared bool) (converted bool, err e
 	n.zeroing = append(n.zeroing, z)
 	unlock()
 	for _, r := range runs {
-		if err = f.v.writeZeroes(r.Pblk, uint64(r.Len)); err != nil {
+		if err = f.v.zeroBlocks(r.Pblk, uint64(r.Len), true); err != nil {
 			break
 		}
 	}
 	lock()
 	defer unlock()
-	for i := range n.zeroing {
-		if n.zeroing[i].done == z.done {
-			n.zeroing = append(n.zeroing[:i], n.zeroing[i+1:]...)
-			break
-		}
-	}
+	n.zeroing = slices.DeleteFunc(n.zeroing, func(o zeroing) bool { return o.done == z.done })
 	close(z.done)
 	if err != nil {
 		return false, err // nothing converted; the zeroed blocks stay unwritten
@@ -340,4 +329,15 @@ func (f *File) zeroConvert(lblk, end uint64, shared bool) (converted bool, err e
 		err = werr
 	}
 	return converted, err
+}
+
+// zeroingOver returns the done channel of a chunk conversion in progress
+// that overlaps blocks [lo, hi), or nil. Guarded like in.
+func (n *inode) zeroingOver(lo, hi uint64) chan struct{} {
+	for _, z := range n.zeroing {
+		if z.lo < hi && lo < z.hi {
+			return z.done
+		}
+	}
+	return nil
 }

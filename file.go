@@ -101,6 +101,11 @@ func (n *inode) diskSize() uint64 {
 	return n.in.Size
 }
 
+// diskBlocks returns the number of blocks the on-disk size reaches into:
+// blocks at or past it must not become written (e2fsck rejects written
+// blocks past i_size). The caller holds mu or dataMu, as for diskSize.
+func (n *inode) diskBlocks(bs uint64) uint64 { return (n.diskSize() + bs - 1) / bs }
+
 // applyTouchLocked moves the time of the last shared-lock direct write
 // into the inode's mtime and ctime. The caller holds mu exclusively, or
 // shared with dataMu.
@@ -112,7 +117,7 @@ func (n *inode) applyTouchLocked() {
 		// wall clock in between does not skew it.
 		now := time.Now()
 		at := now
-		if d := time.Since(monoBase) - time.Duration(t)*touchGrain; d > 0 {
+		if d := now.Sub(monoBase) - time.Duration(t)*touchGrain; d > 0 {
 			at = now.Add(-d)
 		}
 		ts := layout.TimestampOf(at)
@@ -428,12 +433,26 @@ func (f *File) Stat() (fs.FileInfo, error) { return f.info(), nil }
 
 // info returns the file's metadata as a *FileInfo.
 func (f *File) info() *FileInfo {
-	f.n.mu.RLock()
-	defer f.n.mu.RUnlock()
-	f.n.dataMu.Lock()
-	defer f.n.dataMu.Unlock()
-	f.n.applyTouchLocked()
-	return newFileInfo(f.v, f.name, f.ino, f.in)
+	fi, _ := f.v.liveInfo(f.n, f.ino, f.name, false)
+	return fi
+}
+
+// liveInfo returns the FileInfo of n, an inode in memory, whose state may
+// be newer than the disk's (a shared-lock write's pending time, a size not
+// written back yet). With linked it fails as checkLinked does for an inode
+// a directory entry must not name.
+func (v *Volume) liveInfo(n *inode, ino uint32, name string, linked bool) (*FileInfo, error) {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	n.dataMu.Lock()
+	defer n.dataMu.Unlock()
+	if linked {
+		if err := checkLinked(ino, n.in); err != nil {
+			return nil, err
+		}
+	}
+	n.applyTouchLocked()
+	return newFileInfo(v, name, ino, n.in), nil
 }
 
 // FileInfo describes an inode. It implements fs.FileInfo; Sys returns the

@@ -176,17 +176,7 @@ func (d *fsDirEntry) Info() (fs.FileInfo, error) {
 	n := d.v.inodes[d.e.Ino]
 	d.v.inoMu.Unlock()
 	if n != nil {
-		// In memory: its state may be newer than the disk's (a direct
-		// write's pending time, a size not written back yet).
-		n.mu.RLock()
-		defer n.mu.RUnlock()
-		n.dataMu.Lock()
-		defer n.dataMu.Unlock()
-		if err := checkLinked(d.e.Ino, n.in); err != nil {
-			return nil, err
-		}
-		n.applyTouchLocked()
-		return newFileInfo(d.v, d.e.Name, d.e.Ino, n.in), nil
+		return d.v.liveInfo(n, d.e.Ino, d.e.Name, true)
 	}
 	in, err := d.v.readInode(d.e.Ino)
 	if err != nil {

@@ -131,12 +131,12 @@ func (v *Volume) newMapper(n *inode) (*mapper, error) {
 		cfg.IO = treeIO{v}
 		cfg.Alloc = treeAlloc{v, n}
 		cfg.Goal = v.inodeGoal(ino)
-		cfg.ZeroOut = func(pblk, cnt uint64) error { return v.zeroBlocks(pblk, cnt) }
+		cfg.ZeroOut = func(pblk, cnt uint64) error { return v.zeroBlocks(pblk, cnt, false) }
 		cfg.ZeroOutMax = uint32(32 << 10 / v.bs) // ext4's extent_max_zeroout_kb
 		bs := uint64(v.bs)
 		// Zero-out may turn unwritten blocks into written ones only below
 		// the on-disk size (e2fsck rejects written blocks past i_size).
-		cfg.EOFBlock = func() uint64 { return (n.diskSize() + bs - 1) / bs } // called under n.mu
+		cfg.EOFBlock = func() uint64 { return n.diskBlocks(bs) } // called under n.mu
 	}
 	m := &mapper{cfg: cfg}
 	if in.Flags&layout.InodeFlagExtents != 0 {

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/ext4io/ext4io/alloc"
 	"github.com/ext4io/ext4io/blockdev"
@@ -584,39 +583,21 @@ func (v *Volume) reserved() uint64 {
 	return v.alloc.Reserved()
 }
 
-// zeroBlocks makes n blocks at pblk read as zeroes on the device.
-func (v *Volume) zeroBlocks(pblk, n uint64) error {
+// zeroBlocks makes n blocks at pblk read as zeroes on the device: with
+// the device's ZeroOut, or with write set, with ordinary writes of zeroes
+// (Options.ZeroOutChunk; see blockdev.WriteZeroes).
+func (v *Volume) zeroBlocks(pblk, n uint64, write bool) error {
 	v.stats.zeroOuts.Add(n)
-	if err := v.dev.ZeroOut(int64(pblk)*int64(v.bs), int64(n)*int64(v.bs)); err != nil {
+	off, length := int64(pblk)*int64(v.bs), int64(n)*int64(v.bs)
+	zero := v.dev.ZeroOut
+	if write {
+		zero = func(off, n int64) error { return blockdev.WriteZeroes(v.dev, off, n) }
+	}
+	if err := zero(off, length); err != nil {
 		return fmt.Errorf("ext4io: zeroing blocks %d+%d: %w", pblk, n, wrapIO(err))
 	}
 	return nil
 }
-
-// writeZeroes writes zeroes to n blocks at pblk with ordinary writes (see
-// Options.ZeroOutChunk).
-func (v *Volume) writeZeroes(pblk, n uint64) error {
-	v.stats.zeroOuts.Add(n)
-	zero := zeroBuf()
-	off, end := int64(pblk)*int64(v.bs), int64(pblk+n)*int64(v.bs)
-	for off < end {
-		k := min(end-off, int64(len(zero)))
-		if _, err := v.dev.WriteAt(zero[:k], off); err != nil {
-			return fmt.Errorf("ext4io: zeroing blocks %d+%d: %w", pblk, n, wrapIO(err))
-		}
-		off += k
-	}
-	return nil
-}
-
-// zeroBuf returns 256 KiB of zeroes at a page-aligned address (direct
-// backends take it without a bounce copy). Shared; never written.
-var zeroBuf = sync.OnceValue(func() []byte {
-	const size, align = 256 << 10, 4096
-	b := make([]byte, size+align)
-	k := int(align - uintptr(unsafe.Pointer(unsafe.SliceData(b)))%align)
-	return b[k%align : k%align+size : k%align+size]
-})
 
 // readFull reads len(buf) bytes at off; a short read is an I/O error.
 func readFull(dev blockdev.Device, buf []byte, off int64) (int, error) {

@@ -553,7 +553,7 @@ func (f *File) preallocLocked(off, length int64, written bool) error {
 			if err != nil {
 				return err
 			}
-			if err := f.v.zeroBlocks(start, got); err != nil {
+			if err := f.v.zeroBlocks(start, got, false); err != nil {
 				f.v.alloc.Free(start, got)
 				return err
 			}
@@ -572,7 +572,7 @@ func (f *File) preallocLocked(off, length int64, written bool) error {
 			n = got
 		case written && m.kind == mapUnwritten:
 			n = min(n, extent.MaxWrittenLen)
-			if err := f.v.zeroBlocks(m.pblk, n); err != nil {
+			if err := f.v.zeroBlocks(m.pblk, n, false); err != nil {
 				return err
 			}
 			if err := f.convertLocked(lblk, n); err != nil {
@@ -588,7 +588,7 @@ func (f *File) preallocLocked(off, length int64, written bool) error {
 				last--
 			}
 			if last > first {
-				if err := f.v.zeroBlocks(m.pblk+(first-lblk), last-first); err != nil {
+				if err := f.v.zeroBlocks(m.pblk+(first-lblk), last-first, false); err != nil {
 					return err
 				}
 			}

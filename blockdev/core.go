@@ -99,8 +99,17 @@ func control(f *os.File, fn func(fd int) error) error {
 	return ferr
 }
 
-// zeroBuf is a shared, never-written buffer of zeroes for ZeroOut fallbacks.
-var zeroBuf = make([]byte, 64<<10)
+// zeroBuf is a shared, never-written buffer of zeroes for ZeroOut
+// fallbacks and WriteZeroes, page-aligned so that Direct takes it without
+// a bounce copy.
+var zeroBuf = alignedBuf(256<<10, 4096)
+
+// WriteZeroes writes zeroes to [off, off+n) of dev with ordinary writes
+// (what ZeroOut falls back to where the device has no zeroing command).
+// Unlike ZeroOut on a regular file, which leaves the range unwritten in
+// the host file system (FALLOC_FL_ZERO_RANGE), it leaves the blocks
+// allocated and written there too.
+func WriteZeroes(dev Device, off, n int64) error { return writeZeroes(dev.WriteAt, off, n) }
 
 // writeZeroes writes n zero bytes at off through write, in chunks.
 func writeZeroes(write func(p []byte, off int64) (int, error), off, n int64) error {

@@ -1,6 +1,7 @@
 package blockdev_test
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -112,4 +113,29 @@ func BenchmarkFileRandom4K(b *testing.B) {
 		b.Fatal(err)
 	}
 	blockdevtest.BenchRandom4K(b, f)
+}
+
+// TestWriteZeroes: WriteZeroes zeroes exactly its range with ordinary
+// writes, from a page-aligned buffer.
+func TestWriteZeroes(t *testing.T) {
+	d, err := blockdev.CreateFile(filepath.Join(t.TempDir(), "z.img"), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if _, err := d.WriteAt(bytes.Repeat([]byte{7}, 1<<20), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := blockdev.WriteZeroes(d, 4096, 600<<10); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 1<<20)
+	if _, err := d.ReadAt(got, 0); err != nil {
+		t.Fatal(err)
+	}
+	want := bytes.Repeat([]byte{7}, 1<<20)
+	clear(want[4096 : 4096+600<<10])
+	if !bytes.Equal(got, want) {
+		t.Fatal("WriteZeroes changed other bytes or left some of its range")
+	}
 }

@@ -113,29 +113,32 @@ func (a *atomicCounters) countEnd(f Flags) {
 	}
 }
 
-// ReadCounters returns a snapshot of the package counters.
+// ReadCounters returns a snapshot of the package counters: the sums over
+// the stripes.
 func ReadCounters() Counters {
 	var t Counters
+	ops := func(d *OpCounts, v *[numKinds]atomic.Int64) {
+		d.Read += v[kRead].Load()
+		d.Write += v[kWrite].Load()
+		d.Zero += v[kZero].Load()
+		d.Report += v[kReport].Load()
+		d.Writeback += v[kWriteback].Load()
+		d.Direct += v[kDirect].Load()
+	}
 	for i := range counterStripes {
 		a := &counterStripes[i].atomicCounters
-		oc := func(v *[numKinds]atomic.Int64) OpCounts {
-			return OpCounts{v[kRead].Load(), v[kWrite].Load(), v[kZero].Load(), v[kReport].Load(),
-				v[kWriteback].Load(), v[kDirect].Load()}
-		}
-		t = t.add(Counters{
-			Begins: oc(&a.begins), Ends: oc(&a.ends),
-			DeviceReads: a.devReads.Load(), DeviceWrites: a.devWrites.Load(),
-			ZeroedBytes: a.zeroed.Load(), EndIOBytes: a.endIO.Load(), StaleMappings: a.stale.Load(),
-			PagesCached: a.pagesCached.Load(), PagesEvicted: a.pagesEvicted.Load(),
-			PagesWrittenBack: a.pagesWritten.Load(), PagesInvalidated: a.pagesInval.Load(),
-			EvictionWritebacks: a.evicWb.Load(),
-		})
+		ops(&t.Begins, &a.begins)
+		ops(&t.Ends, &a.ends)
+		t.DeviceReads += a.devReads.Load()
+		t.DeviceWrites += a.devWrites.Load()
+		t.ZeroedBytes += a.zeroed.Load()
+		t.EndIOBytes += a.endIO.Load()
+		t.StaleMappings += a.stale.Load()
+		t.PagesCached += a.pagesCached.Load()
+		t.PagesEvicted += a.pagesEvicted.Load()
+		t.PagesWrittenBack += a.pagesWritten.Load()
+		t.PagesInvalidated += a.pagesInval.Load()
+		t.EvictionWritebacks += a.evicWb.Load()
 	}
 	return t
-}
-
-// add returns c + o, field by field.
-func (c Counters) add(o Counters) Counters {
-	var zero Counters
-	return c.Sub(zero.Sub(o))
 }

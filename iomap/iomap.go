@@ -238,21 +238,14 @@ type cursor struct {
 	n     int64           // bytes of m usable from pos
 	stale int             // consecutive stale results without progress
 	done  int64           // bytes processed so far
-	ctr   *atomicCounters // the counter stripe; nil: stripe 0
+	ctr   *atomicCounters // the counter stripe to count on
 }
 
 func (c *cursor) more() bool { return c.pos < c.end }
 
-func (c *cursor) counters() *atomicCounters {
-	if c.ctr != nil {
-		return c.ctr
-	}
-	return counters
-}
-
 // begin maps c.pos.
 func (c *cursor) begin() error {
-	c.counters().countBegin(c.flags)
+	c.ctr.countBegin(c.flags)
 	m, err := c.ops.Begin(c.pos, c.end-c.pos, c.flags)
 	if err != nil {
 		return fmt.Errorf("iomap: begin [%d, +%d): %w", c.pos, c.end-c.pos, err)
@@ -260,7 +253,7 @@ func (c *cursor) begin() error {
 	if m.Length <= 0 || m.Offset > c.pos || m.Length > math.MaxInt64-m.Offset || m.End() <= c.pos ||
 		((m.Type == Mapped || m.Type == Unwritten) && m.Addr < 0) ||
 		(m.Type == Inline && int64(len(m.InlineData)) < m.Length) {
-		c.counters().countEnd(c.flags)
+		c.ctr.countEnd(c.flags)
 		eerr := c.ops.End(c.pos, 0, 0, c.flags, m)
 		return errors.Join(fmt.Errorf("begin at %d returned %v: %w", c.pos, m, ErrBadMapping), eerr)
 	}
@@ -276,7 +269,7 @@ func (c *cursor) finish(processed int64, ferr error) error {
 		ferr = errors.Join(ferr, fmt.Errorf("iomap: body processed %d of %d bytes: %w", processed, c.n, ErrInvalid))
 		processed = max(0, min(processed, c.n))
 	}
-	c.counters().countEnd(c.flags)
+	c.ctr.countEnd(c.flags)
 	eerr := c.ops.End(c.pos, c.n, processed, c.flags, c.m)
 	if eerr != nil {
 		eerr = fmt.Errorf("iomap: end [%d, +%d) written %d: %w", c.pos, c.n, processed, eerr)
@@ -284,7 +277,7 @@ func (c *cursor) finish(processed int64, ferr error) error {
 	c.pos += processed
 	c.done += processed
 	if ferr != nil && errors.Is(ferr, ErrStale) && eerr == nil {
-		c.counters().stale.Add(1)
+		c.ctr.stale.Add(1)
 		if processed > 0 {
 			c.stale = 0
 			return nil
@@ -319,7 +312,7 @@ func Iter(ops Ops, off, length int64, flags Flags, fn IterFunc) (int64, error) {
 	if err := checkRange("iter", off, length); err != nil {
 		return 0, err
 	}
-	c := cursor{ops: ops, pos: off, end: off + length, flags: flags}
+	c := cursor{ops: ops, pos: off, end: off + length, flags: flags, ctr: counters}
 	for c.more() {
 		if err := c.begin(); err != nil {
 			return c.done, err
