@@ -22,8 +22,10 @@ import (
 // and refuse holes (errNeedExclusive) instead of allocating. Under the
 // exclusive lock Begin allocates blocks for holes and the completion hook
 // maps them once the data is on the device; unwritten blocks are converted
-// at completion (endIO), the data always on the device before the
-// metadata that exposes it. Each mapping carries the inode's change counter
+// after completion (endIO), the data always on the device before the
+// metadata that exposes it: under the shared lock the completion queues
+// the conversion for the extent tree (conv.go), otherwise (and with
+// Options.EagerConversions) it converts in the tree itself. Each mapping carries the inode's change counter
 // as its validity cookie.
 
 // dioAlign is the alignment iomap.DirectWrite requires on dev: its logical
@@ -40,6 +42,10 @@ func dioAlign(dev blockdev.Device) int64 {
 
 // errNeedExclusive stops a shared-lock direct write at a range that needs
 // allocation; the write goes on under the exclusive lock.
+// mapQueued marks an unwritten mapping whose conversion the completion
+// queues instead of making it in the extent tree (conv.go).
+const mapQueued = iomap.MapPrivate
+
 var errNeedExclusive = errors.New("ext4io: direct write needs the exclusive inode lock")
 
 type dioOps struct {
@@ -77,7 +83,10 @@ func (o *dioOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, err
 			return out, err
 		}
 		out.Type = iomap.Unwritten
-		if !f.v.opts.DeferSplits {
+		if o.shared && f.v.queueConversions() {
+			// The completion queues the conversion (conv.go).
+			out.Flags |= mapQueued
+		} else if !f.v.opts.DeferSplits {
 			if err := f.splitForIO(lblk, nblk, o.shared); err != nil {
 				return iomap.Mapping{}, err
 			}
@@ -109,6 +118,22 @@ func (o *dioOps) endIO(off, n int64, m iomap.Mapping) error {
 	pblk := uint64(m.Addr/bs) + uint64(first-m.Offset/bs)
 	switch {
 	case m.Type == iomap.Unwritten:
+		if m.Flags&mapQueued != 0 {
+			r := convRun{lblk: uint32(first), n: uint32(last - first), pblk: pblk}
+			f.v.stats.conversions.Add(1)
+			// Queued before the cache says written: a cache miss answered
+			// from the tree in between sees the queue (mapper.diskLookup).
+			full := f.queueConversion(r)
+			if err := f.m.set(esc.Extent{Lblk: r.lblk, Len: r.n, Pblk: pblk, Status: esc.Written}); err != nil {
+				return err
+			}
+			if full {
+				f.n.dataMu.Lock()
+				defer f.n.dataMu.Unlock()
+				return f.v.applyConversionsLocked(f.n)
+			}
+			return nil
+		}
 		if f.v.opts.DeferSplits {
 			f.v.stats.splitsDeferred.Add(1)
 			if !o.shared {
@@ -202,6 +227,9 @@ func (f *File) directWrite(p []byte, off int64) (int, error) {
 	if !f.cacheCleanLocked(pos, pos+int64(len(rest))) {
 		return done, errCacheRace
 	}
+	if err := f.v.applyConversionsLocked(f.n); err != nil {
+		return done, err
+	}
 	f.v.stats.exclusive.Add(1)
 	ops := &f.dio[0]
 	k, err := iomap.DirectWrite(f.v.dev, ops, rest, pos, &iomap.DioOptions{BlockSize: bs, EndIO: ops.endIO, Align: f.v.align})
@@ -212,10 +240,12 @@ func (f *File) directWrite(p []byte, off int64) (int, error) {
 // lock while it finds allocated blocks inside the on-disk size: overwrites
 // of written blocks change no metadata at all (the times are set in memory
 // before the write, as ext4's file_modified does, and reach the disk with
-// Sync, Close or the next inode write), and unwritten blocks are converted
-// exactly under dataMu at completion, the inode written with the
-// conversion when its extent root or i_blocks changed. ok is false when
-// the rest of the write needs the exclusive lock.
+// Sync, Close or the next inode write), and unwritten blocks are mapped
+// written in the extent-status cache at completion with their conversion
+// queued for the tree (conv.go), or with Options.EagerConversions
+// converted exactly under dataMu, the inode written with the conversion
+// when its extent root or i_blocks changed. ok is false when the rest of
+// the write needs the exclusive lock.
 func (f *File) directShared(p []byte, off int64) (n int, err error, ok bool) {
 	f.n.mu.RLock()
 	defer f.n.mu.RUnlock()

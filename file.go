@@ -83,6 +83,10 @@ type inode struct {
 	// is zeroing before converting them (Options.ZeroOutChunk); a writer
 	// into an overlapping range waits for done. Guarded like in.
 	zeroing []zeroing
+
+	// conv holds the conversions of completed shared-lock direct writes
+	// that the extent tree has not taken yet (conv.go).
+	conv convQueue
 }
 
 // zeroing is one chunk conversion in progress: blocks [lo, hi); done is
@@ -415,6 +419,16 @@ type FileExtent struct {
 // Extents returns the file's mapped runs in logical order. Inline-data
 // files and fast symlinks have none.
 func (f *File) Extents() ([]FileExtent, error) {
+	if f.n.conv.pending() {
+		// Queued conversions go into the tree first, in an operation.
+		f.v.beginOp()
+		f.n.mu.Lock()
+		err := f.v.applyConversionsLocked(f.n)
+		f.n.mu.Unlock()
+		if err := f.v.endOpErr(err); err != nil {
+			return nil, err
+		}
+	}
 	f.n.mu.RLock()
 	defer f.n.mu.RUnlock()
 	if f.m == nil {

@@ -67,6 +67,7 @@ type mapper struct {
 	es   *esc.Tree    // the volume's extent-status cache for this inode
 	ind  *[60]byte    // block-mapped files
 	cfg  extent.Config
+	conv *convQueue // the inode's queued conversions, which lookups answered from tree see
 
 	// seq counts changes of the file's block mapping: the validity cookie
 	// of iomap mappings. set and drop bump it with every change they
@@ -138,7 +139,7 @@ func (v *Volume) newMapper(n *inode) (*mapper, error) {
 		// the on-disk size (e2fsck rejects written blocks past i_size).
 		cfg.EOFBlock = func() uint64 { return n.diskBlocks(bs) } // called under n.mu
 	}
-	m := &mapper{cfg: cfg}
+	m := &mapper{cfg: cfg, conv: &n.conv}
 	if in.Flags&layout.InodeFlagExtents != 0 {
 		root := in.Block
 		t, err := extent.Open(&root, cfg)
@@ -219,7 +220,11 @@ func (m *mapper) diskLookup(lblk uint32) (esc.Extent, bool, error) {
 	if e.Unwritten {
 		st = esc.Unwritten
 	}
-	return esc.Extent{Lblk: e.Lblk, Len: e.Len, Pblk: e.Pblk, Status: st}, inRoot, nil
+	x := esc.Extent{Lblk: e.Lblk, Len: e.Len, Pblk: e.Pblk, Status: st}
+	if m.conv != nil {
+		x = m.conv.overlay(x, lblk) // queued conversions the tree has not taken
+	}
+	return x, inRoot, nil
 }
 
 // walk calls fn for every mapped run in logical order.

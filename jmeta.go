@@ -197,6 +197,18 @@ func (m *jmeta) setFailedLocked(err error) {
 func (m *jmeta) commit(wait bool) error {
 	v := m.v
 	v.txnGate.Lock()
+	// Queued conversions go into this transaction. A batch that fails for
+	// space leaves its runs queued and the tree consistent: the commit
+	// goes on and reports the error (the runs are not durable yet). An
+	// I/O error or corruption stops committing, as in an operation.
+	var convErr error
+	if v.queueConv && !m.isFailed.Load() {
+		if convErr = v.applyAllConversions(); convErr != nil && (errors.Is(convErr, ErrIO) || errors.Is(convErr, ErrCorrupt)) {
+			m.mu.Lock()
+			m.setFailedLocked(convErr)
+			m.mu.Unlock()
+		}
+	}
 	m.mu.Lock()
 	if m.failed != nil {
 		err := m.failed
@@ -256,10 +268,12 @@ func (m *jmeta) commit(wait bool) error {
 			// written since (overwrites, write-back into allocated blocks)
 			// needs a flush of its own to be durable (as ext4_sync_file
 			// issues one when the transaction has no barrier for it).
-			return v.flushDev()
+			if err := v.flushDev(); err != nil {
+				return err
+			}
 		}
 	}
-	return nil
+	return convErr
 }
 
 // failLocked stops committing after err and keeps the blocks of a commit

@@ -94,6 +94,16 @@ type Options struct {
 	// converts exactly the blocks each write covers, as Linux's direct
 	// I/O does. Writes past the on-disk size are not affected.
 	ZeroOutChunk int64
+	// EagerConversions makes a direct write into preallocated (unwritten)
+	// space under the shared inode lock change the extent tree itself:
+	// split at submission, convert at completion, both under the inode's
+	// data lock, as Linux does. By default the completion only queues the
+	// conversion, and the tree takes queued conversions in batches, at
+	// the latest with the next journal commit (see conv.go). Either way a
+	// write's conversion is durable after Sync, and reads see the data as
+	// soon as the write returns. DeferSplits and ZeroOutChunk imply it,
+	// as do volumes without a journal.
+	EagerConversions bool
 }
 
 // maxZeroOutChunk bounds Options.ZeroOutChunk.
@@ -153,7 +163,16 @@ type Volume struct {
 		// Counting the rare case keeps one atomic off the overwrite path.
 		sharedNotOverwrite                 atomic.Uint64
 		buffered, delalloc, splitsDeferred atomic.Uint64
+		convQueued, convBatches            atomic.Uint64
 	}
+
+	// queueConv: shared-lock direct writes into unwritten blocks queue
+	// their conversions (conv.go). Set at Open.
+	queueConv bool
+	// convInodes holds the inodes that may have queued conversions, for
+	// the commit to apply. Guarded by convMu (after the inode's conv.mu).
+	convMu     sync.Mutex
+	convInodes map[*inode]struct{}
 
 	closed atomic.Bool
 }
@@ -246,6 +265,8 @@ func (v *Volume) openWritable() error {
 		return err
 	}
 	v.alloc = a
+	v.queueConv = v.jm != nil && !v.opts.EagerConversions && !v.opts.DeferSplits && v.zchunk == 0
+	v.convInodes = map[*inode]struct{}{}
 	if pcb := v.opts.PageCacheBytes; pcb >= 0 {
 		if pcb == 0 {
 			pcb = 64 << 20
@@ -563,6 +584,11 @@ type Counters struct {
 	// SplitsDeferred counts direct writes into unwritten blocks whose
 	// extent split was left to I/O completion (Options.DeferSplits).
 	SplitsDeferred uint64
+	// ConversionsQueued counts direct writes into unwritten blocks whose
+	// conversion was queued for the extent tree at completion (also
+	// counted in Conversions); ConversionBatches counts the times a queue
+	// was applied to a tree.
+	ConversionsQueued, ConversionBatches uint64
 }
 
 // Counters returns a snapshot of the volume's counters.
@@ -573,7 +599,8 @@ func (v *Volume) Counters() Counters {
 	return Counters{MetaUpdates: s.metaUpdates.Load(), SharedLocks: shared, ExclusiveLocks: s.exclusive.Load(),
 		Conversions: s.conversions.Load(), ZeroOutBlocks: s.zeroOuts.Load(), Overwrites: shared - notOver,
 		JournalCommits: s.handles.Load(), BufferedWrites: s.buffered.Load(), DelallocBlocks: s.delalloc.Load(),
-		ReservedBlocks: v.reserved(), SplitsDeferred: s.splitsDeferred.Load()}
+		ReservedBlocks: v.reserved(), SplitsDeferred: s.splitsDeferred.Load(),
+		ConversionsQueued: s.convQueued.Load(), ConversionBatches: s.convBatches.Load()}
 }
 
 func (v *Volume) reserved() uint64 {

@@ -113,6 +113,9 @@ func (f *File) writeAt(p []byte, off int64) (int, error) {
 	if !f.cacheCleanLocked(off, off+int64(len(p))) {
 		return 0, errCacheRace
 	}
+	if err := f.v.applyConversionsLocked(f.n); err != nil {
+		return 0, err // the conversion of a write into unwritten blocks may zero out queued ones
+	}
 	f.v.stats.exclusive.Add(1)
 	n, err := f.writeLocked(p, off)
 	return n, f.wroteLocked(off, n, err)
@@ -355,6 +358,9 @@ func (f *File) Truncate(size int64) error {
 }
 
 func (f *File) truncateLocked(size uint64) error {
+	if err := f.v.applyConversionsLocked(f.n); err != nil {
+		return err
+	}
 	bs := uint64(f.v.bs)
 	if size < f.in.Size {
 		first := (size + bs - 1) / bs
@@ -485,6 +491,9 @@ func (f *File) Fallocate(mode FallocMode, off, length int64) error {
 func (f *File) fallocate(mode FallocMode, off, length int64) error {
 	f.n.mu.Lock()
 	defer f.n.mu.Unlock()
+	if err := f.v.applyConversionsLocked(f.n); err != nil {
+		return err
+	}
 	switch mode {
 	case FallocCollapseRange, FallocInsertRange:
 		if !f.cacheCleanLocked(off, math.MaxInt64) {

@@ -158,6 +158,21 @@ func TestZeroOutChunkOption(t *testing.T) {
 // the stale bytes the preallocated blocks held: the zeroes reach the
 // device before the conversion that exposes them is committed.
 func TestZeroOutChunkCrash(t *testing.T) {
+	preallocCrash(t, ext4io.Options{ZeroOutChunk: 32 << 10})
+}
+
+// TestQueuedConversionCrash is TestZeroOutChunkCrash for the default
+// path, whose writes into preallocated space queue their conversions for
+// the next commit: crashes keep what Sync made durable, may keep later
+// writes, and never expose the blocks' stale contents.
+func TestQueuedConversionCrash(t *testing.T) {
+	preallocCrash(t, ext4io.Options{})
+}
+
+// preallocCrash crashes a volume opened with opts during random direct
+// writes into a preallocated file, with and without Sync, and checks the
+// crashed images (checkCrashedChunks).
+func preallocCrash(t *testing.T, opts ext4io.Options) {
 	base := memdev.NewBlockSize(32<<20, 4096)
 	if err := ext4io.Format(base, ext4io.FormatOptions{}); err != nil {
 		t.Fatal(err)
@@ -166,7 +181,8 @@ func TestZeroOutChunkCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1, ZeroOutChunk: 32 << 10})
+	opts.Writable, opts.WritebackAge = true, -1
+	v, err := ext4io.Open(dev, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -85,6 +85,10 @@ const (
 	MapMerged
 	// MapSizeChanged: Begin changed the file size (IOMAP_F_SIZE_CHANGED).
 	MapSizeChanged
+	// MapPrivate is the Ops' own: iomap neither sets nor reads it, and
+	// passes it from Begin to the completion hooks and End
+	// (IOMAP_F_PRIVATE).
+	MapPrivate
 )
 
 // Flags are request flags passed to Begin and End; they mirror the kernel's

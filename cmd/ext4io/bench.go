@@ -46,7 +46,7 @@ import (
 func init() {
 	commands["bench"] = command{
 		usage: "bench [--backend file|direct|mmap|memory] [--image PATH] [--size N] [--runtime 5s] [--repeat N] [--goroutines N] [--gomaxprocs N] " +
-			"[--block-size N] [--workloads a,b] [--json] [--svg FILE] [--kernel] [--dir DIR] [--defer-splits] [--zeroout-chunk N] [--cpuprofile FILE] [--mutexprofile FILE] [--blockprofile FILE] [--trace FILE]",
+			"[--block-size N] [--workloads a,b] [--json] [--svg FILE] [--kernel] [--dir DIR] [--eager-conversions] [--defer-splits] [--zeroout-chunk N] [--cpuprofile FILE] [--mutexprofile FILE] [--blockprofile FILE] [--trace FILE]",
 		run: cmdBench,
 	}
 }
@@ -78,6 +78,7 @@ type benchConfig struct {
 	blockprof   string // pprof blocking profile of the whole run
 	tracefile   string // runtime execution trace of the whole run
 	deferSplits bool   // ext4io.Options.DeferSplits for the engine
+	eagerConv   bool   // ext4io.Options.EagerConversions for the engine
 	zeroChunk   int64  // ext4io.Options.ZeroOutChunk for the engine
 	kernel      bool
 	seed        uint64
@@ -102,6 +103,7 @@ func parseBenchFlags(args []string) (*benchConfig, error) {
 	fs.BoolVar(&c.json, "json", false, "machine-readable output")
 	fs.StringVar(&c.svg, "svg", "", "write an SVG bar chart to FILE")
 	fs.BoolVar(&c.deferSplits, "defer-splits", false, "engine: split unwritten extents at I/O completion (Options.DeferSplits)")
+	fs.BoolVar(&c.eagerConv, "eager-conversions", false, "engine: split and convert unwritten extents in each write instead of queueing conversions (Options.EagerConversions)")
 	zeroChunk := fs.String("zeroout-chunk", "", "engine: zero and convert preallocated space in chunks of N bytes (Options.ZeroOutChunk)")
 	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of the run (go tool pprof) to FILE")
 	fs.StringVar(&c.mutexprof, "mutexprofile", "", "write a mutex contention profile of the run (go tool pprof) to FILE")

@@ -164,7 +164,10 @@ func newReport(c *benchConfig, desc string, size, region int64) *benchReport {
 
 // notesFor returns the engine notes with the split mode the run used.
 func notesFor(c *benchConfig) []string {
-	split := "direct writes into unwritten extents split them at submission (each in-flight write owns its extent) and convert at completion"
+	split := "direct writes into unwritten extents leave the extent tree alone: the completion maps the blocks written in the extent-status cache and queues the conversion, which the tree takes in sorted batches (at the latest with the next journal commit)"
+	if c.eagerConv {
+		split = "--eager-conversions: direct writes into unwritten extents split them at submission (each in-flight write owns its extent) and convert at completion (Options.EagerConversions)"
+	}
 	if c.deferSplits {
 		split = "--defer-splits: direct writes into unwritten extents split and convert at I/O completion (Options.DeferSplits)"
 	}

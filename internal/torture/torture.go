@@ -172,16 +172,20 @@ func (r *runner) doRound(seed uint64) ([]*worker, *memdev.Device, error) {
 	if kind == "fault" {
 		dev = errordev.New(crash, counter)
 	}
-	// The write paths for preallocated space: exact conversion split at
-	// submission (the default), at completion, or whole zeroed chunks.
+	// The write paths for preallocated space: conversions queued for the
+	// next commit (the default), made in the write (split at submission,
+	// convert at completion), split at completion, or whole zeroed chunks.
 	opts, label := ext4io.Options{Writable: true}, kind
-	switch rng.IntN(4) {
+	switch rng.IntN(5) {
 	case 0:
 		opts.DeferSplits = true
 		label += " defer-splits"
 	case 1:
 		opts.ZeroOutChunk = 16 << 10 << rng.IntN(3)
 		label += fmt.Sprintf(" zeroout-chunk=%d", opts.ZeroOutChunk)
+	case 2:
+		opts.EagerConversions = true
+		label += " eager-conversions"
 	}
 	v, err := ext4io.Open(dev, opts)
 	if err != nil {

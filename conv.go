@@ -1,0 +1,219 @@
+package ext4io
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/ext4io/ext4io/esc"
+)
+
+// Queued conversions.
+//
+// A direct write into unwritten blocks under the shared inode lock does
+// not change the extent tree. Its completion queues the conversion on the
+// inode (convQueue) and maps the blocks written in the extent-status
+// cache, which every lookup consults first; the tree takes the queued
+// conversions in batches, sorted, one tree change per run:
+//
+//   - at every journal commit, before the pending metadata is logged
+//     (txnGate held exclusively: no write is in flight), so a commit,
+//     Sync and Close always include every completed write;
+//   - before any operation under the exclusive inode lock (truncate,
+//     fallocate, exclusive writes, eviction) and before Extents, so the
+//     tree is exact whenever anything but a lookup reads or rewrites it;
+//   - when an inode's queue reaches convQueueMax, by the write that
+//     filled it.
+//
+// A conversion is logged only after its data reached the device (the
+// completion queues it), and the commit's preflush makes the data
+// durable before the commit block, as for a conversion made in the
+// completion. Until the conversion reaches the tree, an extent-status
+// cache miss answered from the tree is corrected by the queue
+// (mapper.diskLookup), so a reclaimed cache entry never turns the data
+// back into zeroes. The runs are applied to the tree before they leave
+// the queue.
+//
+// This removes both extent-tree changes (the split at submission and the
+// conversion at completion) and their lock (dataMu) from the write path:
+// a write into unwritten blocks costs a cache update and a queue append.
+//
+// ENOSPC: the queued conversions split extents, so the tree may need new
+// blocks when it takes them. They take them from free space, then from
+// the reserved pool (Options.ReservedPool), and a write queues its
+// conversion only while free space outside the pool is at least
+// convSpaceMargin blocks; otherwise it splits at submission as with
+// Options.EagerConversions and fails before writing when no tree block is
+// left. If a batch still finds no block, the operation or commit that
+// applies it fails with ErrNoSpace, the volume stops committing (as after
+// an I/O error; the journal keeps the last consistent state), and Sync
+// reports it: the queued writes are not durable, and nothing on disk is
+// inconsistent.
+
+// convQueueMax is the length at which a write applies its inode's queue.
+const convQueueMax = 512
+
+// convSpaceMargin is the free space (blocks, outside the reserved pool)
+// below which writes stop queueing conversions.
+const convSpaceMargin = 4 * convQueueMax
+
+// convRun is one completed write's conversion: logical blocks [lblk,
+// lblk+n) at physical block pblk onwards.
+type convRun struct {
+	lblk, n uint32
+	pblk    uint64
+}
+
+func (r convRun) end() uint32 { return r.lblk + r.n }
+
+// convQueue holds an inode's queued conversions.
+type convQueue struct {
+	mu   sync.Mutex
+	runs []convRun // guarded by mu
+	// size mirrors len(runs) for lock-free checks; changed under mu.
+	size atomic.Int32
+}
+
+func (q *convQueue) pending() bool { return q.size.Load() > 0 }
+
+// add queues r and returns the queue's new length.
+func (q *convQueue) add(r convRun) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.runs = append(q.runs, r)
+	q.size.Store(int32(len(q.runs)))
+	return len(q.runs)
+}
+
+// overlay corrects e, the on-disk mapping holding lblk, with the queued
+// runs: the written run holding lblk if one does, else e clipped to the
+// blocks around lblk that no queued run covers.
+func (q *convQueue) overlay(e esc.Extent, lblk uint32) esc.Extent {
+	if e.Status != esc.Unwritten || !q.pending() {
+		return e
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	lo, hi := e.Lblk, e.End()
+	for _, r := range q.runs {
+		s, f := max(r.lblk, lo), min(r.end(), hi)
+		switch {
+		case s >= f: // outside what is left of e
+		case s <= lblk && lblk < f:
+			return esc.Extent{Lblk: s, Len: f - s, Pblk: e.Pblk + uint64(s-e.Lblk), Status: esc.Written}
+		case f <= lblk:
+			lo = f
+		default:
+			hi = s
+		}
+	}
+	return esc.Extent{Lblk: lo, Len: hi - lo, Pblk: e.Pblk + uint64(lo-e.Lblk), Status: esc.Unwritten}
+}
+
+// queueConversions reports whether direct writes on v queue their
+// conversions (see above); it is decided per write at submission.
+func (v *Volume) queueConversions() bool {
+	if !v.queueConv {
+		return false
+	}
+	return v.alloc.Available(0) >= convSpaceMargin
+}
+
+// queueConversion queues the conversion of a completed direct write (the
+// caller holds n.mu shared, inside an operation). full reports that the
+// queue reached convQueueMax: the caller applies it.
+func (f *File) queueConversion(r convRun) (full bool) {
+	n, v := f.n, f.v
+	if n.conv.size.Load() == 0 {
+		v.convMu.Lock()
+		v.convInodes[n] = struct{}{}
+		v.convMu.Unlock()
+	}
+	k := n.conv.add(r)
+	v.stats.convQueued.Add(1)
+	return k >= convQueueMax
+}
+
+// applyConversionsLocked moves n's queued conversions into its extent
+// tree and writes the inode if the tree's root or i_blocks changed. The
+// caller is inside an operation and holds n.mu exclusively or dataMu, or
+// holds txnGate exclusively (a commit).
+func (v *Volume) applyConversionsLocked(n *inode) error {
+	if !n.conv.pending() {
+		return nil
+	}
+	q := &n.conv
+	q.mu.Lock()
+	runs := slices.Clone(q.runs)
+	q.mu.Unlock()
+	slices.SortFunc(runs, func(a, b convRun) int { return int(int64(a.lblk) - int64(b.lblk)) })
+	t := n.m.tree
+	var err error
+	for i := 0; i < len(runs); {
+		// Adjacent runs (both logically and physically) convert as one.
+		r := runs[i]
+		for i++; i < len(runs) && runs[i].lblk <= r.end() && runs[i].pblk-uint64(runs[i].lblk) == r.pblk-uint64(r.lblk); i++ {
+			r.n = max(r.end(), runs[i].end()) - r.lblk
+		}
+		if err = t.MarkWrittenExact(r.lblk, r.n, true); err != nil {
+			err = fmt.Errorf("ext4io: inode %d: converting queued blocks %d+%d: %w", n.ino, r.lblk, r.n, err)
+			break
+		}
+	}
+	if err == nil {
+		// Every run taken is in the tree now; writes may have queued
+		// more meanwhile (under a shared n.mu).
+		q.mu.Lock()
+		q.runs = append(q.runs[:0], q.runs[len(runs):]...)
+		q.size.Store(int32(len(q.runs)))
+		q.mu.Unlock()
+		v.stats.convBatches.Add(1)
+	}
+	// As after any shared-lock conversion: the inode goes with the tree
+	// blocks if its root or i_blocks changed, also after a failure.
+	if werr := v.writeMappingLocked(n); err == nil {
+		err = werr
+	}
+	return err
+}
+
+// applyAllConversions applies every inode's queued conversions, for a
+// commit (txnGate held exclusively).
+func (v *Volume) applyAllConversions() error {
+	v.convMu.Lock()
+	ns := make([]*inode, 0, len(v.convInodes))
+	for n := range v.convInodes {
+		ns = append(ns, n)
+	}
+	clear(v.convInodes)
+	v.convMu.Unlock()
+	var first error
+	for _, n := range ns {
+		n.dataMu.Lock()
+		var err error
+		if !n.freed {
+			err = v.applyConversionsLocked(n)
+		}
+		if err != nil || n.conv.pending() {
+			// Kept for the next commit (an error stops committing).
+			v.convMu.Lock()
+			v.convInodes[n] = struct{}{}
+			v.convMu.Unlock()
+		}
+		n.dataMu.Unlock()
+		if first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// dropConversionsLocked forgets n's queued conversions (n is being
+// freed: its blocks go with it). The caller holds n.mu exclusively.
+func (n *inode) dropConversionsLocked() {
+	n.conv.mu.Lock()
+	n.conv.runs = nil
+	n.conv.size.Store(0)
+	n.conv.mu.Unlock()
+}

@@ -1,0 +1,296 @@
+package ext4io
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/ext4io/ext4io/blockdev/memdev"
+	"github.com/ext4io/ext4io/esc"
+	"github.com/ext4io/ext4io/extent"
+	"github.com/ext4io/ext4io/internal/e2fs"
+	"github.com/ext4io/ext4io/iomap"
+)
+
+func TestConvQueueOverlay(t *testing.T) {
+	var q convQueue
+	e := esc.Extent{Lblk: 100, Len: 100, Pblk: 1000, Status: esc.Unwritten}
+	if got := q.overlay(e, 150); got != e {
+		t.Fatalf("empty queue changed %v to %v", e, got)
+	}
+	q.add(convRun{lblk: 120, n: 5, pblk: 1020})
+	q.add(convRun{lblk: 90, n: 15, pblk: 990}) // overlaps e's start
+	q.add(convRun{lblk: 160, n: 1, pblk: 1060})
+	q.add(convRun{lblk: 500, n: 10, pblk: 5000}) // outside e
+	for _, c := range []struct {
+		lblk uint32
+		want esc.Extent
+	}{
+		{100, esc.Extent{Lblk: 100, Len: 5, Pblk: 1000, Status: esc.Written}},
+		{104, esc.Extent{Lblk: 100, Len: 5, Pblk: 1000, Status: esc.Written}},
+		{105, esc.Extent{Lblk: 105, Len: 15, Pblk: 1005, Status: esc.Unwritten}},
+		{119, esc.Extent{Lblk: 105, Len: 15, Pblk: 1005, Status: esc.Unwritten}},
+		{122, esc.Extent{Lblk: 120, Len: 5, Pblk: 1020, Status: esc.Written}},
+		{125, esc.Extent{Lblk: 125, Len: 35, Pblk: 1025, Status: esc.Unwritten}},
+		{160, esc.Extent{Lblk: 160, Len: 1, Pblk: 1060, Status: esc.Written}},
+		{161, esc.Extent{Lblk: 161, Len: 39, Pblk: 1061, Status: esc.Unwritten}},
+		{199, esc.Extent{Lblk: 161, Len: 39, Pblk: 1061, Status: esc.Unwritten}},
+	} {
+		if got := q.overlay(e, c.lblk); got != c.want {
+			t.Errorf("overlay at %d: %v, want %v", c.lblk, got, c.want)
+		}
+	}
+	w := esc.Extent{Lblk: 100, Len: 100, Pblk: 1000, Status: esc.Written}
+	if got := q.overlay(w, 122); got != w {
+		t.Errorf("a written extent changed to %v", got)
+	}
+}
+
+// TestQueuedConversions: direct writes into preallocated space under the
+// shared lock leave the extent tree alone (their conversions queue), read
+// back at once, also after the extent-status cache forgot them (a miss is
+// answered from the tree corrected by the queue), go into the tree with a
+// full queue, Extents, an exclusive operation or a commit, and the image
+// passes e2fsck with the data in place.
+func TestQueuedConversions(t *testing.T) {
+	dev := memdev.NewBlockSize(64<<20, 4096)
+	if err := Format(dev, FormatOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := Open(dev, Options{Writable: true, WritebackAge: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := v.Create("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const blocks = 4096 // 16 MiB: one unwritten extent
+	if err := f.Fallocate(FallocAllocate, 0, blocks*4096); err != nil {
+		t.Fatal(err)
+	}
+	// Stale bytes in the preallocated blocks, which no read may return.
+	err = f.Fiemap(0, blocks*4096, func(e iomap.Extent) error {
+		_, err := dev.WriteAt(bytes.Repeat([]byte{0xAB}, int(e.Length)), e.Physical)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := v.OpenFile("f", Direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := make([]byte, blocks*4096)
+	rng := rand.New(rand.NewPCG(3, 4))
+	write := func(blk int) {
+		t.Helper()
+		p := bytes.Repeat([]byte{byte(1 + rng.IntN(250))}, 4096)
+		if _, err := d.WriteAt(p, int64(blk)*4096); err != nil {
+			t.Fatal(err)
+		}
+		copy(model[blk*4096:], p)
+	}
+	check := func(what string) {
+		t.Helper()
+		got := make([]byte, len(model))
+		if _, err := d.ReadAt(got, 0); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, model) {
+			i := 0
+			for got[i] == model[i] {
+				i++
+			}
+			t.Fatalf("%s: block %d holds %#x, want %#x", what, i/4096, got[i], model[i])
+		}
+	}
+	treeExtents := func() int {
+		k := 0
+		if err := f.m.tree.Walk(func(extent.Extent) error { k++; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	before := v.Counters()
+	for i := 0; i < 100; i++ {
+		write(rng.IntN(blocks))
+	}
+	c := v.Counters()
+	if q := c.ConversionsQueued - before.ConversionsQueued; q == 0 || q != c.Conversions-before.Conversions {
+		t.Fatalf("%d conversions queued of %d", q, c.Conversions-before.Conversions)
+	}
+	if c.MetaUpdates != before.MetaUpdates || c.ConversionBatches != before.ConversionBatches {
+		t.Fatalf("queued writes made %d metadata updates, %d batches", c.MetaUpdates-before.MetaUpdates, c.ConversionBatches-before.ConversionBatches)
+	}
+	if k := treeExtents(); k != 1 {
+		t.Fatalf("the tree changed before any batch: %d extents", k)
+	}
+	check("after the writes")
+	// Forget the cached mappings: lookups go to the tree and the queue.
+	f.n.dataMu.Lock()
+	f.m.drop(0, blocks)
+	f.n.dataMu.Unlock()
+	check("after the cache forgot the written blocks")
+	if k := treeExtents(); k != 1 {
+		t.Fatalf("the tree changed on reads: %d extents", k)
+	}
+	// Extents applies the queue.
+	ext, err := d.Extents()
+	if err != nil {
+		t.Fatal(err)
+	}
+	written := 0
+	for _, e := range ext {
+		if !e.Unwritten {
+			written += int(e.Length)
+		}
+	}
+	if written == 0 || f.n.conv.pending() {
+		t.Fatalf("after Extents: %d written blocks, queue pending %v", written, f.n.conv.pending())
+	}
+	check("after Extents")
+	// A full queue is applied by the write that fills it.
+	before = v.Counters()
+	for i := 0; v.Counters().ConversionsQueued-before.ConversionsQueued < convQueueMax-1; i++ {
+		if i > 10*convQueueMax {
+			t.Fatal("writes stopped queueing conversions")
+		}
+		write(rng.IntN(blocks))
+	}
+	if b := v.Counters().ConversionBatches - before.ConversionBatches; b != 0 || !f.n.conv.pending() {
+		t.Fatalf("%d batches with %d queued, want 0", b, convQueueMax-1)
+	}
+	for v.Counters().ConversionsQueued-before.ConversionsQueued < convQueueMax {
+		write(rng.IntN(blocks))
+	}
+	if b := v.Counters().ConversionBatches - before.ConversionBatches; b != 1 || f.n.conv.pending() {
+		t.Fatalf("%d batches, queue pending %v after the queue filled; want 1, false", b, f.n.conv.pending())
+	}
+	check("after a full queue")
+	// An exclusive operation (punch) applies the queue first.
+	for i := 0; i < 20; i++ {
+		write(rng.IntN(blocks))
+	}
+	if err := d.Fallocate(FallocPunchHole, 100*4096, 4096); err != nil {
+		t.Fatal(err)
+	}
+	clear(model[100*4096 : 101*4096])
+	if f.n.conv.pending() {
+		t.Fatal("the queue survived a punch")
+	}
+	check("after a punch")
+	// The commit applies what is left.
+	for i := 0; i < 20; i++ {
+		write(rng.IntN(blocks))
+	}
+	before = v.Counters()
+	if err := d.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if f.n.conv.pending() || v.Counters().ConversionBatches == before.ConversionBatches {
+		t.Fatal("Sync left the queue")
+	}
+	check("after Sync")
+	for i := 0; i < 30; i++ {
+		write(rng.IntN(blocks))
+	}
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	checkImage(t, dev)
+	ro, err := Open(dev, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	g, err := ro.Open("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(model))
+	if _, err := g.ReadAt(got, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, model) {
+		t.Fatal("the reopened file differs from the model")
+	}
+}
+
+// TestQueuedConversionsNearFull: with less free space than the queue's
+// margin, writes into preallocated space split at submission instead of
+// queueing (see conv.go's ENOSPC paragraph).
+func TestQueuedConversionsNearFull(t *testing.T) {
+	dev := memdev.NewBlockSize(64<<20, 4096)
+	if err := Format(dev, FormatOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := Open(dev, Options{Writable: true, WritebackAge: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	f, err := v.Create("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Fallocate(FallocAllocate, 0, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	d, err := v.OpenFile("f", Direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := bytes.Repeat([]byte{7}, 4096)
+	before := v.Counters()
+	if _, err := d.WriteAt(p, 0); err != nil {
+		t.Fatal(err)
+	}
+	if q := v.Counters().ConversionsQueued - before.ConversionsQueued; q != 1 {
+		t.Fatalf("%d conversions queued with free space, want 1", q)
+	}
+	filler, err := v.Create("filler")
+	if err != nil {
+		t.Fatal(err)
+	}
+	avail := v.alloc.Available(0)
+	if err := filler.Fallocate(FallocAllocate, 0, int64(avail-convSpaceMargin/2)*4096); err != nil {
+		t.Fatal(err)
+	}
+	if a := v.alloc.Available(0); a >= convSpaceMargin {
+		t.Fatalf("%d blocks left, want fewer than %d", a, convSpaceMargin)
+	}
+	before = v.Counters()
+	if _, err := d.WriteAt(p, 64<<10); err != nil {
+		t.Fatal(err)
+	}
+	c := v.Counters()
+	if q, k := c.ConversionsQueued-before.ConversionsQueued, c.Conversions-before.Conversions; q != 0 || k != 1 {
+		t.Fatalf("near full: %d queued, %d conversions; want 0, 1", q, k)
+	}
+	got := make([]byte, 4096)
+	for _, off := range []int64{0, 64 << 10} {
+		if _, err := d.ReadAt(got, off); err != nil || !bytes.Equal(got, p) {
+			t.Fatalf("read at %d: %v, %#x", off, err, got[0])
+		}
+	}
+}
+
+// checkImage runs e2fsck -fn on a copy of dev's contents.
+func checkImage(t *testing.T, dev *memdev.Device) {
+	t.Helper()
+	img := filepath.Join(t.TempDir(), "img")
+	b := make([]byte, dev.Size())
+	if _, err := dev.ReadAt(b, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(img, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e2fs.Fsck(t, img)
+}
