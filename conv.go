@@ -73,6 +73,9 @@ type convQueue struct {
 	runs []convRun // guarded by mu
 	// size mirrors len(runs) for lock-free checks; changed under mu.
 	size atomic.Int32
+	// applying is held by the one write that applies a full queue, so
+	// that the writes queueing meanwhile do not all wait to apply it.
+	applying atomic.Bool
 }
 
 func (q *convQueue) pending() bool { return q.size.Load() > 0 }
@@ -122,7 +125,8 @@ func (v *Volume) queueConversions() bool {
 
 // queueConversion queues the conversion of a completed direct write (the
 // caller holds n.mu shared, inside an operation). full reports that the
-// queue reached convQueueMax: the caller applies it.
+// queue reached convQueueMax and the caller is the one to apply it (then
+// it calls applyFull).
 func (f *File) queueConversion(r convRun) (full bool) {
 	n, v := f.n, f.v
 	if n.conv.size.Load() == 0 {
@@ -132,7 +136,15 @@ func (f *File) queueConversion(r convRun) (full bool) {
 	}
 	k := n.conv.add(r)
 	v.stats.convQueued.Add(1)
-	return k >= convQueueMax
+	return k >= convQueueMax && n.conv.applying.CompareAndSwap(false, true)
+}
+
+// applyFull applies n's full queue for the write queueConversion chose.
+func (v *Volume) applyFull(n *inode) error {
+	defer n.conv.applying.Store(false)
+	n.dataMu.Lock()
+	defer n.dataMu.Unlock()
+	return v.applyConversionsLocked(n)
 }
 
 // applyConversionsLocked moves n's queued conversions into its extent

@@ -128,9 +128,7 @@ func (o *dioOps) endIO(off, n int64, m iomap.Mapping) error {
 				return err
 			}
 			if full {
-				f.n.dataMu.Lock()
-				defer f.n.dataMu.Unlock()
-				return f.v.applyConversionsLocked(f.n)
+				return f.v.applyFull(f.n)
 			}
 			return nil
 		}

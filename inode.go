@@ -63,9 +63,9 @@ type blockMap struct {
 // mapper maps a file's logical blocks: an extent tree, the ext2/ext3
 // block map, or nothing (inline data, fast symlinks).
 type mapper struct {
-	tree *extent.Tree // extent-mapped files
-	es   *esc.Tree    // the volume's extent-status cache for this inode
-	ind  *[60]byte    // block-mapped files
+	tree *extent.Tree          // extent-mapped files
+	es   [escStripes]*esc.Tree // the volume's extent-status cache for this inode, by stripe (escset.go)
+	ind  *[60]byte             // block-mapped files
 	cfg  extent.Config
 	conv *convQueue // the inode's queued conversions, which lookups answered from tree see
 
@@ -90,9 +90,9 @@ type frontEntry struct {
 }
 
 const (
-	frontSlots = 8
-	frontShift = 15 // 32768 blocks (the longest extent) per slot region
-	frontMin   = 64 // smaller extents go uncached: misses would allocate
+	frontSlots = 32
+	frontShift = escRegionShift // one slot per cache region: the cache's entries stop at region ends
+	frontMin   = 64             // smaller extents go uncached: misses would allocate
 )
 
 func frontSlot(lblk uint64) int { return int(lblk>>frontShift) & (frontSlots - 1) }
@@ -100,7 +100,7 @@ func frontSlot(lblk uint64) int { return int(lblk>>frontShift) & (frontSlots - 1
 // set records a change of the mapping in the extent-status cache (e
 // replaces whatever it overlaps) and makes earlier mappings stale.
 func (m *mapper) set(e esc.Extent) error {
-	err := m.es.Insert(e)
+	err := m.escInsert(e)
 	m.seq.Add(1)
 	return err
 }
@@ -108,7 +108,7 @@ func (m *mapper) set(e esc.Extent) error {
 // drop forgets the cached mapping of [lblk, lblk+n) after a change and
 // makes earlier mappings stale. It returns the Delayed blocks dropped.
 func (m *mapper) drop(lblk, n uint32) (delayed uint64, err error) {
-	delayed, err = m.es.Remove(lblk, n)
+	delayed, err = m.escRemove(lblk, n)
 	m.seq.Add(1)
 	return delayed, err
 }
@@ -147,7 +147,7 @@ func (v *Volume) newMapper(n *inode) (*mapper, error) {
 			return nil, err
 		}
 		m.tree = t
-		m.es = v.cache.Inode(ino)
+		m.es = v.cache.inode(ino)
 		return m, nil
 	}
 	blk := in.Block
@@ -172,7 +172,7 @@ func (m *mapper) lookup(lblk uint64) (blockMap, error) {
 			d := lblk - uint64(fe.e.Lblk)
 			return blockMap{lblk: lblk, n: uint64(fe.e.Len) - d, kind: mapWritten, pblk: fe.e.Pblk + d}, nil
 		}
-		e, err := m.es.Fill(uint32(lblk), m.diskLookup)
+		e, err := m.escFill(uint32(lblk))
 		if err != nil {
 			return blockMap{}, err
 		}

@@ -123,11 +123,11 @@ type Volume struct {
 	bs       int
 	groups   []*layout.GroupDesc
 	csumSeed uint32
-	csum     bool       // metadata_csum
-	cache    *esc.Cache // extent-status cache, safe for concurrent use
-	zchunk   uint64     // Options.ZeroOutChunk in blocks (set before writes start)
-	lbs      int64      // dev's logical block size
-	align    int64      // dev's direct I/O alignment (dioAlign)
+	csum     bool    // metadata_csum
+	cache    *escSet // extent-status cache, safe for concurrent use
+	zchunk   uint64  // Options.ZeroOutChunk in blocks (set before writes start)
+	lbs      int64   // dev's logical block size
+	align    int64   // dev's direct I/O alignment (dioAlign)
 
 	alloc    *alloc.Allocator // writable volumes only; safe for concurrent use
 	pc       *iomap.PageCache // buffered writes of a writable volume; nil if disabled
@@ -197,7 +197,7 @@ func Open(dev blockdev.Device, opts Options) (*Volume, error) {
 		budget = 64 << 20
 	}
 	v := &Volume{dev: dev, opts: opts, sb: sb, bs: sb.BlockSize(), csumSeed: sb.CsumSeed(), csum: sb.MetadataCsum(),
-		cache: esc.New(esc.Options{Budget: budget}), inodes: make(map[uint32]*inode)}
+		cache: newEscSet(budget), inodes: make(map[uint32]*inode)}
 	v.nss.init()
 	v.lbs, v.align = int64(dev.LogicalBlockSize()), dioAlign(dev)
 	if size := dev.Size(); uint64(size)/uint64(v.bs) < sb.BlocksCount {
@@ -425,7 +425,9 @@ func (v *Volume) loadGroups() error {
 	return nil
 }
 
-// CacheStats returns the extent-status cache's counters.
+// CacheStats returns the extent-status cache's counters, summed over its
+// stripes (see escset.go; Inodes counts per-stripe trees, up to 8 per
+// inode).
 func (v *Volume) CacheStats() esc.Stats { return v.cache.Stats() }
 
 // Superblock returns a copy of the superblock.

@@ -158,7 +158,7 @@ func (f *File) convertLocked(lblk, n uint64) error {
 	lo := lblk - min(lblk, 64<<10/uint64(f.v.bs))
 	hi := lo + min(n+2*(lblk-lo), maxFileBlocks-lo)
 	var stale []esc.Extent
-	f.m.es.Range(uint32(lo), uint32(hi-lo), func(e esc.Extent) bool {
+	f.m.escRange(uint32(lo), uint32(hi-lo), func(e esc.Extent) bool {
 		if e.Status != esc.Delayed {
 			stale = append(stale, e)
 		}

@@ -1,0 +1,177 @@
+package ext4io
+
+import (
+	"github.com/ext4io/ext4io/esc"
+)
+
+// The extent-status cache is striped by logical region. Each inode's
+// mappings live in escStripes trees, one in each of escStripes esc.Caches:
+// block b of inode ino is cached in stripe (b>>escRegionShift + ino) mod
+// escStripes, and no entry crosses a region boundary. Writers into
+// different regions of one file then take different tree locks. ext4
+// has one i_es_lock per inode, a spinlock; a Go mutex taken by every write
+// into preallocated space (its completion maps the blocks written) convoys
+// under 16 writers on 2 CPUs. Adding ino spreads small files, which live
+// in one region, over the stripes, so each Cache's share of the budget
+// serves its share of the files.
+const (
+	escStripes     = 8
+	escRegionShift = 13 // 8192 blocks: 32 MiB regions with 4 KiB blocks
+	escRegion      = 1 << escRegionShift
+)
+
+// escSet is a volume's striped extent-status cache.
+type escSet [escStripes]*esc.Cache
+
+func newEscSet(budget int64) *escSet {
+	var s escSet
+	for i := range s {
+		s[i] = esc.New(esc.Options{Budget: max(budget/escStripes, 1)})
+	}
+	return &s
+}
+
+// inode returns ino's trees, indexed by stripe.
+func (s *escSet) inode(ino uint32) (ts [escStripes]*esc.Tree) {
+	for i, c := range s {
+		ts[i] = c.Inode(ino)
+	}
+	return ts
+}
+
+// Forget drops everything cached for ino and returns the Delayed blocks
+// dropped (see esc.Cache.Forget).
+func (s *escSet) Forget(ino uint32) (delayed uint64) {
+	for _, c := range s {
+		delayed += c.Forget(ino)
+	}
+	return delayed
+}
+
+// Stats sums the stripes' counters. Inodes counts per-stripe trees (an
+// inode has up to escStripes); Budget is the whole budget.
+func (s *escSet) Stats() esc.Stats {
+	var t esc.Stats
+	for _, c := range s {
+		x := c.Stats()
+		t.Hits += x.Hits
+		t.Misses += x.Misses
+		t.Entries += x.Entries
+		t.Inodes += x.Inodes
+		t.Bytes += x.Bytes
+		t.Budget += x.Budget
+		t.DelayedBlocks += x.DelayedBlocks
+		t.Reclaimed += x.Reclaimed
+		t.EvictedInodes += x.EvictedInodes
+		t.ShrinkRuns += x.ShrinkRuns
+		t.Fills += x.Fills
+		t.FillSkips += x.FillSkips
+		t.PrecachedTrees += x.PrecachedTrees
+	}
+	return t
+}
+
+// escStripe returns the stripe caching block lblk of inode ino.
+func escStripe(ino, lblk uint32) int {
+	return int((lblk>>escRegionShift + ino) % escStripes)
+}
+
+// regionOf returns the bounds of the region holding lblk.
+func regionOf(lblk uint32) (lo, hi uint64) {
+	lo = uint64(lblk) &^ (escRegion - 1)
+	return lo, min(lo+escRegion, esc.MaxBlocks)
+}
+
+// clipRegion cuts e, which holds lblk, to lblk's region.
+func clipRegion(e esc.Extent, lblk uint32) esc.Extent {
+	lo, hi := regionOf(lblk)
+	s, f := max(uint64(e.Lblk), lo), min(uint64(e.End()), hi)
+	if e.Status == esc.Written || e.Status == esc.Unwritten {
+		e.Pblk += s - uint64(e.Lblk)
+	}
+	e.Lblk, e.Len = uint32(s), uint32(f-s)
+	return e
+}
+
+// escInsert caches e, region by region.
+func (m *mapper) escInsert(e esc.Extent) error {
+	for e.Len > 0 {
+		x := clipRegion(e, e.Lblk)
+		if err := m.es[escStripe(m.cfg.Ino, x.Lblk)].Insert(x); err != nil {
+			return err
+		}
+		e.Lblk, e.Len = x.End(), e.Len-x.Len
+		if e.Status == esc.Written || e.Status == esc.Unwritten {
+			e.Pblk += uint64(x.Len)
+		}
+	}
+	return nil
+}
+
+// escEach calls fn with the trees that may cache blocks of [lblk,
+// lblk+n), and the part of the range each one is asked about: the piece
+// in its region when the range spans at most escStripes regions, else the
+// whole range in every tree (entries never cross regions, so a tree only
+// holds blocks of its own regions).
+func (m *mapper) escEach(lblk, n uint32, fn func(t *esc.Tree, lblk, n uint32) error) error {
+	end := uint64(lblk) + uint64(n)
+	if n == 0 {
+		return nil
+	}
+	if (end-1)>>escRegionShift-uint64(lblk)>>escRegionShift >= escStripes {
+		for _, t := range m.es {
+			if err := fn(t, lblk, n); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for b := uint64(lblk); b < end; {
+		_, hi := regionOf(uint32(b))
+		f := min(hi, end)
+		if err := fn(m.es[escStripe(m.cfg.Ino, uint32(b))], uint32(b), uint32(f-b)); err != nil {
+			return err
+		}
+		b = f
+	}
+	return nil
+}
+
+// escRemove forgets the cached mapping of [lblk, lblk+n) and returns the
+// Delayed blocks dropped.
+func (m *mapper) escRemove(lblk, n uint32) (delayed uint64, err error) {
+	err = m.escEach(lblk, n, func(t *esc.Tree, lblk, n uint32) error {
+		d, err := t.Remove(lblk, n)
+		delayed += d
+		return err
+	})
+	return delayed, err
+}
+
+// escRange calls fn for the cached entries overlapping [lblk, lblk+n)
+// until fn returns false; entries come in order within a region, not
+// across regions.
+func (m *mapper) escRange(lblk, n uint32, fn func(esc.Extent) bool) {
+	more := true
+	m.escEach(lblk, n, func(t *esc.Tree, lblk, n uint32) error {
+		if more {
+			t.Range(lblk, n, func(e esc.Extent) bool {
+				more = fn(e)
+				return more
+			})
+		}
+		return nil
+	})
+}
+
+// escFill returns the cached range holding lblk, filling a miss from the
+// tree (diskLookup), cut to lblk's region.
+func (m *mapper) escFill(lblk uint32) (esc.Extent, error) {
+	return m.es[escStripe(m.cfg.Ino, lblk)].Fill(lblk, func(b uint32) (esc.Extent, bool, error) {
+		e, inRoot, err := m.diskLookup(b)
+		if err == nil {
+			e = clipRegion(e, b)
+		}
+		return e, inRoot, err
+	})
+}
