@@ -55,14 +55,7 @@ func TestConvQueueOverlay(t *testing.T) {
 // full queue, Extents, an exclusive operation or a commit, and the image
 // passes e2fsck with the data in place.
 func TestQueuedConversions(t *testing.T) {
-	dev := memdev.NewBlockSize(64<<20, 4096)
-	if err := Format(dev, FormatOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	v, err := Open(dev, Options{Writable: true, WritebackAge: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev, v := memVolume(t, 64<<20, 4096)
 	f, err := v.Create("f")
 	if err != nil {
 		t.Fatal(err)
@@ -226,14 +219,7 @@ func TestQueuedConversions(t *testing.T) {
 // margin, writes into preallocated space split at submission instead of
 // queueing (see conv.go's ENOSPC paragraph).
 func TestQueuedConversionsNearFull(t *testing.T) {
-	dev := memdev.NewBlockSize(64<<20, 4096)
-	if err := Format(dev, FormatOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	v, err := Open(dev, Options{Writable: true, WritebackAge: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, v := memVolume(t, 64<<20, 4096)
 	defer v.Close()
 	f, err := v.Create("f")
 	if err != nil {
@@ -279,6 +265,21 @@ func TestQueuedConversionsNearFull(t *testing.T) {
 			t.Fatalf("read at %d: %v, %#x", off, err, got[0])
 		}
 	}
+}
+
+// memVolume formats an in-memory device of size bytes with bs-byte blocks
+// and opens it writable, without age-based write-back.
+func memVolume(t *testing.T, size int64, bs int) (*memdev.Device, *Volume) {
+	t.Helper()
+	dev := memdev.NewBlockSize(size, bs)
+	if err := Format(dev, FormatOptions{BlockSize: bs}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := Open(dev, Options{Writable: true, WritebackAge: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dev, v
 }
 
 // checkImage runs e2fsck -fn on a copy of dev's contents.

@@ -5,7 +5,6 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/ext4io/ext4io/blockdev/memdev"
 	"github.com/ext4io/ext4io/esc"
 )
 
@@ -28,14 +27,7 @@ func TestClipRegion(t *testing.T) {
 // and reads keep the file equal to a model, and every cached entry lies in
 // one region of its own stripe.
 func TestEscStripes(t *testing.T) {
-	dev := memdev.NewBlockSize(128<<20, 1024)
-	if err := Format(dev, FormatOptions{BlockSize: 1024}); err != nil {
-		t.Fatal(err)
-	}
-	v, err := Open(dev, Options{Writable: true, WritebackAge: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, v := memVolume(t, 128<<20, 1024)
 	defer v.Close()
 	f, err := v.Create("f")
 	if err != nil {
