@@ -45,11 +45,13 @@ import (
 // conversion only while free space outside the pool is at least
 // convSpaceMargin blocks; otherwise it splits at submission as with
 // Options.EagerConversions and fails before writing when no tree block is
-// left. If a batch still finds no block, the operation or commit that
-// applies it fails with ErrNoSpace, the volume stops committing (as after
-// an I/O error; the journal keeps the last consistent state), and Sync
-// reports it: the queued writes are not durable, and nothing on disk is
-// inconsistent.
+// left. If a batch still finds no block (the space ran out after the
+// writes queued), the operation or commit that applies it fails with
+// ErrNoSpace and the runs stay queued: the tree is consistent (each run's
+// change is all or nothing), the data reads back, the commit logs
+// everything else, and Sync reports ErrNoSpace until space is freed and a
+// batch goes in (TestQueuedConversionsNoSpace). Until then those writes
+// are not durable.
 
 // convQueueMax is the length at which a write applies its inode's queue.
 const convQueueMax = 512

@@ -2,6 +2,7 @@ package ext4io
 
 import (
 	"bytes"
+	"errors"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -294,4 +295,108 @@ func checkImage(t *testing.T, dev *memdev.Device) {
 		t.Fatal(err)
 	}
 	e2fs.Fsck(t, img)
+}
+
+// TestQueuedConversionsNoSpace: when the free space runs out after writes
+// queued their conversions (no reserved pool), the commit cannot apply
+// them: Sync reports ErrNoSpace, the data still reads back, nothing stops
+// committing, and once space is freed a Sync applies the queue and the
+// image passes e2fsck with the data in place.
+func TestQueuedConversionsNoSpace(t *testing.T) {
+	dev := memdev.NewBlockSize(32<<20, 1024)
+	if err := Format(dev, FormatOptions{BlockSize: 1024, ReservedPercent: -1}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := Open(dev, Options{Writable: true, WritebackAge: -1, ReservedPool: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := v.Create("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const blocks = 4096
+	if err := f.Fallocate(FallocAllocate, 0, blocks*1024); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := v.OpenFile("f", Direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := make([]byte, blocks*1024)
+	rng := rand.New(rand.NewPCG(9, 9))
+	before := v.Counters()
+	for i := 0; i < 200; i++ {
+		off := int64(rng.IntN(blocks)) * 1024
+		p := bytes.Repeat([]byte{byte(1 + rng.IntN(250))}, 1024)
+		if _, err := d.WriteAt(p, off); err != nil {
+			t.Fatal(err)
+		}
+		copy(model[off:], p)
+	}
+	if q := v.Counters().ConversionsQueued - before.ConversionsQueued; q < 150 {
+		t.Fatalf("%d conversions queued", q)
+	}
+	fill, err := v.Create("fill")
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 64<<10)
+	for off := int64(0); ; off += int64(len(chunk)) {
+		if _, err := fill.WriteAt(chunk, off); errors.Is(err, ErrNoSpace) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := v.Sync(); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("Sync with queued conversions and no space: %v, want ErrNoSpace", err)
+	}
+	if !f.n.conv.pending() {
+		t.Fatal("the queue is empty after a batch that had no space")
+	}
+	check := func(r interface {
+		ReadAt([]byte, int64) (int, error)
+	}, what string) {
+		t.Helper()
+		got := make([]byte, len(model))
+		if _, err := r.ReadAt(got, 0); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, model) {
+			t.Fatalf("%s: the file differs from the model", what)
+		}
+	}
+	check(d, "after the failed batch")
+	fill.Close() // an open file keeps its blocks
+	if err := v.Unlink("fill"); err != nil {
+		t.Fatal(err)
+	}
+	// The first commit frees the filler's blocks; they are allocatable once
+	// it has committed, so the queue goes in by the second.
+	err = v.Sync()
+	if err != nil {
+		err = v.Sync()
+	}
+	if err != nil || f.n.conv.pending() {
+		t.Fatalf("Sync after freeing space: %v, queue pending %v", err, f.n.conv.pending())
+	}
+	check(d, "after the queue went in")
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	checkImage(t, dev)
+	ro, err := Open(dev, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	g, err := ro.Open("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(g, "reopened")
 }
