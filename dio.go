@@ -128,7 +128,11 @@ func (o *dioOps) endIO(off, n int64, m iomap.Mapping) error {
 				return err
 			}
 			if full {
-				return f.v.applyFull(f.n)
+				// This write is done and queued; a batch short of space
+				// stays queued for the commit (Sync reports it).
+				if err := f.v.applyFull(f.n); !errors.Is(err, ErrNoSpace) {
+					return err
+				}
 			}
 			return nil
 		}

@@ -199,8 +199,9 @@ func (m *jmeta) commit(wait bool) error {
 	v.txnGate.Lock()
 	// Queued conversions go into this transaction. A batch that fails for
 	// space leaves its runs queued and the tree consistent: the commit
-	// goes on and reports the error (the runs are not durable yet). An
-	// I/O error or corruption stops committing, as in an operation.
+	// goes on, and with wait reports the error (the runs are not durable
+	// yet). An I/O error or corruption stops committing, as in an
+	// operation.
 	var convErr error
 	if v.queueConv && !m.isFailed.Load() {
 		if convErr = v.applyAllConversions(); convErr != nil && (errors.Is(convErr, ErrIO) || errors.Is(convErr, ErrCorrupt)) {
@@ -272,8 +273,12 @@ func (m *jmeta) commit(wait bool) error {
 				return err
 			}
 		}
+		return convErr
 	}
-	return convErr
+	// A commit at the end of an operation does not fail that operation
+	// for conversions it could not apply: they stay queued for the next
+	// commit, and Sync reports them.
+	return nil
 }
 
 // failLocked stops committing after err and keeps the blocks of a commit
