@@ -69,9 +69,15 @@
 //	      writer holding an inode lock never waits for write-back)
 //	   └─ inode.dataMu (ext4's i_data_sem: inode fields under a shared lock)
 //	      └─ extent.Tree mutex
-//	      └─ esc per-inode lock
+//	      └─ esc per-inode lock (one per stripe: escset.go)
+//	         └─ the inode's conversion queue lock (conv.go)
 //	         └─ alloc: prealloc window → group locks (ascending) → descriptor block
 //	            └─ journal transaction state
+//	      └─ Volume.convMu (inodes with queued conversions)
+//
+// A journal commit holds the gate exclusively and then takes each inode's
+// dataMu to apply its queued conversions (no operation holds an inode
+// lock then).
 //
 // No lock is held across device I/O unless the comment beside it says why.
 //

@@ -170,7 +170,8 @@ type Volume struct {
 	// their conversions (conv.go). Set at Open.
 	queueConv bool
 	// convInodes holds the inodes that may have queued conversions, for
-	// the commit to apply. Guarded by convMu (after the inode's conv.mu).
+	// the commit to apply. Guarded by convMu, a leaf lock (taken with at
+	// most an inode's dataMu held).
 	convMu     sync.Mutex
 	convInodes map[*inode]struct{}
 
