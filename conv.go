@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ext4io/ext4io/esc"
+	"github.com/ext4io/ext4io/extent"
 )
 
 // Queued conversions.
@@ -162,17 +163,25 @@ func (v *Volume) applyConversionsLocked(n *inode) error {
 	runs := slices.Clone(q.runs)
 	q.mu.Unlock()
 	slices.SortFunc(runs, func(a, b convRun) int { return int(int64(a.lblk) - int64(b.lblk)) })
-	t := n.m.tree
-	var err error
+	// Adjacent runs (both logically and physically) convert as one.
+	merged := make([]extent.Run, 0, len(runs))
 	for i := 0; i < len(runs); {
-		// Adjacent runs (both logically and physically) convert as one.
 		r := runs[i]
 		for i++; i < len(runs) && runs[i].lblk <= r.end() && runs[i].pblk-uint64(runs[i].lblk) == r.pblk-uint64(r.lblk); i++ {
 			r.n = max(r.end(), runs[i].end()) - r.lblk
 		}
-		if err = t.MarkWrittenExact(r.lblk, r.n, true); err != nil {
-			err = fmt.Errorf("ext4io: inode %d: converting queued blocks %d+%d: %w", n.ino, r.lblk, r.n, err)
-			break
+		merged = append(merged, extent.Run{Lblk: r.lblk, Len: r.n})
+	}
+	// One tree change for the batch, each tree block written once; if it
+	// fails (for space), run by run, keeping what succeeds.
+	t := n.m.tree
+	err := t.MarkWrittenExactRuns(merged, true)
+	if err != nil {
+		for _, r := range merged {
+			if err = t.MarkWrittenExact(r.Lblk, r.Len, true); err != nil {
+				err = fmt.Errorf("ext4io: inode %d: converting queued blocks %d+%d: %w", n.ino, r.Lblk, r.Len, err)
+				break
+			}
 		}
 	}
 	if err == nil {

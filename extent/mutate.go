@@ -621,56 +621,85 @@ func (t *Tree) markWritten(from, n uint32, mustSucceed, zeroOut bool) error {
 	if n == 0 {
 		return nil
 	}
+	return t.run(mustSucceed, func(tx *txn) error { return tx.markWritten(from, end, zeroOut) })
+}
+
+// Run is a range of logical blocks: [Lblk, Lblk+Len).
+type Run struct{ Lblk, Len uint32 }
+
+// MarkWrittenExactRuns is MarkWrittenExact for several ranges as one
+// all-or-nothing change, in which each changed tree block is encoded and
+// written once: for converting many scattered ranges in a batch. On error
+// nothing is converted.
+func (t *Tree) MarkWrittenExactRuns(runs []Run, mustSucceed bool) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, r := range runs {
+		if uint64(r.Lblk)+uint64(r.Len) > EndLblk {
+			return invalidf("range [%d,+%d) past logical block %d", r.Lblk, r.Len, uint32(EndLblk))
+		}
+	}
 	return t.run(mustSucceed, func(tx *txn) error {
-		cur := from
-		for uint64(cur) < end {
-			path, pos, err := t.firstFromLocked(cur)
-			if err != nil || path == nil {
+		for _, r := range runs {
+			if err := tx.markWritten(r.Lblk, uint64(r.Lblk)+uint64(r.Len), false); err != nil {
 				return err
 			}
-			e := path[len(path)-1].n.ext[pos]
-			if uint64(e.Lblk) >= end {
-				return nil
-			}
-			if !e.Unwritten {
-				cur = uint32(e.End())
-				continue
-			}
-			s := uint64(max(e.Lblk, cur))
-			f := min(e.End(), end)
-			next := uint32(f)
-			if z := uint64(t.cfg.ZeroOutMax); zeroOut && z > 0 && t.cfg.ZeroOut != nil &&
-				(t.cfg.EOFBlock == nil || e.End() <= t.cfg.EOFBlock()) {
-				zs, zf := s, f
-				if uint64(e.Len) <= z {
-					zs, zf = uint64(e.Lblk), e.End()
-				} else {
-					if l := s - uint64(e.Lblk); l > 0 && l <= z {
-						zs = uint64(e.Lblk)
-					}
-					if r := e.End() - f; r > 0 && r <= z {
-						zf = e.End()
-					}
-				}
-				if zs < s {
-					if err := t.cfg.ZeroOut(e.Pblk, s-zs); err != nil {
-						return fmt.Errorf("extent: inode %d: zeroing blocks: %w", t.cfg.Ino, err)
-					}
-				}
-				if zf > f {
-					if err := t.cfg.ZeroOut(e.Pblk+(f-uint64(e.Lblk)), zf-f); err != nil {
-						return fmt.Errorf("extent: inode %d: zeroing blocks: %w", t.cfg.Ino, err)
-					}
-				}
-				s, f = zs, zf
-			}
-			if err := tx.convert(path, e, uint32(s), uint32(f)); err != nil {
-				return err
-			}
-			cur = next
 		}
 		return nil
 	})
+}
+
+// markWritten is MarkWritten's change of [from, end) inside a mutation.
+func (tx *txn) markWritten(from uint32, end uint64, zeroOut bool) error {
+	t := tx.t
+	cur := from
+	for uint64(cur) < end {
+		path, pos, err := t.firstFromLocked(cur)
+		if err != nil || path == nil {
+			return err
+		}
+		e := path[len(path)-1].n.ext[pos]
+		if uint64(e.Lblk) >= end {
+			return nil
+		}
+		if !e.Unwritten {
+			cur = uint32(e.End())
+			continue
+		}
+		s := uint64(max(e.Lblk, cur))
+		f := min(e.End(), end)
+		next := uint32(f)
+		if z := uint64(t.cfg.ZeroOutMax); zeroOut && z > 0 && t.cfg.ZeroOut != nil &&
+			(t.cfg.EOFBlock == nil || e.End() <= t.cfg.EOFBlock()) {
+			zs, zf := s, f
+			if uint64(e.Len) <= z {
+				zs, zf = uint64(e.Lblk), e.End()
+			} else {
+				if l := s - uint64(e.Lblk); l > 0 && l <= z {
+					zs = uint64(e.Lblk)
+				}
+				if r := e.End() - f; r > 0 && r <= z {
+					zf = e.End()
+				}
+			}
+			if zs < s {
+				if err := t.cfg.ZeroOut(e.Pblk, s-zs); err != nil {
+					return fmt.Errorf("extent: inode %d: zeroing blocks: %w", t.cfg.Ino, err)
+				}
+			}
+			if zf > f {
+				if err := t.cfg.ZeroOut(e.Pblk+(f-uint64(e.Lblk)), zf-f); err != nil {
+					return fmt.Errorf("extent: inode %d: zeroing blocks: %w", t.cfg.Ino, err)
+				}
+			}
+			s, f = zs, zf
+		}
+		if err := tx.convert(path, e, uint32(s), uint32(f)); err != nil {
+			return err
+		}
+		cur = next
+	}
+	return nil
 }
 
 // convert makes [s, f) of unwritten extent e written: split off the
