@@ -232,6 +232,26 @@ func (v *Volume) applyAllConversions() error {
 	return first
 }
 
+// dropFrom forgets the queued conversions of blocks at or past lblk (a
+// truncate is removing them). The caller holds n.mu exclusively.
+func (q *convQueue) dropFrom(lblk uint32) {
+	if !q.pending() {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	runs := q.runs[:0]
+	for _, r := range q.runs {
+		if r.lblk < lblk {
+			r.n = min(r.end(), lblk) - r.lblk
+			runs = append(runs, r)
+		}
+	}
+	clear(q.runs[len(runs):])
+	q.runs = runs
+	q.size.Store(int32(len(runs)))
+}
+
 // dropConversionsLocked forgets n's queued conversions (n is being
 // freed: its blocks go with it). The caller holds n.mu exclusively.
 func (n *inode) dropConversionsLocked() {

@@ -301,8 +301,15 @@ func checkImage(t *testing.T, dev *memdev.Device) {
 // queued their conversions (no reserved pool), the commit cannot apply
 // them: Sync reports ErrNoSpace, the data still reads back, nothing stops
 // committing, and once space is freed a Sync applies the queue and the
-// image passes e2fsck with the data in place.
+// image passes e2fsck with the data in place. Or a truncate to zero drops
+// the queue with the blocks, succeeds without space, and the next Sync
+// commits.
 func TestQueuedConversionsNoSpace(t *testing.T) {
+	t.Run("free-space", func(t *testing.T) { queuedNoSpace(t, false) })
+	t.Run("truncate", func(t *testing.T) { queuedNoSpace(t, true) })
+}
+
+func queuedNoSpace(t *testing.T, truncate bool) {
 	dev := memdev.NewBlockSize(32<<20, 1024)
 	if err := Format(dev, FormatOptions{BlockSize: 1024, ReservedPercent: -1}); err != nil {
 		t.Fatal(err)
@@ -371,6 +378,19 @@ func TestQueuedConversionsNoSpace(t *testing.T) {
 		}
 	}
 	check(d, "after the failed batch")
+	if truncate {
+		if err := d.Truncate(0); err != nil {
+			t.Fatalf("truncate with queued conversions and no space: %v", err)
+		}
+		if err := v.Sync(); err != nil || f.n.conv.pending() {
+			t.Fatalf("Sync after the truncate: %v, queue pending %v", err, f.n.conv.pending())
+		}
+		if err := v.Close(); err != nil {
+			t.Fatal(err)
+		}
+		checkImage(t, dev)
+		return
+	}
 	fill.Close() // an open file keeps its blocks
 	if err := v.Unlink("fill"); err != nil {
 		t.Fatal(err)

@@ -25,8 +25,8 @@ import (
 // after completion (endIO), the data always on the device before the
 // metadata that exposes it: under the shared lock the completion queues
 // the conversion for the extent tree (conv.go), otherwise (and with
-// Options.EagerConversions) it converts in the tree itself. Each mapping carries the inode's change counter
-// as its validity cookie.
+// Options.EagerConversions) it converts in the tree itself. Each mapping
+// carries the inode's change counter as its validity cookie.
 
 // dioAlign is the alignment iomap.DirectWrite requires on dev: its logical
 // block size, or its Aligner's offset alignment if larger.
@@ -42,11 +42,11 @@ func dioAlign(dev blockdev.Device) int64 {
 
 // errNeedExclusive stops a shared-lock direct write at a range that needs
 // allocation; the write goes on under the exclusive lock.
+var errNeedExclusive = errors.New("ext4io: direct write needs the exclusive inode lock")
+
 // mapQueued marks an unwritten mapping whose conversion the completion
 // queues instead of making it in the extent tree (conv.go).
 const mapQueued = iomap.MapPrivate
-
-var errNeedExclusive = errors.New("ext4io: direct write needs the exclusive inode lock")
 
 type dioOps struct {
 	f      *File

@@ -358,10 +358,16 @@ func (f *File) Truncate(size int64) error {
 }
 
 func (f *File) truncateLocked(size uint64) error {
+	bs := uint64(f.v.bs)
+	if size < f.in.Size {
+		// Queued conversions of blocks the truncate removes go with them,
+		// so that a truncate frees space even when the queue could not
+		// get the tree blocks it needs.
+		f.n.conv.dropFrom(uint32(min((size+bs-1)/bs, maxFileBlocks)))
+	}
 	if err := f.v.applyConversionsLocked(f.n); err != nil {
 		return err
 	}
-	bs := uint64(f.v.bs)
 	if size < f.in.Size {
 		first := (size + bs - 1) / bs
 		if first < maxFileBlocks {
