@@ -1,6 +1,8 @@
 package ext4io
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -162,7 +164,7 @@ func (v *Volume) applyConversionsLocked(n *inode) error {
 	q.mu.Lock()
 	runs := slices.Clone(q.runs)
 	q.mu.Unlock()
-	slices.SortFunc(runs, func(a, b convRun) int { return int(int64(a.lblk) - int64(b.lblk)) })
+	slices.SortFunc(runs, func(a, b convRun) int { return cmp.Compare(a.lblk, b.lblk) })
 	// Adjacent runs (both logically and physically) convert as one.
 	merged := make([]extent.Run, 0, len(runs))
 	for i := 0; i < len(runs); {
@@ -172,17 +174,19 @@ func (v *Volume) applyConversionsLocked(n *inode) error {
 		}
 		merged = append(merged, extent.Run{Lblk: r.lblk, Len: r.n})
 	}
-	// One tree change for the batch, each tree block written once; if it
-	// fails (for space), run by run, keeping what succeeds.
+	// One tree change for the batch, each tree block written once; short
+	// of space, run by run, keeping what succeeds.
 	t := n.m.tree
 	err := t.MarkWrittenExactRuns(merged, true)
-	if err != nil {
+	if errors.Is(err, ErrNoSpace) {
 		for _, r := range merged {
 			if err = t.MarkWrittenExact(r.Lblk, r.Len, true); err != nil {
 				err = fmt.Errorf("ext4io: inode %d: converting queued blocks %d+%d: %w", n.ino, r.Lblk, r.Len, err)
 				break
 			}
 		}
+	} else if err != nil {
+		err = fmt.Errorf("ext4io: inode %d: converting %d queued runs: %w", n.ino, len(merged), err)
 	}
 	if err == nil {
 		// Every run taken is in the tree now; writes may have queued
@@ -219,7 +223,7 @@ func (v *Volume) applyAllConversions() error {
 			err = v.applyConversionsLocked(n)
 		}
 		if err != nil || n.conv.pending() {
-			// Kept for the next commit (an error stops committing).
+			// Still queued: the next commit tries again.
 			v.convMu.Lock()
 			v.convInodes[n] = struct{}{}
 			v.convMu.Unlock()
@@ -233,7 +237,8 @@ func (v *Volume) applyAllConversions() error {
 }
 
 // dropFrom forgets the queued conversions of blocks at or past lblk (a
-// truncate is removing them). The caller holds n.mu exclusively.
+// truncate or eviction is removing them). The caller holds the inode's
+// mu exclusively.
 func (q *convQueue) dropFrom(lblk uint32) {
 	if !q.pending() {
 		return
@@ -250,13 +255,4 @@ func (q *convQueue) dropFrom(lblk uint32) {
 	clear(q.runs[len(runs):])
 	q.runs = runs
 	q.size.Store(int32(len(runs)))
-}
-
-// dropConversionsLocked forgets n's queued conversions (n is being
-// freed: its blocks go with it). The caller holds n.mu exclusively.
-func (n *inode) dropConversionsLocked() {
-	n.conv.mu.Lock()
-	n.conv.runs = nil
-	n.conv.size.Store(0)
-	n.conv.mu.Unlock()
 }

@@ -194,19 +194,7 @@ func TestQueuedConversions(t *testing.T) {
 	for i := 0; i < 30; i++ {
 		write(rng.IntN(blocks))
 	}
-	if err := v.Close(); err != nil {
-		t.Fatal(err)
-	}
-	checkImage(t, dev)
-	ro, err := Open(dev, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ro.Close()
-	g, err := ro.Open("f")
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := reopenChecked(t, v, dev, "f")
 	got := make([]byte, len(model))
 	if _, err := g.ReadAt(got, 0); err != nil {
 		t.Fatal(err)
@@ -281,6 +269,26 @@ func memVolume(t *testing.T, size int64, bs int) (*memdev.Device, *Volume) {
 		t.Fatal(err)
 	}
 	return dev, v
+}
+
+// reopenChecked closes v, runs e2fsck on dev and returns file name of dev
+// opened again read-only.
+func reopenChecked(t *testing.T, v *Volume, dev *memdev.Device, name string) *File {
+	t.Helper()
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	checkImage(t, dev)
+	ro, err := Open(dev, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ro.Close() })
+	f, err := ro.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }
 
 // checkImage runs e2fsck -fn on a copy of dev's contents.
@@ -405,18 +413,5 @@ func queuedNoSpace(t *testing.T, truncate bool) {
 		t.Fatalf("Sync after freeing space: %v, queue pending %v", err, f.n.conv.pending())
 	}
 	check(d, "after the queue went in")
-	if err := v.Close(); err != nil {
-		t.Fatal(err)
-	}
-	checkImage(t, dev)
-	ro, err := Open(dev, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ro.Close()
-	g, err := ro.Open("f")
-	if err != nil {
-		t.Fatal(err)
-	}
-	check(g, "reopened")
+	check(reopenChecked(t, v, dev, "f"), "reopened")
 }

@@ -120,7 +120,6 @@ func (o *dioOps) endIO(off, n int64, m iomap.Mapping) error {
 	case m.Type == iomap.Unwritten:
 		if m.Flags&mapQueued != 0 {
 			r := convRun{lblk: uint32(first), n: uint32(last - first), pblk: pblk}
-			f.v.stats.conversions.Add(1)
 			// Queued before the cache says written: a cache miss answered
 			// from the tree in between sees the queue (mapper.diskLookup).
 			full := f.queueConversion(r)

@@ -328,7 +328,7 @@ func (v *Volume) dropInode(n *inode) error {
 // evictLocked frees inode n (lock held; no names left): its blocks, then
 // the inode, as ext4_evict_inode does, and forgets its cached state.
 func (v *Volume) evictLocked(n *inode) error {
-	n.dropConversionsLocked() // the blocks go with the inode
+	n.conv.dropFrom(0) // the blocks go with the inode
 	var err error
 	if n.m != nil && n.m.tree != nil {
 		if n.in.IsDir() && v.jm != nil {

@@ -163,7 +163,9 @@ type Volume struct {
 		// Counting the rare case keeps one atomic off the overwrite path.
 		sharedNotOverwrite                 atomic.Uint64
 		buffered, delalloc, splitsDeferred atomic.Uint64
-		convQueued, convBatches            atomic.Uint64
+		// convQueued counts queued conversions, which conversions does
+		// not: Counters.Conversions is their sum (one atomic per write).
+		convQueued, convBatches atomic.Uint64
 	}
 
 	// queueConv: shared-lock direct writes into unwritten blocks queue
@@ -600,7 +602,7 @@ func (v *Volume) Counters() Counters {
 	notOver := s.sharedNotOverwrite.Load() // before shared: never more than it
 	shared := s.shared.Load()
 	return Counters{MetaUpdates: s.metaUpdates.Load(), SharedLocks: shared, ExclusiveLocks: s.exclusive.Load(),
-		Conversions: s.conversions.Load(), ZeroOutBlocks: s.zeroOuts.Load(), Overwrites: shared - notOver,
+		Conversions: s.conversions.Load() + s.convQueued.Load(), ZeroOutBlocks: s.zeroOuts.Load(), Overwrites: shared - notOver,
 		JournalCommits: s.handles.Load(), BufferedWrites: s.buffered.Load(), DelallocBlocks: s.delalloc.Load(),
 		ReservedBlocks: v.reserved(), SplitsDeferred: s.splitsDeferred.Load(),
 		ConversionsQueued: s.convQueued.Load(), ConversionBatches: s.convBatches.Load()}
