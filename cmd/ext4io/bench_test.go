@@ -256,7 +256,9 @@ func TestBenchPrepAnyOrder(t *testing.T) {
 				ok = size == 0 && rz
 			case prepWritten:
 				ok = size == r.region && ew && rw
-			case prepFallocated, prepWriteZeroes:
+			case prepFallocated:
+				ok = size == r.region && ez && rw // raw overwrites (rawPrepFor)
+			case prepWriteZeroes:
 				ok = size == r.region && ez && rz
 			}
 			if !ok {
