@@ -129,6 +129,12 @@ type workloadRatio struct {
 	EngineRounds []*float64 `json:"engine_rounds"`
 	RawRounds    []*float64 `json:"raw_rounds"`
 	KernelRounds []*float64 `json:"kernel_rounds,omitempty"`
+	// OverRaw divides the two workloads' eng/raw round by round: the
+	// engine ratio with the device's drift between the two workloads'
+	// minutes taken out, when both raw sides do the same I/O (fallocated
+	// and overwrite workloads both overwrite the raw region).
+	OverRaw       float64    `json:"eng_over_raw"`
+	OverRawRounds []*float64 `json:"eng_over_raw_rounds"`
 }
 
 // workloadPairs are the ratios between workloads the report gives: writes
@@ -164,7 +170,7 @@ func newReport(c *benchConfig, desc string, size, region int64) *benchReport {
 
 // notesFor returns the engine notes with the split mode the run used.
 func notesFor(c *benchConfig) []string {
-	split := "direct writes into unwritten extents leave the extent tree alone: the completion maps the blocks written in the extent-status cache and queues the conversion, which the tree takes in sorted batches (at the latest with the next journal commit)"
+	split := "direct writes into unwritten extents leave the extent tree alone: the completion marks the blocks written beside the extent-status cache and queues the conversion, which the tree takes in sorted batches (at the latest with the next journal commit)"
 	if c.eagerConv {
 		split = "--eager-conversions: direct writes into unwritten extents split them at submission (each in-flight write owns its extent) and convert at completion (Options.EagerConversions)"
 	}
@@ -348,6 +354,11 @@ func pairRatio(name string, num, den []roundSample) workloadRatio {
 		u := a.unit()
 		wr.EngineRounds = append(wr.EngineRounds, ratioOf(a.Engine.figure(u), b.Engine.figure(u)))
 		wr.RawRounds = append(wr.RawRounds, ratioOf(a.Raw.figure(u), b.Raw.figure(u)))
+		var or *float64
+		if e, r := wr.EngineRounds[k], wr.RawRounds[k]; e != nil && r != nil {
+			or = ratioOf(*e, *r)
+		}
+		wr.OverRawRounds = append(wr.OverRawRounds, or)
 		var kr *float64
 		if a.Kernel != nil && b.Kernel != nil {
 			kr = ratioOf(a.Kernel.figure(u), b.Kernel.figure(u))
@@ -357,6 +368,7 @@ func pairRatio(name string, num, den []roundSample) workloadRatio {
 	}
 	wr.Engine, _ = medianOf(wr.EngineRounds)
 	wr.Raw, _ = medianOf(wr.RawRounds)
+	wr.OverRaw, _ = medianOf(wr.OverRawRounds)
 	if kernel {
 		x, _ := medianOf(wr.KernelRounds)
 		wr.Kernel = &x
@@ -491,10 +503,11 @@ func writeBenchText(w io.Writer, rep *benchReport) {
 
 // writeRatios prints the ratios between workloads, each round's in brackets.
 func writeRatios(w io.Writer, ratios []workloadRatio, kern bool) {
-	fmt.Fprintln(w, "ratios between workloads (median of per-round ratios; rounds 1, 2, ... in brackets):")
+	fmt.Fprintln(w, "ratios between workloads (median of per-round ratios; rounds 1, 2, ... in brackets; eng/raw: the engine's ratio over raw's, which takes out the device's drift between the two workloads):")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, r := range ratios {
-		fmt.Fprintf(tw, "  %s\tengine %.2f %s\traw %.2f %s", r.Name, r.Engine, roundsText(r.EngineRounds), r.Raw, roundsText(r.RawRounds))
+		fmt.Fprintf(tw, "  %s\tengine %.2f %s\traw %.2f %s\teng/raw %.2f %s", r.Name, r.Engine, roundsText(r.EngineRounds),
+			r.Raw, roundsText(r.RawRounds), r.OverRaw, roundsText(r.OverRawRounds))
 		if kern {
 			fmt.Fprintf(tw, "\tlinux %s %s", ratioText(r.Kernel), roundsText(r.KernelRounds))
 		}

@@ -183,7 +183,7 @@ func TestBenchRepeatText(t *testing.T) {
 			t.Fatalf("report lacks %q:\n%s", want, out)
 		}
 	}
-	if !regexp.MustCompile(`(?m)^  writezeroes-2/overwrite-2 +engine [0-9.]+ \[[0-9.]+ [0-9.]+\] +raw [0-9.]+ \[[0-9.]+ [0-9.]+\]$`).MatchString(out) {
+	if !regexp.MustCompile(`(?m)^  writezeroes-2/overwrite-2 +engine [0-9.]+ \[[0-9.]+ [0-9.]+\] +raw [0-9.]+ \[[0-9.]+ [0-9.]+\] +eng/raw [0-9.]+ \[[0-9.]+ [0-9.]+\]$`).MatchString(out) {
 		t.Fatalf("no writezeroes-2/overwrite-2 line with two rounds:\n%s", out)
 	}
 	if strings.Contains(out, "fallocated") || len(regexp.MustCompile(`(?m)^ +overwrite-2 +2 +IOPS `).FindAllString(out, -1)) != 1 {
