@@ -56,12 +56,12 @@ func TestConvQueueOverlay(t *testing.T) {
 // full queue, Extents, an exclusive operation or a commit, and the image
 // passes e2fsck with the data in place.
 func TestQueuedConversions(t *testing.T) {
-	dev, v := memVolume(t, 64<<20, 4096)
+	dev, v := memVolume(t, 256<<20, 4096)
 	f, err := v.Create("f")
 	if err != nil {
 		t.Fatal(err)
 	}
-	const blocks = 4096 // 16 MiB: one unwritten extent
+	const blocks = 3 * convQueueMax // 96 MiB: one unwritten extent, room to fill the queue
 	if err := f.Fallocate(FallocAllocate, 0, blocks*4096); err != nil {
 		t.Fatal(err)
 	}

@@ -120,12 +120,14 @@ func (o *dioOps) endIO(off, n int64, m iomap.Mapping) error {
 	case m.Type == iomap.Unwritten:
 		if m.Flags&mapQueued != 0 {
 			r := convRun{lblk: uint32(first), n: uint32(last - first), pblk: pblk}
-			// Queued before the cache says written: a cache miss answered
+			// Queued before lookups say written: a cache miss answered
 			// from the tree in between sees the queue (mapper.diskLookup).
+			// The cache keeps its unwritten entry; the blocks are marked
+			// written beside it (convbits.go), and mappings taken before
+			// are stale.
 			full := f.queueConversion(r)
-			if err := f.m.set(esc.Extent{Lblk: r.lblk, Len: r.n, Pblk: pblk, Status: esc.Written}); err != nil {
-				return err
-			}
+			f.n.conv.bits.set(r.lblk, r.n)
+			f.m.seq.Add(1)
 			if full {
 				// This write is done and queued; a batch short of space
 				// stays queued for the commit (Sync reports it).

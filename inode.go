@@ -100,6 +100,9 @@ func frontSlot(lblk uint64) int { return int(lblk>>frontShift) & (frontSlots - 1
 // set records a change of the mapping in the extent-status cache (e
 // replaces whatever it overlaps) and makes earlier mappings stale.
 func (m *mapper) set(e esc.Extent) error {
+	if m.conv != nil {
+		m.conv.bits.clear(uint64(e.Lblk), uint64(e.Len))
+	}
 	err := m.escInsert(e)
 	m.seq.Add(1)
 	return err
@@ -108,6 +111,9 @@ func (m *mapper) set(e esc.Extent) error {
 // drop forgets the cached mapping of [lblk, lblk+n) after a change and
 // makes earlier mappings stale. It returns the Delayed blocks dropped.
 func (m *mapper) drop(lblk, n uint32) (delayed uint64, err error) {
+	if m.conv != nil {
+		m.conv.bits.clear(uint64(lblk), uint64(n))
+	}
 	delayed, err = m.escRemove(lblk, n)
 	m.seq.Add(1)
 	return delayed, err
@@ -186,6 +192,14 @@ func (m *mapper) lookup(lblk uint64) (blockMap, error) {
 			bm.kind, bm.pblk = mapWritten, e.Pblk+d
 		case esc.Unwritten:
 			bm.kind, bm.pblk = mapUnwritten, e.Pblk+d
+			if m.conv != nil {
+				// Queued writes made some blocks written (convbits.go).
+				written, k := m.conv.bits.run(uint32(lblk), uint32(bm.n))
+				bm.n = uint64(k)
+				if written {
+					bm.kind = mapWritten
+				}
+			}
 		case esc.Delayed:
 			bm.kind = mapDelayed
 		default:

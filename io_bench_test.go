@@ -155,8 +155,8 @@ func BenchmarkFileIO(b *testing.B) {
 //	go test -run XXX -bench ConvertScattered -benchtime 200000x .
 func BenchmarkConvertScattered(b *testing.B) {
 	const size = 1 << 30
-	dev := memdev.NewBlockSize(2<<30, 4096)
-	for off := int64(0); off < 2<<30; off += 1 << 20 { // give memdev its pages
+	dev := shmMmap(b, 2<<30)
+	for off := int64(0); off < 2<<30; off += 1 << 20 { // allocate the pages
 		if _, err := dev.WriteAt(make([]byte, 1<<20), off); err != nil {
 			b.Fatal(err)
 		}
@@ -214,24 +214,7 @@ func BenchmarkConvertScattered(b *testing.B) {
 //	go test -run XXX -bench BenchmarkParallelIO -cpu 1,2 .
 func BenchmarkParallelIO(b *testing.B) {
 	const size = 64 << 20
-	dir := "/dev/shm"
-	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		dir = b.TempDir()
-	}
-	tmp, err := os.CreateTemp(dir, "ext4io-bench-*.img")
-	if err != nil {
-		b.Fatal(err)
-	}
-	img := tmp.Name()
-	defer os.Remove(img)
-	if err := tmp.Truncate(256 << 20); err != nil {
-		b.Fatal(err)
-	}
-	tmp.Close()
-	dev, err := blockdev.OpenMmap(img, false)
-	if err != nil {
-		b.Fatal(err)
-	}
+	dev := shmMmap(b, 256<<20)
 	if err := ext4io.Format(dev, ext4io.FormatOptions{}); err != nil {
 		b.Fatal(err)
 	}
@@ -262,4 +245,31 @@ func BenchmarkParallelIO(b *testing.B) {
 	run("overwrite", func(p []byte, off int64) error { _, err := f.WriteAt(p, off); return err })
 	run("raw-read", func(p []byte, off int64) error { _, err := raw.ReadAt(p, off); return err })
 	run("read", func(p []byte, off int64) error { _, err := f.ReadAt(p, off); return err })
+}
+
+// shmMmap returns an mmap device on a new image of size bytes in /dev/shm
+// (the test's temporary directory where there is none), removed and
+// closed with the benchmark.
+func shmMmap(b *testing.B, size int64) *blockdev.Mmap {
+	b.Helper()
+	dir := "/dev/shm"
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		dir = b.TempDir()
+	}
+	tmp, err := os.CreateTemp(dir, "ext4io-bench-*.img")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { os.Remove(tmp.Name()) })
+	err = tmp.Truncate(size)
+	tmp.Close()
+	if err != nil {
+		b.Fatal(err)
+	}
+	dev, err := blockdev.OpenMmap(tmp.Name(), false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { dev.Close() })
+	return dev
 }

@@ -329,6 +329,7 @@ func (v *Volume) dropInode(n *inode) error {
 // the inode, as ext4_evict_inode does, and forgets its cached state.
 func (v *Volume) evictLocked(n *inode) error {
 	n.conv.dropFrom(0) // the blocks go with the inode
+	n.conv.bits.clear(0, maxFileBlocks)
 	var err error
 	if n.m != nil && n.m.tree != nil {
 		if n.in.IsDir() && v.jm != nil {
