@@ -85,7 +85,8 @@ func DirectRead(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOptio
 	if err := checkDio("direct read", dev, len(p), off, opt); err != nil {
 		return 0, err
 	}
-	c := cursor{ops: ops, pos: off, end: off + int64(len(p)), flags: Direct, ctr: countersFor(p)}
+	ctr := countersFor(p)
+	c := cursor{ops: ops, pos: off, end: off + int64(len(p)), flags: Direct, ctr: ctr, fused: &ctr.dioReads}
 	for c.more() {
 		if err := c.begin(); err != nil {
 			return int(c.done), err
@@ -137,7 +138,8 @@ func DirectWrite(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOpti
 	if opt != nil {
 		o = *opt
 	}
-	c := cursor{ops: ops, pos: off, end: off + int64(len(p)), flags: Write | Direct, ctr: countersFor(p)}
+	ctr := countersFor(p)
+	c := cursor{ops: ops, pos: off, end: off + int64(len(p)), flags: Write | Direct, ctr: ctr, fused: &ctr.dioWrites}
 	for c.more() {
 		if err := c.begin(); err != nil {
 			return int(c.done), err

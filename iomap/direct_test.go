@@ -202,3 +202,38 @@ func TestBufferedWriteStale(t *testing.T) {
 		t.Fatal("data after stale retry")
 	}
 }
+
+// TestDirectCounters: direct I/O counts each Begin and its End under the
+// request's kind and Direct (one fused add per segment), and a failed
+// Begin as a Begin only.
+func TestDirectCounters(t *testing.T) {
+	const bs = 4096
+	dev := patternDev(t, 1<<20)
+	fs := newTinyFS(bs, 0, 256)
+	fs.set(4, bWritten, 20)
+	fs.set(5, bWritten, 40) // not contiguous with block 4: two mappings
+	before := iomap.ReadCounters()
+	if _, err := iomap.DirectWrite(dev, fs, make([]byte, 2*bs), 4*bs, fs.dio()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := iomap.DirectRead(dev, fs, make([]byte, bs), 4*bs, nil); err != nil {
+		t.Fatal(err)
+	}
+	failing := iomap.Funcs{BeginFunc: func(off, length int64, flags iomap.Flags) (iomap.Mapping, error) {
+		return iomap.Mapping{}, iomap.ErrInvalid
+	}}
+	if _, err := iomap.DirectWrite(dev, failing, make([]byte, bs), 0, nil); err == nil {
+		t.Fatal("a failing Begin did not fail the write")
+	}
+	d := iomap.ReadCounters().Sub(before)
+	want := iomap.Counters{
+		Begins:       iomap.OpCounts{Read: 1, Write: 3, Direct: 4},
+		Ends:         iomap.OpCounts{Read: 1, Write: 2, Direct: 3},
+		DeviceReads:  1,
+		DeviceWrites: 2,
+	}
+	d.EndIOBytes = 0
+	if d != want {
+		t.Fatalf("counters moved by %+v, want %+v", d, want)
+	}
+}

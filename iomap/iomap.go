@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/ext4io/ext4io/internal/errs"
@@ -243,20 +244,31 @@ type cursor struct {
 	stale int             // consecutive stale results without progress
 	done  int64           // bytes processed so far
 	ctr   *atomicCounters // the counter stripe to count on
+	// fused, if set, counts a Begin and its End with one add (see
+	// atomicCounters.dioWrites); calls that fail are counted one by one.
+	fused *atomic.Int64
 }
 
 func (c *cursor) more() bool { return c.pos < c.end }
 
 // begin maps c.pos.
 func (c *cursor) begin() error {
-	c.ctr.countBegin(c.flags)
+	if c.fused == nil {
+		c.ctr.countBegin(c.flags)
+	}
 	m, err := c.ops.Begin(c.pos, c.end-c.pos, c.flags)
 	if err != nil {
+		if c.fused != nil {
+			c.ctr.countBegin(c.flags)
+		}
 		return fmt.Errorf("iomap: begin [%d, +%d): %w", c.pos, c.end-c.pos, err)
 	}
 	if m.Length <= 0 || m.Offset > c.pos || m.Length > math.MaxInt64-m.Offset || m.End() <= c.pos ||
 		((m.Type == Mapped || m.Type == Unwritten) && m.Addr < 0) ||
 		(m.Type == Inline && int64(len(m.InlineData)) < m.Length) {
+		if c.fused != nil {
+			c.ctr.countBegin(c.flags)
+		}
 		c.ctr.countEnd(c.flags)
 		eerr := c.ops.End(c.pos, 0, 0, c.flags, m)
 		return errors.Join(fmt.Errorf("begin at %d returned %v: %w", c.pos, m, ErrBadMapping), eerr)
@@ -273,7 +285,11 @@ func (c *cursor) finish(processed int64, ferr error) error {
 		ferr = errors.Join(ferr, fmt.Errorf("iomap: body processed %d of %d bytes: %w", processed, c.n, ErrInvalid))
 		processed = max(0, min(processed, c.n))
 	}
-	c.ctr.countEnd(c.flags)
+	if c.fused != nil {
+		c.fused.Add(1) // this call's Begin and End
+	} else {
+		c.ctr.countEnd(c.flags)
+	}
 	eerr := c.ops.End(c.pos, c.n, processed, c.flags, c.m)
 	if eerr != nil {
 		eerr = fmt.Errorf("iomap: end [%d, +%d) written %d: %w", c.pos, c.n, processed, eerr)
