@@ -46,6 +46,10 @@ type jmeta struct {
 	// become allocatable only once the transaction holding the frees has
 	// committed. Guarded by mu.
 	busy []func()
+	// releasing is closed once the busy blocks of the last commit that
+	// had any, and of every commit before it, are allocatable (releases
+	// run after the commit is durable, in commit order). Guarded by mu.
+	releasing chan struct{}
 	// spare holds block buffers of logged transactions for reuse by
 	// Dirty. Guarded by mu.
 	spare [][]byte
@@ -223,12 +227,20 @@ func (m *jmeta) commit(wait bool) error {
 	m.committing = pending
 	m.mu.Unlock()
 	tid, err := m.log(pending, revokes)
-	var released chan struct{}
 	if err == nil && len(busy) > 0 {
-		// Blocks freed in this set become allocatable once it commits.
-		released = make(chan struct{})
+		// Blocks freed in this set become allocatable once it commits,
+		// after those of earlier commits (a waiting commit waits for the
+		// last release, so for all of them).
+		released := make(chan struct{})
+		m.mu.Lock()
+		prev := m.releasing
+		m.releasing = released
+		m.mu.Unlock()
 		go func() {
 			defer close(released)
+			if prev != nil {
+				<-prev
+			}
 			if m.j.WaitCommit(context.Background(), tid) == nil {
 				for _, release := range busy {
 					release()
@@ -261,8 +273,11 @@ func (m *jmeta) commit(wait bool) error {
 			m.mu.Unlock()
 			return err
 		}
-		if released != nil {
-			<-released // the blocks this commit freed are allocatable now
+		m.mu.Lock()
+		last := m.releasing
+		m.mu.Unlock()
+		if last != nil {
+			<-last // the blocks this and earlier commits freed are allocatable now
 		}
 		if len(pending) == 0 && len(revokes) == 0 {
 			// Nothing to commit, so no commit flushed the device: data

@@ -106,3 +106,46 @@ func TestSyncAbortKeepsNewerMetadata(t *testing.T) {
 		f.Close()
 	}
 }
+
+// TestCommitWaitsForEarlierReleases: a waiting commit returns only once
+// the blocks freed by every earlier commit are allocatable, also when it
+// freed none itself. Before, it waited for its own frees only: after an
+// unlink whose operation committed without waiting, the retry of an
+// allocation that failed for space (retryNoSpace, a commit with nothing
+// freed) could run while the earlier commit's blocks were still being
+// released, and fail with ErrNoSpace on a half-empty volume.
+func TestCommitWaitsForEarlierReleases(t *testing.T) {
+	_, v := memVolume(t, 64<<20, 4096)
+	defer v.Close()
+	var blks []uint64
+	v.beginOp()
+	for range 4000 {
+		s, _, err := v.alloc.Alloc(0, 1, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blks = append(blks, s)
+	}
+	if err := v.endOp(); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.jm.commit(true); err != nil {
+		t.Fatal(err)
+	}
+	v.beginOp()
+	for _, b := range blks {
+		if err := v.freeMapped(b, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v.txnGate.RUnlock() // endOp without its commit
+	if err := v.jm.commit(false); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.jm.commit(true); err != nil {
+		t.Fatal(err)
+	}
+	if n := v.jm.busyBlocks.Load(); n != 0 {
+		t.Fatalf("%d freed blocks not allocatable after a waiting commit", n)
+	}
+}
