@@ -122,12 +122,16 @@ func (o *dioOps) endIO(off, n int64, m iomap.Mapping) error {
 			r := convRun{lblk: uint32(first), n: uint32(last - first), pblk: pblk}
 			// Queued before lookups say written: a cache miss answered
 			// from the tree in between sees the queue (mapper.diskLookup).
-			// The cache keeps its unwritten entry; the blocks are marked
-			// written beside it (convbits.go), and mappings taken before
-			// are stale.
+			// The cache keeps its unwritten entry and the blocks are
+			// marked written beside it (convbits.go): no entry changes, so
+			// seq stays and the front slots stay valid. A mapping taken
+			// before says unwritten for blocks whose write had not
+			// completed then: a read returns zeroes (it raced the write),
+			// a direct write queues the run again (harmless); buffered
+			// writes, which would zero the rest of such a block, run
+			// under the exclusive lock, and reads do not cache pages.
 			full := f.queueConversion(r)
 			f.n.conv.bits.set(r.lblk, r.n)
-			f.m.seq.Add(1)
 			if full {
 				// This write is done and queued; a batch short of space
 				// stays queued for the commit (Sync reports it).

@@ -74,12 +74,13 @@ type mapper struct {
 	// record in the extent-status cache.
 	seq atomic.Uint64
 
-	// front holds large written extents found in the extent-status cache,
-	// each with the seq it was read under, in front of it: while seq is
-	// unchanged an entry is still the mapping, and a lookup inside it
-	// costs an atomic load instead of the cache's lock and tree walk.
-	// Slot i caches an extent containing some block b with
-	// frontSlot(b) == i.
+	// front holds large written and unwritten extents found in the
+	// extent-status cache, each with the seq it was read under, in front
+	// of it: while seq is unchanged an entry is still the cache's entry,
+	// and a lookup inside it costs an atomic load instead of the cache's
+	// lock and tree walk (an unwritten one then consults convbits, as a
+	// lookup in the cache does). Slot i caches an extent containing some
+	// block b with frontSlot(b) == i.
 	front [frontSlots]atomic.Pointer[frontEntry]
 }
 
@@ -175,37 +176,16 @@ func (m *mapper) lookup(lblk uint64) (blockMap, error) {
 		seq := m.seq.Load()
 		slot := &m.front[frontSlot(lblk)]
 		if fe := slot.Load(); fe != nil && fe.seq == seq && fe.e.Contains(uint32(lblk)) {
-			d := lblk - uint64(fe.e.Lblk)
-			return blockMap{lblk: lblk, n: uint64(fe.e.Len) - d, kind: mapWritten, pblk: fe.e.Pblk + d}, nil
+			return m.mapOf(fe.e, lblk), nil
 		}
 		e, err := m.escFill(uint32(lblk))
 		if err != nil {
 			return blockMap{}, err
 		}
-		if e.Status == esc.Written && e.Len >= frontMin {
+		if (e.Status == esc.Written || e.Status == esc.Unwritten) && e.Len >= frontMin {
 			slot.Store(&frontEntry{seq: seq, e: e})
 		}
-		d := lblk - uint64(e.Lblk)
-		bm := blockMap{lblk: lblk, n: uint64(e.Len) - d}
-		switch e.Status {
-		case esc.Written:
-			bm.kind, bm.pblk = mapWritten, e.Pblk+d
-		case esc.Unwritten:
-			bm.kind, bm.pblk = mapUnwritten, e.Pblk+d
-			if m.conv != nil {
-				// Queued writes made some blocks written (convbits.go).
-				written, k := m.conv.bits.run(uint32(lblk), uint32(bm.n))
-				bm.n = uint64(k)
-				if written {
-					bm.kind = mapWritten
-				}
-			}
-		case esc.Delayed:
-			bm.kind = mapDelayed
-		default:
-			bm.kind = mapHole
-		}
-		return bm, nil
+		return m.mapOf(e, lblk), nil
 	}
 	p, found, err := extent.MapIndirect(m.ind, m.cfg, uint32(lblk))
 	if err != nil {
@@ -215,6 +195,32 @@ func (m *mapper) lookup(lblk uint64) (blockMap, error) {
 		return blockMap{lblk: lblk, n: 1, kind: mapHole}, nil
 	}
 	return blockMap{lblk: lblk, n: 1, pblk: p, kind: mapWritten}, nil
+}
+
+// mapOf maps lblk inside e, an entry of the extent-status cache, with the
+// blocks queued writes made written inside an unwritten entry
+// (convbits.go; marking them changes no entry and no seq).
+func (m *mapper) mapOf(e esc.Extent, lblk uint64) blockMap {
+	d := lblk - uint64(e.Lblk)
+	bm := blockMap{lblk: lblk, n: uint64(e.Len) - d}
+	switch e.Status {
+	case esc.Written:
+		bm.kind, bm.pblk = mapWritten, e.Pblk+d
+	case esc.Unwritten:
+		bm.kind, bm.pblk = mapUnwritten, e.Pblk+d
+		if m.conv != nil {
+			written, k := m.conv.bits.run(uint32(lblk), uint32(bm.n))
+			bm.n = uint64(k)
+			if written {
+				bm.kind = mapWritten
+			}
+		}
+	case esc.Delayed:
+		bm.kind = mapDelayed
+	default:
+		bm.kind = mapHole
+	}
+	return bm
 }
 
 // diskLookup answers an extent-status cache miss from the on-disk tree
