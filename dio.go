@@ -247,9 +247,9 @@ func (f *File) directWrite(p []byte, off int64) (int, error) {
 // lock while it finds allocated blocks inside the on-disk size: overwrites
 // of written blocks change no metadata at all (the times are set in memory
 // before the write, as ext4's file_modified does, and reach the disk with
-// Sync, Close or the next inode write), and unwritten blocks are mapped
-// written in the extent-status cache at completion with their conversion
-// queued for the tree (conv.go), or with Options.EagerConversions
+// Sync, Close or the next inode write), and unwritten blocks are marked
+// written beside the extent-status cache at completion (convbits.go) with
+// their conversion queued for the tree (conv.go), or with Options.EagerConversions
 // converted exactly under dataMu, the inode written with the conversion
 // when its extent root or i_blocks changed. ok is false when the rest of
 // the write needs the exclusive lock.

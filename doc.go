@@ -75,6 +75,10 @@
 //	            └─ journal transaction state
 //	      └─ Volume.convMu (inodes with queued conversions)
 //
+// The bitmaps of blocks queued writes made written (convbits.go) take no
+// lock: atomic words in a sync.Map, set by completions under the shared
+// inode lock, cleared by the mapper's changes.
+//
 // A journal commit holds the gate exclusively and then takes each inode's
 // dataMu to apply its queued conversions (no operation holds an inode
 // lock then).

@@ -10,8 +10,9 @@ import (
 // escStripes, and no entry crosses a region boundary. Writers into
 // different regions of one file then take different tree locks. ext4
 // has one i_es_lock per inode, a spinlock; a Go mutex taken by every write
-// into preallocated space (its completion maps the blocks written) convoys
-// under 16 writers on 2 CPUs. Adding ino spreads small files, which live
+// into preallocated space convoyed under 16 writers on 2 CPUs when each
+// completion mapped its blocks written in the cache (they are marked in
+// convbits now, which takes no lock). Adding ino spreads small files, which live
 // in one region, over the stripes, so each Cache's share of the budget
 // serves its share of the files.
 const (
