@@ -64,15 +64,21 @@ func TestFsx(t *testing.T) {
 		cache       int64 // Options.PageCacheBytes
 		deferSplits bool  // Options.DeferSplits
 		zeroChunk   int64 // Options.ZeroOutChunk
+		escBudget   int64 // Options.CacheBudget
 	}{
-		{"4k", ext4io.FormatOptions{}, 256 << 20, 0, false, 0},
+		{"4k", ext4io.FormatOptions{}, 256 << 20, 0, false, 0, 0},
+		// A 4 KiB extent-status cache: the shrinker keeps dropping
+		// entries, so lookups keep refilling from the tree. (Few of fsx's
+		// direct writes take the queued path; TestConvBitsTinyCache drives
+		// that one.)
+		{"4k-tinyesc", ext4io.FormatOptions{}, 256 << 20, 0, false, 0, 4 << 10},
 		// Direct writes into preallocated space zero and convert 16 KiB
 		// chunks, next to buffered writes whose dirty pages keep them from
 		// zeroing a chunk.
-		{"4k-zerochunk", ext4io.FormatOptions{}, 256 << 20, 0, false, 16 << 10},
+		{"4k-zerochunk", ext4io.FormatOptions{}, 256 << 20, 0, false, 16 << 10, 0},
 		// A 32-page cache: writers keep finding it full of dirty pages;
 		// unwritten extents split at I/O completion.
-		{"1k-nocsum-smallcache-defer", ext4io.FormatOptions{BlockSize: 1024, Features: "^metadata_csum"}, 128 << 20, 32 << 10, true, 0},
+		{"1k-nocsum-smallcache-defer", ext4io.FormatOptions{BlockSize: 1024, Features: "^metadata_csum"}, 128 << 20, 32 << 10, true, 0, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			seed := uint64(len(c.name)) * 7919
@@ -82,7 +88,7 @@ func TestFsx(t *testing.T) {
 			t.Logf("seed %d", seed)
 			rng := rand.New(rand.NewPCG(seed, 1))
 			img := formatImage(t, c.size, c.opts)
-			vopts := ext4io.Options{Writable: true, PageCacheBytes: c.cache, DeferSplits: c.deferSplits, ZeroOutChunk: c.zeroChunk}
+			vopts := ext4io.Options{Writable: true, PageCacheBytes: c.cache, DeferSplits: c.deferSplits, ZeroOutChunk: c.zeroChunk, CacheBudget: c.escBudget}
 			v, err := ext4io.OpenImage(img, vopts)
 			if err != nil {
 				t.Fatal(err)
