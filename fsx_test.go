@@ -168,11 +168,17 @@ func TestFsx(t *testing.T) {
 					w := f
 					if rng.IntN(3) == 0 { // direct: aligned to 512-byte sectors
 						how, w = "direct", direct[i]
-						off = off / 512 * 512
-						if len(p) < 512 {
-							p = append(p, bytes.Repeat([]byte{0x5a}, 512-len(p))...)
+						align := int64(512)
+						if rng.IntN(2) == 0 {
+							// Block-aligned: inside the on-disk size these take
+							// the shared lock (overwrites, queued conversions).
+							align = bs
 						}
-						p = p[:len(p)/512*512]
+						off = off / align * align
+						if int64(len(p)) < align {
+							p = append(p, bytes.Repeat([]byte{0x5a}, int(align)-len(p))...)
+						}
+						p = p[:int64(len(p))/align*align]
 					}
 					if _, err := w.WriteAt(p, off); err != nil {
 						t.Fatalf("step %d: %s write %s [%d,+%d): %v", step, how, m.name, off, len(p), err)
