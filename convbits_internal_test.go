@@ -157,15 +157,7 @@ func TestConvBitsTinyCache(t *testing.T) {
 		}
 		files[i].Close()
 	}
-	if err := v.Close(); err != nil {
-		t.Fatal(err)
-	}
-	checkImage(t, dev)
-	ro, err := Open(dev, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ro.Close()
+	ro := reopenChecked(t, v, dev, names[0]).v
 	for i, name := range names {
 		f, err := ro.Open(name)
 		if err != nil {
