@@ -14,7 +14,9 @@ import (
 // the cache splits its unwritten entry in three: with 4 KiB random writes
 // into a preallocated file the cache grows to one entry per write, and
 // every completion pays for a cache insert and every lookup for a walk of
-// a large tree, more CPU than the rest of the write.
+// a large tree: in a CPU profile of the disk bench (16 jobs, 1.5 s of
+// writes into preallocated space) the two took 0.47 s of CPU, as much as
+// the tree's batches.
 //
 // convBits records instead, per 8192-block cache region, a bitmap of the
 // blocks queued writes made written. The cache keeps its unwritten entry
