@@ -57,16 +57,10 @@ func TestConvQueueOverlay(t *testing.T) {
 // passes e2fsck with the data in place.
 func TestQueuedConversions(t *testing.T) {
 	dev, v := memVolume(t, 256<<20, 4096)
-	f, err := v.Create("f")
-	if err != nil {
-		t.Fatal(err)
-	}
 	const blocks = 3 * convQueueMax // 96 MiB: one unwritten extent, room to fill the queue
-	if err := f.Fallocate(FallocAllocate, 0, blocks*4096); err != nil {
-		t.Fatal(err)
-	}
+	f, d := preallocated(t, v, "f", blocks*4096)
 	// Stale bytes in the preallocated blocks, which no read may return.
-	err = f.Fiemap(0, blocks*4096, func(e iomap.Extent) error {
+	err := f.Fiemap(0, blocks*4096, func(e iomap.Extent) error {
 		_, err := dev.WriteAt(bytes.Repeat([]byte{0xAB}, int(e.Length)), e.Physical)
 		return err
 	})
@@ -74,10 +68,6 @@ func TestQueuedConversions(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := v.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	d, err := v.OpenFile("f", Direct)
-	if err != nil {
 		t.Fatal(err)
 	}
 	model := make([]byte, blocks*4096)
@@ -210,17 +200,7 @@ func TestQueuedConversions(t *testing.T) {
 func TestQueuedConversionsNearFull(t *testing.T) {
 	_, v := memVolume(t, 64<<20, 4096)
 	defer v.Close()
-	f, err := v.Create("f")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Fallocate(FallocAllocate, 0, 1<<20); err != nil {
-		t.Fatal(err)
-	}
-	d, err := v.OpenFile("f", Direct)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, d := preallocated(t, v, "f", 1<<20)
 	p := bytes.Repeat([]byte{7}, 4096)
 	before := v.Counters()
 	if _, err := d.WriteAt(p, 0); err != nil {
@@ -254,6 +234,23 @@ func TestQueuedConversionsNearFull(t *testing.T) {
 			t.Fatalf("read at %d: %v, %#x", off, err, got[0])
 		}
 	}
+}
+
+// preallocated creates name with size bytes of unwritten extents
+// (FallocAllocate) and returns it, and it opened again with Direct.
+func preallocated(t *testing.T, v *Volume, name string, size int64) (f, d *File) {
+	t.Helper()
+	f, err := v.Create(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Fallocate(FallocAllocate, 0, size); err != nil {
+		t.Fatal(err)
+	}
+	if d, err = v.OpenFile(name, Direct); err != nil {
+		t.Fatal(err)
+	}
+	return f, d
 }
 
 // memVolume formats an in-memory device of size bytes with bs-byte blocks
@@ -326,19 +323,9 @@ func queuedNoSpace(t *testing.T, truncate bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := v.Create("f")
-	if err != nil {
-		t.Fatal(err)
-	}
 	const blocks = 4096
-	if err := f.Fallocate(FallocAllocate, 0, blocks*1024); err != nil {
-		t.Fatal(err)
-	}
+	f, d := preallocated(t, v, "f", blocks*1024)
 	if err := v.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	d, err := v.OpenFile("f", Direct)
-	if err != nil {
 		t.Fatal(err)
 	}
 	model := make([]byte, blocks*1024)

@@ -82,18 +82,8 @@ func TestConvBitsTinyCache(t *testing.T) {
 	var files []*File
 	models := make([][]byte, len(names))
 	for i, name := range names {
-		f, err := v.Create(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Fallocate(FallocAllocate, 0, blocks*4096); err != nil {
-			t.Fatal(err)
-		}
+		f, d := preallocated(t, v, name, blocks*4096)
 		f.Close()
-		d, err := v.OpenFile(name, Direct)
-		if err != nil {
-			t.Fatal(err)
-		}
 		files = append(files, d)
 		models[i] = make([]byte, blocks*4096)
 	}

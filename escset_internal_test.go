@@ -29,18 +29,8 @@ func TestClipRegion(t *testing.T) {
 func TestEscStripes(t *testing.T) {
 	_, v := memVolume(t, 128<<20, 1024)
 	defer v.Close()
-	f, err := v.Create("f")
-	if err != nil {
-		t.Fatal(err)
-	}
 	const size = 40 << 20
-	if err := f.Fallocate(FallocAllocate, 0, size); err != nil {
-		t.Fatal(err)
-	}
-	d, err := v.OpenFile("f", Direct)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, d := preallocated(t, v, "f", size)
 	model := make([]byte, size)
 	rng := rand.New(rand.NewPCG(5, 6))
 	buf := make([]byte, 64<<10)
