@@ -12,6 +12,7 @@
 package stripe
 
 import (
+	"sync"
 	"sync/atomic"
 	"unsafe"
 )
@@ -50,4 +51,49 @@ func (c *Counter) Load() uint64 {
 		t += c.s[i].v.Load()
 	}
 	return t
+}
+
+// RWMutex is a reader/writer lock whose readers take one of N reader
+// locks, chosen by a hint as for Counter, and whose writer takes all of
+// them. Readers with different hints then share no cache line, where a
+// sync.RWMutex moves its reader count between CPUs on every RLock and
+// RUnlock. The writer pays N locks, so it suits locks that readers take
+// on every I/O and writers rarely. The zero value is an unlocked mutex.
+//
+// As with sync.RWMutex, a waiting writer blocks new readers (of the
+// stripes it has taken or waits for), and a reader must not lock again
+// while it holds a stripe.
+type RWMutex struct {
+	_ [lineSize]byte // keeps stripe 0 off the line of the field before
+	s [N]struct {
+		mu sync.RWMutex
+		// Two lines per stripe: however the struct is aligned, no
+		// line holds parts of two stripes' locks.
+		_ [2*lineSize - unsafe.Sizeof(sync.RWMutex{})]byte
+	}
+}
+
+// RLock takes stripe i (any int; reduced modulo N) for reading and
+// returns the stripe to pass to RUnlock.
+func (m *RWMutex) RLock(i int) int {
+	i &= N - 1
+	m.s[i].mu.RLock()
+	return i
+}
+
+// RUnlock releases the stripe RLock returned.
+func (m *RWMutex) RUnlock(i int) { m.s[i&(N-1)].mu.RUnlock() }
+
+// Lock takes every stripe for writing, in order.
+func (m *RWMutex) Lock() {
+	for i := range m.s {
+		m.s[i].mu.Lock()
+	}
+}
+
+// Unlock releases the write lock.
+func (m *RWMutex) Unlock() {
+	for i := range m.s {
+		m.s[i].mu.Unlock()
+	}
 }

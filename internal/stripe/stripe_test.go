@@ -50,3 +50,39 @@ func TestOf(t *testing.T) {
 		t.Fatal("OfBuf puts four consecutive pages on one stripe")
 	}
 }
+
+// TestRWMutex checks the writer excludes readers of every stripe and
+// other writers: readers and writers update a pair that a writer keeps
+// equal and readers check, with -race watching the accesses.
+func TestRWMutex(t *testing.T) {
+	var mu RWMutex
+	var a, b int
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 2000 {
+				if i%16 == g%4 {
+					mu.Lock()
+					a++
+					b++
+					mu.Unlock()
+					continue
+				}
+				s := mu.RLock(g*31 + i)
+				if a != b {
+					t.Errorf("reader on stripe %d sees a=%d b=%d", s, a, b)
+				}
+				mu.RUnlock(s)
+			}
+		}()
+	}
+	wg.Wait()
+	if a != b || a == 0 {
+		t.Fatalf("a=%d b=%d", a, b)
+	}
+	if sz := unsafe.Sizeof(mu.s[0]); sz != 2*lineSize {
+		t.Fatalf("stripe is %d bytes, want %d", sz, 2*lineSize)
+	}
+}
