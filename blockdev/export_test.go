@@ -6,10 +6,12 @@ func ForceWriteZeroes(f *File) { f.zeroMode.Store(zeroWrite) }
 
 // MmapDirtyPages returns the pages m would msync at the next Flush.
 func MmapDirtyPages(m *Mmap) []int {
-	m.dirty.Lock()
-	defer m.dirty.Unlock()
 	var pages []int
-	for w, x := range m.dirty.bits {
+	for w := range m.dirty.bits {
+		x := m.dirty.bits[w].Load()
+		if x != 0 && m.dirty.sum[w/64].Load()&(1<<(w%64)) == 0 {
+			panic("blockdev: dirty word not named in sum")
+		}
 		for b := range 64 {
 			if x&(1<<b) != 0 {
 				pages = append(pages, w*64+b)
@@ -18,3 +20,7 @@ func MmapDirtyPages(m *Mmap) []int {
 	}
 	return pages
 }
+
+// MmapTakeDirty clears m's dirty pages and returns them as Flush would
+// msync them, as [first, last+1) runs, without msyncing.
+func MmapTakeDirty(m *Mmap) [][2]int { return m.takeDirty() }

@@ -8,9 +8,10 @@ import (
 	"math/bits"
 	"os"
 	"runtime/debug"
-	"sync"
+	"sync/atomic"
 
 	"github.com/ext4io/ext4io/blockdev/internal/devutil"
+	"github.com/ext4io/ext4io/internal/stripe"
 	"golang.org/x/sys/unix"
 )
 
@@ -32,18 +33,25 @@ type Mmap struct {
 
 	// life is held shared by every operation that touches data and
 	// exclusively by Close, so the mapping is never unmapped under a copy.
+	// Reads and writes take the stripe of their buffer, so concurrent I/O
+	// from different CPUs does not move one reader count between them.
 	life struct {
-		sync.RWMutex
+		stripe.RWMutex
 		data   []byte // the mapping; nil for an empty file
 		closed bool
 	}
 
-	// dirty tracks pages written since the last Flush: bit i of bits is
-	// page i. Only words in [lo, hi) may be non-zero.
+	// dirty tracks pages written since the last Flush without a lock, so
+	// that writers on different CPUs share no cache line unless they write
+	// pages within 256 KiB of each other: bit i of bits is page i, and
+	// bit w of sum is set when word w of bits may be non-zero. A writer
+	// sets its page bits, then the word's sum bit; Flush swaps each sum
+	// word to zero, then each word it names. A write that returned before
+	// Flush began is in the words Flush takes; a mark that races with
+	// Flush is taken by it or left for the next.
 	dirty struct {
-		sync.Mutex
-		bits   []uint64
-		lo, hi int
+		bits []atomic.Uint64
+		sum  []atomic.Uint64
 	}
 }
 
@@ -95,7 +103,9 @@ func newMmap(f *os.File, path string, readOnly bool) (*Mmap, error) {
 	}
 	m.life.data = data
 	pages := (size + int64(m.page) - 1) / int64(m.page)
-	m.dirty.bits = make([]uint64, (pages+63)/64)
+	words := (pages + 63) / 64
+	m.dirty.bits = make([]atomic.Uint64, words)
+	m.dirty.sum = make([]atomic.Uint64, (words+63)/64)
 	return m, nil
 }
 
@@ -125,8 +135,7 @@ func (m *Mmap) protected(op string, off int64, fn func()) (err error) {
 
 // ReadAt implements io.ReaderAt.
 func (m *Mmap) ReadAt(p []byte, off int64) (int, error) {
-	m.life.RLock()
-	defer m.life.RUnlock()
+	defer m.life.RUnlock(m.life.RLock(stripe.OfBuf(p)))
 	if m.life.closed {
 		return 0, devutil.Closed("blockdev", m.path)
 	}
@@ -152,8 +161,7 @@ func (m *Mmap) checkWriteLocked(what string, off, n int64) error {
 
 // WriteAt implements io.WriterAt.
 func (m *Mmap) WriteAt(p []byte, off int64) (int, error) {
-	m.life.RLock()
-	defer m.life.RUnlock()
+	defer m.life.RUnlock(m.life.RLock(stripe.OfBuf(p)))
 	if err := m.checkWriteLocked("write", off, int64(len(p))); err != nil {
 		return 0, err
 	}
@@ -176,8 +184,7 @@ func (m *Mmap) ZeroOut(off, n int64) error { return m.zero("zero out", off, n) }
 func (m *Mmap) Discard(off, n int64) error { return m.zero("discard", off, n) }
 
 func (m *Mmap) zero(what string, off, n int64) error {
-	m.life.RLock()
-	defer m.life.RUnlock()
+	defer m.life.RUnlock(m.life.RLock(0))
 	if err := m.checkWriteLocked(what, off, n); err != nil || n == 0 {
 		return err
 	}
@@ -188,45 +195,44 @@ func (m *Mmap) zero(what string, off, n int64) error {
 
 func (m *Mmap) markDirty(off, n int64) {
 	p0, p1 := int(off/int64(m.page)), int((off+n-1)/int64(m.page))
-	m.dirty.Lock()
-	defer m.dirty.Unlock()
-	for p := p0; p <= p1; p++ {
-		m.dirty.bits[p/64] |= 1 << (p % 64)
-	}
-	w0, w1 := p0/64, p1/64+1
-	if m.dirty.lo == m.dirty.hi {
-		m.dirty.lo, m.dirty.hi = w0, w1
-	} else {
-		m.dirty.lo, m.dirty.hi = min(m.dirty.lo, w0), max(m.dirty.hi, w1)
+	for w := p0 / 64; w <= p1/64; w++ {
+		lo, hi := max(p0, w*64)-w*64, min(p1, w*64+63)-w*64
+		mask := (^uint64(0) >> (63 - hi)) &^ (1<<lo - 1)
+		// Loads first: a page written again before the next Flush, or a
+		// word already named in sum, costs no store to a shared line.
+		if b := &m.dirty.bits[w]; b.Load()&mask != mask {
+			b.Or(mask)
+		}
+		if s, bit := &m.dirty.sum[w/64], uint64(1)<<(w%64); s.Load()&bit == 0 {
+			s.Or(bit)
+		}
 	}
 }
 
 // takeDirty returns the runs of dirty pages as [first, last+1) page pairs
 // and clears them.
 func (m *Mmap) takeDirty() [][2]int {
-	m.dirty.Lock()
-	defer m.dirty.Unlock()
 	var runs [][2]int
-	for w := m.dirty.lo; w < m.dirty.hi; w++ {
-		for x := m.dirty.bits[w]; x != 0; x &= x - 1 {
-			p := w*64 + bits.TrailingZeros64(x)
-			if k := len(runs); k > 0 && runs[k-1][1] == p {
-				runs[k-1][1] = p + 1
-			} else {
-				runs = append(runs, [2]int{p, p + 1})
+	for s := range m.dirty.sum {
+		for x := m.dirty.sum[s].Swap(0); x != 0; x &= x - 1 {
+			w := s*64 + bits.TrailingZeros64(x)
+			for y := m.dirty.bits[w].Swap(0); y != 0; y &= y - 1 {
+				p := w*64 + bits.TrailingZeros64(y)
+				if k := len(runs); k > 0 && runs[k-1][1] == p {
+					runs[k-1][1] = p + 1
+				} else {
+					runs = append(runs, [2]int{p, p + 1})
+				}
 			}
 		}
-		m.dirty.bits[w] = 0
 	}
-	m.dirty.lo, m.dirty.hi = 0, 0
 	return runs
 }
 
 // Flush msyncs the pages written since the last Flush. If msync fails the
 // pages stay dirty for the next Flush.
 func (m *Mmap) Flush() error {
-	m.life.RLock()
-	defer m.life.RUnlock()
+	defer m.life.RUnlock(m.life.RLock(0))
 	if m.life.closed {
 		return devutil.Closed("blockdev", m.path)
 	}

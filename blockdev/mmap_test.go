@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/ext4io/ext4io/blockdev"
@@ -145,4 +147,76 @@ func TestMmapReadOnly(t *testing.T) {
 
 func BenchmarkMmapRandom4K(b *testing.B) {
 	blockdevtest.BenchRandom4K(b, newMmap(b, 64<<20))
+}
+
+// TestMmapDirtyConcurrent writes random page ranges from several
+// goroutines while another takes the dirty set as Flush does: every page
+// written is taken by one of the takes or by the last one after the
+// writers finish, so no Flush can miss a completed write.
+func TestMmapDirtyConcurrent(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "img")
+	const size = 64 << 20
+	f, err := blockdev.CreateFile(path, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	m, err := blockdev.OpenMmap(path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	page := int64(os.Getpagesize())
+	pages := int(size / page)
+	written := make([][]bool, 4)
+	var wg sync.WaitGroup
+	for g := range written {
+		written[g] = make([]bool, pages)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 1))
+			buf := make([]byte, 3*page)
+			for range 20000 {
+				off := rng.Int64N(size - 3*page)
+				n := 1 + rng.Int64N(3*page-1)
+				if _, err := m.WriteAt(buf[:n], off); err != nil {
+					t.Error(err)
+					return
+				}
+				for p := off / page; p <= (off+n-1)/page; p++ {
+					written[g][p] = true
+				}
+			}
+		}()
+	}
+	taken := make([]bool, pages)
+	take := func() {
+		for _, r := range blockdev.MmapTakeDirty(m) {
+			for p := r[0]; p < r[1]; p++ {
+				taken[p] = true
+			}
+		}
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		default:
+			take()
+		}
+	}
+	take()
+	for g := range written {
+		for p, w := range written[g] {
+			if w && !taken[p] {
+				t.Fatalf("page %d was written (goroutine %d) but never taken for msync", p, g)
+			}
+		}
+	}
+	if got := blockdev.MmapDirtyPages(m); len(got) != 0 {
+		t.Errorf("dirty pages after the last take: %d", len(got))
+	}
 }
