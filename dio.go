@@ -254,8 +254,7 @@ func (f *File) directWrite(p []byte, off int64) (int, error) {
 // when its extent root or i_blocks changed. ok is false when the rest of
 // the write needs the exclusive lock.
 func (f *File) directShared(p []byte, off int64) (n int, err error, ok bool) {
-	f.n.mu.RLock()
-	defer f.n.mu.RUnlock()
+	defer f.n.mu.RUnlockAt(f.n.mu.RLockAt(stripe.OfBuf(p)))
 	end := off + int64(len(p))
 	if end > int64(f.n.diskSize()) {
 		return 0, nil, false

@@ -62,8 +62,11 @@
 //
 // Outer to inner, across all packages (see each package for its locks):
 //
-//	Volume state, journal transaction gate (shared per operation)
-//	└─ inode lock (inode.mu, read/write: ext4's i_rwsem)
+//	Volume state, journal transaction gate (shared per operation;
+//	striped: direct writes take the stripe of their buffer)
+//	└─ inode lock (inode.mu, read/write: ext4's i_rwsem; on a file
+//	   opened Direct, direct I/O takes one reader stripe and the
+//	   exclusive side all of them: inodeLock in file.go)
 //	   └─ page-cache page locks (iomap.PageCache; write-back takes the
 //	      gate and then the inode lock shared before it pins pages, so a
 //	      writer holding an inode lock never waits for write-back)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ext4io/ext4io/extent"
 	"github.com/ext4io/ext4io/internal/errs"
+	"github.com/ext4io/ext4io/internal/stripe"
 	"github.com/ext4io/ext4io/layout"
 )
 
@@ -43,7 +44,7 @@ type inode struct {
 	// paths (aligned in-EOF overwrites and writes into unwritten blocks)
 	// share it; allocating, extending and size-changing operations take it
 	// exclusively.
-	mu sync.RWMutex
+	mu inodeLock
 	// dataMu (ext4's i_data_sem) serializes changes to in and the extent
 	// tree made under a shared mu. Lock order: mu, then dataMu.
 	dataMu sync.Mutex
@@ -94,6 +95,66 @@ type inode struct {
 type zeroing struct {
 	lo, hi uint64
 	done   chan struct{}
+}
+
+// inodeLock is the inode lock. Once the file is opened with Direct,
+// shared lockers on the I/O paths (RLockAt) take a reader stripe of fast
+// instead of the RWMutex, so concurrent direct I/O from different CPUs
+// does not move the lock's reader count between them on every call; Lock
+// then takes the RWMutex and every stripe. Other shared lockers (RLock)
+// keep using the RWMutex alone, which excludes Lock just as well.
+type inodeLock struct {
+	sync.RWMutex
+	// fast is set once, under the RWMutex held exclusively (share), and
+	// never cleared: 1 KiB per inode, spent only on files opened Direct.
+	fast atomic.Pointer[stripe.RWMutex]
+}
+
+// Lock locks l for writing: the RWMutex, then the reader stripes.
+func (l *inodeLock) Lock() {
+	l.RWMutex.Lock()
+	if f := l.fast.Load(); f != nil {
+		f.Lock()
+	}
+}
+
+// Unlock unlocks l for writing.
+func (l *inodeLock) Unlock() {
+	if f := l.fast.Load(); f != nil {
+		f.Unlock()
+	}
+	l.RWMutex.Unlock()
+}
+
+// RLockAt locks l for reading on the stripe for hint (stripe.OfBuf of the
+// I/O buffer) and returns the token for RUnlockAt.
+func (l *inodeLock) RLockAt(hint int) int {
+	if f := l.fast.Load(); f != nil {
+		return f.RLock(hint)
+	}
+	l.RWMutex.RLock()
+	return -1
+}
+
+// RUnlockAt unlocks what RLockAt locked.
+func (l *inodeLock) RUnlockAt(t int) {
+	if t < 0 {
+		l.RWMutex.RUnlock()
+		return
+	}
+	l.fast.Load().RUnlock(t)
+}
+
+// share gives l its reader stripes, if it has none yet.
+func (l *inodeLock) share() {
+	if l.fast.Load() != nil {
+		return
+	}
+	l.RWMutex.Lock()
+	if l.fast.Load() == nil {
+		l.fast.Store(new(stripe.RWMutex))
+	}
+	l.RWMutex.Unlock()
 }
 
 // diskSize returns the size the inode has on disk (i_disksize). The caller
@@ -294,8 +355,7 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 	if err := f.checkDirect("read", p, off); err != nil {
 		return 0, err
 	}
-	f.n.mu.RLock()
-	defer f.n.mu.RUnlock()
+	defer f.n.mu.RUnlockAt(f.n.mu.RLockAt(stripe.OfBuf(p)))
 	if f.in.IsDir() {
 		return 0, &fs.PathError{Op: "read", Path: f.name, Err: fmt.Errorf("is a directory: %w", ErrInvalid)}
 	}

@@ -24,7 +24,7 @@ func (r rawAt) ReadAt(p []byte, off int64) (int, error)  { return r.dev.ReadAt(p
 
 // rawFor returns raw I/O on dev at the blocks the first size bytes of f
 // map to (found with Fiemap).
-func rawFor(b *testing.B, dev blockdev.Device, f *ext4io.File, size int64) rawAt {
+func rawFor(b testing.TB, dev blockdev.Device, f *ext4io.File, size int64) rawAt {
 	b.Helper()
 	phys := make([]int64, size/4096)
 	err := f.Fiemap(0, size, func(e iomap.Extent) error {
@@ -250,7 +250,7 @@ func BenchmarkParallelIO(b *testing.B) {
 // shmMmap returns an mmap device on a new image of size bytes in /dev/shm
 // (the test's temporary directory where there is none), removed and
 // closed with the benchmark.
-func shmMmap(b *testing.B, size int64) *blockdev.Mmap {
+func shmMmap(b testing.TB, size int64) *blockdev.Mmap {
 	b.Helper()
 	dir := "/dev/shm"
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {

@@ -373,13 +373,17 @@ func (m *jmeta) log(pending map[uint64][]byte, revokes map[uint64]struct{}) (tid
 // have left half its changes in the pending set: the volume stops
 // committing (the journal keeps the last consistent state, as Linux's
 // errors=remount-ro), and later writes fail with ErrReadOnly.
-func (v *Volume) endOpErr(err error) error {
+func (v *Volume) endOpErr(err error) error { return v.endOpErrAt(0, err) }
+
+// endOpErrAt is endOpErr for an operation that beginOpAt entered on
+// stripe s.
+func (v *Volume) endOpErrAt(s int, err error) error {
 	if err != nil && v.jm != nil && (errors.Is(err, ErrIO) || errors.Is(err, ErrCorrupt)) {
 		v.jm.mu.Lock()
 		v.jm.setFailedLocked(err)
 		v.jm.mu.Unlock()
 	}
-	if eerr := v.endOp(); err == nil {
+	if eerr := v.endOpAt(s); err == nil {
 		err = eerr
 	}
 	return err
@@ -398,18 +402,27 @@ func (v *Volume) failed() error {
 // beginOp enters a metadata-changing operation (see jmeta). Lock order:
 // txnGate (shared) before any inode lock; operations do not nest, and
 // endOp is called with no inode lock held.
-func (v *Volume) beginOp() {
-	if v.jm != nil {
-		v.txnGate.RLock()
+func (v *Volume) beginOp() { v.beginOpAt(0) }
+
+// beginOpAt is beginOp on txnGate's stripe for hint (stripe.OfBuf of the
+// I/O buffer on the direct I/O paths, so that writers on different CPUs
+// do not share a reader count). It returns the stripe for endOpAt.
+func (v *Volume) beginOpAt(hint int) int {
+	if v.jm == nil {
+		return 0
 	}
+	return v.txnGate.RLock(hint)
 }
 
 // endOp leaves an operation, committing when the pending set is large.
-func (v *Volume) endOp() error {
+func (v *Volume) endOp() error { return v.endOpAt(0) }
+
+// endOpAt is endOp for an operation that beginOpAt entered on stripe s.
+func (v *Volume) endOpAt(s int) error {
 	if v.jm == nil {
 		return nil
 	}
-	v.txnGate.RUnlock()
+	v.txnGate.RUnlock(s)
 	if v.jm.pendingLen() >= v.jm.commitAt {
 		return v.jm.commit(false)
 	}

@@ -138,7 +138,7 @@ func TestCommitWaitsForEarlierReleases(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	v.txnGate.RUnlock() // endOp without its commit
+	v.txnGate.RUnlock(0) // endOp without its commit
 	if err := v.jm.commit(false); err != nil {
 		t.Fatal(err)
 	}

@@ -152,8 +152,9 @@ type Volume struct {
 
 	jm *jmeta // journaled metadata of a writable volume with a journal, else nil
 	// txnGate is held shared by each metadata-changing operation and
-	// exclusively by a journal commit (see jmeta).
-	txnGate sync.RWMutex
+	// exclusively by a journal commit (see jmeta). Striped: every direct
+	// write takes it, on the stripe of its buffer.
+	txnGate stripe.RWMutex
 
 	stats struct {
 		metaUpdates, exclusive, conversions, zeroOuts, handles atomic.Uint64

@@ -10,6 +10,7 @@ import (
 	"github.com/ext4io/ext4io/alloc"
 	"github.com/ext4io/ext4io/esc"
 	"github.com/ext4io/ext4io/extent"
+	"github.com/ext4io/ext4io/internal/stripe"
 	"github.com/ext4io/ext4io/layout"
 )
 
@@ -76,7 +77,7 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 		if err := f.flushCache(off, off+int64(len(p))); err != nil {
 			return 0, &fs.PathError{Op: "write", Path: f.name, Err: err}
 		}
-		f.v.beginOp()
+		s := f.v.beginOpAt(stripe.OfBuf(p))
 		var n int
 		var err error
 		if a := f.v.align; off%a == 0 && int64(len(p))%a == 0 {
@@ -84,7 +85,7 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 		} else {
 			n, err = f.writeAt(p, off) // unaligned write without a page cache
 		}
-		err = f.v.endOpErr(err)
+		err = f.v.endOpErrAt(s, err)
 		if err == errCacheRace {
 			continue // a buffered write dirtied the range again
 		}
@@ -725,5 +726,8 @@ func (v *Volume) OpenFile(name string, flags OpenFlag) (*File, error) {
 		return nil, err
 	}
 	f.direct = flags&Direct != 0
+	if f.direct {
+		f.n.mu.share() // direct I/O takes the inode lock shared from many goroutines
+	}
 	return f, nil
 }

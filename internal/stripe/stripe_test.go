@@ -86,3 +86,29 @@ func TestRWMutex(t *testing.T) {
 		t.Fatalf("stripe is %d bytes, want %d", sz, 2*lineSize)
 	}
 }
+
+// BenchmarkRWMutexRead compares a read lock and unlock from every CPU on
+// one sync.RWMutex (its reader count moves between CPUs) with the same on
+// the caller's stripe of an RWMutex.
+//
+//	go test -run XXX -bench RWMutexRead -cpu 1,2 ./internal/stripe
+func BenchmarkRWMutexRead(b *testing.B) {
+	b.Run("sync", func(b *testing.B) {
+		var mu sync.RWMutex
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				mu.RLock()
+				mu.RUnlock()
+			}
+		})
+	})
+	b.Run("stripe", func(b *testing.B) {
+		var mu RWMutex
+		b.RunParallel(func(pb *testing.PB) {
+			hint := OfBuf(make([]byte, 4096))
+			for pb.Next() {
+				mu.RUnlock(mu.RLock(hint))
+			}
+		})
+	})
+}
