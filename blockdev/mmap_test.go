@@ -154,17 +154,8 @@ func BenchmarkMmapRandom4K(b *testing.B) {
 // written is taken by one of the takes or by the last one after the
 // writers finish, so no Flush can miss a completed write.
 func TestMmapDirtyConcurrent(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "img")
 	const size = 64 << 20
-	f, err := blockdev.CreateFile(path, size)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	m, err := blockdev.OpenMmap(path, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := newMmap(t, size)
 	defer m.Close()
 	page := int64(os.Getpagesize())
 	pages := int(size / page)
