@@ -86,7 +86,7 @@ func DirectRead(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOptio
 		return 0, err
 	}
 	ctr := countersFor(p)
-	c := cursor{ops: ops, pos: off, end: off + int64(len(p)), flags: Direct, ctr: ctr, fused: &ctr.dioReads}
+	c := cursor{ops: ops, pos: off, end: off + int64(len(p)), flags: Direct, ctr: ctr, fused: &ctr.dioReads, fusedDev: &ctr.dioReadsDev}
 	for c.more() {
 		if err := c.begin(); err != nil {
 			return int(c.done), err
@@ -95,7 +95,7 @@ func DirectRead(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOptio
 		var err error
 		switch c.m.Type {
 		case Mapped:
-			c.ctr.devReads.Add(1)
+			c.devIO = true // counted with End
 			if _, rerr := dev.ReadAt(b, c.m.Addr+(c.pos-c.m.Offset)); rerr != nil {
 				err = fmt.Errorf("iomap: direct read file [%d, +%d) at device %d: %w", c.pos, c.n, c.m.Addr+(c.pos-c.m.Offset), rerr)
 			}
@@ -139,7 +139,7 @@ func DirectWrite(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOpti
 		o = *opt
 	}
 	ctr := countersFor(p)
-	c := cursor{ops: ops, pos: off, end: off + int64(len(p)), flags: Write | Direct, ctr: ctr, fused: &ctr.dioWrites}
+	c := cursor{ops: ops, pos: off, end: off + int64(len(p)), flags: Write | Direct, ctr: ctr, fused: &ctr.dioWrites, fusedDev: &ctr.dioWritesDev}
 	for c.more() {
 		if err := c.begin(); err != nil {
 			return int(c.done), err
@@ -148,7 +148,7 @@ func DirectWrite(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOpti
 		var err error
 		switch c.m.Type {
 		case Mapped, Unwritten:
-			err = dioWriteSegment(dev, &o, c.m, b, c.pos, c.ctr)
+			c.devIO, err = dioWriteSegment(dev, &o, c.m, b, c.pos) // the data write, counted with End
 		case Inline:
 			copy(c.m.InlineData[c.pos-c.m.Offset:], b)
 		default:
@@ -173,29 +173,30 @@ func DirectWrite(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOpti
 }
 
 // dioWriteSegment writes b at file offset pos inside mapping m, zeroing the
-// rest of partial blocks first when m is New or Unwritten.
-func dioWriteSegment(dev blockdev.Device, o *DioOptions, m Mapping, b []byte, pos int64, ctr *atomicCounters) error {
+// rest of partial blocks first when m is New or Unwritten. issued reports
+// whether the data's WriteAt was called, for the caller to count (the
+// zeroing writes count themselves).
+func dioWriteSegment(dev blockdev.Device, o *DioOptions, m Mapping, b []byte, pos int64) (issued bool, err error) {
 	addr := m.Addr + (pos - m.Offset)
 	n := int64(len(b))
 	if bs := o.BlockSize; bs > 0 && (m.Flags&MapNew != 0 || m.Type == Unwritten) {
 		if head := pos & (bs - 1); head != 0 {
 			head = min(head, pos-m.Offset) // never zero outside the mapping
 			if err := zeroDevice(dev, addr-head, head); err != nil {
-				return err
+				return false, err
 			}
 		}
 		if e := pos + n; e&(bs-1) != 0 {
 			tail := min(bs-e&(bs-1), m.End()-e)
 			if err := zeroDevice(dev, addr+n, tail); err != nil {
-				return err
+				return false, err
 			}
 		}
 	}
-	ctr.devWrites.Add(1)
 	if _, err := dev.WriteAt(b, addr); err != nil {
-		return fmt.Errorf("iomap: direct write file [%d, +%d) at device %d: %w", pos, n, addr, err)
+		return true, fmt.Errorf("iomap: direct write file [%d, +%d) at device %d: %w", pos, n, addr, err)
 	}
-	return nil
+	return true, nil
 }
 
 // zeroDevice writes n zero bytes at device address addr (iomap_dio_zero).

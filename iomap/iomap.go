@@ -246,7 +246,10 @@ type cursor struct {
 	ctr   *atomicCounters // the counter stripe to count on
 	// fused, if set, counts a Begin and its End with one add (see
 	// atomicCounters.dioWrites); calls that fail are counted one by one.
-	fused *atomic.Int64
+	// fusedDev counts them with the segment's one device I/O instead, when
+	// the body sets devIO.
+	fused, fusedDev *atomic.Int64
+	devIO           bool // the body issued one device I/O, not counted yet
 }
 
 func (c *cursor) more() bool { return c.pos < c.end }
@@ -285,7 +288,10 @@ func (c *cursor) finish(processed int64, ferr error) error {
 		ferr = errors.Join(ferr, fmt.Errorf("iomap: body processed %d of %d bytes: %w", processed, c.n, ErrInvalid))
 		processed = max(0, min(processed, c.n))
 	}
-	if c.fused != nil {
+	if c.devIO {
+		c.devIO = false
+		c.fusedDev.Add(1) // this call's Begin, device I/O and End
+	} else if c.fused != nil {
 		c.fused.Add(1) // this call's Begin and End
 	} else {
 		c.ctr.countEnd(c.flags)
