@@ -51,6 +51,9 @@ const mapQueued = iomap.MapPrivate
 type dioOps struct {
 	f      *File
 	shared bool // the caller holds n.mu shared: map allocated ranges only
+	// overwrite: map written blocks only (directOverwrite, which runs
+	// outside any operation and so must change no metadata).
+	overwrite bool
 }
 
 func (o *dioOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, error) {
@@ -62,6 +65,9 @@ func (o *dioOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, err
 	m, err := f.m.lookup(lblk)
 	if err != nil {
 		return iomap.Mapping{}, err
+	}
+	if o.overwrite && m.kind != mapWritten {
+		return iomap.Mapping{}, errNeedExclusive
 	}
 	nblk := min(m.n, endBlk-lblk)
 	out := iomap.Mapping{Offset: int64(lblk) * bs, Length: int64(nblk) * bs, Addr: int64(m.pblk) * bs, Cookie: cookie}
@@ -241,6 +247,40 @@ func (f *File) directWrite(p []byte, off int64) (int, error) {
 	ops := &f.dio[0]
 	k, err := iomap.DirectWrite(f.v.dev, ops, rest, pos, &iomap.DioOptions{BlockSize: bs, EndIO: ops.endIO, Align: f.v.align})
 	return done + k, f.wroteLocked(pos, k, err)
+}
+
+// directOverwrite writes p at off when all of it lies in written blocks of
+// one extent inside the on-disk size, the common case of an aligned
+// direct write: under the shared inode lock alone, outside any operation
+// (no txnGate), as nothing but data and the in-memory times changes. ok
+// is false, with nothing written, when the write is not such an
+// overwrite; the caller then writes it as usual. A device error fails the
+// write and leaves the volume writable: no metadata changed.
+func (f *File) directOverwrite(p []byte, off int64) (n int, err error, ok bool) {
+	defer f.n.mu.RUnlockAt(f.n.mu.RLockAt(stripe.OfBuf(p)))
+	end := off + int64(len(p))
+	if end > int64(f.n.diskSize()) {
+		return 0, nil, false
+	}
+	bs := int64(f.v.bs)
+	lblk, nblk := uint64(off/bs), uint64((end-off)/bs)
+	if m, err := f.m.lookup(lblk); err != nil || m.kind != mapWritten || m.n < nblk {
+		return 0, nil, false // errors are reported by the usual path
+	}
+	if !f.cacheCleanLocked(off, end) {
+		return 0, nil, false
+	}
+	if t := touchStamp(); f.n.touched.Load() != t { // as in directShared
+		f.n.touched.Store(t)
+	}
+	f.v.stats.shared.Add(stripe.OfBuf(p), 1)
+	n, err = iomap.DirectWrite(f.v.dev, &f.dio[2], p, off, &iomap.DioOptions{BlockSize: bs, Align: f.v.align})
+	if errors.Is(err, errNeedExclusive) {
+		// Not expected: no change under a shared inode lock turns written
+		// blocks unwritten. The caller writes the rest as usual.
+		return n, nil, false
+	}
+	return n, err, true
 }
 
 // directShared runs a block-aligned direct write under the shared inode

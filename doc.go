@@ -37,9 +37,11 @@
 // Options.WritebackAge, memory pressure) allocates, writes and maps them,
 // and only then moves the on-disk size. Direct I/O (Volume.OpenFile with
 // Direct) goes to the device through iomap ops with ext4's fast paths:
-// overwrites take the inode lock shared and no journal handle, and defer
-// the mtime update to File.Sync or Volume.Close (their times have 1 ms
-// granularity, as ext4 takes them from the kernel's coarse clock). Writes
+// overwrites take the inode lock shared, no journal handle and not even
+// the transaction gate (a device error fails such a write alone: no
+// metadata changed, so the volume stays writable), and defer the mtime
+// update to File.Sync or Volume.Close (their times have 1 ms granularity,
+// as ext4 takes them from the kernel's coarse clock). Writes
 // into preallocated space convert exactly what they write, or with
 // Options.ZeroOutChunk zero and convert whole chunks so that later writes
 // there are overwrites.
@@ -56,7 +58,9 @@
 // read-only opens) unless Options.NoRecovery is set.
 //
 // Operations that change metadata hold the volume's transaction gate
-// shared; they must not call each other (see beginOp in jmeta.go).
+// shared; they must not call each other (see beginOp in jmeta.go). Direct
+// overwrites of written blocks (directOverwrite in dio.go) change none and
+// take only the inode lock.
 //
 // # Lock order
 //

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/ext4io/ext4io"
+	"github.com/ext4io/ext4io/blockdev"
+	"github.com/ext4io/ext4io/blockdev/errordev"
 	"github.com/ext4io/ext4io/internal/e2fs"
 )
 
@@ -363,4 +365,71 @@ func TestSharedVersusExclusive(t *testing.T) {
 		}
 	}
 	e2fs.Fsck(t, img)
+}
+
+// TestOverwriteDeviceError: a device error in an aligned direct overwrite
+// (the path outside any operation) fails that write with ErrIO and leaves
+// the volume writable, as no metadata changed; the next write of the block
+// lands and the image stays clean.
+func TestOverwriteDeviceError(t *testing.T) {
+	img := formatImage(t, 64<<20, ext4io.FormatOptions{})
+	file, err := blockdev.OpenFile(img, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	toggle := errordev.NewToggle(errordev.Kinds(errordev.Always(), errordev.Write))
+	v, err := ext4io.Open(errordev.New(file, toggle), ext4io.Options{Writable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := v.Create("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Fallocate(ext4io.FallocWriteZeroes, 0, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	d, err := v.OpenFile("f", ext4io.Direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	before := v.Counters()
+	toggle.Enable()
+	if _, err := d.WriteAt(bytes.Repeat([]byte{1}, 4096), 64<<10); !errors.Is(err, ext4io.ErrIO) {
+		t.Fatalf("overwrite on a failing device: %v, want ErrIO", err)
+	}
+	toggle.Disable()
+	want := bytes.Repeat([]byte{2}, 4096)
+	if _, err := d.WriteAt(want, 64<<10); err != nil {
+		t.Fatalf("overwrite after the device recovered: %v", err)
+	}
+	if c := v.Counters(); c.MetaUpdates != before.MetaUpdates || c.SharedLocks-before.SharedLocks != 2 || c.Overwrites-before.Overwrites != 2 {
+		t.Fatalf("two overwrites moved metadata updates %d -> %d, shared locks %d -> %d, overwrites %d -> %d; want 0, +2, +2",
+			before.MetaUpdates, c.MetaUpdates, before.SharedLocks, c.SharedLocks, before.Overwrites, c.Overwrites)
+	}
+	if _, err := v.Create("g"); err != nil { // metadata still commits
+		t.Fatal(err)
+	}
+	for _, c := range []interface{ Close() error }{d, f, v, file} {
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e2fs.Fsck(t, img)
+	ro, err := ext4io.OpenImage(img, ext4io.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	r, err := ro.Open("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 4096)
+	if _, err := r.ReadAt(got, 64<<10); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("block after reopen: %v, data equal %v", err, bytes.Equal(got, want))
+	}
 }
