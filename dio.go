@@ -58,9 +58,9 @@ type dioOps struct {
 
 func (o *dioOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, error) {
 	f, n := o.f, o.f.n
-	bs := int64(f.v.bs)
-	lblk := uint64(off / bs)
-	endBlk := uint64((off + length + bs - 1) / bs)
+	bs, sh := int64(f.v.bs), f.v.bshift
+	lblk := uint64(off) >> sh // offsets are not negative (checkDio)
+	endBlk := uint64(off+length+bs-1) >> sh
 	cookie := f.m.seq.Load()
 	m, err := f.m.lookup(lblk)
 	if err != nil {
@@ -263,7 +263,7 @@ func (f *File) directOverwrite(p []byte, off int64) (n int, err error, ok bool) 
 		return 0, nil, false
 	}
 	bs := int64(f.v.bs)
-	lblk, nblk := uint64(off/bs), uint64((end-off)/bs)
+	lblk, nblk := uint64(off)>>f.v.bshift, uint64(end-off)>>f.v.bshift
 	if m, err := f.m.lookup(lblk); err != nil || m.kind != mapWritten || m.n < nblk {
 		return 0, nil, false // errors are reported by the usual path
 	}

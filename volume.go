@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -121,6 +122,7 @@ type Volume struct {
 	// Immutable after Open.
 	sb       *layout.Superblock
 	bs       int
+	bshift   uint // log2(bs), for the per-I/O block arithmetic
 	groups   []*layout.GroupDesc
 	csumSeed uint32
 	csum     bool    // metadata_csum
@@ -203,6 +205,7 @@ func Open(dev blockdev.Device, opts Options) (*Volume, error) {
 	v := &Volume{dev: dev, opts: opts, sb: sb, bs: sb.BlockSize(), csumSeed: sb.CsumSeed(), csum: sb.MetadataCsum(),
 		cache: newEscSet(budget), inodes: make(map[uint32]*inode)}
 	v.nss.init()
+	v.bshift = uint(bits.TrailingZeros(uint(v.bs))) // bs is 1024 << s_log_block_size
 	v.lbs, v.align = int64(dev.LogicalBlockSize()), dioAlign(dev)
 	if size := dev.Size(); uint64(size)/uint64(v.bs) < sb.BlocksCount {
 		return nil, errs.Corruptf("superblock", 0, -1, "filesystem has %d blocks of %d bytes but the device holds %d bytes", sb.BlocksCount, v.bs, size)

@@ -91,7 +91,7 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 		s := f.v.beginOpAt(stripe.OfBuf(p))
 		var n int
 		var err error
-		if a := f.v.align; off%a == 0 && int64(len(p))%a == 0 {
+		if a := f.v.align; aligned(off, a) && aligned(int64(len(p)), a) {
 			n, err = f.directWrite(p, off) // through iomap.DirectWrite
 		} else {
 			n, err = f.writeAt(p, off) // unaligned write without a page cache
@@ -196,6 +196,16 @@ func (f *File) convertExactLocked(lblk, n, pblk uint64) error {
 	return nil
 }
 
+// aligned reports whether x is a multiple of a (> 0), without a division
+// when a is a power of two, as device block sizes are: the direct I/O
+// paths check alignments several times per write.
+func aligned(x, a int64) bool {
+	if a&(a-1) == 0 {
+		return x&(a-1) == 0
+	}
+	return x%a == 0
+}
+
 // checkDirect enforces direct I/O alignment: offset, length and (for the
 // direct backend) buffer address aligned to the device's logical block
 // size.
@@ -204,7 +214,7 @@ func (f *File) checkDirect(op string, p []byte, off int64) error {
 		return nil
 	}
 	a := f.v.lbs
-	if off%a != 0 || int64(len(p))%a != 0 {
+	if !aligned(off, a) || !aligned(int64(len(p)), a) {
 		return &fs.PathError{Op: op, Path: f.name, Err: fmt.Errorf("direct I/O at %d of %d bytes is not aligned to the device's %d-byte logical blocks: %w", off, len(p), a, ErrInvalid)}
 	}
 	return nil

@@ -50,6 +50,15 @@ func dioAlignment(dev blockdev.Device) int64 {
 	return a
 }
 
+// aligned reports whether x is a multiple of a (> 0), without a division
+// when a is a power of two (device block sizes are).
+func aligned(x, a int64) bool {
+	if a&(a-1) == 0 {
+		return x&(a-1) == 0
+	}
+	return x%a == 0
+}
+
 func checkDio(what string, dev blockdev.Device, n int, off int64, opt *DioOptions) error {
 	if err := checkRange(what, off, int64(n)); err != nil {
 		return err
@@ -61,7 +70,7 @@ func checkDio(what string, dev blockdev.Device, n int, off int64, opt *DioOption
 	if a <= 0 {
 		a = dioAlignment(dev)
 	}
-	if off%a != 0 || int64(n)%a != 0 {
+	if !aligned(off, a) || !aligned(int64(n), a) {
 		return fmt.Errorf("iomap: %s [%d, +%d) not aligned to the device's %d-byte logical block: %w",
 			what, off, n, a, ErrInvalid)
 	}
