@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"os/exec"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -636,5 +638,79 @@ func TestSharedWriteTimes(t *testing.T) {
 	}
 	if fi.Mtime.Before(last) || fi.Ctime.Before(last) {
 		t.Fatalf("after Sync and a crash: mtime %v ctime %v, want at least %v", fi.Mtime, fi.Ctime, last)
+	}
+}
+
+// TestSharedWriteTimeBounds checks the times of shared-lock overwrites
+// (touchclock.go) from both sides: under 4 writers and a reader calling
+// Stat, a file's mtime is never before the start of a write that completed
+// before the Stat began; and a time applied long after the write (a Stat
+// 200 ms later) is the write's epoch end, not the Stat's time.
+func TestSharedWriteTimeBounds(t *testing.T) {
+	v, _ := crashableVolume(t)
+	defer v.Close()
+	f, err := v.Create("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Fallocate(ext4io.FallocWriteZeroes, 0, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	d, err := v.OpenFile("f", ext4io.Direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var done atomic.Int64 // the latest start of a completed write, Unix ns
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	errc := make(chan error, 5)
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 4096)
+			for i := 0; !stop.Load(); i++ {
+				start := time.Now().UnixNano()
+				if _, err := d.WriteAt(buf, int64((w*64+i%64)*4096)); err != nil {
+					errc <- err
+					return
+				}
+				for old := done.Load(); old < start && !done.CompareAndSwap(old, start); old = done.Load() {
+				}
+				if i%64 == 0 {
+					time.Sleep(time.Duration(w) * time.Millisecond) // let epochs end with and without writes
+				}
+			}
+		}()
+	}
+	deadline := time.Now().Add(300 * time.Millisecond)
+	for n := 0; time.Now().Before(deadline); n++ {
+		before := done.Load()
+		fi, err := v.Stat("f")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := fi.Mtime.UnixNano(); m < before {
+			t.Fatalf("Stat %d: mtime %v before the start %v of a write that had completed", n, fi.Mtime, time.Unix(0, before))
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := d.WriteAt(make([]byte, 4096), 0); err != nil {
+		t.Fatal(err)
+	}
+	end := time.Now()
+	time.Sleep(200 * time.Millisecond)
+	fi, err := v.Stat("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mtime.Before(start) || fi.Mtime.After(end.Add(100*time.Millisecond)) {
+		t.Fatalf("mtime %v for a write in [%v, %v] applied 200 ms later: want within the write's epoch", fi.Mtime, start, end)
 	}
 }

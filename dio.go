@@ -270,9 +270,7 @@ func (f *File) directOverwrite(p []byte, off int64) (n int, err error, ok bool) 
 	if !f.cacheCleanLocked(off, end) {
 		return 0, nil, false
 	}
-	if t := touchStamp(); f.n.touched.Load() != t { // as in directShared
-		f.n.touched.Store(t)
-	}
+	f.v.touch.stamp(f.n) // as in directShared
 	f.v.stats.shared.Add(stripe.OfBuf(p), 1)
 	n, err = iomap.DirectWrite(f.v.dev, &f.dio[2], p, off, &iomap.DioOptions{BlockSize: bs, Align: f.v.align})
 	if errors.Is(err, errNeedExclusive) {
@@ -301,9 +299,7 @@ func (f *File) directShared(p []byte, off int64) (n int, err error, ok bool) {
 	}
 	// The times, set before the write as ext4's file_modified does, reach
 	// the inode with its next write, Stat, Sync or Close.
-	if t := touchStamp(); f.n.touched.Load() != t {
-		f.n.touched.Store(t)
-	}
+	f.v.touch.stamp(f.n)
 	if !f.cacheCleanLocked(off, end) {
 		return 0, errCacheRace, true
 	}

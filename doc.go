@@ -40,8 +40,11 @@
 // overwrites take the inode lock shared, no journal handle and not even
 // the transaction gate (a device error fails such a write alone: no
 // metadata changed, so the volume stays writable), and defer the mtime
-// update to File.Sync or Volume.Close (their times have 1 ms granularity,
-// as ext4 takes them from the kernel's coarse clock). Writes
+// update to File.Sync or Volume.Close. Like ext4, which takes these times
+// from the kernel's coarse clock, they do not read the clock per write: a
+// write stamps its inode with an epoch that a ticker ends every 1 ms, and
+// the time is the epoch's end, never before the write started
+// (touchclock.go). Writes
 // into preallocated space convert exactly what they write, or with
 // Options.ZeroOutChunk zero and convert whole chunks so that later writes
 // there are overwrites.
@@ -81,6 +84,7 @@
 //	         └─ alloc: prealloc window → group locks (ascending) → descriptor block
 //	            └─ journal transaction state
 //	      └─ Volume.convMu (inodes with queued conversions)
+//	   └─ Volume.touch.mu (leaf: epoch lists of shared-write times)
 //
 // The bitmaps of blocks queued writes made written (convbits.go) take no
 // lock: atomic words in a sync.Map, set by completions under the shared

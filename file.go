@@ -68,11 +68,15 @@ type inode struct {
 
 	freed bool // the inode was freed: never write n again; set under mu exclusively
 
-	// touched is the time (touchStamp) of the last direct write under the
-	// shared lock whose mtime and ctime are not in in yet, 0 for none: the
-	// fast path stores it without dataMu, and applyTouchLocked moves it
-	// into in before in is read or written.
-	touched atomic.Int64
+	// touchEpoch is the Volume.touch epoch of the last direct write under
+	// the shared lock whose mtime and ctime are not in in yet, 0 for none:
+	// the fast path stores it without dataMu, and applyTouchLocked moves
+	// its time into in before in is read or written. touchEndEpoch and
+	// touchEnd (guarded by Volume.touch.mu) are the end time of an epoch
+	// the inode was stamped with (touchclock.go).
+	touchEpoch    atomic.Uint64
+	touchEndEpoch uint64
+	touchEnd      int64 // Unix ns
 
 	// mayCache: the page cache may hold pages of this file. Buffered
 	// writes set it (under mu exclusively) before adding pages; a direct
@@ -171,39 +175,16 @@ func (n *inode) diskSize() uint64 {
 // blocks past i_size). The caller holds mu or dataMu, as for diskSize.
 func (n *inode) diskBlocks(bs uint64) uint64 { return (n.diskSize() + bs - 1) / bs }
 
-// applyTouchLocked moves the time of the last shared-lock direct write
-// into the inode's mtime and ctime. The caller holds mu exclusively, or
-// shared with dataMu.
-func (n *inode) applyTouchLocked() {
-	if t := n.touched.Swap(0); t != 0 {
-		// Grains since monoBase on the monotonic clock, taken as the end
-		// of the grain (never before the write, never after now): the
-		// wall time is now minus the time elapsed since, so a step of the
-		// wall clock in between does not skew it.
-		now := time.Now()
-		at := now
-		if d := now.Sub(monoBase) - time.Duration(t)*touchGrain; d > 0 {
-			at = now.Add(-d)
-		}
+// applyTouchLocked moves the time of the last shared-lock direct write to
+// n into its mtime and ctime. The caller holds n.mu exclusively, or shared
+// with dataMu.
+func (v *Volume) applyTouchLocked(n *inode) {
+	if at, ok := v.touch.take(n); ok {
 		ts := layout.TimestampOf(at)
 		n.in.Mtime, n.in.Ctime = ts, ts
 		n.dirty = true
 	}
 }
-
-// Times of shared-lock direct writes (inode.touched) are kept at touchGrain
-// granularity on the monotonic clock, as ext4 takes them from the kernel's
-// coarse clock: reading the monotonic clock costs half of time.Now, and
-// writers within one grain store nothing (the stamp is already there), so
-// concurrent writers of a file do not contend on touched.
-const touchGrain = time.Millisecond
-
-var monoBase = time.Now()
-
-// touchStamp is the current time for inode.touched: the number of the
-// grain since monoBase, counting from 1 (0 means none), so that t grains
-// after monoBase is the grain's end.
-func touchStamp() int64 { return int64(time.Since(monoBase)/touchGrain) + 1 }
 
 // coverLocked moves the on-disk size up to end (at most i_size) when
 // written blocks now reach end: e2fsck rejects written blocks past the
@@ -525,7 +506,7 @@ func (v *Volume) liveInfo(n *inode, ino uint32, name string, linked bool) (*File
 			return nil, err
 		}
 	}
-	n.applyTouchLocked()
+	v.applyTouchLocked(n)
 	return newFileInfo(v, name, ino, n.in), nil
 }
 

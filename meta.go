@@ -35,7 +35,7 @@ func (l *blockLocks) lock(blk uint64) *sync.Mutex {
 // exclusively, or n.mu shared and n.dataMu. Each call is one metadata
 // update.
 func (v *Volume) writeInodeLocked(n *inode) error {
-	n.applyTouchLocked()
+	v.applyTouchLocked(n)
 	if n.m != nil && n.m.tree != nil {
 		n.in.Block = n.m.tree.Root()
 	}
@@ -101,7 +101,7 @@ func (v *Volume) syncInodeData(n *inode, times bool) error {
 			return nil
 		}
 		sizeOnly := false
-		n.applyTouchLocked()
+		v.applyTouchLocked(n)
 		if n.sizeAhead.Load() && v.pc.Dirty(iomap.Key(n.ino), int64(n.disksize.Load()), math.MaxInt64) == 0 {
 			// No data waits beyond the on-disk size: the rest is holes
 			// (a punched or zeroed tail), so i_size can go to disk.

@@ -153,6 +153,10 @@ type Volume struct {
 	sbMu sync.Mutex
 
 	jm *jmeta // journaled metadata of a writable volume with a journal, else nil
+
+	// touch stamps the times of shared-lock direct writes (touchclock.go).
+	touch touchClock
+
 	// txnGate is held shared by each metadata-changing operation and
 	// exclusively by a journal commit (see jmeta). Striped: every direct
 	// write takes it, on the stripe of its buffer.
@@ -205,6 +209,7 @@ func Open(dev blockdev.Device, opts Options) (*Volume, error) {
 	v := &Volume{dev: dev, opts: opts, sb: sb, bs: sb.BlockSize(), csumSeed: sb.CsumSeed(), csum: sb.MetadataCsum(),
 		cache: newEscSet(budget), inodes: make(map[uint32]*inode)}
 	v.nss.init()
+	v.touch.init()
 	v.bshift = uint(bits.TrailingZeros(uint(v.bs))) // bs is 1024 << s_log_block_size
 	v.lbs, v.align = int64(dev.LogicalBlockSize()), dioAlign(dev)
 	if size := dev.Size(); uint64(size)/uint64(v.bs) < sb.BlocksCount {
@@ -473,6 +478,7 @@ func (v *Volume) Close() error {
 	if v.alloc != nil {
 		err = v.unmount()
 	}
+	v.touch.close()
 	if v.closeDev {
 		if cerr := v.dev.Close(); err == nil {
 			err = cerr

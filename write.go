@@ -221,7 +221,7 @@ func (f *File) checkDirect(op string, p []byte, off int64) error {
 }
 
 func (f *File) touchLocked() {
-	f.n.touched.Store(0) // older than now
+	f.n.touchEpoch.Store(0) // older than now
 	now := layout.TimestampOf(time.Now())
 	f.in.Mtime, f.in.Ctime = now, now
 }
