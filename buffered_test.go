@@ -649,17 +649,7 @@ func TestSharedWriteTimes(t *testing.T) {
 func TestSharedWriteTimeBounds(t *testing.T) {
 	v, _ := crashableVolume(t)
 	defer v.Close()
-	f, err := v.Create("f")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Fallocate(ext4io.FallocWriteZeroes, 0, 1<<20); err != nil {
-		t.Fatal(err)
-	}
-	d, err := v.OpenFile("f", ext4io.Direct)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := directFile(t, v, "f", ext4io.FallocWriteZeroes, 1<<20)
 	var done atomic.Int64 // the latest start of a completed write, Unix ns
 	var stop atomic.Bool
 	var wg sync.WaitGroup

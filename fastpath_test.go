@@ -382,17 +382,7 @@ func TestOverwriteDeviceError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := v.Create("f")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Fallocate(ext4io.FallocWriteZeroes, 0, 1<<20); err != nil {
-		t.Fatal(err)
-	}
-	d, err := v.OpenFile("f", ext4io.Direct)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := directFile(t, v, "f", ext4io.FallocWriteZeroes, 1<<20)
 	if err := v.Sync(); err != nil {
 		t.Fatal(err)
 	}
@@ -413,23 +403,31 @@ func TestOverwriteDeviceError(t *testing.T) {
 	if _, err := v.Create("g"); err != nil { // metadata still commits
 		t.Fatal(err)
 	}
-	for _, c := range []interface{ Close() error }{d, f, v, file} {
+	for _, c := range []interface{ Close() error }{d, v, file} {
 		if err := c.Close(); err != nil {
 			t.Fatal(err)
 		}
 	}
+	r := fsckOpen(t, img, "f")
+	got := make([]byte, 4096)
+	if _, err := r.ReadAt(got, 64<<10); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("block after reopen: %v, data equal %v", err, bytes.Equal(got, want))
+	}
+}
+
+// fsckOpen checks the closed image img with e2fsck and opens file name of
+// it read-only; the volume closes with the test.
+func fsckOpen(t *testing.T, img, name string) *ext4io.File {
+	t.Helper()
 	e2fs.Fsck(t, img)
 	ro, err := ext4io.OpenImage(img, ext4io.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ro.Close()
-	r, err := ro.Open("f")
+	t.Cleanup(func() { ro.Close() })
+	f, err := ro.Open(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make([]byte, 4096)
-	if _, err := r.ReadAt(got, 64<<10); err != nil || !bytes.Equal(got, want) {
-		t.Fatalf("block after reopen: %v, data equal %v", err, bytes.Equal(got, want))
-	}
+	return f
 }

@@ -41,7 +41,7 @@ func rawFor(b testing.TB, dev blockdev.Device, f *ext4io.File, size int64) rawAt
 
 // directFile creates name, fallocates size bytes of it in mode and opens
 // it with Direct.
-func directFile(b *testing.B, v *ext4io.Volume, name string, mode ext4io.FallocMode, size int64) *ext4io.File {
+func directFile(b testing.TB, v *ext4io.Volume, name string, mode ext4io.FallocMode, size int64) *ext4io.File {
 	b.Helper()
 	f, err := v.Create(name)
 	if err != nil {
@@ -215,16 +215,7 @@ func BenchmarkConvertScattered(b *testing.B) {
 func BenchmarkParallelIO(b *testing.B) {
 	const size = 64 << 20
 	dev := shmMmap(b, 256<<20)
-	if err := ext4io.Format(dev, ext4io.FormatOptions{}); err != nil {
-		b.Fatal(err)
-	}
-	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer v.Close()
-	f := directFile(b, v, "written", ext4io.FallocWriteZeroes, size)
-	raw := rawFor(b, dev, f, size)
+	f, raw := writtenFile(b, dev, size)
 	var seed atomic.Uint64
 	run := func(name string, op func(buf []byte, off int64) error) {
 		b.Run(name, func(b *testing.B) {
@@ -245,6 +236,23 @@ func BenchmarkParallelIO(b *testing.B) {
 	run("overwrite", func(p []byte, off int64) error { _, err := f.WriteAt(p, off); return err })
 	run("raw-read", func(p []byte, off int64) error { _, err := raw.ReadAt(p, off); return err })
 	run("read", func(p []byte, off int64) error { _, err := f.ReadAt(p, off); return err })
+}
+
+// writtenFile formats dev, opens it writable (closed with the benchmark)
+// and returns a file of size bytes of written zeroes opened with Direct,
+// with raw I/O on dev at its blocks.
+func writtenFile(b *testing.B, dev blockdev.Device, size int64) (*ext4io.File, rawAt) {
+	b.Helper()
+	if err := ext4io.Format(dev, ext4io.FormatOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { v.Close() })
+	f := directFile(b, v, "written", ext4io.FallocWriteZeroes, size)
+	return f, rawFor(b, dev, f, size)
 }
 
 // shmMmap returns an mmap device on a new image of size bytes in /dev/shm
@@ -300,16 +308,7 @@ func (d *discardDev) WriteAt(p []byte, off int64) (int, error) {
 func BenchmarkEngineOverwrite(b *testing.B) {
 	const size = 64 << 20
 	dev := &discardDev{Mmap: shmMmap(b, 256<<20)}
-	if err := ext4io.Format(dev, ext4io.FormatOptions{}); err != nil {
-		b.Fatal(err)
-	}
-	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer v.Close()
-	f := directFile(b, v, "written", ext4io.FallocWriteZeroes, size)
-	raw := rawFor(b, dev, f, size)
+	f, raw := writtenFile(b, dev, size)
 	dev.discard.Store(true)
 	defer dev.discard.Store(false)
 	offs := make([]int64, 1<<16)

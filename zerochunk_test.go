@@ -125,17 +125,7 @@ func TestZeroOutChunk(t *testing.T) {
 	if err := v.Close(); err != nil {
 		t.Fatal(err)
 	}
-	e2fs.Fsck(t, img)
-	ro, err := ext4io.OpenImage(img, ext4io.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ro.Close()
-	g, err := ro.Open("f")
-	if err != nil {
-		t.Fatal(err)
-	}
-	check(g)
+	check(fsckOpen(t, img, "f"))
 }
 
 // TestZeroOutChunkOption: ZeroOutChunk must be a multiple of the block
