@@ -282,8 +282,8 @@ func shmMmap(b testing.TB, size int64) *blockdev.Mmap {
 	return dev
 }
 
-// discardDev is an mmap device whose data writes can be switched to
-// discard, so a benchmark can set an image up and then time the engine
+// discardDev is an mmap device whose reads and writes can be switched to
+// do nothing, so a benchmark can set an image up and then time the engine
 // alone.
 type discardDev struct {
 	*blockdev.Mmap
@@ -297,12 +297,19 @@ func (d *discardDev) WriteAt(p []byte, off int64) (int, error) {
 	return d.Mmap.WriteAt(p, off)
 }
 
+func (d *discardDev) ReadAt(p []byte, off int64) (int, error) {
+	if d.discard.Load() {
+		return len(p), nil
+	}
+	return d.Mmap.ReadAt(p, off)
+}
+
 // BenchmarkEngineOverwrite is the engine's own CPU per 4 KiB direct
 // overwrite of a written block through the File API (inode lock, mapping
-// lookup, iomap Begin/End, counters, the mtime clock): the image is set
-// up on an mmap device in /dev/shm whose writes are then discarded.
-// raw-null is the discarded write issued on the device directly; the
-// difference is what ext4io adds.
+// lookup, iomap Begin/End, counters, the time stamp), and per 4 KiB
+// direct read: the image is set up on an mmap device in /dev/shm whose
+// reads and writes then do nothing. raw-null is the empty write issued on
+// the device directly; the difference is what ext4io adds.
 //
 //	go test -run XXX -bench BenchmarkEngineOverwrite -count 5 .
 func BenchmarkEngineOverwrite(b *testing.B) {
@@ -320,7 +327,7 @@ func BenchmarkEngineOverwrite(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		w    func([]byte, int64) (int, error)
-	}{{"raw-null", raw.WriteAt}, {"overwrite", f.WriteAt}} {
+	}{{"raw-null", raw.WriteAt}, {"overwrite", f.WriteAt}, {"read", f.ReadAt}} {
 		b.Run(c.name, func(b *testing.B) {
 			for i := 0; b.Loop(); i++ {
 				if _, err := c.w(buf, offs[i&(len(offs)-1)]); err != nil {
