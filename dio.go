@@ -264,6 +264,11 @@ func (f *File) directOverwrite(p []byte, off int64) (n int, err error, ok bool) 
 	}
 	bs := int64(f.v.bs)
 	lblk, nblk := uint64(off)>>f.v.bshift, uint64(end-off)>>f.v.bshift
+	// Begin (overwrite ops) looks the range up again, from the front
+	// slot. This first lookup costs an overwrite nothing measurable
+	// (BenchmarkEngineOverwrite: 96.8-99.8 ns with it, 95.3-101.8 without)
+	// and sends every other write on at once, before the stamp and the
+	// count, instead of through iomap's Begin error, which formats one.
 	if m, err := f.m.lookup(lblk); err != nil || m.kind != mapWritten || m.n < nblk {
 		return 0, nil, false // errors are reported by the usual path
 	}
