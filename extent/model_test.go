@@ -151,6 +151,32 @@ func (m *modelRun) step(i int) {
 				}
 			}
 		}
+	case op < 9 && r.IntN(2) == 0: // MarkWrittenExactRuns
+		var runs []Run
+		for range 1 + r.IntN(40) {
+			l := uint32(r.IntN(int(m.space)))
+			n := 1 + uint32(r.IntN(int(m.maxLen)))
+			if r.IntN(8) == 0 {
+				n *= 20 // across extents and leaves
+			}
+			runs = append(runs, Run{Lblk: l, Len: n})
+		}
+		if r.IntN(8) != 0 { // the batch path; unsorted runs go one by one
+			slices.SortFunc(runs, func(a, b Run) int { return int(a.Lblk) - int(b.Lblk) })
+		}
+		must := r.IntN(4) == 0
+		desc = fmt.Sprintf("MarkWrittenExactRuns(%v,%v)", runs, must)
+		err = m.tr.MarkWrittenExactRuns(runs, must)
+		if err == nil {
+			for _, run := range runs {
+				for b := uint64(run.Lblk); b < run.end(); b++ {
+					if v, ok := m.model[uint32(b)]; ok {
+						v.unw = false
+						m.model[uint32(b)] = v
+					}
+				}
+			}
+		}
 	case op < 9: // MarkWritten
 		from := uint32(r.IntN(int(m.space)))
 		n := 1 + uint32(r.IntN(int(m.maxLen)))

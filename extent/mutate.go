@@ -1,8 +1,10 @@
 package extent
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // Mutations stage every change in memory, in the decoded nodes, and
@@ -25,6 +27,7 @@ type txn struct {
 	created  []uint64    // blocks allocated by this mutation
 	freed    []*node     // tree nodes dropped by this mutation
 	freeData [][2]uint64 // data runs unmapped by this mutation
+	merge    []Extent    // mergeRuns' scratch
 	must     bool        // pass mustSucceed to the allocator
 }
 
@@ -48,8 +51,8 @@ func (tx *txn) end() {
 	clear(tx.order)
 	clear(tx.freed)
 	tx.order, tx.freed = tx.order[:0], tx.freed[:0]
-	tx.created, tx.freeData = tx.created[:0], tx.freeData[:0]
-	if cap(tx.order) > maxKeep || cap(tx.freed) > maxKeep || cap(tx.created) > maxKeep || cap(tx.freeData) > maxKeep {
+	tx.created, tx.freeData, tx.merge = tx.created[:0], tx.freeData[:0], tx.merge[:0]
+	if cap(tx.order) > maxKeep || cap(tx.freed) > maxKeep || cap(tx.created) > maxKeep || cap(tx.freeData) > maxKeep || cap(tx.merge) > maxKeep {
 		*tx = txn{}
 	}
 }
@@ -631,6 +634,12 @@ type Run struct{ Lblk, Len uint32 }
 // all-or-nothing change, in which each changed tree block is encoded and
 // written once: for converting many scattered ranges in a batch. On error
 // nothing is converted.
+//
+// Runs sorted by Lblk (they may overlap) are taken a leaf at a time: the
+// runs that end inside one leaf's key range are merged into its entries in
+// one pass, and only a run that crosses leaves, or a leaf that would
+// overflow, goes through MarkWrittenExact's split-by-split path. The result
+// is the same mapping either way.
 func (t *Tree) MarkWrittenExactRuns(runs []Run, mustSucceed bool) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -639,14 +648,151 @@ func (t *Tree) MarkWrittenExactRuns(runs []Run, mustSucceed bool) error {
 			return invalidf("range [%d,+%d) past logical block %d", r.Lblk, r.Len, uint32(EndLblk))
 		}
 	}
+	sorted := slices.IsSortedFunc(runs, func(a, b Run) int { return cmp.Compare(a.Lblk, b.Lblk) })
 	return t.run(mustSucceed, func(tx *txn) error {
-		for _, r := range runs {
-			if err := tx.markWritten(r.Lblk, uint64(r.Lblk)+uint64(r.Len), false); err != nil {
-				return err
+		for rest := runs; len(rest) > 0; {
+			k := 0
+			if sorted {
+				var err error
+				if k, err = tx.markWrittenLeaf(rest); err != nil {
+					return err
+				}
 			}
+			if k == 0 {
+				r := rest[0]
+				if err := tx.markWritten(r.Lblk, uint64(r.Lblk)+uint64(r.Len), false); err != nil {
+					return err
+				}
+				k = 1
+			}
+			rest = rest[k:]
 		}
 		return nil
 	})
+}
+
+// markWrittenLeaf converts the first runs (sorted by Lblk) that end inside
+// the key range of the leaf holding runs[0].Lblk by rebuilding that leaf's
+// affected entries in one pass. It returns how many runs it converted: 0
+// when runs[0] crosses into the next leaf or when even runs[0] alone would
+// overflow the leaf (the caller then takes the split-by-split path).
+func (tx *txn) markWrittenLeaf(runs []Run) (int, error) {
+	path, err := tx.t.findLocked(runs[0].Lblk)
+	if err != nil {
+		return 0, err
+	}
+	lv := len(path) - 1
+	leaf := path[lv].n
+	// The leaf holds keys below the next key of the nearest ancestor that
+	// has one.
+	hi := uint64(EndLblk)
+	for l := lv - 1; l >= 0; l-- {
+		if p := path[l].pos + 1; p < len(path[l].n.idx) {
+			hi = uint64(path[l].n.idx[p].Lblk)
+			break
+		}
+	}
+	k := 0
+	for k < len(runs) && runs[k].end() <= hi {
+		k++
+	}
+	for ; k > 0; k /= 2 {
+		if tx.mergeRuns(leaf, runs[:k]) {
+			return k, nil
+		}
+	}
+	return 0, nil
+}
+
+func (r Run) end() uint64 { return uint64(r.Lblk) + uint64(r.Len) }
+
+// mergeRuns makes the unwritten blocks of leaf that runs (sorted by Lblk,
+// all inside leaf's key range) cover written, merging each written piece
+// with written neighbours as convert does. It reports false, changing
+// nothing, when the result would not fit in the leaf.
+func (tx *txn) mergeRuns(leaf *node, runs []Run) bool {
+	ext := leaf.ext
+	var maxEnd uint64
+	for _, r := range runs {
+		maxEnd = max(maxEnd, r.end())
+	}
+	if maxEnd == 0 || len(ext) == 0 {
+		return true // nothing to convert
+	}
+	// Rebuild ext[start:b]: from the extent before the first one a run may
+	// touch (a new piece may merge into it) to the one after the last (it
+	// may merge into a new piece).
+	start := max(searchExt(ext, runs[0].Lblk)-1, 0)
+	b := min(searchExt(ext, uint32(maxEnd-1))+2, len(ext))
+	if b <= start {
+		return true
+	}
+	out := tx.merge[:0]
+	newLast, changed := false, false
+	emit := func(x Extent, isNew bool) {
+		if n := len(out); n > 0 && (newLast || isNew) && canMerge(out[n-1], x) {
+			out[n-1].Len += x.Len
+			newLast = true
+			return
+		}
+		out = append(out, x)
+		newLast = isNew
+	}
+	piece := func(e Extent, s, f uint64, unwritten bool) Extent {
+		return Extent{Lblk: uint32(s), Len: uint32(f - s), Pblk: e.Pblk + (s - uint64(e.Lblk)), Unwritten: unwritten}
+	}
+	j := 0
+	for i := start; i < b; i++ {
+		e := ext[i]
+		c, end := uint64(e.Lblk), e.End()
+		for j < len(runs) && runs[j].end() <= c {
+			j++
+		}
+		if !newLast && (j == len(runs) || uint64(runs[j].Lblk) >= end) {
+			// No run reaches e and e follows no new piece: copy it and
+			// the extents after it that end before the next run.
+			next := b
+			if j < len(runs) {
+				next = max(i+searchExt(ext[i:b], runs[j].Lblk), i+1)
+			}
+			out = append(out, ext[i:next]...)
+			i = next - 1
+			continue
+		}
+		if !e.Unwritten {
+			emit(e, false)
+			continue
+		}
+		for ; j < len(runs) && uint64(runs[j].Lblk) < end; j++ {
+			if s, f := max(uint64(runs[j].Lblk), c), min(runs[j].end(), end); s < f {
+				if s > c {
+					emit(piece(e, c, s, true), false)
+				}
+				emit(piece(e, s, f, false), true)
+				c, changed = f, true
+			}
+			// A run going on past e goes on into the next extents (the
+			// runs after it that start inside e lie inside it there).
+			if runs[j].end() > end {
+				break
+			}
+		}
+		if c < end {
+			emit(piece(e, c, end, true), false)
+		}
+	}
+	tx.merge = out
+	if !changed {
+		return true
+	}
+	if start+len(out)+len(ext)-b > int(leaf.hdr.Max) {
+		return false
+	}
+	// The leaf's first key stays: the first rebuilt entry starts where
+	// ext[start] did.
+	tx.touchSpan(leaf, start, len(ext)-b)
+	leaf.ext = slices.Replace(leaf.ext, start, b, out...)
+	return true
 }
 
 // markWritten is MarkWritten's change of [from, end) inside a mutation.

@@ -35,6 +35,22 @@ func extents(t *testing.T, tr *Tree) []Extent {
 	return out
 }
 
+// canonical merges the extents of es that continue each other logically
+// and physically in the same state, whatever their length: the mapping
+// in a form that does not depend on where the extents were cut.
+func canonical(es []Extent) []Extent {
+	var out []Extent
+	for _, e := range es {
+		if n := len(out); n > 0 && out[n-1].End() == uint64(e.Lblk) &&
+			out[n-1].Pblk+uint64(out[n-1].Len) == e.Pblk && out[n-1].Unwritten == e.Unwritten {
+			out[n-1].Len += e.Len
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
 // TestMarkWrittenExactRuns: converting batches of scattered runs in one
 // change gives the tree that converting them one by one gives (also read
 // back from its blocks), and a batch that cannot get a tree block changes
@@ -58,8 +74,10 @@ func TestMarkWrittenExactRuns(t *testing.T) {
 		if err := batch.MarkWrittenExactRuns(runs, true); err != nil {
 			t.Fatal(err)
 		}
-		if a, b := extents(t, one), extents(t, batch); !slices.Equal(a, b) {
-			t.Fatalf("round %d: batch gives %d extents, one by one %d", round, len(b), len(a))
+		// Leaves split at different points on the two paths, and extents
+		// merge only inside a leaf: compare the mappings.
+		if a, b := canonical(extents(t, one)), canonical(extents(t, batch)); !slices.Equal(a, b) {
+			t.Fatalf("round %d: batch maps %d runs, one by one %d", round, len(b), len(a))
 		}
 		if err := batch.Check(); err != nil {
 			t.Fatal(err)
@@ -72,7 +90,7 @@ func TestMarkWrittenExactRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a, b := extents(t, one), extents(t, again); !slices.Equal(a, b) {
+	if a, b := canonical(extents(t, one)), canonical(extents(t, again)); !slices.Equal(a, b) {
 		t.Fatalf("reopened: %d extents, want %d", len(b), len(a))
 	}
 	// All or nothing: no tree block to be had.
