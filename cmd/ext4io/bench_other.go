@@ -4,6 +4,7 @@ package main
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/ext4io/ext4io/blockdev"
 )
@@ -14,3 +15,7 @@ func freeBytes(string) (int64, error) { return 1 << 40, nil }
 func openMmap(string) (blockdev.Device, error) {
 	return nil, fmt.Errorf("mmap backend: %w", blockdev.ErrUnsupported)
 }
+
+// processCPU is not measured on this platform (the bench reports no CPU
+// figure).
+func processCPU() time.Duration { return 0 }

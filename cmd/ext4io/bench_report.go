@@ -76,7 +76,14 @@ type measure struct {
 	// Device operations per workload operation (engine and raw sides).
 	Device     *devPerOp `json:"device_per_op,omitempty"`
 	PrepSecond float64   `json:"prep_seconds,omitempty"`
-	dev        devSnap   // the device operations behind Device
+	// CPUus is the process's CPU time (user and system, every thread)
+	// per operation during the phases: the I/O path's own CPU and the
+	// kernel's for the syscalls it makes, plus anything running beside it
+	// (the engine's background work; raw has none). Zero where the
+	// platform does not report it.
+	CPUus float64       `json:"cpu_us_per_op,omitempty"`
+	dev   devSnap       // the device operations behind Device
+	cpu   time.Duration // the CPU time behind CPUus
 }
 
 type devPerOp struct {
@@ -200,7 +207,8 @@ func procField(path, key string) string {
 }
 
 func makeMeasure(t *phaseTotals, ioSize int) measure {
-	m := measure{Ops: t.ops, Seconds: t.elapsed.Seconds(), PrepSecond: t.prep.Seconds(), dev: t.dev}
+	m := measure{Ops: t.ops, Seconds: t.elapsed.Seconds(), PrepSecond: t.prep.Seconds(), dev: t.dev, cpu: t.cpu}
+	m.CPUus = cpuPerOp(t.cpu, t.ops)
 	if t.elapsed > 0 {
 		m.IOPS = float64(t.ops) / t.elapsed.Seconds()
 		m.MBps = m.IOPS * float64(ioSize) / 1e6
@@ -210,6 +218,14 @@ func makeMeasure(t *phaseTotals, ioSize int) measure {
 	m.MaxUs = float64(t.hist.Max()) / 1e3
 	m.Device = perOp(t.dev, t.ops)
 	return m
+}
+
+// cpuPerOp is d per operation in µs; 0 for no operations or no CPU figure.
+func cpuPerOp(d time.Duration, ops int64) float64 {
+	if ops <= 0 {
+		return 0
+	}
+	return float64(d.Nanoseconds()) / 1e3 / float64(ops)
 }
 
 // perOp divides device operations by workload operations; nil for none.
@@ -334,6 +350,7 @@ func combineMeasures(ms []measure) measure {
 		c.PrepSecond += m.PrepSecond
 		c.MaxUs = max(c.MaxUs, m.MaxUs)
 		c.dev = c.dev.add(m.dev)
+		c.cpu += m.cpu
 		pooled = pooled && m.Device != nil
 		iops, mbps = append(iops, m.IOPS), append(mbps, m.MBps)
 		p50, p99 = append(p50, m.P50us), append(p99, m.P99us)
@@ -342,6 +359,7 @@ func combineMeasures(ms []measure) measure {
 	if pooled {
 		c.Device = perOp(c.dev, c.Ops)
 	}
+	c.CPUus = cpuPerOp(c.cpu, c.Ops)
 	return c
 }
 
@@ -444,7 +462,7 @@ func writeBenchText(w io.Writer, rep *benchReport) {
 		c.Device, c.RegionBytes>>20, time.Duration(c.RuntimeSeconds*float64(time.Second)), c.Rounds, c.BlockSize)
 	if c.Repeat > 1 {
 		fmt.Fprintf(w, "repeat: %d rounds over the workloads, odd rounds as listed, even rounds reversed; figures are medians over the rounds "+
-			"(max µs: the max; ops, seconds, prep: sums; device ops and counters per op: pooled); eng/raw, eng/linux, linux/raw: "+
+			"(max µs: the max; ops, seconds, prep: sums; device ops, CPU and counters per op: pooled); eng/raw, eng/linux, linux/raw: "+
 			"medians of the per-round ratios, not ratios of the medians\n", c.Repeat)
 	}
 	fmt.Fprintln(w, "engine version notes:")
@@ -481,7 +499,7 @@ func writeBenchText(w io.Writer, rep *benchReport) {
 		writeRatios(w, rep.Ratios, kern)
 		fmt.Fprintln(w)
 	}
-	fmt.Fprintln(w, "per operation (device ops issued by the engine / by raw; engine counters per op; prep time):")
+	fmt.Fprintln(w, "per operation (device ops issued by the engine / by raw; process CPU time per op, engine / raw; engine counters per op; prep time):")
 	for i := range rep.Workloads {
 		r := &rep.Workloads[i]
 		fmt.Fprintf(w, "  %-15s %s\n", r.Name, perOpLine(r))
@@ -551,6 +569,9 @@ func perOpLine(r *workloadResult) string {
 		return s
 	}
 	fmt.Fprintf(&b, "dev %s / %s", dev(r.Engine.Device), dev(r.Raw.Device))
+	if r.Engine.CPUus > 0 && r.Raw.CPUus > 0 {
+		fmt.Fprintf(&b, "  cpu %.2f / %.2f µs", r.Engine.CPUus, r.Raw.CPUus)
+	}
 	keys := make([]string, 0, len(r.Counters))
 	for k, v := range r.Counters {
 		if v != 0 && counterIsEvent(k) {

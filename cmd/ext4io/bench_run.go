@@ -291,6 +291,7 @@ type phaseTotals struct {
 	ops      int64
 	elapsed  time.Duration
 	dev      devSnap
+	cpu      time.Duration      // process CPU time (see measure.CPUus)
 	counters map[string]float64 // engine only: deltas of uint64 counters, last value of gauges
 	gauges   map[string]bool    // the keys of counters that are gauges
 	prep     time.Duration
@@ -362,6 +363,7 @@ func (r *benchRun) phase(ctx context.Context, w workload, jobs, round int, s sid
 	hists := make([]benchstat.Histogram, jobs)
 	nblocks := r.region / int64(w.IOSize)
 	devBefore := win.c.snap()
+	cpuBefore := processCPU()
 	start := time.Now()
 	timer := time.AfterFunc(d, func() { stop.Store(true) })
 	defer timer.Stop()
@@ -437,6 +439,7 @@ func (r *benchRun) phase(ctx context.Context, w workload, jobs, round int, s sid
 	t.ops += ops.Load()
 	t.elapsed += elapsed
 	t.dev = t.dev.add(win.c.snap().sub(devBefore))
+	t.cpu += processCPU() - cpuBefore
 	return nil
 }
 

@@ -59,6 +59,10 @@ func TestBenchMemoryJSON(t *testing.T) {
 			if m.Ops <= 0 || m.Seconds <= 0 || m.IOPS <= 0 || m.MBps <= 0 || m.P50us <= 0 || m.P99us < m.P50us || m.MaxUs < m.P99us || m.Device == nil {
 				t.Fatalf("%s %s: %+v", r.Name, side, m)
 			}
+			// Every op costs some CPU; a figure of 0 means processCPU failed.
+			if runtime.GOOS == "linux" && m.CPUus <= 0 {
+				t.Fatalf("%s %s: %v µs of CPU per op", r.Name, side, m.CPUus)
+			}
 			wantW := allWorkloads[i].Op != opRandRead
 			if side == "engine" && r.Name == "buffered-4k" {
 				// Delayed allocation: the page cache writes the pages back
@@ -279,7 +283,8 @@ func TestCombineRounds(t *testing.T) {
 	mk := func(round, pos int, name string, eng, raw float64, kern *float64, note string) roundSample {
 		r := workloadResult{Name: name, IOSize: 4096,
 			Engine: measure{Ops: int64(eng), Seconds: 1, IOPS: eng, MBps: eng * 4096 / 1e6, P50us: eng / 100, P99us: eng / 10, MaxUs: eng,
-				dev: devSnap{Writes: uint64(eng) * uint64(round)}, Device: &devPerOp{Writes: float64(round)}, PrepSecond: 0.5},
+				dev: devSnap{Writes: uint64(eng) * uint64(round)}, Device: &devPerOp{Writes: float64(round)}, PrepSecond: 0.5,
+				cpu: time.Duration(round) * time.Millisecond},
 			Raw:      measure{Ops: 10, Seconds: 1, IOPS: raw, MBps: raw * 4096 / 1e6, dev: devSnap{Writes: 10}, Device: &devPerOp{Writes: 1}},
 			Counters: map[string]float64{"Counters.Overwrites": eng, "CacheStats.Entries": float64(round)},
 			gauges:   map[string]bool{"CacheStats.Entries": true}, KernelNote: note}
@@ -315,6 +320,10 @@ func TestCombineRounds(t *testing.T) {
 	// Writes per op 1, 2, 3 over 100, 200, 300 ops: pooled 1400/600.
 	if got := r.Engine.Device.Writes; math.Abs(got-1400.0/600) > 1e-12 {
 		t.Fatalf("pooled writes per op %v, want %v", got, 1400.0/600)
+	}
+	// CPU 1, 2, 3 ms over 100, 200, 300 ops: pooled 6000 µs / 600.
+	if got := r.Engine.CPUus; math.Abs(got-10) > 1e-9 {
+		t.Fatalf("pooled CPU per op %v µs, want 10", got)
 	}
 	if r.Counters["Counters.Overwrites"] != 600 || r.Counters["CacheStats.Entries"] != 3 {
 		t.Fatalf("counters: %v", r.Counters)

@@ -4,6 +4,7 @@ package main
 
 import (
 	"syscall"
+	"time"
 
 	"github.com/ext4io/ext4io/blockdev"
 )
@@ -18,3 +19,12 @@ func freeBytes(dir string) (int64, error) {
 }
 
 func openMmap(path string) (blockdev.Device, error) { return blockdev.OpenMmap(path, false) }
+
+// processCPU is the user and system CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
