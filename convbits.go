@@ -2,7 +2,6 @@ package ext4io
 
 import (
 	"math/bits"
-	"sync"
 	"sync/atomic"
 )
 
@@ -35,27 +34,72 @@ import (
 //
 // Concurrency: bits are set with atomic ORs under the shared inode lock
 // (completions), cleared under the exclusive inode lock or dataMu, and
-// read with atomic loads; the region directory is a sync.Map (lock-free
-// reads). A lookup racing a completion sees the block unwritten or
+// read with atomic loads; the region directory is a two-level radix of
+// atomic pointers, filled by compare-and-swap (lock-free reads, three loads
+// to a region). A lookup racing a completion sees the block unwritten or
 // written: the write has not returned yet.
 type convBits struct {
-	used    atomic.Bool // set with the first region: lookups skip the directory before
-	regions sync.Map    // region number (lblk >> escRegionShift) -> *convRegion
+	// dir is nil until the first region: lookups skip the directory
+	// before. Region r (lblk >> escRegionShift) is
+	// dir[r>>convLeafShift][r&(convLeafLen-1)].
+	dir atomic.Pointer[convDir]
 }
 
-type convRegion [escRegion / 64]atomic.Uint64
+const (
+	convLeafShift = 10
+	convLeafLen   = 1 << convLeafShift
+	// Regions of 32-bit block numbers, in leaves of convLeafLen.
+	convDirLen = 1 << (32 - escRegionShift - convLeafShift)
+)
+
+type (
+	convDir    [convDirLen]atomic.Pointer[convLeaf]    // 4 KiB
+	convLeaf   [convLeafLen]atomic.Pointer[convRegion] // 8 KiB, allocated as blocks that far are written
+	convRegion [escRegion / 64]atomic.Uint64           // 1 KiB
+)
+
+// region returns region r, or nil if no bit was ever set in it.
+func (c *convBits) region(r uint32) *convRegion {
+	d := c.dir.Load()
+	if d == nil {
+		return nil
+	}
+	l := d[r>>convLeafShift].Load()
+	if l == nil {
+		return nil
+	}
+	return l[r&(convLeafLen-1)].Load()
+}
+
+// regionOrNew returns region r, creating it (and the directory levels to
+// it) if needed.
+func (c *convBits) regionOrNew(r uint32) *convRegion {
+	d := c.dir.Load()
+	if d == nil {
+		c.dir.CompareAndSwap(nil, new(convDir))
+		d = c.dir.Load()
+	}
+	ls := &d[r>>convLeafShift]
+	l := ls.Load()
+	if l == nil {
+		ls.CompareAndSwap(nil, new(convLeaf))
+		l = ls.Load()
+	}
+	rs := &l[r&(convLeafLen-1)]
+	reg := rs.Load()
+	if reg == nil {
+		rs.CompareAndSwap(nil, new(convRegion))
+		reg = rs.Load()
+	}
+	return reg
+}
 
 // set marks [lblk, lblk+n) written.
 func (c *convBits) set(lblk, n uint32) {
 	for n > 0 {
 		r, off := lblk>>escRegionShift, lblk&(escRegion-1)
 		k := min(n, escRegion-off)
-		reg, ok := c.regions.Load(r)
-		if !ok {
-			reg, _ = c.regions.LoadOrStore(r, new(convRegion))
-			c.used.Store(true)
-		}
-		reg.(*convRegion).update(off, k, true)
+		c.regionOrNew(r).update(off, k, true)
 		lblk, n = lblk+k, n-k
 	}
 }
@@ -64,33 +108,29 @@ func (c *convBits) set(lblk, n uint32) {
 // regions stay (a completion in another part of a region may be setting
 // bits in it): a region costs 1 KiB until the inode leaves memory.
 func (c *convBits) clear(lblk, n uint64) {
-	if !c.used.Load() || n == 0 {
+	d := c.dir.Load()
+	if d == nil || n == 0 {
 		return
 	}
 	end := lblk + n
 	first, last := uint32(lblk>>escRegionShift), uint32(min(end-1, 1<<32-1)>>escRegionShift)
-	visit := func(r uint32, reg *convRegion) {
-		lo := uint64(r) << escRegionShift
-		s, e := max(lo, lblk), min(lo+escRegion, end)
-		reg.update(uint32(s-lo), uint32(e-s), false)
-	}
-	if last-first < 64 {
-		for r := first; ; r++ {
-			if reg, ok := c.regions.Load(r); ok {
-				visit(r, reg.(*convRegion))
-			}
-			if r == last {
-				break
-			}
+	for li := first >> convLeafShift; li <= last>>convLeafShift; li++ {
+		l := d[li].Load()
+		if l == nil {
+			continue
 		}
-		return
-	}
-	c.regions.Range(func(k, v any) bool {
-		if r := k.(uint32); r >= first && r <= last {
-			visit(r, v.(*convRegion))
+		lo := max(first, li<<convLeafShift)
+		hi := min(last, li<<convLeafShift|(convLeafLen-1))
+		for r := lo; r <= hi; r++ {
+			reg := l[r&(convLeafLen-1)].Load()
+			if reg == nil {
+				continue
+			}
+			base := uint64(r) << escRegionShift
+			s, e := max(base, lblk), min(base+escRegion, end)
+			reg.update(uint32(s-base), uint32(e-s), false)
 		}
-		return true
-	})
+	}
 }
 
 // run reports whether lblk is marked written and how many blocks from
@@ -98,14 +138,11 @@ func (c *convBits) clear(lblk, n uint64) {
 func (c *convBits) run(lblk, max uint32) (written bool, n uint32) {
 	off := lblk & (escRegion - 1)
 	max = min(max, escRegion-off)
-	if !c.used.Load() {
+	reg := c.region(lblk >> escRegionShift)
+	if reg == nil {
 		return false, max
 	}
-	reg, ok := c.regions.Load(lblk >> escRegionShift)
-	if !ok {
-		return false, max
-	}
-	return reg.(*convRegion).run(off, max)
+	return reg.run(off, max)
 }
 
 // update sets (on) or clears the bits of [off, off+n) of the region.

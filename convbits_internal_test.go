@@ -12,11 +12,18 @@ import (
 )
 
 // TestConvBits checks convBits against a bool per block over random sets
-// and clears across four regions, including a clear past the largest file.
+// and clears across four regions, including a clear past the largest file:
+// in the first leaf of the region directory (not region 0), across two of
+// its leaves, and at the end of the 32-bit block space.
 func TestConvBits(t *testing.T) {
+	for _, base := range []uint32{3 * escRegion, (convLeafLen - 2) * escRegion, 1<<32 - 4*escRegion} {
+		t.Run(fmt.Sprint(base), func(t *testing.T) { testConvBits(t, base) })
+	}
+}
+
+func testConvBits(t *testing.T, base uint32) {
 	const span = 4 * escRegion
-	base := uint32(3 * escRegion) // not region 0
-	rng := rand.New(rand.NewPCG(7, 8))
+	rng := rand.New(rand.NewPCG(7, uint64(base)))
 	var c convBits
 	model := make([]bool, span)
 	check := func(step int) {

@@ -62,7 +62,7 @@ func (o *dioOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, err
 	lblk := uint64(off) >> sh // offsets are not negative (checkDio)
 	endBlk := uint64(off+length+bs-1) >> sh
 	cookie := f.m.seq.Load()
-	m, err := f.m.lookup(lblk)
+	m, err := f.m.lookupN(lblk, endBlk-lblk)
 	if err != nil {
 		return iomap.Mapping{}, err
 	}
@@ -269,7 +269,7 @@ func (f *File) directOverwrite(p []byte, off int64) (n int, err error, ok bool) 
 	// (BenchmarkEngineOverwrite: 96.8-99.8 ns with it, 95.3-101.8 without)
 	// and sends every other write on at once, before the stamp and the
 	// count, instead of through iomap's Begin error, which formats one.
-	if m, err := f.m.lookup(lblk); err != nil || m.kind != mapWritten || m.n < nblk {
+	if m, err := f.m.lookupN(lblk, nblk); err != nil || m.kind != mapWritten || m.n < nblk {
 		return 0, nil, false // errors are reported by the usual path
 	}
 	if !f.cacheCleanLocked(off, end) {

@@ -370,11 +370,11 @@ func (f *File) readAt(p []byte, off int64) (int, error) {
 	for done < len(p) {
 		pos := off + int64(done)
 		lblk := uint64(pos / bs)
-		m, err := f.m.lookup(lblk)
+		inBlk := pos % bs
+		m, err := f.m.lookupN(lblk, uint64((inBlk+int64(len(p)-done)+bs-1)/bs))
 		if err != nil {
 			return done, err
 		}
-		inBlk := pos % bs
 		runBytes := int64(m.n)*bs - inBlk
 		if m.n > uint64(1<<62/bs) {
 			runBytes = 1 << 62

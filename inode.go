@@ -163,7 +163,14 @@ func (v *Volume) newMapper(n *inode) (*mapper, error) {
 }
 
 // lookup maps logical block lblk.
-func (m *mapper) lookup(lblk uint64) (blockMap, error) {
+func (m *mapper) lookup(lblk uint64) (blockMap, error) { return m.lookupN(lblk, 1<<32) }
+
+// lookupN is lookup for a caller that needs at most want blocks mapped: a
+// run of blocks that queued writes made written inside an unwritten cache
+// entry is then measured only that far (the bitmap's scan is the longest
+// part of a lookup in a file whose preallocated blocks have all been
+// written). Otherwise the mapping is the same as lookup's.
+func (m *mapper) lookupN(lblk, want uint64) (blockMap, error) {
 	if lblk >= 1<<32 {
 		return blockMap{lblk: lblk, n: 1 << 32, kind: mapHole}, nil
 	}
@@ -176,7 +183,7 @@ func (m *mapper) lookup(lblk uint64) (blockMap, error) {
 		seq := m.seq.Load()
 		slot := &m.front[frontSlot(lblk)]
 		if fe := slot.Load(); fe != nil && fe.seq == seq && fe.e.Contains(uint32(lblk)) {
-			return m.mapOf(fe.e, lblk), nil
+			return m.mapOf(fe.e, lblk, want), nil
 		}
 		e, err := m.escFill(uint32(lblk))
 		if err != nil {
@@ -185,7 +192,7 @@ func (m *mapper) lookup(lblk uint64) (blockMap, error) {
 		if (e.Status == esc.Written || e.Status == esc.Unwritten) && e.Len >= frontMin {
 			slot.Store(&frontEntry{seq: seq, e: e})
 		}
-		return m.mapOf(e, lblk), nil
+		return m.mapOf(e, lblk, want), nil
 	}
 	p, found, err := extent.MapIndirect(m.ind, m.cfg, uint32(lblk))
 	if err != nil {
@@ -199,8 +206,9 @@ func (m *mapper) lookup(lblk uint64) (blockMap, error) {
 
 // mapOf maps lblk inside e, an entry of the extent-status cache, with the
 // blocks queued writes made written inside an unwritten entry
-// (convbits.go; marking them changes no entry and no seq).
-func (m *mapper) mapOf(e esc.Extent, lblk uint64) blockMap {
+// (convbits.go; marking them changes no entry and no seq), measured at
+// most want blocks far.
+func (m *mapper) mapOf(e esc.Extent, lblk, want uint64) blockMap {
 	d := lblk - uint64(e.Lblk)
 	bm := blockMap{lblk: lblk, n: uint64(e.Len) - d}
 	switch e.Status {
@@ -209,7 +217,7 @@ func (m *mapper) mapOf(e esc.Extent, lblk uint64) blockMap {
 	case esc.Unwritten:
 		bm.kind, bm.pblk = mapUnwritten, e.Pblk+d
 		if m.conv != nil {
-			written, k := m.conv.bits.run(uint32(lblk), uint32(bm.n))
+			written, k := m.conv.bits.run(uint32(lblk), uint32(min(bm.n, max(want, 1))))
 			bm.n = uint64(k)
 			if written {
 				bm.kind = mapWritten
