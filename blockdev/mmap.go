@@ -3,6 +3,7 @@
 package blockdev
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/bits"
@@ -21,8 +22,8 @@ import (
 //
 // If the file is truncated underneath the mapping, the copy touching the
 // missing pages faults (SIGBUS); the fault is turned into an error wrapping
-// ErrIO instead of crashing the program. ZeroOut and Discard clear the
-// memory: discarded ranges read as zeroes. The logical block size is 512.
+// ErrIO instead of crashing the program. ZeroOut clears the memory;
+// Discard also gives whole pages back where it can. Both read as zeroes. The logical block size is 512.
 type Mmap struct {
 	f     *os.File
 	path  string
@@ -180,13 +181,44 @@ func (m *Mmap) WriteAt(p []byte, off int64) (int, error) {
 // ZeroOut clears [off, off+n).
 func (m *Mmap) ZeroOut(off, n int64) error { return m.zero("zero out", off, n) }
 
-// Discard clears [off, off+n), like ZeroOut.
-func (m *Mmap) Discard(off, n int64) error { return m.zero("discard", off, n) }
+// Discard clears [off, off+n) and, where the file system can punch holes
+// (Linux), gives the whole pages in it back: the file's blocks, or the
+// memory of a file in tmpfs, as a device's discard deallocates. Later
+// writes there fault the pages in again. Elsewhere it is ZeroOut.
+func (m *Mmap) Discard(off, n int64) error {
+	defer m.life.RUnlock(m.life.RLock(0))
+	if err := m.checkWriteLocked("discard", off, n); err != nil || n == 0 {
+		return err
+	}
+	pg := int64(m.page)
+	if a, b := (off+pg-1)/pg*pg, (off+n)/pg*pg; a < b {
+		err := punchHole(m.f, a, b-a)
+		if err == nil {
+			// The pages in between read zeroes now; clear the edges.
+			if err := m.clearLocked("discard", off, a-off); err != nil {
+				return err
+			}
+			return m.clearLocked("discard", b, off+n-b)
+		}
+		if !errors.Is(err, errors.ErrUnsupported) {
+			return fmt.Errorf("blockdev: mmap discard %s at %d: %w: %w", m.path, a, ErrIO, err)
+		}
+	}
+	return m.clearLocked("discard", off, n)
+}
 
 func (m *Mmap) zero(what string, off, n int64) error {
 	defer m.life.RUnlock(m.life.RLock(0))
 	if err := m.checkWriteLocked(what, off, n); err != nil || n == 0 {
 		return err
+	}
+	return m.clearLocked(what, off, n)
+}
+
+// clearLocked zeroes [off, off+n), checked, under the life lock.
+func (m *Mmap) clearLocked(what string, off, n int64) error {
+	if n == 0 {
+		return nil
 	}
 	err := m.protected(what, off, func() { clear(m.life.data[off : off+n]) })
 	m.markDirty(off, n)

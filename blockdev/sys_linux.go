@@ -2,6 +2,7 @@ package blockdev
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"unsafe"
 
@@ -54,6 +55,17 @@ func fallocate(f *os.File, mode uint32, off, n int64) error {
 	return control(f, func(fd int) error {
 		return ignoringEINTR(func() error { return unix.Fallocate(fd, mode, off, n) })
 	})
+}
+
+// punchHole deallocates [off, off+n) of regular file f (it reads as
+// zeroes); an error wrapping errors.ErrUnsupported where f's file system
+// cannot.
+func punchHole(f *os.File, off, n int64) error {
+	err := fallocate(f, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
+	if err != nil && unsupported(err) {
+		return fmt.Errorf("fallocate(PUNCH_HOLE): %w: %w", errors.ErrUnsupported, err)
+	}
+	return err
 }
 
 // unsupported reports whether err says the file or device cannot do the

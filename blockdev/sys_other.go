@@ -13,6 +13,8 @@ import (
 
 func fdatasync(f *os.File) error { return f.Sync() }
 
+func punchHole(*os.File, int64, int64) error { return errors.ErrUnsupported }
+
 func blockDeviceGeometry(f *os.File) (int64, int, error) {
 	return 0, 0, errors.New("block devices are supported on Linux only")
 }
