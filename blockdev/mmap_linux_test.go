@@ -3,11 +3,8 @@ package blockdev_test
 import (
 	"bytes"
 	"os"
-	"path/filepath"
 	"syscall"
 	"testing"
-
-	"github.com/ext4io/ext4io/blockdev"
 )
 
 // TestMmapDiscardReleases: Discard gives the whole pages of its range
@@ -15,16 +12,7 @@ import (
 // partial pages at its edges, and leaves the bytes around it alone.
 func TestMmapDiscardReleases(t *testing.T) {
 	const size = 4 << 20
-	path := filepath.Join(t.TempDir(), "img")
-	f, err := blockdev.CreateFile(path, size)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	m, err := blockdev.OpenMmap(path, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, path := newMmapFile(t, size)
 	defer m.Close()
 	ones := bytes.Repeat([]byte{1}, size)
 	if _, err := m.WriteAt(ones, 0); err != nil {

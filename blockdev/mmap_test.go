@@ -18,6 +18,13 @@ import (
 )
 
 func newMmap(t testing.TB, size int64) *blockdev.Mmap {
+	m, _ := newMmapFile(t, size)
+	return m
+}
+
+// newMmapFile maps a new file of size bytes in a temporary directory and
+// returns the device and the file's path.
+func newMmapFile(t testing.TB, size int64) (*blockdev.Mmap, string) {
 	path := filepath.Join(t.TempDir(), "img")
 	f, err := blockdev.CreateFile(path, size)
 	if err != nil {
@@ -28,7 +35,7 @@ func newMmap(t testing.TB, size int64) *blockdev.Mmap {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return m
+	return m, path
 }
 
 func TestMmapConformance(t *testing.T) {
@@ -53,16 +60,7 @@ func TestMmapEmptyFile(t *testing.T) {
 // copies fault with SIGBUS, which must come back as ErrIO, not a crash.
 func TestMmapTruncatedUnderneath(t *testing.T) {
 	const size = 1 << 20
-	path := filepath.Join(t.TempDir(), "img")
-	f, err := blockdev.CreateFile(path, size)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	m, err := blockdev.OpenMmap(path, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, path := newMmapFile(t, size)
 	defer m.Close()
 	if err := os.Truncate(path, 4096); err != nil {
 		t.Fatal(err)
@@ -82,16 +80,7 @@ func TestMmapTruncatedUnderneath(t *testing.T) {
 // TestMmapFlushDirtyPages checks Flush msyncs exactly the written pages
 // and that the data is in the file.
 func TestMmapFlushDirtyPages(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "img")
-	f, err := blockdev.CreateFile(path, 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	m, err := blockdev.OpenMmap(path, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, path := newMmapFile(t, 1<<20)
 	defer m.Close()
 	page := int64(os.Getpagesize())
 	want := make([]byte, 1<<20)
