@@ -215,6 +215,7 @@ func (v *Volume) applyConversionsLocked(n *inode) error {
 		q.size.Store(int32(len(q.runs)))
 		q.mu.Unlock()
 		v.stats.convBatches.Add(1)
+		n.m.promoteWritten(runs)
 	}
 	// As after any shared-lock conversion: the inode goes with the tree
 	// blocks if its root or i_blocks changed, also after a failure.
@@ -222,6 +223,54 @@ func (v *Volume) applyConversionsLocked(n *inode) error {
 		err = werr
 	}
 	return err
+}
+
+// promoteWritten turns into written entries the unwritten entries of the
+// extent-status cache, in the regions runs (sorted) touched, whose every
+// block queued writes have made written (convbits.go): once a file's
+// preallocated blocks have all been written, its overwrites find written
+// entries instead of consulting the bitmap. The caller has just applied a
+// batch, under dataMu, n.mu exclusively or txnGate exclusively.
+//
+// The bits stay set: a lookup that read the unwritten entry before the
+// change still finds the blocks written, and the bits are cleared with
+// the next change of the mapping (mapper.set, mapper.drop), as the
+// invariant in convbits.go asks. An entry whose blocks still have runs in
+// the queue (queued after the batch was taken) answers written as the
+// bits did; the tree takes those runs with the next batch.
+func (m *mapper) promoteWritten(runs []convRun) {
+	if m.conv == nil {
+		return
+	}
+	var promote []esc.Extent
+	last := uint64(1) << 63 // no region yet
+	for _, r := range runs {
+		for reg := uint64(r.lblk) >> escRegionShift; reg <= uint64(r.end()-1)>>escRegionShift; reg++ {
+			if reg == last {
+				continue
+			}
+			last = reg
+			lo, hi := regionOf(uint32(reg << escRegionShift))
+			m.escRange(uint32(lo), uint32(hi-lo), func(e esc.Extent) bool {
+				if e.Status == esc.Unwritten {
+					if w, k := m.conv.bits.run(e.Lblk, e.Len); w && k == e.Len {
+						promote = append(promote, e)
+					}
+				}
+				return true
+			})
+		}
+	}
+	if len(promote) == 0 {
+		return
+	}
+	for _, e := range promote {
+		e.Status = esc.Written
+		if m.escInsert(e) != nil {
+			break // the cache keeps the unwritten entry; the bits still answer
+		}
+	}
+	m.seq.Add(1) // cached mappings of the old entries are stale
 }
 
 // applyAllConversions applies every inode's queued conversions, for a

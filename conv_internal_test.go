@@ -402,3 +402,73 @@ func queuedNoSpace(t *testing.T, truncate bool) {
 	check(d, "after the queue went in")
 	check(reopenChecked(t, v, dev, "f"), "reopened")
 }
+
+// TestPromoteWritten: once direct writes have written every block of a
+// cache region of a preallocated file and a batch has applied them, the
+// region's cache entry is written (lookups stop consulting the bitmap);
+// a region with blocks left unwritten keeps its unwritten entry. A punch
+// afterwards, overwrites and reads behave, and the image passes e2fsck.
+func TestPromoteWritten(t *testing.T) {
+	dev, v := memVolume(t, 256<<20, 4096)
+	const blocks = escRegion + escRegion/2 // one full region, half of the next
+	f, d := preallocated(t, v, "p", blocks*4096)
+	f.Close()
+	model := make([]byte, blocks*4096)
+	rng := rand.New(rand.NewPCG(3, 9))
+	// Every block of region 0, the first half of region 1 but one.
+	for _, b := range rng.Perm(blocks) {
+		if b == escRegion+7 {
+			continue
+		}
+		p := bytes.Repeat([]byte{byte(1 + b%250)}, 4096)
+		if _, err := d.WriteAt(p, int64(b)*4096); err != nil {
+			t.Fatal(err)
+		}
+		copy(model[b*4096:], p)
+	}
+	entry := func(lblk uint32) esc.Extent {
+		t.Helper()
+		var got esc.Extent
+		d.m.escRange(lblk, 1, func(e esc.Extent) bool { got = e; return false })
+		return got
+	}
+	if e := entry(0); e.Status != esc.Unwritten {
+		t.Fatalf("before any batch, region 0 is cached as %v, want the unwritten entry the writes left", e)
+	}
+	if err := v.Sync(); err != nil { // applies the queue
+		t.Fatal(err)
+	}
+	if e := entry(0); e.Status != esc.Written || e.Lblk != 0 || e.Len != escRegion {
+		t.Fatalf("region 0 cached as %+v after the batch, want one written entry", e)
+	}
+	if e := entry(escRegion); e.Status != esc.Unwritten {
+		t.Fatalf("region 1 (a block never written) cached as %+v, want unwritten", e)
+	}
+	// A punch in the promoted region, then overwrites and a read of all.
+	if err := d.Fallocate(FallocPunchHole, 100*4096, 3*4096); err != nil {
+		t.Fatal(err)
+	}
+	clear(model[100*4096 : 103*4096])
+	for _, b := range []int{0, 99, 103, escRegion - 1, escRegion + 7} {
+		p := bytes.Repeat([]byte{0xee}, 4096)
+		if _, err := d.WriteAt(p, int64(b)*4096); err != nil {
+			t.Fatal(err)
+		}
+		copy(model[b*4096:], p)
+	}
+	got := make([]byte, len(model))
+	if _, err := d.ReadAt(got, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, model) {
+		t.Fatal("file differs from the model")
+	}
+	d.Close()
+	again := reopenChecked(t, v, dev, "p")
+	if _, err := again.ReadAt(got, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, model) {
+		t.Fatal("file differs from the model after reopening")
+	}
+}
