@@ -22,7 +22,10 @@ import (
 // whole; mapper.lookup corrects an unwritten answer with the bitmap (the
 // block is written at the physical block the entry gives). Set bits stay
 // true after a batch converts the blocks in the tree: the tree then says
-// written too, and a cache entry filled from it agrees.
+// written too, and a cache entry filled from it agrees. A batch also
+// replaces an unwritten entry whose bits are all set by a written one
+// (mapper.promoteWritten), so that a preallocated file written through
+// maps as a written one.
 //
 // Invariant: a bit is set only for a block whose data a completed direct
 // write put on the device at the physical block the unwritten mapping
