@@ -23,7 +23,8 @@ import (
 // If the file is truncated underneath the mapping, the copy touching the
 // missing pages faults (SIGBUS); the fault is turned into an error wrapping
 // ErrIO instead of crashing the program. ZeroOut clears the memory;
-// Discard also gives whole pages back where it can. Both read as zeroes. The logical block size is 512.
+// Discard also gives whole pages back where it can; both ranges read as
+// zeroes. The logical block size is 512.
 type Mmap struct {
 	f     *os.File
 	path  string

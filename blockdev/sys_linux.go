@@ -93,11 +93,11 @@ func (c *fileCore) zeroOut(off, n int64, write func([]byte, int64) (int, error))
 			}
 			c.zeroMode.CompareAndSwap(mode, zeroPunch)
 		case zeroPunch:
-			err := fallocate(c.f, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
+			err := punchHole(c.f, off, n)
 			if err == nil {
 				return nil
 			}
-			if !unsupported(err) {
+			if !errors.Is(err, errors.ErrUnsupported) {
 				return c.ioErr("fallocate(PUNCH_HOLE)", off, err)
 			}
 			c.zeroMode.CompareAndSwap(mode, zeroWrite)
@@ -113,11 +113,11 @@ func (c *fileCore) discard(off, n int64, write func([]byte, int64) (int, error))
 		return c.blockRange(unix.BLKDISCARD, "BLKDISCARD", off, n, write, false)
 	}
 	if c.zeroMode.Load() != zeroWrite {
-		err := fallocate(c.f, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
+		err := punchHole(c.f, off, n)
 		if err == nil {
 			return nil
 		}
-		if !unsupported(err) {
+		if !errors.Is(err, errors.ErrUnsupported) {
 			return c.ioErr("fallocate(PUNCH_HOLE)", off, err)
 		}
 	}
