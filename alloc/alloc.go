@@ -37,7 +37,11 @@
 // Preallocation windows are in memory only: their blocks stay free on
 // disk (bitmap 0) and are merely hidden from other allocations, so a
 // crash or an unreleased window leaves nothing for e2fsck to fix. When an
-// allocation finds no space, all idle windows are dropped and it retries.
+// allocation finds no space, all idle windows are dropped and it searches
+// again (also when another allocation dropped them first). New windows
+// are taken only while the blocks all windows hide stay under half of
+// avail, so that near a full volume concurrent allocations do not hide
+// the space from each other (TestWindowsHideNoSpace).
 //
 // Lock order: window.mu -> group.mu (several groups: ascending index) ->
 // descMu[block] -> MetaIO. The counters are atomics; no lock is global.
@@ -164,6 +168,11 @@ type Allocator struct {
 	dirs       atomic.Int64
 	reserved   atomic.Int64 // delalloc reservations
 	dirRotor   atomic.Uint64
+	// hidden is the free blocks held in windows (the sum of their n),
+	// counted in avail but out of the trees' sight. A new window is taken
+	// only while hidden stays under half of avail, so that near a full
+	// volume the searches keep seeing most of the free space.
+	hidden atomic.Int64
 
 	pa struct {
 		sync.Mutex
@@ -440,7 +449,10 @@ func (a *Allocator) Allocate(r Request) (start, n uint64, err error) {
 		start, n, err = a.allocWindow(r, k)
 	} else {
 		start, n, err = a.search(r.Goal, r.Min, k, k)
-		if errorsIsNoSpace(err) && a.dropWindows() {
+		if errorsIsNoSpace(err) {
+			// Search again even if no window came back here: another
+			// allocation may have given them back since the search.
+			a.dropWindows()
 			start, n, err = a.search(r.Goal, r.Min, k, k)
 		}
 	}
@@ -484,17 +496,23 @@ func (a *Allocator) allocWindow(r Request, k uint64) (uint64, uint64, error) {
 		}
 		s := w.start
 		w.start, w.n = w.start+t, w.n-t
+		a.hidden.Add(-int64(t))
 		w.mu.Unlock()
 		return s, t, nil
 	}
 	a.releaseWindowLocked(w)
 	goal := r.Goal
-	s, n, err := a.search(goal, r.Min, max(k, min(k+a.winBlocks, a.bpg)), k)
+	hi := k
+	if a.hidden.Load()+int64(a.winBlocks) <= a.avail.Load()/2 {
+		hi = max(k, min(k+a.winBlocks, a.bpg))
+	}
+	s, n, err := a.search(goal, r.Min, hi, k)
 	if errorsIsNoSpace(err) {
+		// Give the idle windows back and search again, also when none
+		// came back here: another allocation may have given them back
+		// since the search failed.
 		w.mu.Unlock()
-		if !a.dropWindows() {
-			return 0, 0, err
-		}
+		a.dropWindows()
 		w.mu.Lock()
 		a.releaseWindowLocked(w)
 		s, n, err = a.search(goal, r.Min, k, k)
@@ -506,6 +524,7 @@ func (a *Allocator) allocWindow(r Request, k uint64) (uint64, uint64, error) {
 	got := min(n, k)
 	if n > got {
 		w.start, w.n = s+got, n-got
+		a.hidden.Add(int64(n - got))
 	}
 	w.mu.Unlock()
 	return s, got, nil
@@ -534,27 +553,24 @@ func (a *Allocator) releaseWindowLocked(w *window) {
 	g.mu.Lock()
 	a.insertFreeLocked(gi, uint32(w.start-a.sb.GroupFirstBlock(gi)), uint32(w.n))
 	g.mu.Unlock()
+	a.hidden.Add(-int64(w.n))
 	w.n = 0
 }
 
-// dropWindows releases every idle window; it reports whether any blocks
-// came back.
-func (a *Allocator) dropWindows() bool {
+// dropWindows releases every idle window.
+func (a *Allocator) dropWindows() {
 	a.pa.Lock()
 	ws := make([]*window, 0, len(a.pa.m))
 	for _, w := range a.pa.m {
 		ws = append(ws, w)
 	}
 	a.pa.Unlock()
-	any := false
 	for _, w := range ws {
 		if w.mu.TryLock() {
-			any = any || w.n > 0
 			a.releaseWindowLocked(w)
 			w.mu.Unlock()
 		}
 	}
-	return any
 }
 
 // markWindow marks n blocks from start (hidden in a window, so absent from

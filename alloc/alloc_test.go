@@ -2,7 +2,9 @@ package alloc
 
 import (
 	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/ext4io/ext4io/blockdev/memdev"
@@ -296,4 +298,37 @@ func FuzzLoadBitmap(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestWindowsHideNoSpace: per-inode windows hide most of the free space
+// (many files, each allocated one block, none released), and several
+// goroutines allocate at once. Whenever a search fails, idle windows are
+// given back and the search runs again, also when another goroutine gave
+// them back first: no allocation fails while half the space is free.
+func TestWindowsHideNoSpace(t *testing.T) {
+	m := newImage(t, 64<<20, mkfs.Options{}, nil)
+	a := m.a
+	budget := a.FreeBlocks() / 2
+	var next atomic.Uint32
+	next.Store(100)
+	var used atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for used.Add(1) <= int64(budget) {
+				if _, _, err := a.AllocFor(next.Add(1), 0, 1, 1); err != nil {
+					errs <- fmt.Errorf("allocation %d of %d (%d free): %w", used.Load(), budget, a.FreeBlocks(), err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
 }
