@@ -654,8 +654,12 @@ func (t *Tree) MarkWrittenExactRuns(runs []Run, mustSucceed bool) error {
 			k := 0
 			if sorted {
 				var err error
-				if k, err = tx.markWrittenLeaf(rest); err != nil {
+				var again bool
+				if k, again, err = tx.markWrittenLeaf(rest); err != nil {
 					return err
+				}
+				if again {
+					continue // a leaf was split
 				}
 			}
 			if k == 0 {
@@ -673,13 +677,17 @@ func (t *Tree) MarkWrittenExactRuns(runs []Run, mustSucceed bool) error {
 
 // markWrittenLeaf converts the first runs (sorted by Lblk) that end inside
 // the key range of the leaf holding runs[0].Lblk by rebuilding that leaf's
-// affected entries in one pass. It returns how many runs it converted: 0
-// when runs[0] crosses into the next leaf or when even runs[0] alone would
-// overflow the leaf (the caller then takes the split-by-split path).
-func (tx *txn) markWrittenLeaf(runs []Run) (int, error) {
+// affected entries in one pass. It returns how many runs it converted.
+// When they would overflow a leaf more than half full, it splits the leaf
+// where the runs' changes divide it and reports again: the caller calls
+// it again with the same runs. Otherwise it converts as many of the first
+// runs as fit (each run adds at most two entries). It returns 0 when
+// runs[0] crosses into the next leaf or would overflow even a half-empty
+// leaf: the caller then takes the split-by-split path.
+func (tx *txn) markWrittenLeaf(runs []Run) (k int, again bool, err error) {
 	path, err := tx.t.findLocked(runs[0].Lblk)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	lv := len(path) - 1
 	leaf := path[lv].n
@@ -692,16 +700,38 @@ func (tx *txn) markWrittenLeaf(runs []Run) (int, error) {
 			break
 		}
 	}
-	k := 0
 	for k < len(runs) && runs[k].end() <= hi {
 		k++
 	}
-	for ; k > 0; k /= 2 {
+	if k == 0 {
+		return 0, false, nil
+	}
+	if tx.mergeRuns(leaf, runs[:k]) {
+		return k, false, nil
+	}
+	ext, capacity := leaf.ext, int(leaf.hdr.Max)
+	if len(ext) > capacity/2 {
+		// Split in the middle, or at the edge of the entries the runs
+		// change when they lie in one half, so that those get the room.
+		var last uint64
+		for _, r := range runs[:k] {
+			last = max(last, r.end())
+		}
+		s := len(ext) / 2
+		if first := searchExt(ext, runs[0].Lblk); first > s {
+			s = first
+		} else if end := searchExt(ext, uint32(last-1)) + 1; end < s {
+			s = end
+		}
+		path[lv].pos = min(max(s, 1), len(ext)-1) - 1
+		return 0, true, tx.makeRoom(path, ext[path[lv].pos+1].Lblk)
+	}
+	for k = min(k-1, max((capacity-len(ext))/2, 1)); k > 0; k /= 2 {
 		if tx.mergeRuns(leaf, runs[:k]) {
-			return k, nil
+			return k, false, nil
 		}
 	}
-	return 0, nil
+	return 0, false, nil
 }
 
 func (r Run) end() uint64 { return uint64(r.Lblk) + uint64(r.Len) }
