@@ -180,12 +180,15 @@ func (v *Volume) applyConversionsLocked(n *inode) error {
 		return nil
 	}
 	q := &n.conv
+	bufs := convBufPool.Get().(*convBufs)
+	defer bufs.put()
 	q.mu.Lock()
-	runs := slices.Clone(q.runs)
+	runs := append(bufs.runs[:0], q.runs...)
 	q.mu.Unlock()
-	slices.SortFunc(runs, func(a, b convRun) int { return cmp.Compare(a.lblk, b.lblk) })
+	runs, bufs.tmp = sortRuns(runs, bufs.tmp)
+	bufs.runs = runs
 	// Adjacent runs (both logically and physically) convert as one.
-	merged := make([]extent.Run, 0, len(runs))
+	merged := bufs.merged[:0]
 	for i := 0; i < len(runs); {
 		r := runs[i]
 		for i++; i < len(runs) && runs[i].lblk <= r.end() && runs[i].pblk-uint64(runs[i].lblk) == r.pblk-uint64(r.lblk); i++ {
@@ -193,6 +196,7 @@ func (v *Volume) applyConversionsLocked(n *inode) error {
 		}
 		merged = append(merged, extent.Run{Lblk: r.lblk, Len: r.n})
 	}
+	bufs.merged = merged
 	// One tree change for the batch, each tree block written once; short
 	// of space, run by run, keeping what succeeds.
 	t := n.m.tree
@@ -223,6 +227,61 @@ func (v *Volume) applyConversionsLocked(n *inode) error {
 		err = werr
 	}
 	return err
+}
+
+// convBufs are a batch's scratch slices, pooled: a full queue's copy is
+// 128 KiB.
+type convBufs struct {
+	runs, tmp []convRun
+	merged    []extent.Run
+}
+
+var convBufPool = sync.Pool{New: func() any { return new(convBufs) }}
+
+// put returns b to the pool unless a slice grew past a full queue's size.
+func (b *convBufs) put() {
+	if cap(b.runs) > 2*convQueueMax || cap(b.tmp) > 2*convQueueMax || cap(b.merged) > 2*convQueueMax {
+		return
+	}
+	convBufPool.Put(b)
+}
+
+// sortRuns sorts runs by lblk, stably, and returns the sorted slice and
+// the other buffer (tmp, grown as needed, for the caller to keep). Above
+// a few hundred runs it is a least-significant-digit radix sort on the
+// 32-bit key, 11 bits a pass, skipping the passes in which every key has
+// the same digit: a comparison sort of a full queue of random runs cost
+// more than a quarter of the batch.
+func sortRuns(runs, tmp []convRun) (sorted, other []convRun) {
+	if len(runs) < 256 {
+		slices.SortStableFunc(runs, func(a, b convRun) int { return cmp.Compare(a.lblk, b.lblk) })
+		return runs, tmp
+	}
+	if cap(tmp) < len(runs) {
+		tmp = make([]convRun, len(runs))
+	}
+	src, dst := runs, tmp[:len(runs)]
+	for shift := uint(0); shift < 32; shift += 11 {
+		var count [1 << 11]int
+		for _, r := range src {
+			count[r.lblk>>shift&(1<<11-1)]++
+		}
+		if count[src[0].lblk>>shift&(1<<11-1)] == len(src) {
+			continue // one digit for all: the order stands
+		}
+		pos := 0
+		for d, c := range count {
+			count[d] = pos
+			pos += c
+		}
+		for _, r := range src {
+			d := r.lblk >> shift & (1<<11 - 1)
+			dst[count[d]] = r
+			count[d]++
+		}
+		src, dst = dst, src
+	}
+	return src, dst
 }
 
 // promoteWritten turns into written entries the unwritten entries of the

@@ -2,10 +2,12 @@ package ext4io
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/ext4io/ext4io/blockdev/memdev"
@@ -238,7 +240,7 @@ func TestQueuedConversionsNearFull(t *testing.T) {
 
 // preallocated creates name with size bytes of unwritten extents
 // (FallocAllocate) and returns it, and it opened again with Direct.
-func preallocated(t *testing.T, v *Volume, name string, size int64) (f, d *File) {
+func preallocated(t testing.TB, v *Volume, name string, size int64) (f, d *File) {
 	t.Helper()
 	f, err := v.Create(name)
 	if err != nil {
@@ -255,7 +257,7 @@ func preallocated(t *testing.T, v *Volume, name string, size int64) (f, d *File)
 
 // memVolume formats an in-memory device of size bytes with bs-byte blocks
 // and opens it writable, without age-based write-back.
-func memVolume(t *testing.T, size int64, bs int) (*memdev.Device, *Volume) {
+func memVolume(t testing.TB, size int64, bs int) (*memdev.Device, *Volume) {
 	t.Helper()
 	dev := memdev.NewBlockSize(size, bs)
 	if err := Format(dev, FormatOptions{BlockSize: bs}); err != nil {
@@ -470,5 +472,80 @@ func TestPromoteWritten(t *testing.T) {
 	}
 	if !bytes.Equal(got, model) {
 		t.Fatal("file differs from the model after reopening")
+	}
+}
+
+// TestSortRuns checks sortRuns against a stable comparison sort on random
+// queues of both sizes, keys confined to a few digits and full 32-bit keys.
+func TestSortRuns(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	var tmp []convRun
+	for _, n := range []int{0, 1, 100, 255, 256, 1000, 8192, 20000} {
+		for _, bits := range []uint{3, 11, 12, 22, 32} {
+			runs := make([]convRun, n)
+			for i := range runs {
+				runs[i] = convRun{lblk: uint32(rng.Uint64() & (1<<bits - 1)), n: uint32(i), pblk: rng.Uint64()}
+			}
+			want := slices.Clone(runs)
+			slices.SortStableFunc(want, func(a, b convRun) int { return cmp.Compare(a.lblk, b.lblk) })
+			var got []convRun
+			got, tmp = sortRuns(runs, tmp)
+			if !slices.Equal(got, want) {
+				t.Fatalf("%d runs of %d-bit keys: sorted wrongly", n, bits)
+			}
+			if n > 0 && len(tmp) > 0 && &got[0] == &tmp[0] {
+				t.Fatalf("%d runs: the returned buffers alias", n)
+			}
+		}
+	}
+}
+
+// BenchmarkApplyBatch measures the batches alone: conversions of single
+// blocks in random order in a preallocated 1 GiB file, queued as direct
+// writes' completions queue them and applied convQueueMax at a time,
+// without the data writes. ns/op is per queued run, batch included. Run it
+// with -benchtime at most 262144x.
+//
+//	go test -run XXX -bench ApplyBatch -benchtime 262144x .
+func BenchmarkApplyBatch(b *testing.B) {
+	const size = 1 << 30
+	_, v := memVolume(b, 2<<30, 4096)
+	defer v.Close()
+	f, d := preallocated(b, v, "f", size)
+	defer f.Close()
+	defer d.Close()
+	perm := rand.New(rand.NewPCG(3, 4)).Perm(size / 4096)
+	i := 0
+	for b.Loop() {
+		if i == len(perm) {
+			b.Fatal("more iterations than blocks: use -benchtime 262144x or less")
+		}
+		lblk := uint32(perm[i])
+		m, err := d.n.m.lookup(uint64(lblk))
+		if err != nil || m.kind != mapUnwritten {
+			b.Fatalf("block %d: %+v, %v", lblk, m, err)
+		}
+		// As a direct write's completion: inside an operation, under the
+		// shared inode lock.
+		op := v.beginOpAt(i)
+		s := d.n.mu.RLockAt(i)
+		r := convRun{lblk: lblk, n: 1, pblk: m.pblk}
+		full := d.queueConversion(r)
+		d.n.conv.bits.set(r.lblk, r.n)
+		if full {
+			err = v.applyFull(d.n)
+		}
+		d.n.mu.RUnlockAt(s)
+		if eerr := v.endOpAt(op); err == nil {
+			err = eerr
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+	b.StopTimer()
+	if err := d.Sync(); err != nil {
+		b.Fatal(err)
 	}
 }
