@@ -30,7 +30,7 @@ type File struct {
 	inl  []byte        // inline data (inline-data files, fast symlinks)
 
 	direct bool      // opened with Direct: I/O must be aligned
-	dio    [3]dioOps // direct-write ops (exclusive, shared, overwrite), set up by OpenFile
+	dio    [2]dioOps // direct-write ops (exclusive, shared), set up by OpenFile
 
 	mu     sync.Mutex // guards off, closed, dir
 	off    int64
@@ -218,7 +218,7 @@ func (n *inode) setSizeLocked(size uint64) {
 // newFile returns a File of inode n.
 func newFile(v *Volume, n *inode, ino uint32, name string) *File {
 	f := &File{v: v, n: n, ino: ino, name: name, in: n.in, m: n.m, inl: n.inl}
-	f.dio = [3]dioOps{{f: f}, {f: f, shared: true}, {f: f, shared: true, overwrite: true}}
+	f.dio = [2]dioOps{{f: f}, {f: f, shared: true}}
 	return f
 }
 

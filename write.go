@@ -72,21 +72,18 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 		return n, nil
 	}
 	retried := false
-	over := 0 // bytes directOverwrite wrote
 	for {
 		// Direct I/O: dirty cached pages of the range go first.
 		if err := f.flushCache(off, off+int64(len(p))); err != nil {
-			return over, &fs.PathError{Op: "write", Path: f.name, Err: err}
+			return 0, &fs.PathError{Op: "write", Path: f.name, Err: err}
 		}
-		if bs := int64(f.v.bs); over == 0 && off&(bs-1) == 0 && int64(len(p))&(bs-1) == 0 && len(p) > 0 {
-			k, err, ok := f.directOverwrite(p, off)
-			if ok {
+		if bs := int64(f.v.bs); off&(bs-1) == 0 && int64(len(p))&(bs-1) == 0 && len(p) > 0 {
+			if k, err, ok := f.directOverwrite(p, off); ok {
 				if err != nil {
 					return k, &fs.PathError{Op: "write", Path: f.name, Err: err}
 				}
 				return k, nil
 			}
-			over, p, off = k, p[k:], off+int64(k)
 		}
 		s := f.v.beginOpAt(stripe.OfBuf(p))
 		var n int
@@ -105,9 +102,9 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 			continue
 		}
 		if err != nil {
-			return over + n, &fs.PathError{Op: "write", Path: f.name, Err: err}
+			return n, &fs.PathError{Op: "write", Path: f.name, Err: err}
 		}
-		return over + n, nil
+		return n, nil
 	}
 }
 
