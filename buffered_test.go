@@ -704,3 +704,69 @@ func TestSharedWriteTimeBounds(t *testing.T) {
 		t.Fatalf("mtime %v for a write in [%v, %v] applied 200 ms later: want within the write's epoch", fi.Mtime, start, end)
 	}
 }
+
+// readCounter counts a device's reads.
+type readCounter struct {
+	*memdev.Device
+	reads atomic.Int64
+}
+
+func (d *readCounter) ReadAt(p []byte, off int64) (int, error) {
+	d.reads.Add(1)
+	return d.Device.ReadAt(p, off)
+}
+
+// TestDirectReadCachedFile: a file opened Direct reads as O_DIRECT does
+// even when its buffered writes left pages in the cache: dirty pages in
+// the range are written back first, and the data comes from the device,
+// not from the pages.
+func TestDirectReadCachedFile(t *testing.T) {
+	dev := &readCounter{Device: memdev.NewBlockSize(64<<20, 4096)}
+	if err := ext4io.Format(dev, ext4io.FormatOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	f, err := v.Create("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	data := bytes.Repeat([]byte("cached pages "), 10000)[:64<<10]
+	if _, err := f.WriteAt(data, 0); err != nil {
+		t.Fatal(err)
+	}
+	d, err := v.OpenFile("f", ext4io.Direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	read := func(off int64, what string) {
+		t.Helper()
+		buf := make([]byte, 4096)
+		before := dev.reads.Load()
+		if _, err := d.ReadAt(buf, off); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(buf, data[off:off+4096]) {
+			t.Fatalf("%s: direct read at %d returned other bytes", what, off)
+		}
+		if dev.reads.Load() == before {
+			t.Fatalf("%s: direct read at %d did not read the device", what, off)
+		}
+	}
+	read(8<<10, "dirty pages") // written back by the read
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	read(32<<10, "clean pages")
+	// A buffered write after that is seen by the next direct read.
+	copy(data[40<<10:], bytes.Repeat([]byte{0xa5}, 4096))
+	if _, err := f.WriteAt(data[40<<10:44<<10], 40<<10); err != nil {
+		t.Fatal(err)
+	}
+	read(40<<10, "rewritten page")
+}

@@ -336,6 +336,12 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 	if err := f.checkDirect("read", p, off); err != nil {
 		return 0, err
 	}
+	if f.direct && f.mayHavePages() {
+		// As O_DIRECT: the range's dirty pages go to the device first.
+		if err := f.flushCache(off, off+int64(len(p))); err != nil {
+			return 0, &fs.PathError{Op: "read", Path: f.name, Err: err}
+		}
+	}
 	defer f.n.mu.RUnlockAt(f.n.mu.RLockAt(stripe.OfBuf(p)))
 	if f.in.IsDir() {
 		return 0, &fs.PathError{Op: "read", Path: f.name, Err: fmt.Errorf("is a directory: %w", ErrInvalid)}
@@ -350,7 +356,9 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 	}
 	var n int
 	var err error
-	if f.cached() {
+	if f.cached() && !(f.direct && f.cacheCleanLocked(off, off+int64(len(p)))) {
+		// Direct reads read the device unless a buffered write dirtied
+		// the range again after the flush above.
 		n, err = f.readBuffered(p, off)
 	} else {
 		n, err = f.readAt(p, off)
