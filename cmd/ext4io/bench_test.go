@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ext4io/ext4io"
 	"github.com/ext4io/ext4io/blockdev"
 	"github.com/ext4io/ext4io/blockdev/blockdevtest"
 	"github.com/ext4io/ext4io/blockdev/memdev"
@@ -604,5 +605,60 @@ func TestBenchProfiles(t *testing.T) {
 	}
 	if f := runtime.SetMutexProfileFraction(-1); f != 0 {
 		t.Errorf("mutex profile fraction %d after the bench, want 0", f)
+	}
+}
+
+// TestFillPreallocated: the engine's fallocated file keeps reading as
+// zeroes while the device blocks under it hold the fill pattern.
+func TestFillPreallocated(t *testing.T) {
+	dev := memdev.NewBlockSize(64<<20, 4096)
+	if err := ext4io.Format(dev, ext4io.FormatOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	f, err := v.Create("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	const size = 3<<20 + 8192
+	if err := f.Fallocate(ext4io.FallocAllocate, 0, size); err != nil {
+		t.Fatal(err)
+	}
+	bs := int64(v.BlockSize())
+	if err := fillPreallocated(f, dev, bs); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, size)
+	if _, err := f.ReadAt(got, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, make([]byte, size)) {
+		t.Fatal("the fallocated file no longer reads as zeroes")
+	}
+	exts, err := f.Extents()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blocks int64
+	for _, e := range exts {
+		if !e.Unwritten {
+			t.Fatalf("extent %+v is written", e)
+		}
+		raw := make([]byte, int64(e.Length)*bs)
+		if _, err := dev.ReadAt(raw, int64(e.Physical)*bs); err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Count(raw, []byte{0}) > len(raw)/64 {
+			t.Fatalf("extent %+v: device blocks not filled", e)
+		}
+		blocks += int64(e.Length)
+	}
+	if blocks*bs != size {
+		t.Fatalf("extents cover %d blocks, want %d", blocks, size/bs)
 	}
 }
