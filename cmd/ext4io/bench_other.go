@@ -16,6 +16,6 @@ func openMmap(string) (blockdev.Device, error) {
 	return nil, fmt.Errorf("mmap backend: %w", blockdev.ErrUnsupported)
 }
 
-// processCPU is not measured on this platform (the bench reports no CPU
-// figure).
-func processCPU() time.Duration { return 0 }
+// processUsage is not measured on this platform (the bench reports no
+// CPU or fault figure).
+func processUsage() (time.Duration, int64) { return 0, 0 }

@@ -81,9 +81,16 @@ type measure struct {
 	// kernel's for the syscalls it makes, plus anything running beside it
 	// (the engine's background work; raw has none). Zero where the
 	// platform does not report it.
-	CPUus float64       `json:"cpu_us_per_op,omitempty"`
-	dev   devSnap       // the device operations behind Device
-	cpu   time.Duration // the CPU time behind CPUus
+	CPUus float64 `json:"cpu_us_per_op,omitempty"`
+	// Faults is the process's page faults (minor and major) per
+	// operation during the phases. On the mmap backend and wherever the
+	// host's page cache holds the image, they are part of the device's
+	// cost, and the engine's and raw's regions can be in different
+	// states. Zero where the platform does not report it.
+	Faults float64       `json:"faults_per_op,omitempty"`
+	dev    devSnap       // the device operations behind Device
+	cpu    time.Duration // the CPU time behind CPUus
+	faults int64         // the page faults behind Faults
 }
 
 type devPerOp struct {
@@ -207,8 +214,9 @@ func procField(path, key string) string {
 }
 
 func makeMeasure(t *phaseTotals, ioSize int) measure {
-	m := measure{Ops: t.ops, Seconds: t.elapsed.Seconds(), PrepSecond: t.prep.Seconds(), dev: t.dev, cpu: t.cpu}
+	m := measure{Ops: t.ops, Seconds: t.elapsed.Seconds(), PrepSecond: t.prep.Seconds(), dev: t.dev, cpu: t.cpu, faults: t.faults}
 	m.CPUus = cpuPerOp(t.cpu, t.ops)
+	m.Faults = faultsPerOp(t.faults, t.ops)
 	if t.elapsed > 0 {
 		m.IOPS = float64(t.ops) / t.elapsed.Seconds()
 		m.MBps = m.IOPS * float64(ioSize) / 1e6
@@ -218,6 +226,14 @@ func makeMeasure(t *phaseTotals, ioSize int) measure {
 	m.MaxUs = float64(t.hist.Max()) / 1e3
 	m.Device = perOp(t.dev, t.ops)
 	return m
+}
+
+// faultsPerOp is n per operation; 0 for no operations.
+func faultsPerOp(n, ops int64) float64 {
+	if ops <= 0 {
+		return 0
+	}
+	return float64(n) / float64(ops)
 }
 
 // cpuPerOp is d per operation in µs; 0 for no operations or no CPU figure.
@@ -351,6 +367,7 @@ func combineMeasures(ms []measure) measure {
 		c.MaxUs = max(c.MaxUs, m.MaxUs)
 		c.dev = c.dev.add(m.dev)
 		c.cpu += m.cpu
+		c.faults += m.faults
 		pooled = pooled && m.Device != nil
 		iops, mbps = append(iops, m.IOPS), append(mbps, m.MBps)
 		p50, p99 = append(p50, m.P50us), append(p99, m.P99us)
@@ -360,6 +377,7 @@ func combineMeasures(ms []measure) measure {
 		c.Device = perOp(c.dev, c.Ops)
 	}
 	c.CPUus = cpuPerOp(c.cpu, c.Ops)
+	c.Faults = faultsPerOp(c.faults, c.Ops)
 	return c
 }
 
@@ -571,6 +589,9 @@ func perOpLine(r *workloadResult) string {
 	fmt.Fprintf(&b, "dev %s / %s", dev(r.Engine.Device), dev(r.Raw.Device))
 	if r.Engine.CPUus > 0 && r.Raw.CPUus > 0 {
 		fmt.Fprintf(&b, "  cpu %.2f / %.2f µs", r.Engine.CPUus, r.Raw.CPUus)
+	}
+	if r.Engine.Faults > 0 || r.Raw.Faults > 0 {
+		fmt.Fprintf(&b, "  faults %.3f / %.3f", r.Engine.Faults, r.Raw.Faults)
 	}
 	keys := make([]string, 0, len(r.Counters))
 	for k, v := range r.Counters {

@@ -322,6 +322,7 @@ type phaseTotals struct {
 	elapsed  time.Duration
 	dev      devSnap
 	cpu      time.Duration      // process CPU time (see measure.CPUus)
+	faults   int64              // process page faults (see measure.Faults)
 	counters map[string]float64 // engine only: deltas of uint64 counters, last value of gauges
 	gauges   map[string]bool    // the keys of counters that are gauges
 	prep     time.Duration
@@ -393,7 +394,7 @@ func (r *benchRun) phase(ctx context.Context, w workload, jobs, round int, s sid
 	hists := make([]benchstat.Histogram, jobs)
 	nblocks := r.region / int64(w.IOSize)
 	devBefore := win.c.snap()
-	cpuBefore := processCPU()
+	cpuBefore, faultsBefore := processUsage()
 	start := time.Now()
 	timer := time.AfterFunc(d, func() { stop.Store(true) })
 	defer timer.Stop()
@@ -469,7 +470,9 @@ func (r *benchRun) phase(ctx context.Context, w workload, jobs, round int, s sid
 	t.ops += ops.Load()
 	t.elapsed += elapsed
 	t.dev = t.dev.add(win.c.snap().sub(devBefore))
-	t.cpu += processCPU() - cpuBefore
+	cpuAfter, faultsAfter := processUsage()
+	t.cpu += cpuAfter - cpuBefore
+	t.faults += faultsAfter - faultsBefore
 	return nil
 }
 

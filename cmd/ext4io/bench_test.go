@@ -285,7 +285,7 @@ func TestCombineRounds(t *testing.T) {
 		r := workloadResult{Name: name, IOSize: 4096,
 			Engine: measure{Ops: int64(eng), Seconds: 1, IOPS: eng, MBps: eng * 4096 / 1e6, P50us: eng / 100, P99us: eng / 10, MaxUs: eng,
 				dev: devSnap{Writes: uint64(eng) * uint64(round)}, Device: &devPerOp{Writes: float64(round)}, PrepSecond: 0.5,
-				cpu: time.Duration(round) * time.Millisecond},
+				cpu: time.Duration(round) * time.Millisecond, faults: int64(round) * 30},
 			Raw:      measure{Ops: 10, Seconds: 1, IOPS: raw, MBps: raw * 4096 / 1e6, dev: devSnap{Writes: 10}, Device: &devPerOp{Writes: 1}},
 			Counters: map[string]float64{"Counters.Overwrites": eng, "CacheStats.Entries": float64(round)},
 			gauges:   map[string]bool{"CacheStats.Entries": true}, KernelNote: note}
@@ -325,6 +325,10 @@ func TestCombineRounds(t *testing.T) {
 	// CPU 1, 2, 3 ms over 100, 200, 300 ops: pooled 6000 µs / 600.
 	if got := r.Engine.CPUus; math.Abs(got-10) > 1e-9 {
 		t.Fatalf("pooled CPU per op %v µs, want 10", got)
+	}
+	// Faults 30, 60, 90 over 100, 200, 300 ops: pooled 180 / 600.
+	if got := r.Engine.Faults; math.Abs(got-0.3) > 1e-12 {
+		t.Fatalf("pooled faults per op %v, want 0.3", got)
 	}
 	if r.Counters["Counters.Overwrites"] != 600 || r.Counters["CacheStats.Entries"] != 3 {
 		t.Fatalf("counters: %v", r.Counters)

@@ -20,11 +20,12 @@ func freeBytes(dir string) (int64, error) {
 
 func openMmap(path string) (blockdev.Device, error) { return blockdev.OpenMmap(path, false) }
 
-// processCPU is the user and system CPU time this process has used.
-func processCPU() time.Duration {
+// processUsage is the user and system CPU time this process has used
+// and the page faults it has taken (minor and major).
+func processUsage() (time.Duration, int64) {
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
+		return 0, 0
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), int64(ru.Minflt + ru.Majflt)
 }
