@@ -242,6 +242,10 @@ func (m *jmeta) commit(wait bool) error {
 				<-prev
 			}
 			if m.j.WaitCommit(context.Background(), tid) == nil {
+				// A checkpoint that began before the commit may still be
+				// writing the revoked blocks' last copies home (see
+				// journal.Forget): the blocks are reused after it.
+				m.j.WaitCheckpoint()
 				for _, release := range busy {
 					release()
 				}

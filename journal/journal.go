@@ -75,11 +75,10 @@ type Journal struct {
 		closed     bool
 		started    bool // commit goroutine running
 		changed    chan struct{}
-		// forgotten maps a block freed by the file system to the first
-		// tid whose copies of it still count: copies in older
-		// transactions are neither checkpointed nor returned by Lookup
-		// (jbd2_journal_forget). Entries go once those are checkpointed.
-		forgotten map[uint64]uint32
+		// forgotten maps a block freed by the file system to its Forget
+		// calls, oldest first (jbd2_journal_forget). Entries go once the
+		// transactions they concern are checkpointed.
+		forgotten map[uint64][]forgetEvent
 	}
 	kick chan struct{}
 	stop chan struct{}
@@ -355,7 +354,12 @@ func (j *Journal) Lookup(blk uint64, buf []byte) bool {
 	for i := len(j.mu.checkpoint) - 1; i >= 0; i-- {
 		ts = append(ts, j.mu.checkpoint[i])
 	}
-	fromTid, forgot := j.mu.forgotten[blk]
+	var fromTid uint32
+	evs := j.mu.forgotten[blk]
+	forgot := len(evs) > 0
+	if forgot {
+		fromTid = evs[len(evs)-1].from
+	}
 	for _, t := range ts {
 		if forgot && tidGT(fromTid, t.tid) {
 			return false
@@ -466,23 +470,44 @@ type Stats struct {
 	LogBlocks   uint64 // blocks written to the log
 }
 
+// forgetEvent is one Forget of a block.
+type forgetEvent struct {
+	from uint32 // copies in transactions before tid from are dead
+	done bool   // a transaction revoking the block since has committed
+}
+
 // Forget tells the journal that metadata block blk was freed by the file
-// system (jbd2_journal_forget): the copies of blk in transactions already
-// created are no longer written home by a checkpoint nor returned by
-// Lookup, so the block can be reused, for data too, right away. The copies
-// stay in the log: until a transaction revoking blk commits, a crash
-// replays them, which is consistent because nothing committed references
-// the reuse yet. Callers revoke blk in the transaction that frees it.
+// system (jbd2_journal_forget): Lookup no longer returns the copies of blk
+// in transactions already created. Callers revoke blk in the transaction
+// that frees it (Handle.Revoke) and keep blk unallocated until that
+// transaction has committed and WaitCheckpoint has returned, as ext4 keeps
+// freed blocks busy until their transaction commits.
+//
+// A checkpoint writes such a copy home while the revoke has not
+// committed: the log's tail is about to pass the copy, and a crash before
+// the revoke commits must find the block as the committed metadata that
+// still maps it says. Once the revoke has committed, the block may be
+// reused, for data too, and checkpoints skip the copy.
 func (j *Journal) Forget(blk uint64) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.mu.forgotten == nil {
-		j.mu.forgotten = make(map[uint64]uint32)
+		j.mu.forgotten = make(map[uint64][]forgetEvent)
 	}
-	j.mu.forgotten[blk] = j.mu.nextTid
+	from := j.mu.nextTid
 	if t := j.mu.running; t != nil {
 		// Copies in the running transaction are dropped by the revoke the
 		// caller logs into it; count them as forgotten too.
-		j.mu.forgotten[blk] = t.tid + 1
+		from = t.tid + 1
 	}
+	j.mu.forgotten[blk] = append(j.mu.forgotten[blk], forgetEvent{from: from})
+}
+
+// WaitCheckpoint waits for a checkpoint in progress to finish. A caller
+// that makes forgotten blocks allocatable once their revoke has committed
+// calls it first: a checkpoint that looked at the block before the commit
+// may still be writing its last copy home, and the reuse must come after.
+func (j *Journal) WaitCheckpoint() {
+	j.cpMu.Lock()
+	j.cpMu.Unlock() //nolint:staticcheck // an empty critical section: a barrier
 }

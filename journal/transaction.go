@@ -2,6 +2,7 @@ package journal
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"sync/atomic"
 	"time"
@@ -332,6 +333,16 @@ func (j *Journal) commitRunning() {
 	}
 	j.mu.checkpoint = append(j.mu.checkpoint, t)
 	j.mu.commitSeq = t.tid
+	// The Forgets whose revoke this transaction carries are committed:
+	// the blocks may be reused from now on (after WaitCheckpoint).
+	for b := range t.revokes {
+		evs := j.mu.forgotten[b]
+		for i := range evs {
+			if !tidGT(evs[i].from, t.tid) {
+				evs[i].done = true
+			}
+		}
+	}
 	stats.commits.Add(1)
 	j.broadcastLocked()
 	j.mu.Unlock()
@@ -494,9 +505,21 @@ func sortedKeys[V any](m map[uint64]V) []uint64 {
 	return ks
 }
 
+// forgottenSince reports whether a Forget after transaction tid, the
+// first one, has had its revoke committed: then tid's copy of the block is
+// dead and the block may have been reused.
+func forgottenSince(evs []forgetEvent, tid uint32) bool {
+	for _, ev := range evs {
+		if tidGT(ev.from, tid) {
+			return ev.done
+		}
+	}
+	return false
+}
+
 // Checkpoint writes every committed transaction's blocks to their home
-// locations (skipping blocks a newer committed transaction rewrote or
-// revoked), flushes the file system device, then advances the log tail in
+// locations (skipping blocks a newer committed transaction rewrote, and
+// forgotten blocks whose revoke has committed; see Forget), flushes the file system device, then advances the log tail in
 // the journal superblock (written with FUA), as jbd2_log_do_checkpoint and
 // jbd2_cleanup_journal_tail do. It runs in the background when the log is
 // half full and from Start when the log is short of space.
@@ -509,9 +532,9 @@ func (j *Journal) Checkpoint() error {
 		return j.mu.err
 	}
 	list := append([]*transaction(nil), j.mu.checkpoint...)
-	forgotten := make(map[uint64]uint32, len(j.mu.forgotten))
-	for b, tid := range j.mu.forgotten {
-		forgotten[b] = tid
+	forgotten := make(map[uint64][]forgetEvent, len(j.mu.forgotten))
+	for b, evs := range j.mu.forgotten {
+		forgotten[b] = slices.Clone(evs)
 	}
 	j.mu.Unlock()
 	if len(list) == 0 {
@@ -534,8 +557,8 @@ func (j *Journal) Checkpoint() error {
 	}
 	for _, b := range sortedKeys(owner) {
 		if t := owner[b]; t != nil {
-			if from, ok := forgotten[b]; ok && tidGT(from, t.tid) {
-				continue // freed since: its home may hold new data
+			if forgottenSince(forgotten[b], t.tid) {
+				continue // freed since, and the free committed: its home may hold new data
 			}
 			if err := j.writeHome(b, t.buffers[b]); err != nil {
 				return fail(err)
@@ -577,9 +600,13 @@ func (j *Journal) Checkpoint() error {
 	}
 	j.mu.tail, j.mu.tailSeq = tail, seq
 	j.mu.used -= freed
-	for b, from := range j.mu.forgotten {
-		if !tidGT(from, seq) { // every transaction older than from is home
+	for b, evs := range j.mu.forgotten {
+		// Events whose transactions before from are all home are done with.
+		evs = slices.DeleteFunc(evs, func(ev forgetEvent) bool { return !tidGT(ev.from, seq) })
+		if len(evs) == 0 {
 			delete(j.mu.forgotten, b)
+		} else {
+			j.mu.forgotten[b] = evs
 		}
 	}
 	stats.checkpoints.Add(1)
