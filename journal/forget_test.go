@@ -5,6 +5,27 @@ import (
 	"testing"
 )
 
+// commitBlock commits a transaction that logs data as blk's contents.
+func commitBlock(t *testing.T, j *Journal, blk uint64, data []byte) {
+	t.Helper()
+	h, err := j.Start(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.GetWriteAccess(blk); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Dirty(blk, data); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // revoke commits a transaction that revokes blk.
 func revoke(t *testing.T, j *Journal, blk uint64) {
 	t.Helper()
@@ -37,24 +58,7 @@ func TestForgetKeepsReusedHome(t *testing.T) {
 	defer j.Close()
 	blk, other := uint64(tHome0), uint64(tHome0+1)
 	meta := bytes.Repeat([]byte{0x4D}, tBS)
-	logBlock := func(b uint64, data []byte) {
-		h, err := j.Start(1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := h.GetWriteAccess(b); err != nil {
-			t.Fatal(err)
-		}
-		if err := h.Dirty(b, data); err != nil {
-			t.Fatal(err)
-		}
-		if err := h.Stop(); err != nil {
-			t.Fatal(err)
-		}
-		if err := j.Commit(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	logBlock := func(b uint64, data []byte) { commitBlock(t, j, b, data) }
 	logBlock(blk, meta)
 	logBlock(other, meta)
 	// Freed: forgotten and revoked by a transaction that commits; then
@@ -112,22 +116,7 @@ func TestForgetBeforeRevokeCommits(t *testing.T) {
 	old := bytes.Repeat([]byte{0x0D}, tBS) // what the block held before
 	dev.WriteAt(old, int64(blk)*tBS)
 	meta := bytes.Repeat([]byte{0x4D}, tBS)
-	h, err := j.Start(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.GetWriteAccess(blk); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Dirty(blk, meta); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	if err := j.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	commitBlock(t, j, blk, meta)
 	j.Forget(blk) // its revoke is not committed yet
 	if err := j.Checkpoint(); err != nil {
 		t.Fatal(err)
