@@ -681,9 +681,9 @@ func (t *Tree) MarkWrittenExactRuns(runs []Run, mustSucceed bool) error {
 // When they would overflow a leaf more than half full, it splits the leaf
 // where the runs' changes divide it and reports again: the caller calls
 // it again with the same runs. Otherwise it converts as many of the first
-// runs as fit (each run adds at most two entries). It returns 0 when
-// runs[0] crosses into the next leaf or would overflow even a half-empty
-// leaf: the caller then takes the split-by-split path.
+// runs as are sure to fit (each run adds at most two entries). It returns
+// 0 when runs[0] crosses into the next leaf: the caller then takes the
+// split-by-split path.
 func (tx *txn) markWrittenLeaf(runs []Run) (k int, again bool, err error) {
 	path, err := tx.t.findLocked(runs[0].Lblk)
 	if err != nil {
@@ -726,10 +726,9 @@ func (tx *txn) markWrittenLeaf(runs []Run) (k int, again bool, err error) {
 		path[lv].pos = min(max(s, 1), len(ext)-1) - 1
 		return 0, true, tx.makeRoom(path, ext[path[lv].pos+1].Lblk)
 	}
-	for k = min(k-1, max((capacity-len(ext))/2, 1)); k > 0; k /= 2 {
-		if tx.mergeRuns(leaf, runs[:k]) {
-			return k, false, nil
-		}
+	// At most half full: room for (capacity-len)/2 runs at least.
+	if k = min(k-1, max((capacity-len(ext))/2, 1)); k > 0 && tx.mergeRuns(leaf, runs[:k]) {
+		return k, false, nil
 	}
 	return 0, false, nil
 }

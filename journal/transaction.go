@@ -519,8 +519,8 @@ func forgottenSince(evs []forgetEvent, tid uint32) bool {
 
 // Checkpoint writes every committed transaction's blocks to their home
 // locations (skipping blocks a newer committed transaction rewrote, and
-// forgotten blocks whose revoke has committed; see Forget), flushes the file system device, then advances the log tail in
-// the journal superblock (written with FUA), as jbd2_log_do_checkpoint and
+// forgotten blocks whose revoke has committed; see Forget), flushes the
+// file system device, then advances the log tail in the journal superblock (written with FUA), as jbd2_log_do_checkpoint and
 // jbd2_cleanup_journal_tail do. It runs in the background when the log is
 // half full and from Start when the log is short of space.
 func (j *Journal) Checkpoint() error {
