@@ -359,7 +359,15 @@ func runBench(ctx context.Context, c *benchConfig) (*benchReport, error) {
 	}
 	r := newBenchRun(c, b.dev, size, region)
 	defer r.closeEngine()
-	rep := newReport(c, b.desc, size, region)
+	desc := b.desc
+	if b.path != "" {
+		if r.disk = openHostDisk(b.path); r.disk != nil {
+			desc += "; host disk " + r.disk.name
+		} else {
+			desc += "; no host block device"
+		}
+	}
+	rep := newReport(c, desc, size, region)
 	rep.Kernel = kernelInfo{Skipped: "not requested (--kernel)"}
 	var kenv *kernelEnv
 	defer func() {

@@ -87,7 +87,14 @@ type measure struct {
 	// host's page cache holds the image, they are part of the device's
 	// cost, and the engine's and raw's regions can be in different
 	// states. Zero where the platform does not report it.
-	Faults float64       `json:"faults_per_op,omitempty"`
+	Faults float64 `json:"faults_per_op,omitempty"`
+	// Disk is the I/O the host's block device under the image completed
+	// per operation during the phases, from every process on the host
+	// (Linux, image on a block device; nil otherwise). With the file and
+	// mmap backends it tells whether the phases reached the disk or ran
+	// in the host's page cache, whose own write-back it also counts.
+	Disk   *diskPerOp    `json:"host_disk_per_op,omitempty"`
+	disk   diskSnap      // the I/O behind Disk
 	dev    devSnap       // the device operations behind Device
 	cpu    time.Duration // the CPU time behind CPUus
 	faults int64         // the page faults behind Faults
@@ -217,6 +224,9 @@ func makeMeasure(t *phaseTotals, ioSize int) measure {
 	m := measure{Ops: t.ops, Seconds: t.elapsed.Seconds(), PrepSecond: t.prep.Seconds(), dev: t.dev, cpu: t.cpu, faults: t.faults}
 	m.CPUus = cpuPerOp(t.cpu, t.ops)
 	m.Faults = faultsPerOp(t.faults, t.ops)
+	if t.diskOK {
+		m.disk, m.Disk = t.disk, diskPer(t.disk, t.ops)
+	}
 	if t.elapsed > 0 {
 		m.IOPS = float64(t.ops) / t.elapsed.Seconds()
 		m.MBps = m.IOPS * float64(ioSize) / 1e6
@@ -359,7 +369,7 @@ func combineWorkload(ss []roundSample) workloadResult {
 func combineMeasures(ms []measure) measure {
 	var c measure
 	var iops, mbps, p50, p99 []float64
-	pooled := true
+	pooled, diskPooled := true, len(ms) > 0
 	for _, m := range ms {
 		c.Ops += m.Ops
 		c.Seconds += m.Seconds
@@ -368,7 +378,9 @@ func combineMeasures(ms []measure) measure {
 		c.dev = c.dev.add(m.dev)
 		c.cpu += m.cpu
 		c.faults += m.faults
+		c.disk = c.disk.add(m.disk)
 		pooled = pooled && m.Device != nil
+		diskPooled = diskPooled && m.Disk != nil
 		iops, mbps = append(iops, m.IOPS), append(mbps, m.MBps)
 		p50, p99 = append(p50, m.P50us), append(p99, m.P99us)
 	}
@@ -378,6 +390,11 @@ func combineMeasures(ms []measure) measure {
 	}
 	c.CPUus = cpuPerOp(c.cpu, c.Ops)
 	c.Faults = faultsPerOp(c.faults, c.Ops)
+	if diskPooled {
+		c.Disk = diskPer(c.disk, c.Ops)
+	} else {
+		c.disk = diskSnap{}
+	}
 	return c
 }
 
@@ -517,7 +534,7 @@ func writeBenchText(w io.Writer, rep *benchReport) {
 		writeRatios(w, rep.Ratios, kern)
 		fmt.Fprintln(w)
 	}
-	fmt.Fprintln(w, "per operation (device ops issued by the engine / by raw; process CPU time per op, engine / raw; engine counters per op; prep time):")
+	fmt.Fprintln(w, "per operation (device ops issued by the engine / by raw; process CPU time per op, engine / raw; page faults per op; KiB the host disk under the image wrote and read per op, all processes; engine counters per op; prep time):")
 	for i := range rep.Workloads {
 		r := &rep.Workloads[i]
 		fmt.Fprintf(w, "  %-15s %s\n", r.Name, perOpLine(r))
@@ -592,6 +609,9 @@ func perOpLine(r *workloadResult) string {
 	}
 	if r.Engine.Faults > 0 || r.Raw.Faults > 0 {
 		fmt.Fprintf(&b, "  faults %.3f / %.3f", r.Engine.Faults, r.Raw.Faults)
+	}
+	if e, w := r.Engine.Disk, r.Raw.Disk; e != nil && w != nil {
+		fmt.Fprintf(&b, "  disk KiB w%.1f r%.1f / w%.1f r%.1f", e.WriteBytes/1024, e.ReadBytes/1024, w.WriteBytes/1024, w.ReadBytes/1024)
 	}
 	keys := make([]string, 0, len(r.Counters))
 	for k, v := range r.Counters {

@@ -180,6 +180,7 @@ type benchRun struct {
 	vPrep         prepKind // what the volume's /bench.dat holds
 	rawPrep       prepKind
 	rawPrepValid  bool
+	disk          *hostDisk // the host block device under the image; nil if none
 }
 
 const benchFile = "/bench.dat"
@@ -321,8 +322,11 @@ type phaseTotals struct {
 	ops      int64
 	elapsed  time.Duration
 	dev      devSnap
-	cpu      time.Duration      // process CPU time (see measure.CPUus)
-	faults   int64              // process page faults (see measure.Faults)
+	cpu      time.Duration // process CPU time (see measure.CPUus)
+	faults   int64         // process page faults (see measure.Faults)
+	disk     diskSnap      // host disk I/O (see measure.Disk)
+	diskOK   bool          // disk holds every phase's counts
+	phases   int
 	counters map[string]float64 // engine only: deltas of uint64 counters, last value of gauges
 	gauges   map[string]bool    // the keys of counters that are gauges
 	prep     time.Duration
@@ -394,6 +398,7 @@ func (r *benchRun) phase(ctx context.Context, w workload, jobs, round int, s sid
 	hists := make([]benchstat.Histogram, jobs)
 	nblocks := r.region / int64(w.IOSize)
 	devBefore := win.c.snap()
+	diskBefore, diskOK := r.disk.snap()
 	cpuBefore, faultsBefore := processUsage()
 	start := time.Now()
 	timer := time.AfterFunc(d, func() { stop.Store(true) })
@@ -473,6 +478,13 @@ func (r *benchRun) phase(ctx context.Context, w workload, jobs, round int, s sid
 	cpuAfter, faultsAfter := processUsage()
 	t.cpu += cpuAfter - cpuBefore
 	t.faults += faultsAfter - faultsBefore
+	diskAfter, ok := r.disk.snap()
+	if t.phases == 0 {
+		t.diskOK = true
+	}
+	t.phases++
+	t.diskOK = t.diskOK && diskOK && ok
+	t.disk = t.disk.add(diskAfter.sub(diskBefore))
 	return nil
 }
 

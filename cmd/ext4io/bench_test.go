@@ -285,7 +285,8 @@ func TestCombineRounds(t *testing.T) {
 		r := workloadResult{Name: name, IOSize: 4096,
 			Engine: measure{Ops: int64(eng), Seconds: 1, IOPS: eng, MBps: eng * 4096 / 1e6, P50us: eng / 100, P99us: eng / 10, MaxUs: eng,
 				dev: devSnap{Writes: uint64(eng) * uint64(round)}, Device: &devPerOp{Writes: float64(round)}, PrepSecond: 0.5,
-				cpu: time.Duration(round) * time.Millisecond, faults: int64(round) * 30},
+				cpu: time.Duration(round) * time.Millisecond, faults: int64(round) * 30,
+				disk: diskSnap{WriteBytes: uint64(round) * 4096}, Disk: &diskPerOp{}},
 			Raw:      measure{Ops: 10, Seconds: 1, IOPS: raw, MBps: raw * 4096 / 1e6, dev: devSnap{Writes: 10}, Device: &devPerOp{Writes: 1}},
 			Counters: map[string]float64{"Counters.Overwrites": eng, "CacheStats.Entries": float64(round)},
 			gauges:   map[string]bool{"CacheStats.Entries": true}, KernelNote: note}
@@ -329,6 +330,14 @@ func TestCombineRounds(t *testing.T) {
 	// Faults 30, 60, 90 over 100, 200, 300 ops: pooled 180 / 600.
 	if got := r.Engine.Faults; math.Abs(got-0.3) > 1e-12 {
 		t.Fatalf("pooled faults per op %v, want 0.3", got)
+	}
+	// Host disk bytes 4096, 8192, 12288 over 100, 200, 300 ops: pooled
+	// 24576 / 600. Raw's rounds have no disk figure: none pooled.
+	if d := r.Engine.Disk; d == nil || math.Abs(d.WriteBytes-24576.0/600) > 1e-9 {
+		t.Fatalf("pooled disk per op %+v, want %v bytes written", d, 24576.0/600)
+	}
+	if r.Raw.Disk != nil {
+		t.Fatalf("raw disk per op %+v from rounds without one", r.Raw.Disk)
 	}
 	if r.Counters["Counters.Overwrites"] != 600 || r.Counters["CacheStats.Entries"] != 3 {
 		t.Fatalf("counters: %v", r.Counters)
