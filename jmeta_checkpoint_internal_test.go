@@ -25,8 +25,8 @@ func TestReleaseWaitsForCheckpoint(t *testing.T) {
 	var (
 		mu      sync.Mutex
 		home    int64 = -1 // the directory block's device offset, once known
-		blocked = make(chan struct{})
-		release = make(chan struct{})
+		blocked       = make(chan struct{})
+		release       = make(chan struct{})
 	)
 	inj := errordev.Func(func(op errordev.Op) error {
 		mu.Lock()
