@@ -642,18 +642,20 @@ func pageCeil(off int64, shift uint) int64 {
 	return (off + int64(1)<<shift - 1) >> shift
 }
 
-// writebackCluster writes back the contiguous dirty run around page idx.
+// writebackCluster writes back the contiguous dirty run around page idx,
+// inside idx's run-aligned window (see runBreak).
 func (c *PageCache) writebackCluster(f *file, idx int64) error {
 	c.mu.Lock()
+	base := idx - idx%int64(c.maxRun)
 	lo, hi := idx, idx+1
-	for hi-lo < int64(c.maxRun) {
-		if pg := f.pages[lo-1]; lo > 0 && pg != nil && pg.dirty {
+	for lo > base {
+		if pg := f.pages[lo-1]; pg != nil && pg.dirty {
 			lo--
 		} else {
 			break
 		}
 	}
-	for hi-lo < int64(c.maxRun) {
+	for hi < base+int64(c.maxRun) {
 		if pg := f.pages[hi]; pg != nil && pg.dirty {
 			hi++
 		} else {
@@ -863,7 +865,7 @@ func (c *PageCache) writebackRange(f *file, lo, hi int64) error {
 	var errs []error
 	for i := 0; i < len(pages); {
 		j := i + 1
-		for j < len(pages) && j-i < c.maxRun && pages[j].idx == pages[j-1].idx+1 {
+		for j < len(pages) && !c.runBreak(pages[j].idx) && pages[j].idx == pages[j-1].idx+1 {
 			j++
 		}
 		if err := c.writeRun(f, ops, pages[i:j]); err != nil {
@@ -883,6 +885,13 @@ func (c *PageCache) writebackRange(f *file, lo, hi int64) error {
 	c.mu.Unlock()
 	return errors.Join(errs...)
 }
+
+// runBreak reports whether a write-back run must end before page idx:
+// runs are cut at multiples of maxRun pages of the file, so a file whose
+// blocks lie at one offset modulo maxRun pages writes the device in
+// aligned runs (see ext4io's allocRequest), whose pages a host holding
+// the device in its page cache can keep in large folios.
+func (c *PageCache) runBreak(idx int64) bool { return idx%int64(c.maxRun) == 0 }
 
 // writeRun writes consecutive claimed pages with one WriteAt per mapping.
 func (c *PageCache) writeRun(f *file, ops Ops, pages []*page) error {

@@ -878,3 +878,48 @@ func TestDropClean(t *testing.T) {
 		t.Fatal("file 1 still cached")
 	}
 }
+
+// TestWritebackRunsAligned checks that write-back cuts its runs at
+// multiples of MaxRunBytes in the file, in Sync and in WritebackOldest, so
+// that a file placed at an aligned offset is written in aligned runs.
+func TestWritebackRunsAligned(t *testing.T) {
+	const bs, run = 4096, 8 // pages per run
+	var mu sync.Mutex
+	var lens []int64
+	mem := patternDev(t, 1<<20)
+	dev := errordev.New(mem, errordev.Func(func(op errordev.Op) error {
+		if op.Kind == errordev.Write {
+			mu.Lock()
+			lens = append(lens, op.Len/bs)
+			mu.Unlock()
+		}
+		return nil
+	}))
+	fs := newTinyFS(bs, 0, (1<<20)/bs)
+	c, err := iomap.NewPageCache(dev, iomap.PageCacheOptions{PageSize: bs, MaxPages: 64, MaxRunBytes: run * bs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const key = 1
+	// Pages 3 to 29 dirty, written in order (page 3 is the oldest).
+	if _, err := iomap.BufferedWrite(c, fs, key, optData(3, 27*bs), 3*bs, 0); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := c.WritebackOldest(); !ok || err != nil {
+		t.Fatalf("WritebackOldest: %v, %v", ok, err)
+	}
+	if _, dirty := c.Len(); dirty != 27-5 {
+		t.Fatalf("WritebackOldest left %d dirty pages, want 22 (pages 3-7 written)", dirty)
+	}
+	if err := c.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	want := []int64{5, 8, 8, 6} // [3,8) [8,16) [16,24) [24,30)
+	if fmt.Sprint(lens) != fmt.Sprint(want) {
+		t.Fatalf("write-back runs of %v pages, want %v", lens, want)
+	}
+	if got := readFresh(t, mem, fs, key, 30*bs, bs)[3*bs:]; !bytes.Equal(got, optData(3, 27*bs)) {
+		t.Fatalf("data after write-back: %s", firstDiff(got, optData(3, 27*bs)))
+	}
+}
