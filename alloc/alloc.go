@@ -87,8 +87,17 @@ const (
 // Request describes one allocation: one contiguous run of Min..Max blocks,
 // as near Goal as possible. Ino != 0 allocates through the inode's
 // preallocation window.
+//
+// Align, a power of two, asks that a run not placed at Goal itself start
+// at a block congruent to Goal modulo Align, when its free extent has room
+// for the whole run from there (else it starts where it would have). A
+// file's allocations then keep one offset between logical and physical
+// blocks modulo Align, and a caller that writes in aligned runs writes
+// the device in aligned runs, as mballoc places large requests on buddy
+// boundaries. The blocks skipped stay free. 0 and 1 ask for nothing.
 type Request struct {
 	Goal, Min, Max uint64
+	Align          uint64
 	Ino            uint32
 	Flags          Flags
 }
@@ -422,6 +431,9 @@ func (a *Allocator) Allocate(r Request) (start, n uint64, err error) {
 	if r.Min == 0 || r.Max < r.Min {
 		return 0, 0, fmt.Errorf("alloc: request of %d..%d blocks: %w", r.Min, r.Max, ErrInvalid)
 	}
+	if r.Align&(r.Align-1) != 0 {
+		return 0, 0, fmt.Errorf("alloc: alignment %d is not a power of two: %w", r.Align, ErrInvalid)
+	}
 	if r.Min > a.bpg {
 		return 0, 0, fmt.Errorf("alloc: %d contiguous blocks exceed a group: %w", r.Min, ErrNoSpace)
 	}
@@ -448,12 +460,12 @@ func (a *Allocator) Allocate(r Request) (start, n uint64, err error) {
 	if r.Ino != 0 {
 		start, n, err = a.allocWindow(r, k)
 	} else {
-		start, n, err = a.search(r.Goal, r.Min, k, k)
+		start, n, err = a.search(r.Goal, r.Min, k, k, r.Align)
 		if errorsIsNoSpace(err) {
 			// Search again even if no window came back here: another
 			// allocation may have given them back since the search.
 			a.dropWindows()
-			start, n, err = a.search(r.Goal, r.Min, k, k)
+			start, n, err = a.search(r.Goal, r.Min, k, k, r.Align)
 		}
 	}
 	if err != nil {
@@ -506,7 +518,7 @@ func (a *Allocator) allocWindow(r Request, k uint64) (uint64, uint64, error) {
 	if a.hidden.Load()+int64(a.winBlocks) <= a.avail.Load()/2 {
 		hi = max(k, min(k+a.winBlocks, a.bpg))
 	}
-	s, n, err := a.search(goal, r.Min, hi, k)
+	s, n, err := a.search(goal, r.Min, hi, k, r.Align)
 	if errorsIsNoSpace(err) {
 		// Give the idle windows back and search again, also when none
 		// came back here: another allocation may have given them back
@@ -515,7 +527,7 @@ func (a *Allocator) allocWindow(r Request, k uint64) (uint64, uint64, error) {
 		a.dropWindows()
 		w.mu.Lock()
 		a.releaseWindowLocked(w)
-		s, n, err = a.search(goal, r.Min, k, k)
+		s, n, err = a.search(goal, r.Min, k, k, r.Align)
 	}
 	if err != nil {
 		w.mu.Unlock()
@@ -586,9 +598,10 @@ func (a *Allocator) markWindow(start, n uint64) error {
 func errorsIsNoSpace(err error) bool { return err != nil && isNoSpace(err) }
 
 // search finds a run of lo..hi blocks near goal, group by group outward
-// from goal's group; it marks the first min(n, keep) blocks used and
-// hides the rest (for a window) from the trees.
-func (a *Allocator) search(goal, lo, hi, keep uint64) (uint64, uint64, error) {
+// from goal's group, placed as Request.Align says; it marks the first
+// min(n, keep) blocks used and hides the rest (for a window) from the
+// trees.
+func (a *Allocator) search(goal, lo, hi, keep, align uint64) (uint64, uint64, error) {
 	if goal < a.firstData || goal >= a.sb.BlocksCount {
 		goal = a.firstData
 	}
@@ -607,7 +620,7 @@ func (a *Allocator) search(goal, lo, hi, keep uint64) (uint64, uint64, error) {
 				}
 				gi = g0 - d
 			}
-			s, n, err := a.searchGroup(gi, goal, lo, hi, keep)
+			s, n, err := a.searchGroup(gi, goal, lo, hi, keep, align)
 			if err != nil || n > 0 {
 				return s, n, err
 			}
@@ -619,7 +632,7 @@ func (a *Allocator) search(goal, lo, hi, keep uint64) (uint64, uint64, error) {
 	return 0, 0, fmt.Errorf("alloc: no run of %d free blocks: %w", lo, ErrNoSpace)
 }
 
-func (a *Allocator) searchGroup(gi, goal, lo, hi, keep uint64) (uint64, uint64, error) {
+func (a *Allocator) searchGroup(gi, goal, lo, hi, keep, align uint64) (uint64, uint64, error) {
 	g := a.g[gi]
 	if g.freeBlocks.Load() < int64(lo) {
 		return 0, 0, nil
@@ -640,6 +653,13 @@ func (a *Allocator) searchGroup(gi, goal, lo, hi, keep uint64) (uint64, uint64, 
 	e, s, n, ok := a.findLocked(g, uint32(rel), uint32(lo), uint32(hi))
 	if !ok {
 		return 0, 0, nil
+	}
+	if align > 1 {
+		// Skip to the next block congruent to goal (none at goal itself),
+		// if the run still fits.
+		if s2 := uint64(s) + (goal-base-uint64(s))&(align-1); s2+uint64(n) <= uint64(e.end()) {
+			s = uint32(s2)
+		}
 	}
 	a.removeFreeLocked(g, e, s, n)
 	used := min(uint64(n), keep)

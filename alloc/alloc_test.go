@@ -332,3 +332,55 @@ func TestWindowsHideNoSpace(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestAlign checks Request.Align: a run away from its goal starts at a
+// block congruent to the goal, through a window or not; a run at its goal
+// stays there; an extent without room for the aligned run is used
+// unaligned; and the skipped blocks stay free.
+func TestAlign(t *testing.T) {
+	m := newImage(t, 64<<20, mkfs.Options{}, nil)
+	a := m.a
+	if _, _, err := a.Allocate(Request{Min: 1, Max: 8, Align: 24}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("alignment 24: %v, want ErrInvalid", err)
+	}
+	// The group's first block holds the superblock: not free.
+	goal := a.sb.GroupFirstBlock(0) + 5
+	for _, ino := range []uint32{0, 30} {
+		free0 := a.FreeBlocks()
+		s, n, err := a.Allocate(Request{Goal: goal, Min: 1, Max: 64, Align: 256, Ino: ino})
+		if err != nil || n != 64 {
+			t.Fatalf("ino %d: %d blocks, %v", ino, n, err)
+		}
+		if s%256 != goal%256 {
+			t.Fatalf("ino %d: run at %d, want a block ≡ %d mod 256", ino, s, goal%256)
+		}
+		if a.FreeBlocks() != free0-64 {
+			t.Fatalf("ino %d: %d blocks used, want 64", ino, free0-a.FreeBlocks())
+		}
+		// At its goal a run stays there, aligned or not.
+		s2, n2, err := a.Allocate(Request{Goal: s + 64, Min: 1, Max: 16, Align: 256, Ino: ino})
+		if err != nil || s2 != s+64 || n2 != 16 {
+			t.Fatalf("ino %d: run at goal %d: %d+%d, %v", ino, s+64, s2, n2, err)
+		}
+		if ino != 0 {
+			a.ReleasePrealloc(ino)
+		}
+		// The skipped blocks are still free: allocate right before s.
+		if s3, _, err := a.Allocate(Request{Goal: s - 1, Min: 1, Max: 1}); err != nil || s3 != s-1 {
+			t.Fatalf("ino %d: block before the aligned run: %d, %v", ino, s3, err)
+		}
+	}
+	// A free extent holding exactly the run, misaligned: used as is.
+	big, n, err := a.Allocate(Request{Min: 600, Max: 600})
+	if err != nil || n != 600 {
+		t.Fatal(n, err)
+	}
+	hole := big + (256+3-big%256)%256
+	if err := a.Free(hole, 40); err != nil {
+		t.Fatal(err)
+	}
+	s, n, err := a.Allocate(Request{Goal: hole - 2, Min: 40, Max: 40, Align: 256})
+	if err != nil || s != hole || n != 40 {
+		t.Fatalf("exact-fit extent at %d: got %d+%d, %v", hole, s, n, err)
+	}
+}
