@@ -88,7 +88,7 @@ func (o *bufOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, err
 	case flags&iomap.Writeback != 0:
 		// Delayed (or, defensively, a hole under a dirty page): allocate
 		// now, contiguously near the previous block; End maps it.
-		req := alloc.Request{Goal: f.goalFor(lblk), Min: 1, Max: min(nblk, extent.MaxWrittenLen), Ino: o.n.ino}
+		req := f.allocRequest(lblk, min(nblk, extent.MaxWrittenLen))
 		if m.kind == mapDelayed {
 			req.Flags = alloc.Delalloc
 		}

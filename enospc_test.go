@@ -29,7 +29,15 @@ func fullVolume(t *testing.T, opts ext4io.Options) (img string, v *ext4io.Volume
 	if err := pre.Fallocate(ext4io.FallocAllocate, 0, 4<<20); err != nil {
 		t.Fatal(err)
 	}
-	fill, err := v.Create("fill")
+	if f, err := v.Create("fill"); err != nil {
+		t.Fatal(err)
+	} else {
+		f.Close()
+	}
+	// Direct writes allocate as they go: the file's tree blocks too, so
+	// that the filler leaves no write-back to fail for them at Close
+	// (with ReservedPool -1 there is no pool for it).
+	fill, err := v.OpenFile("fill", ext4io.Direct)
 	if err != nil {
 		t.Fatal(err)
 	}
