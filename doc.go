@@ -35,7 +35,10 @@
 // allocation (Options.PageCacheBytes): they reserve blocks and change no
 // metadata; write-back (File.Sync, Volume.Sync, a flusher after
 // Options.WritebackAge, memory pressure) allocates, writes and maps them,
-// and only then moves the on-disk size. Direct I/O (Volume.OpenFile with
+// and only then moves the on-disk size. Allocations of 16 blocks or more
+// are placed on blocks aligned as their logical blocks (up to 1 MiB), and
+// write-back cuts its runs at 1 MiB of the file, so large files reach the
+// device in aligned runs. Direct I/O (Volume.OpenFile with
 // Direct) goes to the device through iomap ops with ext4's fast paths:
 // overwrites take the inode lock shared, no journal handle and not even
 // the transaction gate (a device error fails such a write alone: no
