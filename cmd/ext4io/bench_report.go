@@ -24,7 +24,6 @@ var engineVersionNotes = []string{
 	"buffered writes go through a bounded page cache (64 MiB) with delayed allocation: blocks are reserved at write time and allocated, written and mapped at write-back (Sync, age 5 s, or memory pressure)",
 	"ext4io.Direct (OpenFile) bypasses the page cache: aligned I/O straight to the device; reads without Direct also go to the device (the cache holds only pages writes touched)",
 	"metadata is journaled (jbd2): operations batch into commits (Counters.JournalCommits); Sync waits for a commit",
-	"raw = the same backend doing the same offsets with pread/pwrite on a region of the same device; it is the ceiling",
 }
 
 // benchReport is the --json document (schema ext4io-bench/1).
@@ -57,6 +56,7 @@ type reportConfig struct {
 	Device         string  `json:"device"`
 	DeviceBytes    int64   `json:"device_bytes"`
 	RegionBytes    int64   `json:"region_bytes"`
+	RawAt          string  `json:"raw_at"` // "file" or "region" (--raw-at)
 	RuntimeSeconds float64 `json:"runtime_seconds"`
 	Rounds         int     `json:"rounds"` // raw/engine alternations within a workload
 	Repeat         int     `json:"repeat"` // rounds over the workload list (--repeat)
@@ -183,7 +183,7 @@ func newReport(c *benchConfig, desc string, size, region int64) *benchReport {
 		Machine: machineInfo{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
 			CPUModel: procField("/proc/cpuinfo", "model name"), MemTotal: procField("/proc/meminfo", "MemTotal"),
 			Kernel: strings.TrimSpace(readSmall("/proc/sys/kernel/osrelease")), GoVersion: runtime.Version(), LoadBefore: loadAvg()},
-		Config: reportConfig{Backend: c.backend, Device: desc, DeviceBytes: size, RegionBytes: region,
+		Config: reportConfig{Backend: c.backend, Device: desc, DeviceBytes: size, RegionBytes: region, RawAt: rawAtName(c),
 			RuntimeSeconds: c.runtime.Seconds(), Rounds: benchRounds, Repeat: c.repeat, BlockSize: c.blockSize, Seed: c.seed},
 		Notes: notesFor(c),
 	}
@@ -201,7 +201,18 @@ func notesFor(c *benchConfig) []string {
 	if c.zeroChunk > 0 {
 		split += fmt.Sprintf("; --zeroout-chunk %d: the first direct write into each %d-byte chunk of preallocated space zeroes and converts the chunk, later ones are overwrites (Options.ZeroOutChunk)", c.zeroChunk, c.zeroChunk)
 	}
-	return append(append([]string(nil), engineVersionNotes...), split)
+	raw := "raw = the same backend doing the same offsets with pread/pwrite on the same device, at the device blocks of the engine's file for workloads on a written or fallocated file (a few-ns search of its extents per I/O), in a region of its own for fresh-file and write-zeroes workloads; it is the ceiling"
+	if c.rawAtRegion {
+		raw = "raw = the same backend doing the same offsets with pread/pwrite on a region of the same device (--raw-at region); it is the ceiling"
+	}
+	return append(append([]string(nil), engineVersionNotes...), raw, split)
+}
+
+func rawAtName(c *benchConfig) string {
+	if c.rawAtRegion {
+		return "region"
+	}
+	return "file"
 }
 
 func readSmall(path string) string {
@@ -493,8 +504,8 @@ func writeBenchText(w io.Writer, rep *benchReport) {
 		rep.Machine.OS, rep.Machine.Arch, rep.Machine.CPUs, rep.Machine.CPUModel, rep.Machine.MemTotal,
 		rep.Machine.Kernel, rep.Machine.GoVersion, rep.Machine.GOMAXPROCS, rep.Machine.LoadBefore, rep.Machine.LoadAfter)
 	c := rep.Config
-	fmt.Fprintf(w, "device: %s; raw region and file size %d MiB; %s per workload (%d raw/engine alternations); block size %d\n",
-		c.Device, c.RegionBytes>>20, time.Duration(c.RuntimeSeconds*float64(time.Second)), c.Rounds, c.BlockSize)
+	fmt.Fprintf(w, "device: %s; raw at %s; raw region and file size %d MiB; %s per workload (%d raw/engine alternations); block size %d\n",
+		c.Device, c.RawAt, c.RegionBytes>>20, time.Duration(c.RuntimeSeconds*float64(time.Second)), c.Rounds, c.BlockSize)
 	if c.Repeat > 1 {
 		fmt.Fprintf(w, "repeat: %d rounds over the workloads, odd rounds as listed, even rounds reversed; figures are medians over the rounds "+
 			"(max µs: the max; ops, seconds, prep: sums; device ops, CPU and counters per op: pooled); eng/raw, eng/linux, linux/raw: "+

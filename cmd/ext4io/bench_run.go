@@ -127,20 +127,105 @@ type side interface {
 	SmallFile(n int64, p []byte) error
 }
 
+// rawSide is raw I/O on a device window: at the same offsets in the raw
+// window, or, with ext set, at the device addresses the engine's file
+// maps those offsets to (--raw-at file).
 type rawSide struct {
 	dev    blockdev.Device
 	region int64
+	ext    []rawExtent // sorted by off, covering [0, region); nil: identity
 }
 
-func (r rawSide) ReadAt(p []byte, off int64) (int, error)  { return r.dev.ReadAt(p, off) }
-func (r rawSide) WriteAt(p []byte, off int64) (int, error) { return r.dev.WriteAt(p, off) }
-func (r rawSide) Sync() error                              { return r.dev.Flush() }
-func (r rawSide) Reset() error                             { return nil }
+// rawExtent maps the file bytes [off, off+n) to the device bytes at dev.
+type rawExtent struct{ off, dev, n int64 }
+
+// at returns the device address of file offset off and how many bytes
+// from there are contiguous on the device.
+func (r rawSide) at(off int64) (int64, int64) {
+	if r.ext == nil {
+		return off, r.region - off
+	}
+	lo, hi := 0, len(r.ext) // a binary search without a closure: a few ns
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if r.ext[m].off+r.ext[m].n <= off {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	if lo == len(r.ext) || off < r.ext[lo].off {
+		return -1, 0
+	}
+	e := r.ext[lo]
+	return e.dev + off - e.off, e.off + e.n - off
+}
+
+// io runs op on the device pieces of [off, off+len(p)).
+func (r rawSide) io(op func([]byte, int64) (int, error), p []byte, off int64) (int, error) {
+	done := 0
+	for done < len(p) {
+		d, n := r.at(off + int64(done))
+		if n <= 0 {
+			return done, fmt.Errorf("raw: offset %d outside the file's extents: %w", off+int64(done), blockdev.ErrInvalid)
+		}
+		k, err := op(p[done:done+int(min(n, int64(len(p)-done)))], d)
+		done += k
+		if err != nil {
+			return done, err
+		}
+	}
+	return done, nil
+}
+
+func (r rawSide) ReadAt(p []byte, off int64) (int, error) {
+	if r.ext == nil {
+		return r.dev.ReadAt(p, off)
+	}
+	return r.io(r.dev.ReadAt, p, off)
+}
+
+func (r rawSide) WriteAt(p []byte, off int64) (int, error) {
+	if r.ext == nil {
+		return r.dev.WriteAt(p, off)
+	}
+	return r.io(r.dev.WriteAt, p, off)
+}
+
+func (r rawSide) Sync() error  { return r.dev.Flush() }
+func (r rawSide) Reset() error { return nil }
 func (r rawSide) SmallFile(n int64, p []byte) error {
 	if _, err := r.dev.WriteAt(p, n*int64(len(p))%(r.region/int64(len(p))*int64(len(p)))); err != nil {
 		return err
 	}
 	return r.dev.Flush()
+}
+
+// rawExtents maps f's bytes [0, size) to device bytes, merging runs
+// contiguous on the device. It fails unless every block is mapped.
+func rawExtents(f *ext4io.File, bs, size int64) ([]rawExtent, error) {
+	exts, err := f.Extents()
+	if err != nil {
+		return nil, err
+	}
+	var out []rawExtent
+	next := int64(0)
+	for _, e := range exts {
+		off, dev, n := int64(e.Logical)*bs, int64(e.Physical)*bs, int64(e.Length)*bs
+		if off != next {
+			break
+		}
+		next = off + n
+		if k := len(out) - 1; k >= 0 && out[k].dev+out[k].n == dev {
+			out[k].n += n
+			continue
+		}
+		out = append(out, rawExtent{off: off, dev: dev, n: n})
+	}
+	if next < size {
+		return nil, fmt.Errorf("raw at the file's blocks: %s maps only [0, %d) of [0, %d) contiguously from 0", benchFile, next, size)
+	}
+	return out, nil
 }
 
 type engineSide struct {
@@ -174,6 +259,8 @@ type benchRun struct {
 	cfg           *benchConfig
 	fsWin, rawWin *window
 	fsDev, rawDev blockdev.Device
+	rawFileWin    *window         // the filesystem's bytes, for raw at the file's blocks
+	rawFileDev    blockdev.Device // (--raw-at file)
 	region        int64
 	prog          *progress
 	v             *ext4io.Volume
@@ -291,11 +378,22 @@ func pattern(n int, seed byte) []byte {
 	return b
 }
 
-func (r *benchRun) prepareRaw(w workload) (rawSide, error) {
+// prepareRaw returns the raw side for w and the window that counts its
+// device operations: the engine file's blocks (prepared by prepareEngine,
+// which runs first) when rawAtFile(w), else the raw window, prepared as
+// rawPrepFor says.
+func (r *benchRun) prepareRaw(w workload, eng engineSide) (rawSide, *window, error) {
+	if r.rawAtFile(w) {
+		ext, err := rawExtents(eng.f, int64(r.v.BlockSize()), r.region)
+		if err != nil {
+			return rawSide{}, nil, err
+		}
+		return rawSide{dev: r.rawFileDev, region: r.region, ext: ext}, r.rawFileWin, nil
+	}
 	s := rawSide{dev: r.rawDev, region: r.region}
 	prep := rawPrepFor(w.Prep)
 	if r.rawPrepValid && prep == prepWritten && r.rawPrep == prepWritten {
-		return s, nil
+		return s, r.rawWin, nil
 	}
 	var err error
 	switch prep {
@@ -310,10 +408,22 @@ func (r *benchRun) prepareRaw(w workload) (rawSide, error) {
 		err = r.rawDev.Flush()
 	}
 	if err != nil {
-		return s, fmt.Errorf("preparing raw region: %w", err)
+		return s, nil, fmt.Errorf("preparing raw region: %w", err)
 	}
 	r.rawPrep, r.rawPrepValid = prep, true
-	return s, nil
+	return s, r.rawWin, nil
+}
+
+// rawAtFile reports whether raw does w's I/O at the engine file's blocks:
+// unless --raw-at region, for files whose blocks hold written data on the
+// device (written and fallocated files: fillPreallocated writes under the
+// unwritten extents), which writes leave in the state they found. Fresh
+// files have no blocks before the run, and a write-zeroes file's blocks
+// are, in an image file, unwritten in the host's file system until first
+// written: at shared blocks whichever side ran first would pay the host's
+// conversions for both, so each side gets blocks of its own.
+func (r *benchRun) rawAtFile(w workload) bool {
+	return !r.cfg.rawAtRegion && (w.Prep == prepWritten || w.Prep == prepFallocated)
 }
 
 // phaseTotals accumulates one side's phases of a workload.
@@ -338,15 +448,8 @@ type seqState struct{ off int64 }
 
 func (r *benchRun) runWorkload(ctx context.Context, w workload) (workloadResult, error) {
 	jobs := r.cfg.jobs(w)
-	t0 := time.Now()
-	r.prog.set("raw", "preparing", time.Time{}, 0)
-	raw, err := r.prepareRaw(w)
-	if err != nil {
-		return workloadResult{}, err
-	}
 	var rawT, engT phaseTotals
-	rawT.prep = time.Since(t0)
-	t0 = time.Now()
+	t0 := time.Now()
 	r.prog.set("engine", "preparing", time.Time{}, 0)
 	eng, err := r.prepareEngine(w)
 	if err != nil {
@@ -358,12 +461,19 @@ func (r *benchRun) runWorkload(ctx context.Context, w workload) (workloadResult,
 		}
 	}()
 	engT.prep = time.Since(t0)
+	t0 = time.Now()
+	r.prog.set("raw", "preparing", time.Time{}, 0)
+	raw, rawWin, err := r.prepareRaw(w, eng)
+	if err != nil {
+		return workloadResult{}, err
+	}
+	rawT.prep = time.Since(t0)
 	var rawSeq, engSeq seqState
 	var rawSmall, engSmall atomic.Int64
 	per := r.cfg.runtime / benchRounds
 	for round := 0; round < benchRounds; round++ {
 		label := fmt.Sprintf("round %d/%d", round+1, benchRounds)
-		if err := r.phase(ctx, w, jobs, round, raw, r.rawWin, &rawSeq, &rawSmall, per, &rawT, "raw", label); err != nil {
+		if err := r.phase(ctx, w, jobs, round, raw, rawWin, &rawSeq, &rawSmall, per, &rawT, "raw", label); err != nil {
 			return workloadResult{}, fmt.Errorf("raw: %w", err)
 		}
 		before := engineCounters(r.v)

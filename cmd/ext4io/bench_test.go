@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"os"
@@ -191,7 +192,7 @@ func TestBenchRepeatText(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^  writezeroes-2/overwrite-2 +engine [0-9.]+ \[[0-9.]+ [0-9.]+\] +raw [0-9.]+ \[[0-9.]+ [0-9.]+\] +eng/raw [0-9.]+ \[[0-9.]+ [0-9.]+\]$`).MatchString(out) {
 		t.Fatalf("no writezeroes-2/overwrite-2 line with two rounds:\n%s", out)
 	}
-	if strings.Contains(out, "fallocated") || len(regexp.MustCompile(`(?m)^ +overwrite-2 +2 +IOPS `).FindAllString(out, -1)) != 1 {
+	if regexp.MustCompile(`(?m)^ +fallocated-`).MatchString(out) || len(regexp.MustCompile(`(?m)^ +overwrite-2 +2 +IOPS `).FindAllString(out, -1)) != 1 {
 		t.Fatalf("workloads not reported once each, or a pair not selected:\n%s", out)
 	}
 	out, errOut, code = runCmd(t, args...)
@@ -204,13 +205,21 @@ func TestBenchRepeatText(t *testing.T) {
 }
 
 // TestBenchPrepAnyOrder runs every workload in reversed, then listed order
-// on one benchRun and checks that each finds its file and raw region as
-// its prep says: reusing a written file must never hand over one that a
-// previous workload changed into something else.
+// on one benchRun and checks that each finds its file and raw side as its
+// prep says: reusing a written file must never hand over one that a
+// previous workload changed into something else. Raw runs at the file's
+// blocks and, with --raw-at region, in its own window.
 func TestBenchPrepAnyOrder(t *testing.T) {
+	for _, atRegion := range []bool{false, true} {
+		t.Run(fmt.Sprintf("rawAtRegion=%v", atRegion), func(t *testing.T) { testBenchPrepAnyOrder(t, atRegion) })
+	}
+}
+
+func testBenchPrepAnyOrder(t *testing.T, atRegion bool) {
 	// One goroutine for a short while: random writes leave blocks of the
 	// region untouched, which a wrongly reused file or region shows.
-	c := &benchConfig{backend: "memory", runtime: 10 * time.Millisecond, goroutines: 1, blockSize: 4096, seed: 1, repeat: 1, stderr: io.Discard}
+	c := &benchConfig{backend: "memory", runtime: 10 * time.Millisecond, goroutines: 1, blockSize: 4096, seed: 1, repeat: 1,
+		rawAtRegion: atRegion, stderr: io.Discard}
 	dev := memdev.New(128 << 20)
 	defer dev.Close()
 	r := newBenchRun(c, dev, 128<<20, regionFor(128<<20))
@@ -239,10 +248,13 @@ func TestBenchPrepAnyOrder(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			raw, _, err := r.prepareRaw(w, eng)
 			eng.f.Close()
-			raw, err := r.prepareRaw(w)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if onFile := raw.ext != nil; onFile != (!atRegion && (w.Prep == prepWritten || w.Prep == prepFallocated)) {
+				t.Fatalf("%s: raw at the file's blocks %v", w.Name, onFile)
 			}
 			f, err := r.v.OpenFile(benchFile, 0)
 			if err != nil {
@@ -254,7 +266,7 @@ func TestBenchPrepAnyOrder(t *testing.T) {
 				ew, ez = sample(f)
 			}
 			f.Close()
-			rw, rz := sample(raw.dev)
+			rw, rz := sample(raw)
 			var ok bool
 			switch w.Prep {
 			case prepFresh:
@@ -262,7 +274,9 @@ func TestBenchPrepAnyOrder(t *testing.T) {
 			case prepWritten:
 				ok = size == r.region && ew && rw
 			case prepFallocated:
-				ok = size == r.region && ez && rw // raw overwrites (rawPrepFor)
+				// Raw overwrites (rawPrepFor): at the file's blocks, the
+				// stale data fillPreallocated put under its extents.
+				ok = size == r.region && ez && rw
 			case prepWriteZeroes:
 				ok = size == r.region && ez && rz
 			}
@@ -274,6 +288,78 @@ func TestBenchPrepAnyOrder(t *testing.T) {
 				t.Fatalf("%s: %v", w.Name, err)
 			}
 		}
+	}
+}
+
+// TestBenchRawAtFile checks that raw at the file's blocks writes where the
+// engine's file reads: every byte raw writes at an offset, the file reads
+// back at that offset, across extents that are not contiguous on the
+// device (1 KiB blocks: the file crosses groups), and neither the raw
+// window nor the engine's window counts the writes.
+func TestBenchRawAtFile(t *testing.T) {
+	for _, bs := range []int{1024, 4096} {
+		t.Run(fmt.Sprint(bs), func(t *testing.T) {
+			c := &benchConfig{backend: "memory", runtime: 10 * time.Millisecond, goroutines: 1, blockSize: bs, seed: 1, repeat: 1, stderr: io.Discard}
+			dev := memdev.New(128 << 20)
+			defer dev.Close()
+			r := newBenchRun(c, dev, 128<<20, regionFor(128<<20))
+			defer r.closeEngine()
+			w := allWorkloads[0]
+			eng, err := r.prepareEngine(w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer eng.f.Close()
+			raw, win, err := r.prepareRaw(w, eng)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if win != r.rawFileWin || raw.ext == nil {
+				t.Fatalf("raw not at the file's blocks: window %p ext %v", win, raw.ext)
+			}
+			if bs == 1024 && len(raw.ext) < 2 {
+				t.Fatalf("1 KiB blocks: want the file in several device runs, have %v", raw.ext)
+			}
+			fsBefore, rawBefore := r.fsWin.c.snap(), r.rawWin.c.snap()
+			// Writes of 3 KiB (not a divisor of the runs, so some cross
+			// from one run into the next), each with its own bytes.
+			buf := make([]byte, 3<<10)
+			var want []byte
+			for off, k := int64(0), 0; off+int64(len(buf)) <= r.region; off, k = off+int64(len(buf)), k+1 {
+				for i := range buf {
+					buf[i] = byte(k*13 + i*7 + 1)
+				}
+				if _, err := raw.WriteAt(buf, off); err != nil {
+					t.Fatalf("raw write at %d: %v", off, err)
+				}
+				want = append(want, buf...)
+			}
+			if got := r.rawFileWin.c.snap().Writes; got < uint64(len(want)/len(buf)) {
+				t.Fatalf("raw file window counted %d writes for %d", got, len(want)/len(buf))
+			}
+			if r.fsWin.c.snap() != fsBefore || r.rawWin.c.snap() != rawBefore {
+				t.Fatal("raw's writes were counted on the engine's or the raw region's window")
+			}
+			f, err := r.v.OpenFile(benchFile, ext4io.Direct)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			got := make([]byte, len(want))
+			if _, err := f.ReadAt(got, 0); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				for i := range got {
+					if got[i] != want[i] {
+						t.Fatalf("file byte %d reads %#x, raw wrote %#x", i, got[i], want[i])
+					}
+				}
+			}
+			if _, err := raw.WriteAt(buf, r.region-1024); err == nil {
+				t.Fatal("raw write past the file's extents succeeded")
+			}
+		})
 	}
 }
 
