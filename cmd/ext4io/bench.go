@@ -12,15 +12,16 @@ package main
 //
 // Both windows are the same backend over the same file, so "raw" is the
 // ceiling for any engine that does pread/pwrite on the image. By default
-// (--raw-at file) raw does not use its window for workloads on a written
-// or fallocated file: it does its I/O at the device addresses of the
-// engine's file, each offset through the file's extents, so both sides
-// hit the same device blocks. The host disk under an image is not equally
+// (--raw-at file) raw does not use its window for workloads on a prepared
+// file (written, fallocated, write-zeroes): it does its I/O at the device
+// addresses of the engine's file, each offset through the file's extents,
+// so both sides hit the same device blocks (write-zeroes blocks are zeroed
+// again before each phase: see rezero). The host disk under an image is not equally
 // fast everywhere: fio's 4 KiB random O_DIRECT writes with 16 jobs on this
 // VM's 8 GiB bench image measured 68-94k IOPS in its first GiB against
 // 96-107k in its last (the raw window), five alternations, which
-// --raw-at region counts against the engine. Fresh-file and write-zeroes
-// workloads use the raw window (see rawAtFile). Each
+// --raw-at region counts against the engine. Fresh-file workloads use the
+// raw window. Each
 // workload alternates raw and engine phases (benchRounds of each, runtime
 // split between them) so that load drifting on a shared machine hits both
 // sides alike, and the same goroutine seeds give both the same offsets.
@@ -110,7 +111,7 @@ func parseBenchFlags(args []string) (*benchConfig, error) {
 	fs.IntVar(&c.gomaxprocs, "gomaxprocs", 0, "set GOMAXPROCS for the run (0: Go's default, the CPU count)")
 	fs.IntVar(&c.blockSize, "block-size", 4096, "filesystem block size")
 	fs.StringVar(&names, "workloads", "", "comma-separated subset (default all)")
-	rawAt := fs.String("raw-at", "file", "where raw does the I/O of workloads on a written or fallocated file: file (the engine file's device blocks) or region (the raw window)")
+	rawAt := fs.String("raw-at", "file", "where raw does the I/O of workloads on a prepared file: file (the engine file's device blocks) or region (the raw window)")
 	fs.BoolVar(&c.json, "json", false, "machine-readable output")
 	fs.StringVar(&c.svg, "svg", "", "write an SVG bar chart to FILE")
 	fs.BoolVar(&c.deferSplits, "defer-splits", false, "engine: split unwritten extents at I/O completion (Options.DeferSplits)")

@@ -415,15 +415,28 @@ func (r *benchRun) prepareRaw(w workload, eng engineSide) (rawSide, *window, err
 }
 
 // rawAtFile reports whether raw does w's I/O at the engine file's blocks:
-// unless --raw-at region, for files whose blocks hold written data on the
-// device (written and fallocated files: fillPreallocated writes under the
-// unwritten extents), which writes leave in the state they found. Fresh
-// files have no blocks before the run, and a write-zeroes file's blocks
-// are, in an image file, unwritten in the host's file system until first
-// written: at shared blocks whichever side ran first would pay the host's
-// conversions for both, so each side gets blocks of its own.
+// unless --raw-at region, for every workload on a prepared file. Fresh
+// files have no blocks before the run.
 func (r *benchRun) rawAtFile(w workload) bool {
-	return !r.cfg.rawAtRegion && (w.Prep == prepWritten || w.Prep == prepFallocated)
+	return !r.cfg.rawAtRegion && w.Prep != prepFresh
+}
+
+// rezero zeroes the device blocks under a write-zeroes file again before
+// each phase when raw shares them. In an image file the blocks are then
+// unwritten in the host's file system until first written, and the first
+// write into each pays the host's conversion: without this, whichever side
+// ran first would pay for both. The engine's file reads as zeroes before
+// its phases anyway; its data is the bench's, not checked.
+func (r *benchRun) rezero(w workload, raw rawSide) error {
+	if w.Prep != prepWriteZeroes || raw.ext == nil {
+		return nil
+	}
+	for _, e := range raw.ext {
+		if err := raw.dev.ZeroOut(e.dev, e.n); err != nil {
+			return fmt.Errorf("zeroing the file's blocks again: %w", err)
+		}
+	}
+	return nil
 }
 
 // phaseTotals accumulates one side's phases of a workload.
@@ -473,8 +486,14 @@ func (r *benchRun) runWorkload(ctx context.Context, w workload) (workloadResult,
 	per := r.cfg.runtime / benchRounds
 	for round := 0; round < benchRounds; round++ {
 		label := fmt.Sprintf("round %d/%d", round+1, benchRounds)
+		if err := r.rezero(w, raw); err != nil {
+			return workloadResult{}, err
+		}
 		if err := r.phase(ctx, w, jobs, round, raw, rawWin, &rawSeq, &rawSmall, per, &rawT, "raw", label); err != nil {
 			return workloadResult{}, fmt.Errorf("raw: %w", err)
+		}
+		if err := r.rezero(w, raw); err != nil {
+			return workloadResult{}, err
 		}
 		before := engineCounters(r.v)
 		if err := r.phase(ctx, w, jobs, round, eng, r.fsWin, &engSeq, &engSmall, per, &engT, "engine", label); err != nil {

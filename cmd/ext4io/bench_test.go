@@ -253,7 +253,7 @@ func testBenchPrepAnyOrder(t *testing.T, atRegion bool) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if onFile := raw.ext != nil; onFile != (!atRegion && (w.Prep == prepWritten || w.Prep == prepFallocated)) {
+			if onFile := raw.ext != nil; onFile != (!atRegion && w.Prep != prepFresh) {
 				t.Fatalf("%s: raw at the file's blocks %v", w.Name, onFile)
 			}
 			f, err := r.v.OpenFile(benchFile, 0)
@@ -284,8 +284,18 @@ func testBenchPrepAnyOrder(t *testing.T, atRegion bool) {
 				t.Fatalf("round %d, %s wants a %s: file size %d written %v zero %v; raw written %v zero %v",
 					round+1, w.Name, prepNames[w.Prep], size, ew, ez, rw, rz)
 			}
+			zeroOuts := r.rawFileWin.c.zeroOuts.Load()
 			if _, err := r.runWorkload(context.Background(), w); err != nil {
 				t.Fatalf("%s: %v", w.Name, err)
+			}
+			// Raw sharing a write-zeroes file's blocks zeroes them again
+			// before each phase (rezero), raw's and the engine's.
+			want := uint64(0)
+			if w.Prep == prepWriteZeroes && !atRegion {
+				want = uint64(2 * benchRounds * len(raw.ext))
+			}
+			if got := r.rawFileWin.c.zeroOuts.Load() - zeroOuts; got != want {
+				t.Fatalf("%s: %d zero-outs of the file's blocks, want %d", w.Name, got, want)
 			}
 		}
 	}
