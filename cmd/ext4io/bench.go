@@ -16,15 +16,16 @@ package main
 // file (written, fallocated, write-zeroes): it does its I/O at the device
 // addresses of the engine's file, each offset through the file's extents,
 // so both sides hit the same device blocks (write-zeroes blocks are zeroed
-// again before each phase: see rezero). The host disk under an image is not equally
-// fast everywhere: fio's 4 KiB random O_DIRECT writes with 16 jobs on this
-// VM's 8 GiB bench image measured 68-94k IOPS in its first GiB against
-// 96-107k in its last (the raw window), five alternations, which
-// --raw-at region counts against the engine. Fresh-file workloads use the
-// raw window. Each
-// workload alternates raw and engine phases (benchRounds of each, runtime
-// split between them) so that load drifting on a shared machine hits both
-// sides alike, and the same goroutine seeds give both the same offsets.
+// again before each phase: see rezero). The host disk under an image is
+// not equally fast everywhere: fio's 4 KiB random O_DIRECT writes with 16
+// jobs on an earlier VM's 8 GiB bench image measured 68-94k IOPS in its
+// first GiB against 96-107k in its last (the raw window), five
+// alternations, which --raw-at region counts against the engine.
+// Fresh-file workloads use the raw window. Each workload runs
+// benchRounds phases per side, raw, engine, engine, raw (ABBA), the
+// runtime split between them, so that load drifting on a shared machine
+// hits both sides alike, and the same goroutine seeds give both the same
+// offsets.
 //
 // --repeat N runs the workload list N times, odd rounds in the listed
 // order and even rounds reversed, so that a disk slowing down over the run
@@ -63,7 +64,7 @@ func init() {
 
 const (
 	benchSchema        = "ext4io-bench/1"
-	benchRounds        = 2       // raw/engine alternations per workload
+	benchRounds        = 2       // phases per side and workload, run ABBA
 	defaultImageSize   = 4 << 30 // embedded image, when disk allows
 	minImageSize       = 64 << 20
 	defaultMemoryImage = 2 << 30

@@ -58,7 +58,7 @@ type reportConfig struct {
 	RegionBytes    int64   `json:"region_bytes"`
 	RawAt          string  `json:"raw_at"` // "file" or "region" (--raw-at)
 	RuntimeSeconds float64 `json:"runtime_seconds"`
-	Rounds         int     `json:"rounds"` // raw/engine alternations within a workload
+	Rounds         int     `json:"rounds"` // phases per side within a workload (run raw, engine, engine, raw)
 	Repeat         int     `json:"repeat"` // rounds over the workload list (--repeat)
 	BlockSize      int     `json:"block_size"`
 	Seed           uint64  `json:"seed"`
@@ -504,7 +504,7 @@ func writeBenchText(w io.Writer, rep *benchReport) {
 		rep.Machine.OS, rep.Machine.Arch, rep.Machine.CPUs, rep.Machine.CPUModel, rep.Machine.MemTotal,
 		rep.Machine.Kernel, rep.Machine.GoVersion, rep.Machine.GOMAXPROCS, rep.Machine.LoadBefore, rep.Machine.LoadAfter)
 	c := rep.Config
-	fmt.Fprintf(w, "device: %s; raw at %s; raw region and file size %d MiB; %s per workload (%d raw/engine alternations); block size %d\n",
+	fmt.Fprintf(w, "device: %s; raw at %s; raw region and file size %d MiB; %s per workload (%d phases per side, ABBA); block size %d\n",
 		c.Device, c.RawAt, c.RegionBytes>>20, time.Duration(c.RuntimeSeconds*float64(time.Second)), c.Rounds, c.BlockSize)
 	if c.Repeat > 1 {
 		fmt.Fprintf(w, "repeat: %d rounds over the workloads, odd rounds as listed, even rounds reversed; figures are medians over the rounds "+

@@ -771,3 +771,29 @@ func TestFillPreallocated(t *testing.T) {
 		t.Fatalf("extents cover %d blocks, want %d", blocks, size/bs)
 	}
 }
+
+// TestBenchPhasesABBA reads a workload's phase order off the progress
+// line: raw, engine, engine, raw.
+func TestBenchPhasesABBA(t *testing.T) {
+	var buf lockedBuffer
+	c := &benchConfig{backend: "memory", runtime: 20 * time.Millisecond, goroutines: 1, blockSize: 4096, seed: 1, repeat: 1, stderr: io.Discard}
+	dev := memdev.New(128 << 20)
+	defer dev.Close()
+	r := newBenchRun(c, dev, 128<<20, regionFor(128<<20))
+	defer r.closeEngine()
+	r.prog = newProgress(&buf, true)
+	w := allWorkloads[slices.IndexFunc(allWorkloads, func(w workload) bool { return w.Name == "overwrite-2" })]
+	if _, err := r.runWorkload(context.Background(), w); err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, m := range regexp.MustCompile(`(raw|engine) (round \d/\d)`).FindAllStringSubmatch(buf.String(), -1) {
+		if p := m[1] + " " + m[2]; len(order) == 0 || order[len(order)-1] != p {
+			order = append(order, p)
+		}
+	}
+	want := []string{"raw round 1/2", "engine round 1/2", "engine round 2/2", "raw round 2/2"}
+	if !slices.Equal(order, want) {
+		t.Fatalf("phase order %q, want %q", order, want)
+	}
+}
