@@ -40,7 +40,7 @@ var commands = map[string]command{
 	"mkfs":      {"mkfs [-b BLOCKSIZE] [-O FEATURE,^FEATURE...] [-L LABEL] [-I INODESIZE] [-d DIR] IMAGE SIZE", cmdMkfs},
 	"create":    {"create IMAGE PATH", cmdCreate},
 	"write":     {"write IMAGE PATH [--offset N] [--direct]   (stdin into the file)", cmdWrite},
-	"fallocate": {"fallocate IMAGE PATH OFFSET LENGTH [--mode allocate|keep-size|punch-hole|zero-range|write-zeroes]", cmdFallocate},
+	"fallocate": {"fallocate IMAGE PATH OFFSET LENGTH [--mode allocate|keep-size|punch-hole|zero-range|write-zeroes|collapse-range|insert-range]", cmdFallocate},
 	"truncate":  {"truncate IMAGE PATH SIZE", cmdTruncate},
 }
 
