@@ -797,3 +797,29 @@ func TestBenchPhasesABBA(t *testing.T) {
 		t.Fatalf("phase order %q, want %q", order, want)
 	}
 }
+
+// BenchmarkRawSideAt is raw's extent search per I/O (--raw-at file) on a
+// 1 GiB file in 8 device runs and in 1024.
+//
+//	go test -run XXX -bench RawSideAt ./cmd/ext4io
+func BenchmarkRawSideAt(b *testing.B) {
+	for _, runs := range []int64{8, 1024} {
+		b.Run(strconv.FormatInt(runs, 10), func(b *testing.B) {
+			const size = 1 << 30
+			r := rawSide{region: size}
+			n := size / runs
+			for i := range runs {
+				r.ext = append(r.ext, rawExtent{off: i * n, dev: (runs - i) * 2 * n, n: n})
+			}
+			off, sink := int64(0), int64(0)
+			for b.Loop() {
+				d, _ := r.at(off)
+				sink += d
+				off = (off + 7<<20 + 4096) % size
+			}
+			if sink == 0 {
+				b.Fatal("no device address")
+			}
+		})
+	}
+}
