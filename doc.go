@@ -45,9 +45,9 @@
 // metadata changed, so the volume stays writable), and defer the mtime
 // update to File.Sync or Volume.Close. Like ext4, which takes these times
 // from the kernel's coarse clock, they do not read the clock per write: a
-// write stamps its inode with an epoch that a ticker ends every 1 ms, and
-// the time is the epoch's end, never before the write started
-// (touchclock.go). Writes
+// write stamps its inode with an epoch that a ticker ends every 10 ms,
+// and the time is the epoch's end, never before the write started and
+// about 10 ms after it at most (touchclock.go). Writes
 // into preallocated space convert exactly what they write, or with
 // Options.ZeroOutChunk zero and convert whole chunks so that later writes
 // there are overwrites.
