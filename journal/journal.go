@@ -79,6 +79,13 @@ type Journal struct {
 		// calls, oldest first (jbd2_journal_forget). Entries go once the
 		// transactions they concern are checkpointed.
 		forgotten map[uint64][]forgetEvent
+		// newest maps a block to the newest of running, committing and
+		// checkpoint whose buffers or revokes hold it, for Lookup: one
+		// map access instead of a walk of every live transaction (an
+		// fsync-heavy workload keeps a thousand waiting for checkpoint).
+		// A block leaves when its newest transaction is checkpointed: the
+		// older ones went with it.
+		newest map[uint64]*transaction
 	}
 	kick chan struct{}
 	stop chan struct{}
@@ -188,6 +195,7 @@ type CreateOptions struct {
 	Is64Bit    bool     // FeatureIncompat64Bit
 	CsumV3     bool     // FeatureIncompatCsumV3 (crc32c)
 	CsumV2     bool     // FeatureIncompatCsumV2 (ignored with CsumV3)
+	CsumV1     bool     // FeatureCompatChecksum: crc32_be over each transaction (ignored with CsumV2 or V3, as jbd2 does)
 	Sequence   uint32   // first tid; 0 means 1
 	NoZeroLog  bool     // skip zeroing the log area (lazy_journal_init)
 	NrUsers    uint32   // s_nr_users; 0 means 1
@@ -216,6 +224,8 @@ func Create(cfg Config, o CreateOptions) (*Journal, error) {
 	}
 	if o.CsumV3 || o.CsumV2 {
 		sb.ChecksumType = ChecksumTypeCRC32C
+	} else if o.CsumV1 {
+		sb.FeatureCompat |= FeatureCompatChecksum
 	}
 	if sb.First >= sb.MaxLen {
 		return nil, fmt.Errorf("journal: s_first %d >= %d blocks: %w", sb.First, sb.MaxLen, ErrInvalid)
@@ -344,35 +354,35 @@ func (j *Journal) waitLocked() {
 func (j *Journal) Lookup(blk uint64, buf []byte) bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	ts := make([]*transaction, 0, len(j.mu.checkpoint)+2)
-	if j.mu.running != nil {
-		ts = append(ts, j.mu.running)
+	return j.lookupLocked(blk, buf)
+}
+
+func (j *Journal) lookupLocked(blk uint64, buf []byte) bool {
+	t := j.mu.newest[blk]
+	if t == nil {
+		return false
 	}
-	if j.mu.committing != nil {
-		ts = append(ts, j.mu.committing)
+	// A Forget after t's creation hides every copy up to it; newer
+	// transactions do not hold blk.
+	if evs := j.mu.forgotten[blk]; len(evs) > 0 && tidGT(evs[len(evs)-1].from, t.tid) {
+		return false
 	}
-	for i := len(j.mu.checkpoint) - 1; i >= 0; i-- {
-		ts = append(ts, j.mu.checkpoint[i])
+	d, ok := t.buffers[blk]
+	if ok {
+		copy(buf, d)
 	}
-	var fromTid uint32
-	evs := j.mu.forgotten[blk]
-	forgot := len(evs) > 0
-	if forgot {
-		fromTid = evs[len(evs)-1].from
+	return ok // else revoked in t
+}
+
+// holdsLocked records that t, the running transaction, holds blk in its
+// buffers or revokes.
+func (j *Journal) holdsLocked(t *transaction, blk uint64) {
+	if j.mu.newest == nil {
+		j.mu.newest = make(map[uint64]*transaction)
 	}
-	for _, t := range ts {
-		if forgot && tidGT(fromTid, t.tid) {
-			return false
-		}
-		if d, ok := t.buffers[blk]; ok {
-			copy(buf, d)
-			return true
-		}
-		if _, ok := t.revokes[blk]; ok {
-			return false
-		}
+	if o := j.mu.newest[blk]; o == nil || !tidGT(o.tid, t.tid) {
+		j.mu.newest[blk] = t
 	}
-	return false
 }
 
 // Err returns the error that aborted the journal, or nil.

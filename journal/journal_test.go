@@ -131,7 +131,7 @@ func TestCrashAtEveryFlush(t *testing.T) {
 func crashTest(t *testing.T, seed uint64, variant int) {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	dev := newTestDev(t)
-	opts := CreateOptions{UUID: [16]byte{1, 2, 3}, Is64Bit: variant%2 == 0, CsumV3: variant%3 == 0, CsumV2: variant%3 == 1, Sequence: 7}
+	opts := CreateOptions{UUID: [16]byte{1, 2, 3}, Is64Bit: variant%2 == 0, CsumV3: variant%3 == 0, CsumV2: variant%3 == 1, CsumV1: variant == 5, Sequence: 7}
 	j, err := Create(testConfig(dev), opts)
 	if err != nil {
 		t.Fatal(err)
