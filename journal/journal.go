@@ -374,15 +374,14 @@ func (j *Journal) lookupLocked(blk uint64, buf []byte) bool {
 	return ok // else revoked in t
 }
 
-// holdsLocked records that t, the running transaction, holds blk in its
-// buffers or revokes.
+// holdsLocked records that t holds blk in its buffers or revokes. t is
+// the running transaction (a handle's transaction cannot commit while the
+// handle is open), so it is the newest.
 func (j *Journal) holdsLocked(t *transaction, blk uint64) {
 	if j.mu.newest == nil {
 		j.mu.newest = make(map[uint64]*transaction)
 	}
-	if o := j.mu.newest[blk]; o == nil || !tidGT(o.tid, t.tid) {
-		j.mu.newest[blk] = t
-	}
+	j.mu.newest[blk] = t
 }
 
 // Err returns the error that aborted the journal, or nil.

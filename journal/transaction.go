@@ -671,14 +671,15 @@ func (j *Journal) Close() error {
 // dropNewestLocked removes t's blocks from j.mu.newest where t is their
 // newest transaction; t has left the journal, and every older one with it.
 func (j *Journal) dropNewestLocked(t *transaction) {
-	for b := range t.buffers {
+	drop := func(b uint64) {
 		if j.mu.newest[b] == t {
 			delete(j.mu.newest, b)
 		}
 	}
+	for b := range t.buffers {
+		drop(b)
+	}
 	for b := range t.revokes {
-		if j.mu.newest[b] == t {
-			delete(j.mu.newest, b)
-		}
+		drop(b)
 	}
 }

@@ -486,11 +486,12 @@ func (r *benchRun) runWorkload(ctx context.Context, w workload) (workloadResult,
 	// written, and a disk's drift over the workload, if linear, cancels.
 	for round := 0; round < benchRounds; round++ {
 		label := fmt.Sprintf("round %d/%d", round+1, benchRounds)
+		rawFirst := round%2 == 0
 		for i := range 2 {
 			if err := r.rezero(w, raw); err != nil {
 				return workloadResult{}, err
 			}
-			if (i == 0) == (round%2 == 0) {
+			if (i == 0) == rawFirst {
 				if err := r.phase(ctx, w, jobs, round, raw, rawWin, &rawSeq, &rawSmall, per, &rawT, "raw", label); err != nil {
 					return workloadResult{}, fmt.Errorf("raw: %w", err)
 				}

@@ -65,8 +65,8 @@ func cmdWrite(args []string, w io.Writer) error {
 		if err != nil {
 			return err
 		}
+		defer f.Close()
 		if !*direct {
-			defer f.Close()
 			n, err := io.Copy(io.NewOffsetWriter(f, *offset), stdin)
 			if err != nil {
 				return err
@@ -74,7 +74,6 @@ func cmdWrite(args []string, w io.Writer) error {
 			fmt.Fprintf(w, "wrote %d bytes at %d\n", n, *offset)
 			return nil
 		}
-		f.Close()
 		d, err := v.OpenFile(name, ext4io.Direct)
 		if err != nil {
 			return err
@@ -84,18 +83,10 @@ func cmdWrite(args []string, w io.Writer) error {
 		if err != nil {
 			return err
 		}
+		// The last partial block cannot go direct (as with O_DIRECT): it
+		// goes through the page cache, written back at Close.
 		if len(tail) > 0 {
-			// The last partial block cannot go direct (as with O_DIRECT):
-			// it goes through the page cache, written back at Close.
-			b, err := v.Open(name)
-			if err != nil {
-				return err
-			}
-			_, err = b.WriteAt(tail, *offset+n)
-			if cerr := b.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
+			if _, err := f.WriteAt(tail, *offset+n); err != nil {
 				return err
 			}
 		}
@@ -123,7 +114,7 @@ func copyDirect(f *ext4io.File, bs int, off int64, r io.Reader) (int64, []byte, 
 			}
 			done += int64(whole)
 		}
-		if err != nil || k < chunk { // the end of r
+		if err != nil { // the end of r
 			return done, buf[whole:k], nil
 		}
 	}

@@ -25,8 +25,9 @@ func TestWriteCommands(t *testing.T) {
 	}
 	cmd := func(in []byte, args ...string) string {
 		t.Helper()
+		old := stdin
 		stdin = bytes.NewReader(in)
-		defer func() { stdin = nil }()
+		defer func() { stdin = old }()
 		out, errOut, code := runCmd(t, args...)
 		if code != 0 {
 			t.Fatalf("%v: exit %d: %s", args, code, errOut)
@@ -70,9 +71,10 @@ func TestWriteCommands(t *testing.T) {
 	check("direct write of two chunks")
 
 	// A misaligned direct write fails with a one-line error, changing nothing.
+	old := stdin
 	stdin = bytes.NewReader(b)
 	_, errOut, code := runCmd(t, "write", img, "f", "--direct", "--offset", "1000")
-	stdin = nil
+	stdin = old
 	if code != 1 || !strings.Contains(errOut, "not aligned") {
 		t.Fatalf("misaligned direct write: exit %d: %q", code, errOut)
 	}
