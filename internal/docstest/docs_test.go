@@ -176,7 +176,9 @@ func TestDocs(t *testing.T) {
 		blocks = append(blocks, parseBlocks(t, root, f)...)
 	}
 	tmp := t.TempDir()
-	env := append(os.Environ(), "GOTOOLCHAIN=local", "GOPROXY=off", "GOFLAGS=-mod=mod", "GOWORK=off")
+	// GOPROXY=off: nothing is downloaded. The snippets' module may have
+	// its go.mod completed (-mod=mod); the checkout's never is.
+	env := append(os.Environ(), "GOTOOLCHAIN=local", "GOPROXY=off", "GOWORK=off", "GOFLAGS=-mod=readonly")
 
 	var goBlocks, shBlocks []block
 	for _, b := range blocks {
@@ -205,6 +207,7 @@ func TestDocs(t *testing.T) {
 // testGoBlocks compiles every go block as a package of one module, vets
 // them, and runs the main packages.
 func testGoBlocks(t *testing.T, root, tmp string, env []string, blocks []block) {
+	env = append(slices.Clone(env), "GOFLAGS=-mod=mod")
 	mod := filepath.Join(tmp, "snippets")
 	gomod, err := snippetGoMod(root)
 	if err != nil {
