@@ -47,18 +47,12 @@ import (
 // encoded, checksummed and logged once per batch.
 //
 // ENOSPC: the queued conversions split extents, so the tree may need new
-// blocks when it takes them. They take them from free space, then from
-// the reserved pool (Options.ReservedPool), and a write queues its
-// conversion only while free space outside the pool is at least
-// convSpaceMargin blocks; otherwise it splits at submission as with
-// Options.EagerConversions and fails before writing when no tree block is
-// left. If a batch still finds no block (the space ran out after the
-// writes queued), the operation or commit that applies it fails with
-// ErrNoSpace and the runs stay queued: the tree is consistent (each run's
-// change is all or nothing), the data reads back, the commit logs
-// everything else, and Sync reports ErrNoSpace until space is freed and a
-// batch goes in (TestQueuedConversionsNoSpace). Until then those writes
-// are not durable.
+// blocks when it takes them. A write queues its conversion only after
+// reserving the blocks the conversion can need (convresv.go); otherwise
+// it splits at submission as with Options.EagerConversions and fails
+// before writing when no tree block is left. So a write that returned
+// success is made durable by the next commit whatever happens to free
+// space afterwards (TestQueuedConversionsNoSpace).
 
 // convQueueMax is the length at which a write applies its inode's queue.
 // 8192 runs (128 KiB of queue per inode) share the tree blocks they change
@@ -71,13 +65,6 @@ import (
 // write that fills the queue, or a commit, takes some 10-40 ms to apply
 // it.
 const convQueueMax = 8192
-
-// convSpaceMargin is the free space (blocks, outside the reserved pool)
-// below which writes stop queueing conversions. A run adds at most two
-// extents to a leaf, and a split leaves a leaf half full, so a full batch
-// needs at most about 8192*2/(entries per leaf/2) new leaves: ~100 with
-// 4 KiB blocks, ~400 with 1 KiB blocks, plus a few index blocks.
-const convSpaceMargin = 2048
 
 // convRun is one completed write's conversion: logical blocks [lblk,
 // lblk+n) at physical block pblk onwards.
@@ -100,6 +87,9 @@ type convQueue struct {
 	// bits marks the blocks queued writes made written, which the
 	// extent-status cache keeps unwritten (convbits.go).
 	bits convBits
+	// resvHeld: the inode holds its share of the volume's conversion
+	// reservation (convresv.go). Set under convResv.mu.
+	resvHeld atomic.Bool
 }
 
 func (q *convQueue) pending() bool { return q.size.Load() > 0 }
@@ -138,13 +128,11 @@ func (q *convQueue) overlay(e esc.Extent, lblk uint32) esc.Extent {
 	return esc.Extent{Lblk: lo, Len: hi - lo, Pblk: e.Pblk + uint64(lo-e.Lblk), Status: esc.Unwritten}
 }
 
-// queueConversions reports whether direct writes on v queue their
-// conversions (see above); it is decided per write at submission.
-func (v *Volume) queueConversions() bool {
-	if !v.queueConv {
-		return false
-	}
-	return v.alloc.Available(0) >= convSpaceMargin
+// queueConversions reports whether a direct write on n queues its
+// conversion (see above), reserving the space the conversion can need
+// (convresv.go); it is decided per write at submission.
+func (v *Volume) queueConversions(n *inode) bool {
+	return v.queueConv && v.reserveRun(n)
 }
 
 // queueConversion queues the conversion of a completed direct write (the
@@ -200,6 +188,8 @@ func (v *Volume) applyConversionsLocked(n *inode) error {
 	// One tree change for the batch, each tree block written once; short
 	// of space, run by run, keeping what succeeds.
 	t := n.m.tree
+	n.convBatch = true
+	defer func() { n.convBatch = false }()
 	err := t.MarkWrittenExactRuns(merged, true)
 	if errors.Is(err, ErrNoSpace) {
 		for _, r := range merged {
@@ -360,6 +350,7 @@ func (v *Volume) applyAllConversions() error {
 			first = err
 		}
 	}
+	v.trimConvResv(ns)
 	return first
 }
 
@@ -382,4 +373,15 @@ func (q *convQueue) dropFrom(lblk uint32) {
 	clear(q.runs[len(runs):])
 	q.runs = runs
 	q.size.Store(int32(len(runs)))
+}
+
+// conversionsQueued reports whether any inode has queued conversions
+// that the next commit applies.
+func (v *Volume) conversionsQueued() bool {
+	if !v.queueConv {
+		return false
+	}
+	v.convMu.Lock()
+	defer v.convMu.Unlock()
+	return len(v.convInodes) > 0
 }

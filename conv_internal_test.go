@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"errors"
+	"github.com/ext4io/ext4io/alloc"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -196,9 +197,9 @@ func TestQueuedConversions(t *testing.T) {
 	}
 }
 
-// TestQueuedConversionsNearFull: with less free space than the queue's
-// margin, writes into preallocated space split at submission instead of
-// queueing (see conv.go's ENOSPC paragraph).
+// TestQueuedConversionsNearFull: with less free space than a queued
+// conversion must reserve, writes into preallocated space split at
+// submission instead of queueing (see conv.go's ENOSPC paragraph).
 func TestQueuedConversionsNearFull(t *testing.T) {
 	_, v := memVolume(t, 64<<20, 4096)
 	defer v.Close()
@@ -215,12 +216,15 @@ func TestQueuedConversionsNearFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	avail := v.alloc.Available(0)
-	if err := filler.Fallocate(FallocAllocate, 0, int64(avail-convSpaceMargin/2)*4096); err != nil {
+	if err := v.Sync(); err != nil { // gives back the first write's reservation
 		t.Fatal(err)
 	}
-	if a := v.alloc.Available(0); a >= convSpaceMargin {
-		t.Fatalf("%d blocks left, want fewer than %d", a, convSpaceMargin)
+	for off := int64(0); v.alloc.Available(0) >= inodeResv; {
+		n := max(int64(v.alloc.Available(0))-inodeResv, 1)
+		if err := filler.Fallocate(FallocAllocate, off, n*4096); err != nil && !errors.Is(err, ErrNoSpace) {
+			t.Fatal(err)
+		}
+		off += n * 4096
 	}
 	before = v.Counters()
 	if _, err := d.WriteAt(p, 64<<10); err != nil {
@@ -304,13 +308,12 @@ func checkImage(t *testing.T, dev *memdev.Device) {
 	e2fs.Fsck(t, img)
 }
 
-// TestQueuedConversionsNoSpace: when the free space runs out after writes
-// queued their conversions (no reserved pool), the commit cannot apply
-// them: Sync reports ErrNoSpace, the data still reads back, nothing stops
-// committing, and once space is freed a Sync applies the queue and the
-// image passes e2fsck with the data in place. Or a truncate to zero drops
-// the queue with the blocks, succeeds without space, and the next Sync
-// commits.
+// TestQueuedConversionsNoSpace: writes that queued their conversions
+// reserved the tree blocks those need, so when the free space runs out
+// after them (no reserved pool), Sync still applies the queue: the
+// acknowledged writes are durable, the data reads back, and the image
+// passes e2fsck. Or a truncate to zero drops the queue with the blocks
+// and the next Sync commits.
 func TestQueuedConversionsNoSpace(t *testing.T) {
 	t.Run("free-space", func(t *testing.T) { queuedNoSpace(t, false) })
 	t.Run("truncate", func(t *testing.T) { queuedNoSpace(t, true) })
@@ -321,7 +324,7 @@ func queuedNoSpace(t *testing.T, truncate bool) {
 	if err := Format(dev, FormatOptions{BlockSize: 1024, ReservedPercent: -1}); err != nil {
 		t.Fatal(err)
 	}
-	v, err := Open(dev, Options{Writable: true, WritebackAge: -1, ReservedPool: -1})
+	v, err := Open(dev, Options{Writable: true, WritebackAge: -1, ReservedPool: -1, CommitInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,19 +351,15 @@ func queuedNoSpace(t *testing.T, truncate bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	chunk := make([]byte, 64<<10)
-	for off := int64(0); ; off += int64(len(chunk)) {
-		if _, err := fill.WriteAt(chunk, off); errors.Is(err, ErrNoSpace) {
-			break
-		} else if err != nil {
+	for off := int64(0); v.alloc.Available(alloc.MustSucceed) > 0; {
+		n := max(int64(v.alloc.Available(alloc.MustSucceed))-8, 1)
+		if err := fill.Fallocate(FallocAllocate, off, n*1024); err != nil && !errors.Is(err, ErrNoSpace) {
 			t.Fatal(err)
 		}
+		off += n * 1024
 	}
-	if err := v.Sync(); !errors.Is(err, ErrNoSpace) {
-		t.Fatalf("Sync with queued conversions and no space: %v, want ErrNoSpace", err)
-	}
-	if !f.n.conv.pending() {
-		t.Fatal("the queue is empty after a batch that had no space")
+	if a := v.alloc.Available(alloc.MustSucceed); a > 0 {
+		t.Fatalf("%d blocks left after filling", a)
 	}
 	check := func(r interface {
 		ReadAt([]byte, int64) (int, error)
@@ -374,7 +373,6 @@ func queuedNoSpace(t *testing.T, truncate bool) {
 			t.Fatalf("%s: the file differs from the model", what)
 		}
 	}
-	check(d, "after the failed batch")
 	if truncate {
 		if err := d.Truncate(0); err != nil {
 			t.Fatalf("truncate with queued conversions and no space: %v", err)
@@ -388,20 +386,11 @@ func queuedNoSpace(t *testing.T, truncate bool) {
 		checkImage(t, dev)
 		return
 	}
-	fill.Close() // an open file keeps its blocks
-	if err := v.Unlink("fill"); err != nil {
-		t.Fatal(err)
-	}
-	// The first commit frees the filler's blocks; they are allocatable once
-	// it has committed, so the queue goes in by the second.
-	err = v.Sync()
-	if err != nil {
-		err = v.Sync()
-	}
-	if err != nil || f.n.conv.pending() {
-		t.Fatalf("Sync after freeing space: %v, queue pending %v", err, f.n.conv.pending())
+	if err := v.Sync(); err != nil || f.n.conv.pending() {
+		t.Fatalf("Sync with queued conversions and no free space: %v, queue pending %v", err, f.n.conv.pending())
 	}
 	check(d, "after the queue went in")
+	fill.Close()
 	check(reopenChecked(t, v, dev, "f"), "reopened")
 }
 

@@ -86,7 +86,7 @@ func (o *dioOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, err
 			return out, err
 		}
 		out.Type = iomap.Unwritten
-		if o.shared && f.v.queueConversions() {
+		if o.shared && f.v.queueConversions(n) {
 			// The completion queues the conversion (conv.go).
 			out.Flags |= mapQueued
 		} else if !f.v.opts.DeferSplits {

@@ -67,6 +67,11 @@ type inode struct {
 	bops      *bufOps       // buffered I/O ops; nil without a page cache or for non-extent files
 
 	freed bool // the inode was freed: never write n again; set under mu exclusively
+	// convBatch is set while a conversion batch changes the tree, whose
+	// tree blocks then come from the conversion reservation; guarded by
+	// the lock the batch holds (dataMu, mu exclusively, or txnGate
+	// exclusively).
+	convBatch bool
 
 	// touchEpoch is the Volume.touch epoch of the last direct write under
 	// the shared lock whose mtime and ctime are not in in yet, 0 for none:

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/ext4io/ext4io/alloc"
 	"github.com/ext4io/ext4io/journal"
@@ -67,6 +68,11 @@ type jmeta struct {
 
 	commitAt int // pending blocks that trigger a commit at the end of an operation
 	maxChunk int // most blocks one journal handle takes
+
+	// stopTimer and timerDone stop and wait for the background
+	// committer; nil when none runs. Set by startCommitter before the
+	// volume is shared and cleared by stopCommitter at Close.
+	stopTimer, timerDone chan struct{}
 }
 
 var _ alloc.MetaIO = (*jmeta)(nil)
@@ -530,4 +536,55 @@ func (v *Volume) retryNoSpace(err error) bool {
 		return false
 	}
 	return v.jm.commit(true) == nil
+}
+
+// startCommitter starts the background committer: every tick it writes
+// the volume's deferred inode updates and, when anything is pending
+// (blocks, revokes or queued conversions), commits and waits for the
+// journal, so that no change waits in memory much longer than every.
+// Errors stop the volume as they would in an operation and are reported
+// by the next Sync; the committer itself goes on ticking and does
+// nothing once the volume has failed.
+func (m *jmeta) startCommitter(every time.Duration) {
+	stop, done := make(chan struct{}), make(chan struct{})
+	m.stopTimer, m.timerDone = stop, done
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			m.timedCommit()
+		}
+	}()
+}
+
+// timedCommit is one tick of the background committer.
+func (m *jmeta) timedCommit() {
+	v := m.v
+	if v.failed() != nil {
+		return
+	}
+	if err := v.writeDirtyInodes(); err != nil {
+		return
+	}
+	if m.pendingLen() == 0 && !v.conversionsQueued() {
+		return
+	}
+	_ = m.commit(true) // a failure stops the volume; Sync reports it
+}
+
+// stopCommitter stops the background committer, if any, and waits for
+// its tick in progress.
+func (m *jmeta) stopCommitter() {
+	if m.stopTimer == nil {
+		return
+	}
+	close(m.stopTimer)
+	<-m.timerDone
+	m.stopTimer, m.timerDone = nil, nil
 }

@@ -188,6 +188,15 @@ func (a treeAlloc) addBlocks(delta int64) error {
 }
 
 func (a treeAlloc) AllocTreeBlock(goal uint64, mustSucceed bool) (uint64, error) {
+	if a.n.convBatch {
+		if start, ok := a.v.takeConvBlock(goal); ok {
+			if err := a.addBlocks(1); err != nil {
+				a.v.alloc.Free(start, 1)
+				return 0, err
+			}
+			return start, nil
+		}
+	}
 	var flags alloc.Flags
 	if mustSucceed {
 		flags |= alloc.MustSucceed

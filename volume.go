@@ -53,6 +53,14 @@ type Options struct {
 	// background flusher writes it back (0: 5 s; negative: no flusher,
 	// write-back only on Sync, Close and memory pressure).
 	WritebackAge time.Duration
+	// CommitInterval is how long metadata changes of a journaled volume
+	// may wait in memory before a background commit makes them durable
+	// (0: 5 s, jbd2's default commit interval; negative: commits only on
+	// Sync, Close and when an operation leaves many blocks pending). Each
+	// tick writes deferred inode updates and commits the journal if
+	// anything is pending, as Linux's jbd2 thread does every commit=N
+	// seconds.
+	CommitInterval time.Duration
 	// ReservedPool is the number of blocks only allocations that must not
 	// fail for space may take: tree blocks for the extent splits of writes
 	// into preallocated (unwritten) space and for delayed-allocation
@@ -183,6 +191,8 @@ type Volume struct {
 	// most an inode's dataMu held).
 	convMu     sync.Mutex
 	convInodes map[*inode]struct{}
+	// convResv is the space reserved for queued conversions (convresv.go).
+	convResv convResv
 
 	closed atomic.Bool
 }
@@ -279,6 +289,7 @@ func (v *Volume) openWritable() error {
 	v.alloc = a
 	v.queueConv = v.jm != nil && !v.opts.EagerConversions && !v.opts.DeferSplits && v.zchunk == 0
 	v.convInodes = map[*inode]struct{}{}
+	v.convResv.init(v.bs)
 	if pcb := v.opts.PageCacheBytes; pcb >= 0 {
 		if pcb == 0 {
 			pcb = 64 << 20
@@ -314,7 +325,15 @@ func (v *Volume) openWritable() error {
 		if age == 0 {
 			age = 5 * time.Second
 		}
-		return v.pc.StartFlusher(min(age, time.Second), age)
+		if err := v.pc.StartFlusher(min(age, time.Second), age); err != nil {
+			return err
+		}
+	}
+	if every := v.opts.CommitInterval; v.jm != nil && every >= 0 {
+		if every == 0 {
+			every = 5 * time.Second
+		}
+		v.jm.startCommitter(every)
 	}
 	return nil
 }
@@ -495,6 +514,9 @@ func (v *Volume) unmount() error {
 			err = errors.Join(err, v.jm.j.Close())
 		}
 		return err
+	}
+	if v.jm != nil {
+		v.jm.stopCommitter()
 	}
 	if v.pc != nil {
 		v.pc.StopFlusher()
