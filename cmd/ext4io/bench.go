@@ -252,10 +252,29 @@ func cmdBench(args []string, stdout io.Writer) error {
 	if c.json {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+		return failures(rep)
 	}
 	writeBenchText(stdout, rep)
-	return nil
+	return failures(rep)
+}
+
+// failures returns an error naming the failed workloads, nil if none: the
+// report has been written by then, so the exit status says what the rows
+// say.
+func failures(rep *benchReport) error {
+	var names []string
+	for _, r := range rep.Workloads {
+		if r.Failed != "" {
+			names = append(names, r.Name)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d of %d workloads failed: %s", len(names), len(rep.Workloads), strings.Join(names, ", "))
 }
 
 // backing is the device under the bench and how to get rid of it.
@@ -377,7 +396,19 @@ func runBench(ctx context.Context, c *benchConfig) (*benchReport, error) {
 	if region < 16<<20 {
 		return nil, fmt.Errorf("device of %d bytes is too small for the bench: need at least %d MiB", size, minImageSize>>20)
 	}
+	plan, err := planSpace(size, region, c.blockSize)
+	if err != nil {
+		return nil, err
+	}
+	if err := plan.check(c.workloads); err != nil {
+		return nil, err
+	}
+	if !c.json {
+		// At the start, before minutes of workloads.
+		fmt.Fprintln(c.stderr, plan.summary(c.workloads))
+	}
 	r := newBenchRun(c, b.dev, size, region)
+	r.plan = plan
 	defer r.closeEngine()
 	desc := b.desc
 	if b.path != "" {
@@ -388,6 +419,7 @@ func runBench(ctx context.Context, c *benchConfig) (*benchReport, error) {
 		}
 	}
 	rep := newReport(c, desc, size, region)
+	rep.Config.Space = plan.summary(c.workloads)
 	rep.Kernel = kernelInfo{Skipped: "not requested (--kernel)"}
 	var kenv *kernelEnv
 	defer func() {
@@ -407,13 +439,24 @@ func runBench(ctx context.Context, c *benchConfig) (*benchReport, error) {
 			r.prog.workload = fmt.Sprintf("[%s%d/%d] %s", roundTag(c, round), pos+1, n, w.Name)
 			res, err := r.runWorkload(ctx, w)
 			if err != nil {
-				r.prog.clear()
-				return nil, fmt.Errorf("workload %s: %w", w.Name, err)
+				if cerr := ctx.Err(); cerr != nil {
+					r.prog.clear()
+					return nil, cerr
+				}
+				// The others' results stand: this one's row says why it
+				// has none, and the next workload starts on a fresh
+				// filesystem and raw region.
+				res = failedResult(w, c.jobs(w), err)
+				r.abandon()
 			}
 			samples[i] = append(samples[i], roundSample{round: round + 1, pos: pos + 1, res: res})
 		}
 		if err := r.closeEngine(); err != nil {
-			return nil, err
+			// The volume last held the round's last workload.
+			if s := &samples[order[n-1]][round]; s.res.Failed == "" {
+				s.res.Failed = "closing the volume: " + oneLine(err)
+			}
+			r.abandon()
 		}
 		r.prog.clear()
 		if !c.kernel {
