@@ -407,8 +407,7 @@ func runBench(ctx context.Context, c *benchConfig) (*benchReport, error) {
 		// At the start, before minutes of workloads.
 		fmt.Fprintln(c.stderr, plan.summary(c.workloads))
 	}
-	r := newBenchRun(c, b.dev, size, region)
-	r.plan = plan
+	r := newBenchRun(c, b.dev, size, region, plan)
 	defer r.closeEngine()
 	desc := b.desc
 	if b.path != "" {
@@ -490,12 +489,12 @@ func runBench(ctx context.Context, c *benchConfig) (*benchReport, error) {
 // window and the raw region (the last region bytes), and opens a second
 // window on the filesystem's bytes for raw I/O at the engine file's
 // blocks, counted apart from the engine's.
-func newBenchRun(c *benchConfig, dev blockdev.Device, size, region int64) *benchRun {
+func newBenchRun(c *benchConfig, dev blockdev.Device, size, region int64, plan *spacePlan) *benchRun {
 	fsWin, fsDev := newWindow(dev, 0, size-region)
 	rawWin, rawDev := newWindow(dev, size-region, region)
 	rawFileWin, rawFileDev := newWindow(dev, 0, size-region)
 	return &benchRun{cfg: c, fsWin: fsWin, fsDev: fsDev, rawWin: rawWin, rawDev: rawDev,
-		rawFileWin: rawFileWin, rawFileDev: rawFileDev, region: region, prog: newProgress(c.stderr, c.progress)}
+		rawFileWin: rawFileWin, rawFileDev: rawFileDev, region: region, plan: plan, prog: newProgress(c.stderr, c.progress)}
 }
 
 // roundOrder returns the indexes of n workloads in the order round (from

@@ -409,6 +409,7 @@ func combineMeasures(ms []measure) measure {
 		c.Ops += m.Ops
 		c.Seconds += m.Seconds
 		c.PrepSecond += m.PrepSecond
+		c.Wraps += m.Wraps
 		c.MaxUs = max(c.MaxUs, m.MaxUs)
 		c.dev = c.dev.add(m.dev)
 		c.cpu += m.cpu

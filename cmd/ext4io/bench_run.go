@@ -493,6 +493,10 @@ type phaseTotals struct {
 // phases.
 type seqState struct{ off int64 }
 
+// failWorkloadHook, set by tests, fails the workloads it returns an error
+// for, after their preparation.
+var failWorkloadHook func(w workload) error
+
 func (r *benchRun) runWorkload(ctx context.Context, w workload) (workloadResult, error) {
 	jobs := r.cfg.jobs(w)
 	var rawT, engT phaseTotals
@@ -515,6 +519,11 @@ func (r *benchRun) runWorkload(ctx context.Context, w workload) (workloadResult,
 		return workloadResult{}, err
 	}
 	rawT.prep = time.Since(t0)
+	if failWorkloadHook != nil {
+		if err := failWorkloadHook(w); err != nil {
+			return workloadResult{}, err
+		}
+	}
 	var rawSeq, engSeq seqState
 	var rawSmall, engSmall atomic.Int64
 	per := r.cfg.runtime / benchRounds
