@@ -729,15 +729,34 @@ func writeBenchSVG(path string, rep *benchReport) error {
 		Title:  "ext4io bench: engine vs raw" + map[bool]string{true: " vs Linux", false: ""}[rep.Kernel.Ran],
 		Note:   fmt.Sprintf("%s; %d CPUs; %s backend; load %s", rep.Started.Format(time.DateTime), rep.Machine.CPUs, rep.Config.Backend, rep.Machine.LoadBefore),
 		Series: series,
+		// The ratios to raw, the ceiling, on one scale.
+		RatioTitle:  "ratio to the raw device (the ceiling)",
+		RatioSeries: []string{"engine / raw"},
+		RatioColors: []int{0},
+		RefLabel:    "raw = 1.0",
+	}
+	if rep.Kernel.Ran {
+		ch.RatioSeries, ch.RatioColors = append(ch.RatioSeries, "Linux / raw"), append(ch.RatioColors, 2)
 	}
 	for i := range rep.Workloads {
 		r := &rep.Workloads[i]
 		u := r.unit()
 		vals := []float64{r.Engine.figure(u), r.Raw.figure(u)}
+		ratios := []float64{r.EngineOverRaw}
 		if rep.Kernel.Ran {
 			vals = append(vals, r.Kernel.figure(u))
+			ratios = append(ratios, math.NaN())
+			if r.KernelOverRaw != nil {
+				ratios[1] = *r.KernelOverRaw
+			}
 		}
-		ch.Groups = append(ch.Groups, benchstat.Group{Label: fmt.Sprintf("%s (%.2f× raw)", r.Name, r.EngineOverRaw), Unit: u, Values: vals})
+		label := fmt.Sprintf("%s (%.2f× raw)", r.Name, r.EngineOverRaw)
+		if r.Failed != "" && r.Engine.Ops == 0 {
+			label = r.Name + " (FAILED)"
+			ratios[0] = math.NaN()
+		}
+		ch.Groups = append(ch.Groups, benchstat.Group{Label: label, Unit: u, Values: vals})
+		ch.Ratios = append(ch.Ratios, benchstat.Group{Label: fmt.Sprintf("%s: %s", r.Name, verdictWord(ratios[0])), Values: ratios})
 	}
 	f, err := os.Create(path)
 	if err != nil {

@@ -91,7 +91,8 @@ func TestBenchMemoryJSON(t *testing.T) {
 			t.Fatalf("%s raw: %+v", r.Name, d)
 		}
 	}
-	checkSVG(t, svg, 1+2+2*len(allWorkloads))
+	// Background, legend, two bars per workload and its engine/raw ratio.
+	checkSVG(t, svg, 1+2+3*len(allWorkloads))
 }
 
 // TestBenchRepeatJSON runs three rounds of three workloads and checks the
