@@ -576,7 +576,7 @@ func writeBenchText(w io.Writer, rep *benchReport) {
 		writeRatios(w, rep.Ratios, kern)
 		fmt.Fprintln(w)
 	}
-	fmt.Fprintln(w, "per operation (device ops issued by the engine / by raw; process CPU time per op, engine / raw; page faults per op; KiB the host disk under the image wrote and read per op, all processes; engine counters per op; prep time):")
+	fmt.Fprintln(w, "per operation (device ops issued by the engine / by raw; process CPU time per op, engine / raw; page faults per op; KiB the host disk under the image wrote and read per op, all processes; engine counters per op; wraps: files started over at the space plan's budget, engine / raw; prep time):")
 	for i := range rep.Workloads {
 		r := &rep.Workloads[i]
 		fmt.Fprintf(w, "  %-15s %s\n", r.Name, perOpLine(r))
@@ -705,6 +705,10 @@ func perOpLine(r *workloadResult) string {
 	sort.Strings(keys)
 	for _, k := range keys {
 		fmt.Fprintf(&b, "  %s %.2f", strings.TrimPrefix(k, "Counters."), r.Counters[k]/float64(max(r.Engine.Ops, 1)))
+	}
+	if r.Engine.Wraps > 0 || r.Raw.Wraps > 0 {
+		// Started over at the space plan's budget (see bench_space.go).
+		fmt.Fprintf(&b, "  wraps %d/%d", r.Engine.Wraps, r.Raw.Wraps)
 	}
 	fmt.Fprintf(&b, "  prep %.1fs/%.1fs", r.Engine.PrepSecond, r.Raw.PrepSecond)
 	return b.String()
