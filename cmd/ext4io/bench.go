@@ -33,6 +33,11 @@ package main
 // workload once: medians over the rounds, and ratios (engine/raw, between
 // workloads, against Linux) as medians of ratios taken within one round.
 // With --kernel, each round ends with the fio pass in that round's order.
+//
+// Every workload keeps to the space plan (bench_space.go), whatever its
+// runtime and the disk's speed: the plan is checked and printed before
+// the first workload. A workload that fails anyway is reported in its row
+// and the run goes on; the exit status is then non-zero.
 
 import (
 	"context"
@@ -297,7 +302,8 @@ func (b *backing) close() error {
 
 // chooseSize picks the device size: the user's, else defaultImageSize
 // shrunk to a third of the free space (the run writes at most about two
-// regions plus metadata, a region being a quarter of the device).
+// regions plus metadata, a region being a quarter of the device: the
+// space plan bounds each workload's files by the region).
 func chooseSize(c *benchConfig) (int64, error) {
 	if c.size > 0 {
 		return c.size, nil
@@ -400,6 +406,9 @@ func runBench(ctx context.Context, c *benchConfig) (*benchReport, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A name is reused only once its last holder is done: at most
+	// jobs-1 other files are in flight.
+	plan.SmallFiles = max(plan.SmallFiles, 2*int64(c.goroutines))
 	if err := plan.check(c.workloads); err != nil {
 		return nil, err
 	}
