@@ -33,6 +33,11 @@ package main
 // workload once: medians over the rounds, and ratios (engine/raw, between
 // workloads, against Linux) as medians of ratios taken within one round.
 // With --kernel, each round ends with the fio pass in that round's order.
+//
+// Every workload keeps to the space plan (bench_space.go), whatever its
+// runtime and the disk's speed: the plan is checked and printed before
+// the first workload. A workload that fails anyway is reported in its row
+// and the run goes on; the exit status is then non-zero.
 
 import (
 	"context"
@@ -252,10 +257,29 @@ func cmdBench(args []string, stdout io.Writer) error {
 	if c.json {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+		return failures(rep)
 	}
 	writeBenchText(stdout, rep)
-	return nil
+	return failures(rep)
+}
+
+// failures returns an error naming the failed workloads, nil if none: the
+// report has been written by then, so the exit status says what the rows
+// say.
+func failures(rep *benchReport) error {
+	var names []string
+	for _, r := range rep.Workloads {
+		if r.Failed != "" {
+			names = append(names, r.Name)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d of %d workloads failed: %s", len(names), len(rep.Workloads), strings.Join(names, ", "))
 }
 
 // backing is the device under the bench and how to get rid of it.
@@ -278,7 +302,8 @@ func (b *backing) close() error {
 
 // chooseSize picks the device size: the user's, else defaultImageSize
 // shrunk to a third of the free space (the run writes at most about two
-// regions plus metadata, a region being a quarter of the device).
+// regions plus metadata, a region being a quarter of the device: the
+// space plan bounds each workload's files by the region).
 func chooseSize(c *benchConfig) (int64, error) {
 	if c.size > 0 {
 		return c.size, nil
@@ -377,7 +402,21 @@ func runBench(ctx context.Context, c *benchConfig) (*benchReport, error) {
 	if region < 16<<20 {
 		return nil, fmt.Errorf("device of %d bytes is too small for the bench: need at least %d MiB", size, minImageSize>>20)
 	}
-	r := newBenchRun(c, b.dev, size, region)
+	plan, err := planSpace(size, region, c.blockSize)
+	if err != nil {
+		return nil, err
+	}
+	// A name is reused only once its last holder is done: at most
+	// jobs-1 other files are in flight.
+	plan.SmallFiles = max(plan.SmallFiles, 2*int64(c.goroutines))
+	if err := plan.check(c.workloads); err != nil {
+		return nil, err
+	}
+	if !c.json {
+		// At the start, before minutes of workloads.
+		fmt.Fprintln(c.stderr, plan.summary(c.workloads))
+	}
+	r := newBenchRun(c, b.dev, size, region, plan)
 	defer r.closeEngine()
 	desc := b.desc
 	if b.path != "" {
@@ -388,6 +427,7 @@ func runBench(ctx context.Context, c *benchConfig) (*benchReport, error) {
 		}
 	}
 	rep := newReport(c, desc, size, region)
+	rep.Config.Space = plan.summary(c.workloads)
 	rep.Kernel = kernelInfo{Skipped: "not requested (--kernel)"}
 	var kenv *kernelEnv
 	defer func() {
@@ -407,13 +447,24 @@ func runBench(ctx context.Context, c *benchConfig) (*benchReport, error) {
 			r.prog.workload = fmt.Sprintf("[%s%d/%d] %s", roundTag(c, round), pos+1, n, w.Name)
 			res, err := r.runWorkload(ctx, w)
 			if err != nil {
-				r.prog.clear()
-				return nil, fmt.Errorf("workload %s: %w", w.Name, err)
+				if cerr := ctx.Err(); cerr != nil {
+					r.prog.clear()
+					return nil, cerr
+				}
+				// The others' results stand: this one's row says why it
+				// has none, and the next workload starts on a fresh
+				// filesystem and raw region.
+				res = failedResult(w, c.jobs(w), err)
+				r.abandon()
 			}
 			samples[i] = append(samples[i], roundSample{round: round + 1, pos: pos + 1, res: res})
 		}
 		if err := r.closeEngine(); err != nil {
-			return nil, err
+			// The volume last held the round's last workload.
+			if s := &samples[order[n-1]][round]; s.res.Failed == "" {
+				s.res.Failed = "closing the volume: " + oneLine(err)
+			}
+			r.abandon()
 		}
 		r.prog.clear()
 		if !c.kernel {
@@ -447,12 +498,12 @@ func runBench(ctx context.Context, c *benchConfig) (*benchReport, error) {
 // window and the raw region (the last region bytes), and opens a second
 // window on the filesystem's bytes for raw I/O at the engine file's
 // blocks, counted apart from the engine's.
-func newBenchRun(c *benchConfig, dev blockdev.Device, size, region int64) *benchRun {
+func newBenchRun(c *benchConfig, dev blockdev.Device, size, region int64, plan *spacePlan) *benchRun {
 	fsWin, fsDev := newWindow(dev, 0, size-region)
 	rawWin, rawDev := newWindow(dev, size-region, region)
 	rawFileWin, rawFileDev := newWindow(dev, 0, size-region)
 	return &benchRun{cfg: c, fsWin: fsWin, fsDev: fsDev, rawWin: rawWin, rawDev: rawDev,
-		rawFileWin: rawFileWin, rawFileDev: rawFileDev, region: region, prog: newProgress(c.stderr, c.progress)}
+		rawFileWin: rawFileWin, rawFileDev: rawFileDev, region: region, plan: plan, prog: newProgress(c.stderr, c.progress)}
 }
 
 // roundOrder returns the indexes of n workloads in the order round (from

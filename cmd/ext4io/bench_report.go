@@ -62,6 +62,7 @@ type reportConfig struct {
 	Repeat         int     `json:"repeat"` // rounds over the workload list (--repeat)
 	BlockSize      int     `json:"block_size"`
 	Seed           uint64  `json:"seed"`
+	Space          string  `json:"space_plan"` // spacePlan.summary
 }
 
 // measure is one side's figures for a workload.
@@ -93,7 +94,11 @@ type measure struct {
 	// (Linux, image on a block device; nil otherwise). With the file and
 	// mmap backends it tells whether the phases reached the disk or ran
 	// in the host's page cache, whose own write-back it also counts.
-	Disk   *diskPerOp    `json:"host_disk_per_op,omitempty"`
+	Disk *diskPerOp `json:"host_disk_per_op,omitempty"`
+	// Wraps counts the times the side started its file over at the
+	// space plan's budget (sequential writes) or reused a small file's
+	// name (fsync-small).
+	Wraps  int64         `json:"wraps,omitempty"`
 	disk   diskSnap      // the I/O behind Disk
 	dev    devSnap       // the device operations behind Device
 	cpu    time.Duration // the CPU time behind CPUus
@@ -118,6 +123,7 @@ type workloadResult struct {
 	EngineOverKern *float64           `json:"engine_over_kernel,omitempty"`
 	KernelOverRaw  *float64           `json:"kernel_over_raw,omitempty"`
 	KernelNote     string             `json:"kernel_note,omitempty"`
+	Failed         string             `json:"failed,omitempty"` // the error, one line; the figures are of the rounds that did not fail
 	Counters       map[string]float64 `json:"engine_counters,omitempty"`
 	Rounds         []roundResult      `json:"rounds"`
 	gauges         map[string]bool    // the keys of Counters that are gauges
@@ -232,7 +238,7 @@ func procField(path, key string) string {
 }
 
 func makeMeasure(t *phaseTotals, ioSize int) measure {
-	m := measure{Ops: t.ops, Seconds: t.elapsed.Seconds(), PrepSecond: t.prep.Seconds(), dev: t.dev, cpu: t.cpu, faults: t.faults}
+	m := measure{Ops: t.ops, Seconds: t.elapsed.Seconds(), PrepSecond: t.prep.Seconds(), Wraps: t.wraps, dev: t.dev, cpu: t.cpu, faults: t.faults}
 	m.CPUus = cpuPerOp(t.cpu, t.ops)
 	m.Faults = faultsPerOp(t.faults, t.ops)
 	if t.diskOK {
@@ -284,6 +290,12 @@ func makeResult(w workload, jobs int, eng, raw *phaseTotals) workloadResult {
 	return r
 }
 
+// failedResult is w's result when it failed with err: no figures.
+func failedResult(w workload, jobs int, err error) workloadResult {
+	return workloadResult{Name: w.Name, Title: w.Title, Jobs: jobs, IOSize: w.IOSize, Prep: prepNames[w.Prep],
+		Failed: oneLine(err)}
+}
+
 // roundSample is a workload's result in one round (from 1) and its
 // position (from 1) in that round's order.
 type roundSample struct {
@@ -321,9 +333,17 @@ func combineWorkload(ss []roundSample) workloadResult {
 	var eng, raw, kern []measure
 	var eor []float64
 	var eok, kor []*float64
-	var notes []string
+	var notes, failed []string
 	for _, s := range ss {
 		r := &s.res
+		if r.Failed != "" {
+			f := r.Failed
+			if len(ss) > 1 {
+				f = fmt.Sprintf("round %d: %s", s.round, f)
+			}
+			failed = append(failed, f)
+			continue
+		}
 		rr := roundResult{Round: s.round, Position: s.pos, EngineIOPS: r.Engine.IOPS, EngineMBps: r.Engine.MBps,
 			RawIOPS: r.Raw.IOPS, RawMBps: r.Raw.MBps, EngineOverRaw: r.EngineOverRaw}
 		eng, raw = append(eng, r.Engine), append(raw, r.Raw)
@@ -373,18 +393,23 @@ func combineWorkload(ss []roundSample) workloadResult {
 		out.KernelOverRaw = &x
 	}
 	out.KernelNote = strings.Join(notes, "; ")
+	out.Failed = strings.Join(failed, "; ")
 	return out
 }
 
 // combineMeasures reduces one side's rounds as combineWorkload says.
 func combineMeasures(ms []measure) measure {
 	var c measure
+	if len(ms) == 0 {
+		return c // every round failed
+	}
 	var iops, mbps, p50, p99 []float64
 	pooled, diskPooled := true, len(ms) > 0
 	for _, m := range ms {
 		c.Ops += m.Ops
 		c.Seconds += m.Seconds
 		c.PrepSecond += m.PrepSecond
+		c.Wraps += m.Wraps
 		c.MaxUs = max(c.MaxUs, m.MaxUs)
 		c.dev = c.dev.add(m.dev)
 		c.cpu += m.cpu
@@ -506,6 +531,7 @@ func writeBenchText(w io.Writer, rep *benchReport) {
 	c := rep.Config
 	fmt.Fprintf(w, "device: %s; raw at %s; raw region and file size %d MiB; %s per workload (%d phases per side, ABBA); block size %d\n",
 		c.Device, c.RawAt, c.RegionBytes>>20, time.Duration(c.RuntimeSeconds*float64(time.Second)), c.Rounds, c.BlockSize)
+	fmt.Fprintln(w, c.Space)
 	if c.Repeat > 1 {
 		fmt.Fprintf(w, "repeat: %d rounds over the workloads, odd rounds as listed, even rounds reversed; figures are medians over the rounds "+
 			"(max µs: the max; ops, seconds, prep: sums; device ops, CPU and counters per op: pooled); eng/raw, eng/linux, linux/raw: "+
@@ -526,6 +552,11 @@ func writeBenchText(w io.Writer, rep *benchReport) {
 	for i := range rep.Workloads {
 		r := &rep.Workloads[i]
 		u := r.unit()
+		if r.Failed != "" && r.Engine.Ops == 0 {
+			// Unterminated last cell: the message does not widen a column.
+			fmt.Fprintf(tw, "%s\t%d\t%s\tFAILED: %s\n", r.Name, r.Jobs, u, r.Failed)
+			continue
+		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t", r.Name, r.Jobs, u,
 			benchstat.FormatNumber(r.Engine.figure(u)), us(r.Engine.P50us), us(r.Engine.P99us),
 			benchstat.FormatNumber(r.Raw.figure(u)), us(r.Raw.P50us), us(r.Raw.P99us), r.EngineOverRaw)
@@ -545,7 +576,7 @@ func writeBenchText(w io.Writer, rep *benchReport) {
 		writeRatios(w, rep.Ratios, kern)
 		fmt.Fprintln(w)
 	}
-	fmt.Fprintln(w, "per operation (device ops issued by the engine / by raw; process CPU time per op, engine / raw; page faults per op; KiB the host disk under the image wrote and read per op, all processes; engine counters per op; prep time):")
+	fmt.Fprintln(w, "per operation (device ops issued by the engine / by raw; process CPU time per op, engine / raw; page faults per op; KiB the host disk under the image wrote and read per op, all processes; engine counters per op; wraps: files started over at the space plan's budget, engine / raw; prep time):")
 	for i := range rep.Workloads {
 		r := &rep.Workloads[i]
 		fmt.Fprintf(w, "  %-15s %s\n", r.Name, perOpLine(r))
@@ -562,6 +593,47 @@ func writeBenchText(w io.Writer, rep *benchReport) {
 		}
 	} else {
 		fmt.Fprintf(w, "\nlinux column skipped: %s\n", rep.Kernel.Skipped)
+	}
+	fmt.Fprintln(w)
+	writeVerdict(w, rep)
+}
+
+// onPar is the band around 1.0 that writeVerdict calls on par.
+const onPar = 0.05
+
+// verdictWord reads a ratio of the engine's figure over another's
+// (higher is better for both IOPS and MB/s).
+func verdictWord(x float64) string {
+	switch {
+	case !(x > 0):
+		return "not measured"
+	case x > 1+onPar:
+		return "faster"
+	case x < 1-onPar:
+		return "slower"
+	}
+	return "on par (within 5%)"
+}
+
+// writeVerdict ends the report with one line per workload: the engine
+// against raw (the ceiling) and against Linux when measured.
+func writeVerdict(w io.Writer, rep *benchReport) {
+	fmt.Fprintln(w, "verdict (engine against raw, the ceiling, and against Linux when measured; on par = within 5%):")
+	for i := range rep.Workloads {
+		r := &rep.Workloads[i]
+		fmt.Fprintf(w, "  %-15s ", r.Name)
+		if r.Failed != "" && r.Engine.Ops == 0 {
+			fmt.Fprintf(w, "FAILED: %s\n", r.Failed)
+			continue
+		}
+		fmt.Fprintf(w, "%.2f× raw: %s", r.EngineOverRaw, verdictWord(r.EngineOverRaw))
+		if r.EngineOverKern != nil {
+			fmt.Fprintf(w, "; %.2f× linux: %s", *r.EngineOverKern, verdictWord(*r.EngineOverKern))
+		}
+		if r.Failed != "" {
+			fmt.Fprintf(w, "; FAILED in some rounds: %s", r.Failed)
+		}
+		fmt.Fprintln(w)
 	}
 }
 
@@ -634,6 +706,10 @@ func perOpLine(r *workloadResult) string {
 	for _, k := range keys {
 		fmt.Fprintf(&b, "  %s %.2f", strings.TrimPrefix(k, "Counters."), r.Counters[k]/float64(max(r.Engine.Ops, 1)))
 	}
+	if r.Engine.Wraps > 0 || r.Raw.Wraps > 0 {
+		// Started over at the space plan's budget (see bench_space.go).
+		fmt.Fprintf(&b, "  wraps %d/%d", r.Engine.Wraps, r.Raw.Wraps)
+	}
 	fmt.Fprintf(&b, "  prep %.1fs/%.1fs", r.Engine.PrepSecond, r.Raw.PrepSecond)
 	return b.String()
 }
@@ -657,15 +733,34 @@ func writeBenchSVG(path string, rep *benchReport) error {
 		Title:  "ext4io bench: engine vs raw" + map[bool]string{true: " vs Linux", false: ""}[rep.Kernel.Ran],
 		Note:   fmt.Sprintf("%s; %d CPUs; %s backend; load %s", rep.Started.Format(time.DateTime), rep.Machine.CPUs, rep.Config.Backend, rep.Machine.LoadBefore),
 		Series: series,
+		// The ratios to raw, the ceiling, on one scale.
+		RatioTitle:  "ratio to the raw device (the ceiling)",
+		RatioSeries: []string{"engine / raw"},
+		RatioColors: []int{0},
+		RefLabel:    "raw = 1.0",
+	}
+	if rep.Kernel.Ran {
+		ch.RatioSeries, ch.RatioColors = append(ch.RatioSeries, "Linux / raw"), append(ch.RatioColors, 2)
 	}
 	for i := range rep.Workloads {
 		r := &rep.Workloads[i]
 		u := r.unit()
 		vals := []float64{r.Engine.figure(u), r.Raw.figure(u)}
+		ratios := []float64{r.EngineOverRaw}
 		if rep.Kernel.Ran {
 			vals = append(vals, r.Kernel.figure(u))
+			ratios = append(ratios, math.NaN())
+			if r.KernelOverRaw != nil {
+				ratios[1] = *r.KernelOverRaw
+			}
 		}
-		ch.Groups = append(ch.Groups, benchstat.Group{Label: fmt.Sprintf("%s (%.2f× raw)", r.Name, r.EngineOverRaw), Unit: u, Values: vals})
+		label := fmt.Sprintf("%s (%.2f× raw)", r.Name, r.EngineOverRaw)
+		if r.Failed != "" && r.Engine.Ops == 0 {
+			label = r.Name + " (FAILED)"
+			ratios[0] = math.NaN()
+		}
+		ch.Groups = append(ch.Groups, benchstat.Group{Label: label, Unit: u, Values: vals})
+		ch.Ratios = append(ch.Ratios, benchstat.Group{Label: fmt.Sprintf("%s: %s", r.Name, verdictWord(ratios[0])), Values: ratios})
 	}
 	f, err := os.Create(path)
 	if err != nil {

@@ -121,9 +121,12 @@ type side interface {
 	// Sync makes written data durable (File.Sync, Device.Flush).
 	Sync() error
 	// Reset starts over on a new, empty file (sequential writes that
-	// filled the region). Raw regions just wrap.
+	// reached spacePlan.SeqBudget), its old blocks allocatable again.
+	// Raw regions just wrap.
 	Reset() error
-	// SmallFile creates file n, writes p into it and syncs it.
+	// SmallFile creates file n (from 1), writes p into it and syncs it.
+	// Beyond spacePlan.SmallFiles files it reuses the name (and place) of
+	// file n-SmallFiles, deleting that file first.
 	SmallFile(n int64, p []byte) error
 }
 
@@ -133,6 +136,7 @@ type side interface {
 type rawSide struct {
 	dev    blockdev.Device
 	region int64
+	files  int64       // spacePlan.SmallFiles
 	ext    []rawExtent // sorted by off, covering [0, region); nil: identity
 }
 
@@ -192,7 +196,8 @@ func (r rawSide) WriteAt(p []byte, off int64) (int, error) {
 func (r rawSide) Sync() error  { return r.dev.Flush() }
 func (r rawSide) Reset() error { return nil }
 func (r rawSide) SmallFile(n int64, p []byte) error {
-	if _, err := r.dev.WriteAt(p, n*int64(len(p))%(r.region/int64(len(p))*int64(len(p)))); err != nil {
+	slot := (n - 1) % min(r.files, r.region/int64(len(p)))
+	if _, err := r.dev.WriteAt(p, slot*int64(len(p))); err != nil {
 		return err
 	}
 	return r.dev.Flush()
@@ -226,16 +231,33 @@ func rawExtents(f *ext4io.File, bs, size int64) ([]rawExtent, error) {
 }
 
 type engineSide struct {
-	v *ext4io.Volume
-	f *ext4io.File // the workload's file (nil for fsync-small)
+	v     *ext4io.Volume
+	f     *ext4io.File // the workload's file (nil for fsync-small)
+	files int64        // spacePlan.SmallFiles
 }
 
 func (e engineSide) ReadAt(p []byte, off int64) (int, error)  { return e.f.ReadAt(p, off) }
 func (e engineSide) WriteAt(p []byte, off int64) (int, error) { return e.f.WriteAt(p, off) }
 func (e engineSide) Sync() error                              { return e.f.Sync() }
-func (e engineSide) Reset() error                             { return e.f.Truncate(0) }
+
+// Reset truncates the file and commits: blocks freed by a transaction
+// are allocatable only once it has committed, and the delayed write-back
+// of a fast buffered writer could otherwise want them first (ENOSPC).
+func (e engineSide) Reset() error {
+	if err := e.f.Truncate(0); err != nil {
+		return err
+	}
+	return e.f.Sync()
+}
+
 func (e engineSide) SmallFile(n int64, p []byte) error {
-	f, err := e.v.Create(fmt.Sprintf("/small-%d", n))
+	name := fmt.Sprintf("/small-%d", (n-1)%e.files)
+	if n > e.files {
+		if err := e.v.Unlink(name); err != nil {
+			return err
+		}
+	}
+	f, err := e.v.Create(name)
 	if err != nil {
 		return err
 	}
@@ -264,10 +286,24 @@ type benchRun struct {
 	vPrep         prepKind // what the volume's /bench.dat holds
 	rawPrep       prepKind
 	rawPrepValid  bool
-	disk          *hostDisk // the host block device under the image; nil if none
+	disk          *hostDisk  // the host block device under the image; nil if none
+	plan          *spacePlan // budgets every workload keeps to
 }
 
 const benchFile = "/bench.dat"
+
+// abandon drops the volume after a failed workload (its close error is
+// moot: the next workload formats afresh) and forgets the raw region's
+// state.
+func (r *benchRun) abandon() {
+	r.prog.clear()
+	if r.v != nil {
+		r.v.Close()
+		r.v = nil
+	}
+	r.vPrep = prepFresh
+	r.rawPrepValid = false
+}
 
 func (r *benchRun) closeEngine() error {
 	if r.v == nil {
@@ -325,7 +361,7 @@ func (r *benchRun) prepareEngine(w workload) (engineSide, error) {
 	if err != nil {
 		return engineSide{}, err
 	}
-	return engineSide{v: r.v, f: f}, nil
+	return engineSide{v: r.v, f: f, files: r.plan.SmallFiles}, nil
 }
 
 // fillSeq writes n bytes of a non-zero pattern with 1 MiB writes.
@@ -385,9 +421,9 @@ func (r *benchRun) prepareRaw(w workload, eng engineSide) (rawSide, *window, err
 		if err != nil {
 			return rawSide{}, nil, err
 		}
-		return rawSide{dev: r.rawFileDev, region: r.region, ext: ext}, r.rawFileWin, nil
+		return rawSide{dev: r.rawFileDev, region: r.region, files: r.plan.SmallFiles, ext: ext}, r.rawFileWin, nil
 	}
-	s := rawSide{dev: r.rawDev, region: r.region}
+	s := rawSide{dev: r.rawDev, region: r.region, files: r.plan.SmallFiles}
 	prep := rawPrepFor(w.Prep)
 	if r.rawPrepValid && prep == prepWritten && r.rawPrep == prepWritten {
 		return s, r.rawWin, nil
@@ -450,11 +486,16 @@ type phaseTotals struct {
 	counters map[string]float64 // engine only: deltas of uint64 counters, last value of gauges
 	gauges   map[string]bool    // the keys of counters that are gauges
 	prep     time.Duration
+	wraps    int64 // sequential files started over, small-file names reused
 }
 
 // seqState is a side's cursor for sequential workloads, kept across its
 // phases.
 type seqState struct{ off int64 }
+
+// failWorkloadHook, set by tests, fails the workloads it returns an error
+// for, after their preparation.
+var failWorkloadHook func(w workload) error
 
 func (r *benchRun) runWorkload(ctx context.Context, w workload) (workloadResult, error) {
 	jobs := r.cfg.jobs(w)
@@ -478,6 +519,11 @@ func (r *benchRun) runWorkload(ctx context.Context, w workload) (workloadResult,
 		return workloadResult{}, err
 	}
 	rawT.prep = time.Since(t0)
+	if failWorkloadHook != nil {
+		if err := failWorkloadHook(w); err != nil {
+			return workloadResult{}, err
+		}
+	}
 	var rawSeq, engSeq seqState
 	var rawSmall, engSmall atomic.Int64
 	per := r.cfg.runtime / benchRounds
@@ -518,6 +564,7 @@ func (r *benchRun) phase(ctx context.Context, w workload, jobs, round int, s sid
 	var (
 		stop    atomic.Bool
 		ops     atomic.Int64
+		wraps   atomic.Int64
 		wg      sync.WaitGroup
 		errOnce sync.Once
 		first   error
@@ -563,12 +610,13 @@ func (r *benchRun) phase(ctx context.Context, w workload, jobs, round int, s sid
 					_, err = s.ReadAt(buf, rng.Int64N(nblocks)*int64(w.IOSize))
 				case opSeqWrite:
 					seqMu.Lock()
-					if seq.off+int64(w.IOSize) > r.region {
+					if seq.off+int64(w.IOSize) > r.plan.SeqBudget {
 						if err = s.Reset(); err != nil {
 							seqMu.Unlock()
 							break
 						}
 						seq.off = 0
+						wraps.Add(1)
 						t0 = time.Now() // the reset is in the elapsed time, not in a latency
 					}
 					off := seq.off
@@ -576,7 +624,11 @@ func (r *benchRun) phase(ctx context.Context, w workload, jobs, round int, s sid
 					seqMu.Unlock()
 					_, err = s.WriteAt(buf, off)
 				case opSmallFsync:
-					err = s.SmallFile(small.Add(1), buf)
+					n := small.Add(1)
+					if n > r.plan.SmallFiles {
+						wraps.Add(1)
+					}
+					err = s.SmallFile(n, buf)
 				}
 				if err != nil {
 					fail(err)
@@ -605,6 +657,7 @@ func (r *benchRun) phase(ctx context.Context, w workload, jobs, round int, s sid
 		t.hist.Merge(&hists[i])
 	}
 	t.ops += ops.Load()
+	t.wraps += wraps.Load()
 	t.elapsed += elapsed
 	t.dev = t.dev.add(win.c.snap().sub(devBefore))
 	cpuAfter, faultsAfter := processUsage()

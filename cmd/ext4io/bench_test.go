@@ -91,7 +91,8 @@ func TestBenchMemoryJSON(t *testing.T) {
 			t.Fatalf("%s raw: %+v", r.Name, d)
 		}
 	}
-	checkSVG(t, svg, 1+2+2*len(allWorkloads))
+	// Background, legend, two bars per workload and its engine/raw ratio.
+	checkSVG(t, svg, 1+2+3*len(allWorkloads))
 }
 
 // TestBenchRepeatJSON runs three rounds of three workloads and checks the
@@ -222,7 +223,7 @@ func testBenchPrepAnyOrder(t *testing.T, atRegion bool) {
 		rawAtRegion: atRegion, stderr: io.Discard}
 	dev := memdev.New(128 << 20)
 	defer dev.Close()
-	r := newBenchRun(c, dev, 128<<20, regionFor(128<<20))
+	r := newBenchRun(c, dev, 128<<20, regionFor(128<<20), mustPlan(t, 128<<20, c.blockSize))
 	defer r.closeEngine()
 	// sample reports whether every 4 KiB block of the region has data
 	// (written) or every one reads as zeroes (zero).
@@ -312,7 +313,7 @@ func TestBenchRawAtFile(t *testing.T) {
 			c := &benchConfig{backend: "memory", runtime: 10 * time.Millisecond, goroutines: 1, blockSize: bs, seed: 1, repeat: 1, stderr: io.Discard}
 			dev := memdev.New(128 << 20)
 			defer dev.Close()
-			r := newBenchRun(c, dev, 128<<20, regionFor(128<<20))
+			r := newBenchRun(c, dev, 128<<20, regionFor(128<<20), mustPlan(t, 128<<20, c.blockSize))
 			defer r.closeEngine()
 			w := allWorkloads[0]
 			eng, err := r.prepareEngine(w)
@@ -779,7 +780,7 @@ func TestBenchPhasesABBA(t *testing.T) {
 	c := &benchConfig{backend: "memory", runtime: 20 * time.Millisecond, goroutines: 1, blockSize: 4096, seed: 1, repeat: 1, stderr: io.Discard}
 	dev := memdev.New(128 << 20)
 	defer dev.Close()
-	r := newBenchRun(c, dev, 128<<20, regionFor(128<<20))
+	r := newBenchRun(c, dev, 128<<20, regionFor(128<<20), mustPlan(t, 128<<20, c.blockSize))
 	defer r.closeEngine()
 	r.prog = newProgress(&buf, true)
 	w := allWorkloads[slices.IndexFunc(allWorkloads, func(w workload) bool { return w.Name == "overwrite-2" })]

@@ -3,6 +3,7 @@ package benchstat
 import (
 	"bytes"
 	"encoding/xml"
+	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -82,11 +83,20 @@ func TestChartIsValidXML(t *testing.T) {
 			{Label: "randwrite 4k", Unit: "IOPS", Values: []float64{1000, 2000, math.NaN()}},
 			{Label: "seq 1M & more", Unit: "MB/s", Values: []float64{500.7, 700}},
 		},
+		Ratios: []Group{
+			{Label: "randwrite 4k", Values: []float64{0.5, math.NaN()}},
+			{Label: "seq 1M & more", Values: []float64{0.71, 2}},
+		},
+		RatioTitle:  "ratio to raw",
+		RatioSeries: []string{"engine / raw", "kernel / raw"},
+		RatioColors: []int{0, 2},
+		RefLabel:    "raw = 1.0",
 	}
 	var buf bytes.Buffer
 	if err := c.WriteSVG(&buf); err != nil {
 		t.Fatal(err)
 	}
+	svg := buf.String()
 	d := xml.NewDecoder(&buf)
 	rects, texts := 0, []string{}
 	var inText bool
@@ -112,12 +122,17 @@ func TestChartIsValidXML(t *testing.T) {
 			inText = false
 		}
 	}
-	// background + 3 legend swatches + 4 bars.
-	if rects != 1+3+4 {
+	// background + 3 legend swatches + 4 bars + 3 ratio bars.
+	if rects != 1+3+4+3 {
 		t.Fatalf("%d rects", rects)
 	}
+	// The line at 1.0 sits at left + barMax/scale, the scale 2*1.05.
+	if want := fmt.Sprintf(`<line x1="%.1f"`, 230+460/2.1); !strings.Contains(svg, want) {
+		t.Fatalf("no reference line %s in\n%s", want, svg)
+	}
 	all := strings.Join(texts, "|")
-	for _, want := range []string{"engine vs raw <&>", "1,000 IOPS", "2,000 IOPS", "n/a", "501 MB/s", "700 MB/s"} {
+	for _, want := range []string{"engine vs raw <&>", "1,000 IOPS", "2,000 IOPS", "n/a", "501 MB/s", "700 MB/s",
+		"ratio to raw", "0.50× engine / raw", "kernel / raw n/a", "2.00× kernel / raw", "raw = 1.0"} {
 		if !strings.Contains(all, want) {
 			t.Fatalf("missing %q in %q", want, all)
 		}
