@@ -26,8 +26,8 @@
 //     bitmap minus the blocks of preallocation windows in the group.
 //   - A2 desc.FreeBlocksCount == zero bits of the bitmap; FreeBlocks() is
 //     the sum over groups; the same for inodes.
-//   - A3 avail == FreeBlocks() - delalloc reservations - in-flight takes
-//     - busy blocks (FreeDeferred, not yet released);
+//   - A3 avail == FreeBlocks() minus delalloc reservations, in-flight
+//     takes and busy blocks (FreeDeferred, not yet released);
 //     an allocation only proceeds after taking its size from avail (or
 //     from its reservation), so concurrent callers never overcommit.
 //   - A4 metadata (superblocks, descriptor and reserved GDT blocks,
