@@ -26,7 +26,8 @@
 //     bitmap minus the blocks of preallocation windows in the group.
 //   - A2 desc.FreeBlocksCount == zero bits of the bitmap; FreeBlocks() is
 //     the sum over groups; the same for inodes.
-//   - A3 avail == FreeBlocks() - delalloc reservations - in-flight takes;
+//   - A3 avail == FreeBlocks() minus delalloc reservations, in-flight
+//     takes and busy blocks (FreeDeferred, not yet released);
 //     an allocation only proceeds after taking its size from avail (or
 //     from its reservation), so concurrent callers never overcommit.
 //   - A4 metadata (superblocks, descriptor and reserved GDT blocks,
@@ -890,9 +891,10 @@ func (a *Allocator) Free(start, n uint64) error {
 	return err
 }
 
-// FreeDeferred frees like Free — bitmap, descriptor and counts change now,
-// inside the caller's transaction — but keeps the blocks out of the
-// allocation index until release is called: a journaled caller releases
+// FreeDeferred frees like Free — bitmap, descriptor and free counts change
+// now, inside the caller's transaction — but keeps the blocks out of the
+// allocation index and out of Available (so that no reservation counts on
+// them) until release is called: a journaled caller releases
 // them once the transaction that freed them has committed, so a crash can
 // never leave committed metadata pointing at a block already reused (the
 // busy extents of ext4's mballoc). release is safe to call from any
@@ -908,6 +910,7 @@ func (a *Allocator) FreeDeferred(start, n uint64) (release func(), err error) {
 			g.mu.Lock()
 			a.insertFreeLocked(p.gi, p.s, p.n)
 			g.mu.Unlock()
+			a.avail.Add(int64(p.n))
 		}
 	}, nil
 }
@@ -962,12 +965,12 @@ func (a *Allocator) freeRun(start, n uint64, busy bool) ([]freePiece, error) {
 			g.mu.desc.FreeBlocksCount -= p.n
 			return nil, err
 		}
-		if !busy {
-			a.insertFreeLocked(p.gi, p.s, p.n)
-		}
 		g.freeBlocks.Add(int64(p.n))
 		a.free.Add(int64(p.n))
-		a.avail.Add(int64(p.n))
+		if !busy {
+			a.insertFreeLocked(p.gi, p.s, p.n)
+			a.avail.Add(int64(p.n))
+		}
 	}
 	return ps, nil
 }
