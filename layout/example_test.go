@@ -82,3 +82,54 @@ func ExampleDirHash() {
 	// a         0xdeaa09f8 0x61702ed2 true
 	// hello.txt 0x1caaf99e 0x7d6c9ec8 true
 }
+
+// Reading an inode by hand: the superblock locates the group descriptor,
+// the descriptor locates the inode table, and the inode carries its own
+// checksum.
+func ExampleDecodeInode() {
+	dev := memdev.New(64 << 20)
+	if err := ext4io.Format(dev, ext4io.FormatOptions{}); err != nil {
+		log.Fatal(err)
+	}
+	raw := make([]byte, layout.SuperblockSize)
+	if _, err := dev.ReadAt(raw, layout.SuperblockOffset); err != nil {
+		log.Fatal(err)
+	}
+	sb, err := layout.DecodeSuperblock(raw)
+	if err != nil {
+		log.Fatal(err)
+	}
+	bs := int64(sb.BlockSize())
+
+	group, index := sb.InodeLocation(layout.RootIno)
+	descBlock, descOff := sb.DescriptorLocation(group)
+	gdRaw := make([]byte, sb.DescriptorSize())
+	if _, err := dev.ReadAt(gdRaw, int64(descBlock)*bs+int64(descOff)); err != nil {
+		log.Fatal(err)
+	}
+	gd, err := layout.DecodeGroupDesc(gdRaw, sb.DescriptorSize())
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := gd.Verify(sb, uint32(group), descBlock); err != nil {
+		log.Fatal(err)
+	}
+
+	isize := sb.InodeSizeBytes()
+	inRaw := make([]byte, isize)
+	if _, err := dev.ReadAt(inRaw, int64(gd.InodeTable)*bs+int64(index)*int64(isize)); err != nil {
+		log.Fatal(err)
+	}
+	in, err := layout.DecodeInode(inRaw, isize)
+	if err != nil {
+		log.Fatal(err)
+	}
+	pos := int64(index) * int64(isize) // for the error message: block and offset
+	if err := in.VerifyChecksum(sb.CsumSeed(), layout.RootIno, gd.InodeTable+uint64(pos/bs), int(pos%bs)); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("root: dir %v, mode %#o, links %d, size %d, extents %v\n", in.IsDir(),
+		in.Mode&^layout.ModeFmt, in.LinksCount, in.Size, in.Flags&layout.InodeFlagExtents != 0)
+	// Output:
+	// root: dir true, mode 0755, links 3, size 4096, extents true
+}
