@@ -170,3 +170,48 @@ func ExampleVolume_Recovery() {
 	// NoRecovery=false: replayed true, dir found true
 	// NoRecovery=true: replayed false, dir found false
 }
+
+// ParseFallocMode reads the mode names a command line would use. Punching
+// a hole frees whole blocks and zeroes the partial ones; the size stays.
+func ExampleParseFallocMode() {
+	dev := memdev.New(64 << 20)
+	if err := ext4io.Format(dev, ext4io.FormatOptions{}); err != nil {
+		log.Fatal(err)
+	}
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer v.Close()
+	f, err := v.Create("f")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(make([]byte, 3*4096), 0); err != nil {
+		log.Fatal(err)
+	}
+
+	mode, err := ext4io.ParseFallocMode(ext4io.FallocPunchHole.String())
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := f.Fallocate(mode, 4096, 4096); err != nil { // the middle block
+		log.Fatal(err)
+	}
+	if err := f.Sync(); err != nil { // write-back allocates blocks 0 and 2
+		log.Fatal(err)
+	}
+	exts, err := f.Extents()
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(mode, "size", f.Size())
+	for _, e := range exts {
+		fmt.Println("logical", e.Logical, "length", e.Length)
+	}
+	// Output:
+	// punch-hole size 12288
+	// logical 0 length 1
+	// logical 2 length 1
+}

@@ -198,3 +198,33 @@ func ExamplePageCache() {
 	// after write-back:  1 page(s), 0 dirty, device "cached"
 	// read "cached"
 }
+
+// ZeroRange makes part of a file read as zeroes through the page cache,
+// as truncate and hole punching do for partial blocks. The zeroes reach
+// the device at write-back.
+func ExampleZeroRange() {
+	dev := memdev.New(4 << 20)
+	const base, size = 1 << 20, 8192
+	if _, err := dev.WriteAt([]byte("keep|drop|keep"), base); err != nil {
+		log.Fatal(err)
+	}
+	ops := iomap.Funcs{BeginFunc: func(off, length int64, _ iomap.Flags) (iomap.Mapping, error) {
+		return iomap.Mapping{Offset: 0, Length: size, Type: iomap.Mapped, Addr: base}, nil
+	}}
+	c, err := iomap.NewPageCache(dev, iomap.PageCacheOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	if err := iomap.ZeroRange(c, ops, 1, 5, 4, size); err != nil {
+		log.Fatal(err)
+	}
+	if err := c.Sync(); err != nil {
+		log.Fatal(err)
+	}
+	got := make([]byte, 14)
+	dev.ReadAt(got, base)
+	fmt.Printf("%q\n", got)
+	// Output:
+	// "keep|\x00\x00\x00\x00|keep"
+}
