@@ -14,7 +14,7 @@ import (
 // Commit makes it durable in the log. Home locations are written only at
 // checkpoint, so readers consult Lookup first. Here the journal is the
 // first 1024 blocks of a memdev and the "filesystem" is the rest.
-func ExampleJournal_Start() {
+func ExampleJournal_Commit() {
 	dev := memdev.New(16 << 20)
 	cfg := journal.Config{Dev: dev, Blocks: 1024, BlockSize: 4096, CommitInterval: -1}
 	j, err := journal.Create(cfg, journal.CreateOptions{CsumV3: true, Is64Bit: true})
