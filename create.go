@@ -141,7 +141,7 @@ func (d *File) insertInBlock(lblk uint64, b []byte, name string, ino uint32, ft 
 	v := d.v
 	hasTail := v.csum && layout.HasDirTail(b)
 	slot, slotLen, used := -1, 0, 0
-	err := layout.DirBlock(b, d.physOf(lblk), d.ino, hasTail, v.sb.HasIncompat(layout.IncompatFiletype), func(e layout.DirEntry) error {
+	err := layout.DirBlock(b, d.physOf(lblk), d.ino, hasTail, v.sb.HasIncompat(layout.IncompatFiletype), lblk == 0, func(e layout.DirEntry) error {
 		u := 0
 		if e.Inode != 0 {
 			u = layout.DirRecLen(int(e.NameLen))

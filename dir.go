@@ -67,7 +67,7 @@ func (f *File) leafEntries(lblk uint64, b []byte, fn func(layout.DirEntry) error
 			return err
 		}
 	}
-	return layout.DirBlock(b, f.physOf(lblk), f.ino, hasTail, v.sb.HasIncompat(layout.IncompatFiletype), func(e layout.DirEntry) error {
+	return layout.DirBlock(b, f.physOf(lblk), f.ino, hasTail, v.sb.HasIncompat(layout.IncompatFiletype), lblk == 0, func(e layout.DirEntry) error {
 		if e.Inode == 0 {
 			return nil
 		}
@@ -78,7 +78,7 @@ func (f *File) leafEntries(lblk uint64, b []byte, fn func(layout.DirEntry) error
 // dxRootEntries yields "." and ".." from an htree root block.
 func (f *File) dxRootEntries(b []byte, fn func(layout.DirEntry) error) error {
 	n := 0
-	err := layout.DirBlock(b[:layout.DxRootInfoOff], f.physOf(0), f.ino, false, true, func(e layout.DirEntry) error {
+	err := layout.DirBlock(b[:layout.DxRootInfoOff], f.physOf(0), f.ino, false, true, true, func(e layout.DirEntry) error {
 		n++
 		if n > 2 {
 			return errStop
@@ -164,7 +164,7 @@ func (f *File) scanInlineDir(fn func(layout.DirEntry) error) error {
 		if len(r) == 0 {
 			continue
 		}
-		err := layout.DirBlock(r, 0, f.ino, false, f.v.sb.HasIncompat(layout.IncompatFiletype), func(e layout.DirEntry) error {
+		err := layout.DirBlock(r, 0, f.ino, false, f.v.sb.HasIncompat(layout.IncompatFiletype), false, func(e layout.DirEntry) error {
 			if e.Inode == 0 {
 				return nil
 			}

@@ -853,7 +853,7 @@ func (d *File) findEntry(name string, ino uint32, buf []byte) (lblk uint64, off,
 			return false, nil // index block
 		}
 		p := -1
-		err = layout.DirBlock(buf, d.physOf(blk), d.ino, v.csum && layout.HasDirTail(buf), hasFt, func(e layout.DirEntry) error {
+		err = layout.DirBlock(buf, d.physOf(blk), d.ino, v.csum && layout.HasDirTail(buf), hasFt, blk == 0, func(e layout.DirEntry) error {
 			if e.Inode != 0 && string(e.Name) == name && (ino == 0 || e.Inode == ino) {
 				off, prev = e.Off, p
 				return errStop
