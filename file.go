@@ -263,6 +263,15 @@ func checkLinked(ino uint32, in *layout.Inode) error {
 	return &errs.CorruptError{What: "inode", Ino: ino, Off: -1, Msg: fmt.Sprintf("invalid file type in mode %#o", in.Mode)}
 }
 
+// checkSize rejects an inode whose 64-bit i_size has its top bit set (a
+// negative loff_t), as ext4_iget does ("bad i_size value").
+func checkSize(ino uint32, in *layout.Inode) error {
+	if int64(in.Size) < 0 {
+		return &errs.CorruptError{What: "inode", Ino: ino, Off: -1, Msg: fmt.Sprintf("negative size %#x", in.Size)}
+	}
+	return nil
+}
+
 // getInode returns the shared state of inode ino, reading it on first use.
 // Inodes stay cached while the volume is open.
 func (v *Volume) getInode(ino uint32) (*inode, error) {
@@ -274,6 +283,9 @@ func (v *Volume) getInode(ino uint32) (*inode, error) {
 	}
 	in, err := v.readInode(ino)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkSize(ino, in); err != nil {
 		return nil, err
 	}
 	n = &inode{ino: ino, in: in}

@@ -136,3 +136,34 @@ func TestHostileDirNames(t *testing.T) {
 		})
 	}
 }
+
+// TestHostileNegativeSize: an i_size with its top bit set is corruption
+// on open and stat (Linux's iget: "bad i_size value"), not an empty file.
+func TestHostileNegativeSize(t *testing.T) {
+	img := hostileImage(t, "victim")
+	e2fs.Debugfs(t, img, true, "sif dir/victim size 0x8000000000000010")
+	v, err := ext4io.OpenImage(img, ext4io.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	if fi, err := v.Stat("dir/victim"); !errors.Is(err, ext4io.ErrCorrupt) {
+		t.Errorf("Stat: size %v, %v; want ErrCorrupt", fi, err)
+	}
+	if f, err := v.Open("dir/victim"); !errors.Is(err, ext4io.ErrCorrupt) {
+		t.Errorf("Open: %v, %v; want ErrCorrupt", f, err)
+	}
+	if _, err := fs.ReadFile(v.FS(), "dir/victim"); !errors.Is(err, ext4io.ErrCorrupt) {
+		t.Errorf("FS.ReadFile: %v; want ErrCorrupt", err)
+	}
+	// FS.ReadDir may read each entry's inode itself, or leave it to Info.
+	ents, err := fs.ReadDir(v.FS(), "dir")
+	if err != nil && !errors.Is(err, ext4io.ErrCorrupt) {
+		t.Errorf("FS.ReadDir: %v; want ErrCorrupt or success", err)
+	}
+	for _, e := range ents {
+		if _, err := e.Info(); !errors.Is(err, ext4io.ErrCorrupt) {
+			t.Errorf("DirEntry(%s).Info: %v; want ErrCorrupt", e.Name(), err)
+		}
+	}
+}
