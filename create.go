@@ -1,8 +1,10 @@
 package ext4io
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -112,25 +114,25 @@ func (d *File) addEntryLocked(name string, ino uint32, ft uint8) error {
 		return d.addDxEntryLocked(name, ino, ft, need)
 	}
 	buf := make([]byte, bs)
-	for lblk := uint64(0); lblk < nblk; lblk++ {
-		ok, err := d.dirBlock(lblk, buf)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			continue
-		}
+	err := d.dirBlocks(nblk, buf, func(lblk uint64) error {
 		done, err := d.insertInBlock(lblk, buf, name, ino, ft, need)
 		if done || err != nil {
-			return err
+			return cmp.Or(err, errStop)
 		}
 		if nblk == 1 && v.sb.HasCompat(layout.CompatDirIndex) {
 			// The only block is full: index the directory, as
 			// ext4_add_entry does with make_indexed_dir.
 			if done, err := d.makeIndexedLocked(buf, name, ino, ft, need); done || err != nil {
-				return err
+				return cmp.Or(err, errStop)
 			}
 		}
+		return nil
+	})
+	if errors.Is(err, errStop) {
+		return nil
+	}
+	if err != nil {
+		return err
 	}
 	return d.appendDirBlockLocked(name, ino, ft)
 }

@@ -296,6 +296,9 @@ func (v *Volume) getInode(ino uint32) (*inode, error) {
 		n.inl = append([]byte(nil), in.Block[:min(int(in.Size), layout.InodeBlockSize)]...)
 	default:
 		n.m, err = v.newMapper(n)
+		if err == nil && in.IsDir() {
+			err = v.checkDirSize(n)
+		}
 		if err == nil && v.pc != nil && n.m.tree != nil && in.IsReg() {
 			n.bops = newBufOps(v, n)
 			n.mayCache.Store(true) // pages may outlive an earlier inode struct

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ext4io/ext4io"
 	"github.com/ext4io/ext4io/internal/e2fs"
@@ -165,5 +166,105 @@ func TestHostileNegativeSize(t *testing.T) {
 		if _, err := e.Info(); !errors.Is(err, ext4io.ErrCorrupt) {
 			t.Errorf("DirEntry(%s).Info: %v; want ErrCorrupt", e.Name(), err)
 		}
+	}
+}
+
+// TestHostileDirSize: a directory whose i_size reaches far past its last
+// mapped block is corruption (e2fsck: "incorrect i_size"), found at once
+// instead of after a block-by-block walk through the hole; and a legal
+// directory with a large hole before its last block is walked a run at a
+// time.
+func TestHostileDirSize(t *testing.T) {
+	for _, size := range []string{"0x10000000000", "0x1000000000000000"} { // 1 TiB, 2^60
+		t.Run(size, func(t *testing.T) {
+			img := hostileImage(t, "victim")
+			e2fs.Debugfs(t, img, true, "sif dir size "+size)
+			v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			hung := false
+			defer func() {
+				if !hung { // a hung operation may hold the directory's lock
+					v.Close()
+				}
+			}()
+			for _, op := range []struct {
+				name string
+				fn   func() error
+			}{
+				{"ReadDir", func() error { _, err := v.ReadDir("dir"); return err }},
+				{"Stat", func() error { _, err := v.Stat("dir/nothere"); return err }},
+				{"Mkdir", func() error { return v.Mkdir("dir/sub", 0o755) }},
+				{"Create", func() error { _, err := v.Create("dir/new"); return err }},
+			} {
+				var err error
+				if !guarded(t, op.name, 5*time.Second, func() { err = op.fn() }) {
+					hung = true
+					return
+				}
+				if !errors.Is(err, ext4io.ErrCorrupt) {
+					t.Errorf("%s in a directory of size %s: %v; want ErrCorrupt", op.name, size, err)
+				}
+			}
+		})
+	}
+}
+
+// TestDirHoleWalkedByRuns: a directory whose second block sits 2^31 blocks
+// past its first (a hole Linux tolerates, i_size consistent) is listed,
+// searched and extended a mapped run at a time, not block by block.
+func TestDirHoleWalkedByRuns(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	os.MkdirAll(filepath.Join(src, "dir"), 0o755)
+	var names []string
+	for i := range 150 {
+		n := fmt.Sprintf("file_with_a_rather_long_name_%04d", i)
+		names = append(names, n)
+		os.WriteFile(filepath.Join(src, "dir", n), nil, 0o644)
+	}
+	img := filepath.Join(dir, "img")
+	e2fs.Mkfs(t, img, "8M", "-d", src, "-O", "^has_journal,^dir_index", "-b", "4096")
+	ex := e2fs.Extents(t, img, "dir")
+	if len(ex) != 1 || ex[0].Length != 2 {
+		t.Skipf("dir is not one extent of 2 blocks: %+v", ex)
+	}
+	const far = 1 << 31
+	p := ex[0].Physical
+	e2fs.DebugfsScript(t, img, true, []string{
+		"sif dir block[0] 0x0002F30A", // two entries
+		"sif dir block[4] 1",          // [0, +1) at p
+		fmt.Sprintf("sif dir block[6] %d", far),
+		"sif dir block[7] 1",
+		fmt.Sprintf("sif dir block[8] %d", p+1), // [far, +1) at p+1
+		fmt.Sprintf("sif dir size %d", (far+1)*4096),
+	})
+	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := guarded(t, "walk", 10*time.Second, func() {
+		ents, err := v.ReadDir("dir")
+		if err != nil || len(ents) != len(names) {
+			t.Errorf("ReadDir: %d entries, %v; want %d", len(ents), err, len(names))
+		}
+		if _, err := v.Stat("dir/" + names[len(names)-1]); err != nil {
+			t.Errorf("Stat of a name in the far block: %v", err)
+		}
+		if _, err := v.Stat("dir/nothere"); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("Stat(dir/nothere): %v; want ErrNotExist", err)
+		}
+		if f, err := v.Create("dir/new"); err != nil {
+			t.Errorf("Create: %v", err)
+		} else {
+			f.Close()
+		}
+		if err := v.Unlink("dir/" + names[len(names)-1]); err != nil {
+			t.Errorf("Unlink of a name in the far block: %v", err)
+		}
+	})
+	if ok { // a hung walk may hold the directory's lock
+		v.Close()
 	}
 }

@@ -870,12 +870,19 @@ func (d *File) findEntry(name string, ino uint32, buf []byte) (lblk uint64, off,
 	if v.isDxDir(d.in) {
 		err = d.dxWalk(name, func(blk uint64) (bool, error) { return try(blk) })
 	} else {
-		nblk := d.in.Size / uint64(v.bs)
-		for blk := uint64(0); blk < nblk; blk++ {
-			var found bool
-			if found, err = try(blk); found || err != nil {
-				break
+		err = d.dirRuns(d.in.Size/uint64(v.bs), func(blk, n uint64) error {
+			for end := blk + n; blk < end; blk++ {
+				if found, err := try(blk); found || err != nil {
+					if found {
+						return errStop
+					}
+					return err
+				}
 			}
+			return nil
+		})
+		if errors.Is(err, errStop) {
+			err = nil
 		}
 	}
 	if err != nil {

@@ -459,6 +459,29 @@ func (t *Tree) Lookup(lblk uint32) (e Extent, found bool, holeLen uint64, err er
 	return Extent{}, false, uint64(e.Lblk - lblk), nil
 }
 
+// End returns one past the last logical block an extent maps, 0 for an
+// empty tree. It reads the rightmost path only, unless the rightmost leaf
+// is empty.
+func (t *Tree) End() (uint64, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	path, err := t.findLocked(EndLblk - 1)
+	if err != nil {
+		return 0, err
+	}
+	if leaf := path[len(path)-1]; leaf.pos >= 0 {
+		return leaf.n.ext[leaf.pos].End(), nil
+	}
+	var end uint64
+	err = t.walkLocked(func(path []pathElem) error {
+		if ext := path[len(path)-1].n.ext; len(ext) > 0 {
+			end = ext[len(ext)-1].End()
+		}
+		return nil
+	}, nil)
+	return end, err
+}
+
 // Walk calls fn for every extent in logical order, stopping at the first
 // error. fn must not call the Tree's methods.
 func (t *Tree) Walk(fn func(Extent) error) error {
