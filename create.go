@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ext4io/ext4io/extent"
+	"github.com/ext4io/ext4io/internal/errs"
 	"github.com/ext4io/ext4io/layout"
 )
 
@@ -61,7 +62,7 @@ func (v *Volume) create(name string, mode uint16) (*File, error) {
 	} else if !isNotExist(err) {
 		return nil, err
 	}
-	ino, err := v.alloc.AllocInode(dir.ino, false)
+	ino, err := v.allocInode(dir.ino, false)
 	if err != nil {
 		return nil, err
 	}
@@ -77,6 +78,26 @@ func (v *Volume) create(name string, mode uint16) (*File, error) {
 		return nil, err
 	}
 	return v.openInode(ino, base)
+}
+
+// allocInode allocates an inode for a new file or directory in directory
+// parent. The allocator checks the inode table's slot is free; an inode
+// still cached here is live too (open, perhaps unlinked), and one the
+// bitmap hands out anyway is corruption, as Linux's ext4_new_inode fails
+// ("doubly allocated?") when the inode is still in its inode cache. The
+// inode's bit stays set then: the inode is in use.
+func (v *Volume) allocInode(parent uint32, dir bool) (uint32, error) {
+	ino, err := v.alloc.AllocInode(parent, dir)
+	if err != nil {
+		return 0, err
+	}
+	v.inoMu.Lock()
+	_, live := v.inodes[ino]
+	v.inoMu.Unlock()
+	if live {
+		return 0, &errs.CorruptError{What: "inode bitmap", Ino: ino, Off: -1, Msg: fmt.Sprintf("inode %d marked free but in use", ino)}
+	}
+	return ino, nil
 }
 
 // newInode returns a fresh extent-mapped inode with the given mode.

@@ -268,3 +268,73 @@ func TestDirHoleWalkedByRuns(t *testing.T) {
 		v.Close()
 	}
 }
+
+// TestHostileInodeBitmap: an inode bitmap that marks a live inode free
+// must not make create reuse it (Linux: "doubly allocated?"), whether
+// the inode is in use on disk (the allocator reads its slot) or open here
+// and unlinked (the inode cache knows it).
+func TestHostileInodeBitmap(t *testing.T) {
+	for _, open := range []bool{false, true} {
+		t.Run(fmt.Sprintf("open=%v", open), func(t *testing.T) {
+			img := hostileImage(t, "victim", "other")
+			v, err := ext4io.OpenImage(img, ext4io.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fi, err := v.Stat("dir/victim")
+			if err != nil {
+				t.Fatal(err)
+			}
+			v.Close()
+			// An attacker keeps the counts consistent with the bitmap.
+			out := e2fs.Debugfs(t, img, false, "stats")
+			var free int
+			if i := strings.Index(out, "free inodes, "); i < 0 {
+				t.Fatalf("no free inode count in debugfs stats:\n%s", out)
+			} else {
+				j := strings.LastIndex(out[:i], ", ")
+				free, _ = strconv.Atoi(strings.TrimSpace(out[j+2 : i]))
+			}
+			e2fs.DebugfsScript(t, img, true, []string{
+				fmt.Sprintf("freei <%d>", fi.Ino),
+				fmt.Sprintf("set_bg 0 free_inodes_count %d", free+1),
+				"set_bg 0 checksum calc",
+			})
+			v, err = ext4io.OpenImage(img, ext4io.Options{Writable: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if open {
+				// Unlinked second, the victim's i_dtime links it to the
+				// other orphan: on disk it then looks deleted (links 0,
+				// dtime set), and only the inode cache knows it is live.
+				for _, name := range []string{"dir/other", "dir/victim"} {
+					f, err := v.Open(name)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer f.Close()
+					if err := v.Unlink(name); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			// The allocation itself must refuse, before the inode is
+			// written over.
+			nf, err := v.Create("dir/new")
+			var ce *ext4io.CorruptError
+			if !errors.As(err, &ce) || ce.What != "inode bitmap" || ce.Ino != fi.Ino {
+				t.Errorf("Create: %v; want ErrCorrupt from the inode bitmap naming inode %d", err, fi.Ino)
+			}
+			if err == nil {
+				nf.Close()
+			}
+			if !open {
+				if b, err := fs.ReadFile(v.FS(), "dir/victim"); err != nil || string(b) != "data of victim" {
+					t.Errorf("victim after create: %q, %v", b, err)
+				}
+			}
+			v.Close()
+		})
+	}
+}

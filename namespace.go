@@ -229,7 +229,7 @@ func (v *Volume) mkdir(name string, perm fs.FileMode) error {
 	if v.dirLinkMax(dir.n) {
 		return ErrTooManyLinks
 	}
-	ino, err := v.alloc.AllocInode(dir.ino, true)
+	ino, err := v.allocInode(dir.ino, true)
 	if err != nil {
 		return err
 	}
@@ -568,7 +568,7 @@ func (v *Volume) symlink(target, name string) error {
 	} else if !isNotExist(err) {
 		return err
 	}
-	ino, err := v.alloc.AllocInode(dir.ino, false)
+	ino, err := v.allocInode(dir.ino, false)
 	if err != nil {
 		return err
 	}
