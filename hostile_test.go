@@ -6,6 +6,7 @@ package ext4io_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -17,7 +18,9 @@ import (
 	"time"
 
 	"github.com/ext4io/ext4io"
+	"github.com/ext4io/ext4io/extent"
 	"github.com/ext4io/ext4io/internal/e2fs"
+	"github.com/ext4io/ext4io/iomap"
 	"github.com/ext4io/ext4io/layout"
 )
 
@@ -337,4 +340,201 @@ func TestHostileInodeBitmap(t *testing.T) {
 			v.Close()
 		})
 	}
+}
+
+// zoneImage builds a 16 MiB image (4 KiB blocks, metadata_csum, with a
+// journal) holding dir/victim with five one-block extents, so that its
+// extent tree has a leaf block. It returns the image, the victim's inode
+// number and generation, and its tree blocks.
+func zoneImage(t *testing.T) (img string, ino, gen uint32, tree []uint64) {
+	t.Helper()
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	os.MkdirAll(filepath.Join(src, "dir"), 0o755)
+	f, err := os.Create(filepath.Join(src, "dir", "victim"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		f.WriteAt(bytes.Repeat([]byte{byte('a' + i)}, 4096), int64(i)<<20)
+	}
+	f.Close()
+	img = filepath.Join(dir, "img")
+	e2fs.Mkfs(t, img, "16M", "-d", src, "-O", "metadata_csum", "-b", "4096")
+	tree = e2fs.TreeBlocks(t, img, "dir/victim")
+	if len(tree) != 1 {
+		t.Skipf("victim has tree blocks %v, want one leaf", tree)
+	}
+	v, err := ext4io.OpenImage(img, ext4io.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	fi, err := v.Stat("dir/victim")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img, fi.Ino, fi.Generation, tree
+}
+
+// readBlocks returns n blocks at blk of img.
+func readBlocks(t *testing.T, img string, blk, n uint64) []byte {
+	t.Helper()
+	f, err := os.Open(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, n*4096)
+	if _, err := f.ReadAt(b, int64(blk)*4096); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func writeBlock(t *testing.T, img string, blk uint64, b []byte) {
+	t.Helper()
+	f, err := os.OpenFile(img, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(b, int64(blk)*4096); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestHostileExtentIntoMetadata: extents (and extent-tree index entries)
+// that point into file-system metadata, a system zone as Linux's
+// block_validity keeps it, are corruption on every path: buffered and
+// direct reads and writes, the overwrite fast path and fiemap. Nothing is
+// read from or written to the metadata.
+func TestHostileExtentIntoMetadata(t *testing.T) {
+	targets := []struct {
+		name string
+		blk  func(t *testing.T, v *ext4io.Volume) uint64
+	}{
+		{"descriptors", func(t *testing.T, v *ext4io.Volume) uint64 { return 1 }},
+		{"reserved-gdt", func(t *testing.T, v *ext4io.Volume) uint64 { return 2 }},
+		{"inode-table", func(t *testing.T, v *ext4io.Volume) uint64 {
+			gd, _ := v.Group(0)
+			return gd.InodeTable // holds the root inode
+		}},
+		{"block-bitmap", func(t *testing.T, v *ext4io.Volume) uint64 { gd, _ := v.Group(0); return gd.BlockBitmap }},
+		{"journal", nil}, // the journal inode's block 3, from debugfs
+	}
+	for _, tg := range targets {
+		t.Run("leaf-extent-into-"+tg.name, func(t *testing.T) {
+			img, ino, gen, tree := zoneImage(t)
+			v, err := ext4io.OpenImage(img, ext4io.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sb := v.Superblock()
+			var target uint64
+			if tg.name == "journal" {
+				out := strings.TrimSpace(e2fs.Debugfs(t, img, false, "bmap <8> 3"))
+				target, _ = strconv.ParseUint(out, 10, 64)
+			} else {
+				target = tg.blk(t, v)
+			}
+			v.Close()
+			if target == 0 {
+				t.Fatal("no target block")
+			}
+			// Point the leaf's first extent (logical block 0) at target.
+			leaf := readBlocks(t, img, tree[0], 1)
+			binary.LittleEndian.PutUint16(leaf[12+6:], 0)
+			binary.LittleEndian.PutUint32(leaf[12+8:], uint32(target))
+			extent.SetBlockChecksum(leaf, extent.InodeSeed(sb.CsumSeed(), ino, gen))
+			writeBlock(t, img, tree[0], leaf)
+			before := readBlocks(t, img, target, 1)
+
+			v, err = ext4io.OpenImage(img, ext4io.Options{Writable: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ops := []struct {
+				name string
+				fn   func() error
+			}{
+				{"ReadAt", func() error {
+					f, err := v.Open("dir/victim")
+					if err != nil {
+						return err
+					}
+					defer f.Close()
+					b := make([]byte, 4096)
+					_, err = f.ReadAt(b, 0)
+					if err == nil && bytes.Equal(b, before) {
+						t.Errorf("ReadAt returned the metadata block's bytes")
+					}
+					return err
+				}},
+				{"Fiemap", func() error {
+					f, err := v.Open("dir/victim")
+					if err != nil {
+						return err
+					}
+					defer f.Close()
+					return f.Fiemap(0, 1<<30, func(iomap.Extent) error { return nil })
+				}},
+				{"WriteAt", func() error {
+					f, err := v.OpenFile("dir/victim", 0)
+					if err != nil {
+						return err
+					}
+					defer f.Close()
+					if _, err := f.WriteAt(bytes.Repeat([]byte{'X'}, 4096), 0); err != nil {
+						return err
+					}
+					return f.Sync()
+				}},
+				{"direct WriteAt", func() error {
+					f, err := v.OpenFile("dir/victim", ext4io.Direct)
+					if err != nil {
+						return err
+					}
+					defer f.Close()
+					_, err = f.WriteAt(bytes.Repeat([]byte{'Y'}, 4096), 0)
+					return err
+				}},
+				{"direct ReadAt", func() error {
+					f, err := v.OpenFile("dir/victim", ext4io.Direct)
+					if err != nil {
+						return err
+					}
+					defer f.Close()
+					_, err = f.ReadAt(make([]byte, 4096), 0)
+					return err
+				}},
+			}
+			for _, op := range ops {
+				if err := op.fn(); !errors.Is(err, ext4io.ErrCorrupt) {
+					t.Errorf("%s of an extent into the %s (block %d): %v; want ErrCorrupt", op.name, tg.name, target, err)
+				}
+			}
+			v.Close()
+			if after := readBlocks(t, img, target, 1); !bytes.Equal(before, after) {
+				t.Errorf("block %d (%s) changed", target, tg.name)
+			}
+		})
+	}
+
+	// An index entry of the root pointing at a metadata block that holds
+	// a valid copy of the leaf.
+	t.Run("index-into-reserved-gdt", func(t *testing.T) {
+		img, _, _, tree := zoneImage(t)
+		const target = 2 // a reserved GDT block
+		writeBlock(t, img, target, readBlocks(t, img, tree[0], 1))
+		e2fs.Debugfs(t, img, true, fmt.Sprintf("sif dir/victim block[4] %d", target))
+		v, err := ext4io.OpenImage(img, ext4io.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer v.Close()
+		if _, err := fs.ReadFile(v.FS(), "dir/victim"); !errors.Is(err, ext4io.ErrCorrupt) {
+			t.Errorf("ReadFile through an index block in the reserved GDT: %v; want ErrCorrupt", err)
+		}
+	})
 }

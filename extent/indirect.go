@@ -78,6 +78,9 @@ func checkPtr(cfg *Config, p, block uint64, off int, what string) (uint64, bool,
 	if !cfg.pblkOK(p, 1) {
 		return 0, false, cfg.corrupt(block, off, "%s %d outside [%d,%d)", what, p, cfg.FirstDataBlock, cfg.BlocksCount)
 	}
+	if cfg.inSystemZone(p, 1) {
+		return 0, false, cfg.corrupt(block, off, "%s %d is file-system metadata", what, p)
+	}
 	return p, true, nil
 }
 
