@@ -28,7 +28,8 @@ func iblockPtr(iblock *[RootSize]byte, i int) uint64 {
 // MapIndirect maps logical block lblk of a block-mapped file whose i_block
 // is iblock. found is false for a hole (or a block beyond the triple
 // indirect range). cfg.IO reads the indirect blocks; pointers outside
-// [FirstDataBlock, BlocksCount) are reported as corrupt.
+// [FirstDataBlock, BlocksCount) or inside cfg.SystemZone are reported as
+// corrupt.
 func MapIndirect(iblock *[RootSize]byte, cfg Config, lblk uint32) (pblk uint64, found bool, err error) {
 	if err := cfg.validate(); err != nil {
 		return 0, false, err
