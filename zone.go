@@ -123,25 +123,43 @@ func (v *Volume) buildZone() error {
 	// The journal inode's mapping is decoded against the zone built so
 	// far: its blocks must not overlap group metadata.
 	v.zone = z
-	if ji := sb.JournalInum; ji != 0 && sb.JournalDev == 0 && sb.HasCompat(layout.CompatHasJournal) {
-		n, err := v.getInode(ji)
-		if err != nil {
-			return fmt.Errorf("ext4io: journal inode %d: %w", ji, err)
+	ji := sb.JournalInum
+	if ji == 0 || sb.JournalDev != 0 || !sb.HasCompat(layout.CompatHasJournal) {
+		return nil
+	}
+	full, err := v.journalZone(z, ji)
+	if err != nil {
+		// Like Linux, which refuses to mount then. A read-only volume
+		// whose journal needs no replay does not use the journal: it
+		// opens without the journal's blocks in the zone, so that data
+		// can still be read from a volume whose journal inode is broken.
+		if v.opts.Writable || v.opts.Replay || sb.HasIncompat(layout.IncompatRecover) {
+			return err
 		}
-		if n.m != nil {
-			full := &systemZone{runs: slices.Clone(z.runs)}
-			err := n.m.walk(func(e extent.Extent) error {
-				full.add(e.Pblk, uint64(e.Len), ji)
-				return nil
-			})
-			if err != nil {
-				return fmt.Errorf("ext4io: journal inode %d: %w", ji, err)
-			}
-			if err := full.finish(); err != nil {
-				return err
-			}
-			v.zone = full
+		return nil
+	}
+	v.zone = full
+	return nil
+}
+
+// journalZone returns z with the blocks of journal inode ji added.
+func (v *Volume) journalZone(z *systemZone, ji uint32) (*systemZone, error) {
+	n, err := v.getInode(ji)
+	if err != nil {
+		return nil, fmt.Errorf("ext4io: journal inode %d: %w", ji, err)
+	}
+	full := &systemZone{runs: slices.Clone(z.runs)}
+	if n.m != nil {
+		err := n.m.walk(func(e extent.Extent) error {
+			full.add(e.Pblk, uint64(e.Len), ji)
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("ext4io: journal inode %d: %w", ji, err)
 		}
 	}
-	return nil
+	if err := full.finish(); err != nil {
+		return nil, err
+	}
+	return full, nil
 }
