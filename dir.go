@@ -120,10 +120,10 @@ func (f *File) physOf(lblk uint64) uint64 {
 }
 
 // checkDirSize rejects a directory whose i_size reaches past its last
-// mapped block, as e2fsck does ("incorrect i_size"): every loop over a
-// directory's blocks stops at i_size, and holes before the last mapped
-// block are skipped a run at a time (dirRuns), so a directory's size can
-// no longer make a walk of it loop beyond what is mapped.
+// mapped block, as e2fsck does ("incorrect i_size"). Every loop over a
+// directory's blocks stops at i_size and skips holes a run at a time
+// (dirRuns), so with this check a walk of a directory is bounded by its
+// mapping, whatever its i_size says.
 func (v *Volume) checkDirSize(n *inode) error {
 	if n.m == nil {
 		return nil
@@ -135,7 +135,7 @@ func (v *Volume) checkDirSize(n *inode) error {
 	bs := uint64(v.bs)
 	if nblk := n.in.Size/bs + min(n.in.Size%bs, 1); nblk > end {
 		return &errs.CorruptError{What: "directory", Ino: n.ino, Off: -1,
-			Msg: fmt.Sprintf("i_size %d reaches block %d, past the last mapped block %d", n.in.Size, nblk-1, int64(end)-1)}
+			Msg: fmt.Sprintf("i_size %d reaches block %d, but only blocks below %d are mapped", n.in.Size, nblk-1, end)}
 	}
 	return nil
 }
