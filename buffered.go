@@ -92,7 +92,7 @@ func (o *bufOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, err
 		if m.kind == mapDelayed {
 			req.Flags = alloc.Delalloc
 		}
-		start, got, err := o.v.alloc.Allocate(req)
+		start, got, err := o.v.allocate(req)
 		if err != nil {
 			return iomap.Mapping{}, fmt.Errorf("ext4io: inode %d: allocating %d blocks for write-back at block %d: %w", o.n.ino, req.Max, lblk, err)
 		}

@@ -1,8 +1,10 @@
 package ext4io
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ext4io/ext4io/extent"
+	"github.com/ext4io/ext4io/internal/errs"
 	"github.com/ext4io/ext4io/layout"
 )
 
@@ -59,7 +62,7 @@ func (v *Volume) create(name string, mode uint16) (*File, error) {
 	} else if !isNotExist(err) {
 		return nil, err
 	}
-	ino, err := v.alloc.AllocInode(dir.ino, false)
+	ino, err := v.allocInode(dir.ino, false)
 	if err != nil {
 		return nil, err
 	}
@@ -75,6 +78,26 @@ func (v *Volume) create(name string, mode uint16) (*File, error) {
 		return nil, err
 	}
 	return v.openInode(ino, base)
+}
+
+// allocInode allocates an inode for a new file or directory in directory
+// parent. The allocator checks the inode table's slot is free; an inode
+// still cached here is live too (open, perhaps unlinked), and one the
+// bitmap hands out anyway is corruption, as Linux's ext4_new_inode fails
+// ("doubly allocated?") when the inode is still in its inode cache. The
+// inode's bit stays set then: the inode is in use.
+func (v *Volume) allocInode(parent uint32, dir bool) (uint32, error) {
+	ino, err := v.alloc.AllocInode(parent, dir)
+	if err != nil {
+		return 0, err
+	}
+	v.inoMu.Lock()
+	_, live := v.inodes[ino]
+	v.inoMu.Unlock()
+	if live {
+		return 0, &errs.CorruptError{What: "inode bitmap", Ino: ino, Off: -1, Msg: fmt.Sprintf("inode %d marked free but in use", ino)}
+	}
+	return ino, nil
 }
 
 // newInode returns a fresh extent-mapped inode with the given mode.
@@ -112,25 +135,25 @@ func (d *File) addEntryLocked(name string, ino uint32, ft uint8) error {
 		return d.addDxEntryLocked(name, ino, ft, need)
 	}
 	buf := make([]byte, bs)
-	for lblk := uint64(0); lblk < nblk; lblk++ {
-		ok, err := d.dirBlock(lblk, buf)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			continue
-		}
+	err := d.dirBlocks(nblk, buf, func(lblk uint64) error {
 		done, err := d.insertInBlock(lblk, buf, name, ino, ft, need)
 		if done || err != nil {
-			return err
+			return cmp.Or(err, errStop)
 		}
 		if nblk == 1 && v.sb.HasCompat(layout.CompatDirIndex) {
 			// The only block is full: index the directory, as
 			// ext4_add_entry does with make_indexed_dir.
 			if done, err := d.makeIndexedLocked(buf, name, ino, ft, need); done || err != nil {
-				return err
+				return cmp.Or(err, errStop)
 			}
 		}
+		return nil
+	})
+	if errors.Is(err, errStop) {
+		return nil
+	}
+	if err != nil {
+		return err
 	}
 	return d.appendDirBlockLocked(name, ino, ft)
 }
@@ -141,7 +164,7 @@ func (d *File) insertInBlock(lblk uint64, b []byte, name string, ino uint32, ft 
 	v := d.v
 	hasTail := v.csum && layout.HasDirTail(b)
 	slot, slotLen, used := -1, 0, 0
-	err := layout.DirBlock(b, d.physOf(lblk), d.ino, hasTail, v.sb.HasIncompat(layout.IncompatFiletype), func(e layout.DirEntry) error {
+	err := layout.DirBlock(b, d.physOf(lblk), d.ino, hasTail, v.sb.HasIncompat(layout.IncompatFiletype), lblk == 0, func(e layout.DirEntry) error {
 		u := 0
 		if e.Inode != 0 {
 			u = layout.DirRecLen(int(e.NameLen))

@@ -9,6 +9,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/ext4io/ext4io/extent"
 	"github.com/ext4io/ext4io/internal/errs"
 	"github.com/ext4io/ext4io/layout"
 )
@@ -67,7 +68,7 @@ func (f *File) leafEntries(lblk uint64, b []byte, fn func(layout.DirEntry) error
 			return err
 		}
 	}
-	return layout.DirBlock(b, f.physOf(lblk), f.ino, hasTail, v.sb.HasIncompat(layout.IncompatFiletype), func(e layout.DirEntry) error {
+	return layout.DirBlock(b, f.physOf(lblk), f.ino, hasTail, v.sb.HasIncompat(layout.IncompatFiletype), lblk == 0, func(e layout.DirEntry) error {
 		if e.Inode == 0 {
 			return nil
 		}
@@ -78,7 +79,7 @@ func (f *File) leafEntries(lblk uint64, b []byte, fn func(layout.DirEntry) error
 // dxRootEntries yields "." and ".." from an htree root block.
 func (f *File) dxRootEntries(b []byte, fn func(layout.DirEntry) error) error {
 	n := 0
-	err := layout.DirBlock(b[:layout.DxRootInfoOff], f.physOf(0), f.ino, false, true, func(e layout.DirEntry) error {
+	err := layout.DirBlock(b[:layout.DxRootInfoOff], f.physOf(0), f.ino, false, true, true, func(e layout.DirEntry) error {
 		n++
 		if n > 2 {
 			return errStop
@@ -118,27 +119,114 @@ func (f *File) physOf(lblk uint64) uint64 {
 	return m.pblk
 }
 
+// checkDirSize rejects a directory whose i_size reaches past its last
+// mapped block, as e2fsck does ("incorrect i_size"). Every loop over a
+// directory's blocks stops at i_size and skips holes a run at a time
+// (dirRuns), so with this check a walk of a directory is bounded by its
+// mapping, whatever its i_size says.
+func (v *Volume) checkDirSize(n *inode) error {
+	if n.m == nil {
+		return nil
+	}
+	end, err := n.m.end()
+	if err != nil {
+		return err
+	}
+	bs := uint64(v.bs)
+	if nblk := n.in.Size/bs + min(n.in.Size%bs, 1); nblk > end {
+		return &errs.CorruptError{What: "directory", Ino: n.ino, Off: -1,
+			Msg: fmt.Sprintf("i_size %d reaches block %d, but only blocks below %d are mapped", n.in.Size, nblk-1, end)}
+	}
+	return nil
+}
+
+// end returns one past the last logical block the mapper maps.
+func (m *mapper) end() (uint64, error) {
+	if m.tree != nil {
+		return m.tree.End()
+	}
+	var end uint64
+	err := extent.WalkIndirect(m.ind, m.cfg, func(e extent.Extent) error {
+		end = e.End()
+		return nil
+	}, nil)
+	return end, err
+}
+
+// dirRuns calls fn for each run of mapped blocks of directory f below
+// block nblk, in logical order; holes are skipped a whole gap at a time,
+// so the calls and the work between them are bounded by the mapping.
+func (f *File) dirRuns(nblk uint64, fn func(lblk, n uint64) error) error {
+	m := f.m
+	if m.tree == nil {
+		// Block-mapped (ext3-style) directories: collect the runs first;
+		// fn reads through the mapper, which WalkIndirect must not call.
+		var runs []extent.Extent
+		err := m.walk(func(e extent.Extent) error {
+			if uint64(e.Lblk) >= nblk {
+				return errStop
+			}
+			runs = append(runs, e)
+			return nil
+		})
+		if err != nil && !errors.Is(err, errStop) {
+			return err
+		}
+		for _, r := range runs {
+			if err := fn(uint64(r.Lblk), min(r.End(), nblk)-uint64(r.Lblk)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for lblk := uint64(0); lblk < nblk && lblk < extent.EndLblk; {
+		e, found, hole, err := m.tree.Lookup(uint32(lblk))
+		if err != nil {
+			return err
+		}
+		if !found {
+			lblk += hole
+			continue
+		}
+		end := min(e.End(), nblk)
+		if err := fn(lblk, end-lblk); err != nil {
+			return err
+		}
+		lblk = end
+	}
+	return nil
+}
+
+// dirBlocks calls fn with each mapped, written block of directory f below
+// block nblk (read into buf), in logical order.
+func (f *File) dirBlocks(nblk uint64, buf []byte, fn func(lblk uint64) error) error {
+	return f.dirRuns(nblk, func(lblk, n uint64) error {
+		for end := lblk + n; lblk < end; lblk++ {
+			ok, err := f.dirBlock(lblk, buf)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				continue
+			}
+			if err := fn(lblk); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // scanDir calls fn for every entry of directory f in on-disk order.
 func (f *File) scanDir(fn func(layout.DirEntry) error) error {
 	if f.inl != nil || f.in.Flags&layout.InodeFlagInlineData != 0 {
 		return f.scanInlineDir(fn)
 	}
 	bs := uint64(f.v.bs)
-	nblk := (f.in.Size + bs - 1) / bs
 	buf := make([]byte, bs)
-	for lblk := uint64(0); lblk < nblk; lblk++ {
-		ok, err := f.dirBlock(lblk, buf)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			continue
-		}
-		if err := f.leafEntries(lblk, buf, fn); err != nil {
-			return err
-		}
-	}
-	return nil
+	return f.dirBlocks((f.in.Size+bs-1)/bs, buf, func(lblk uint64) error {
+		return f.leafEntries(lblk, buf, fn)
+	})
 }
 
 // scanInlineDir walks an inline-data directory: the parent inode number in
@@ -164,7 +252,7 @@ func (f *File) scanInlineDir(fn func(layout.DirEntry) error) error {
 		if len(r) == 0 {
 			continue
 		}
-		err := layout.DirBlock(r, 0, f.ino, false, f.v.sb.HasIncompat(layout.IncompatFiletype), func(e layout.DirEntry) error {
+		err := layout.DirBlock(r, 0, f.ino, false, f.v.sb.HasIncompat(layout.IncompatFiletype), false, func(e layout.DirEntry) error {
 			if e.Inode == 0 {
 				return nil
 			}

@@ -105,4 +105,13 @@
 // ErrUnsupported, ErrIO, ErrInvalid, ErrNotFound, ErrExist and ErrClosed;
 // corrupt metadata is reported as a *CorruptError naming the structure,
 // inode, block and byte offset.
+//
+// Everything read from an image is untrusted: a crafted one gets
+// ErrCorrupt, never a panic, a hang or a write outside the file asked for.
+// Directory entry names are checked where they are decoded (layout
+// invariant L7); a directory's i_size must not reach past its last mapped
+// block, and its blocks are walked a mapped run at a time; mappings into
+// file-system metadata are refused where extent trees and block maps are
+// decoded (a system zone, as Linux's block_validity: zone.go); an inode
+// the bitmap calls free but that is in use is never allocated.
 package ext4io

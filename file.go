@@ -268,6 +268,15 @@ func checkLinked(ino uint32, in *layout.Inode) error {
 	return &errs.CorruptError{What: "inode", Ino: ino, Off: -1, Msg: fmt.Sprintf("invalid file type in mode %#o", in.Mode)}
 }
 
+// checkSize rejects an inode whose 64-bit i_size has its top bit set (a
+// negative loff_t), as ext4_iget does ("bad i_size value").
+func checkSize(ino uint32, in *layout.Inode) error {
+	if int64(in.Size) < 0 {
+		return &errs.CorruptError{What: "inode", Ino: ino, Off: -1, Msg: fmt.Sprintf("negative size %#x", in.Size)}
+	}
+	return nil
+}
+
 // getInode returns the shared state of inode ino, reading it on first use.
 // Inodes stay cached while the volume is open.
 func (v *Volume) getInode(ino uint32) (*inode, error) {
@@ -281,6 +290,9 @@ func (v *Volume) getInode(ino uint32) (*inode, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkSize(ino, in); err != nil {
+		return nil, err
+	}
 	n = &inode{ino: ino, in: in}
 	switch {
 	case in.Flags&layout.InodeFlagInlineData != 0:
@@ -289,6 +301,9 @@ func (v *Volume) getInode(ino uint32) (*inode, error) {
 		n.inl = append([]byte(nil), in.Block[:min(int(in.Size), layout.InodeBlockSize)]...)
 	default:
 		n.m, err = v.newMapper(n)
+		if err == nil && in.IsDir() {
+			err = v.checkDirSize(n)
+		}
 		if err == nil && v.pc != nil && n.m.tree != nil && in.IsReg() {
 			n.bops = newBufOps(v, n)
 			n.mayCache.Store(true) // pages may outlive an earlier inode struct

@@ -185,6 +185,9 @@ func (d *fsDirEntry) Info() (fs.FileInfo, error) {
 	if err := checkLinked(d.e.Ino, in); err != nil {
 		return nil, err
 	}
+	if err := checkSize(d.e.Ino, in); err != nil {
+		return nil, err
+	}
 	return newFileInfo(d.v, d.e.Name, d.e.Ino, in), nil
 }
 

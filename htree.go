@@ -291,7 +291,7 @@ func (d *File) dxSplitLeaf(fr *dxFrame, lblk uint64, b []byte, hashVersion uint8
 	v := d.v
 	var ents []dxEnt
 	hasFt := v.sb.HasIncompat(layout.IncompatFiletype)
-	err := layout.DirBlock(b, d.physOf(lblk), d.ino, v.csum && layout.HasDirTail(b), hasFt, func(e layout.DirEntry) error {
+	err := layout.DirBlock(b, d.physOf(lblk), d.ino, v.csum && layout.HasDirTail(b), hasFt, lblk == 0, func(e layout.DirEntry) error {
 		if e.Inode == 0 {
 			return nil
 		}

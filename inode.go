@@ -128,6 +128,7 @@ func (v *Volume) extentConfig(ino uint32, in *layout.Inode) extent.Config {
 		Csum:           v.csum && !v.opts.SkipChecksums,
 		FirstDataBlock: uint64(v.sb.FirstDataBlock),
 		BlocksCount:    v.sb.BlocksCount,
+		SystemZone:     func(p, n uint64) bool { return v.zone.overlaps(ino, p, n) },
 		IO:             extent.NewDeviceIO(v.dev, v.bs),
 	}
 }

@@ -201,7 +201,7 @@ func (a treeAlloc) AllocTreeBlock(goal uint64, mustSucceed bool) (uint64, error)
 	if mustSucceed {
 		flags |= alloc.MustSucceed
 	}
-	start, _, err := a.v.alloc.Allocate(alloc.Request{Goal: goal, Min: 1, Max: 1, Flags: flags})
+	start, _, err := a.v.allocate(alloc.Request{Goal: goal, Min: 1, Max: 1, Flags: flags})
 	if err != nil {
 		return 0, err
 	}

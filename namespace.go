@@ -229,7 +229,7 @@ func (v *Volume) mkdir(name string, perm fs.FileMode) error {
 	if v.dirLinkMax(dir.n) {
 		return ErrTooManyLinks
 	}
-	ino, err := v.alloc.AllocInode(dir.ino, true)
+	ino, err := v.allocInode(dir.ino, true)
 	if err != nil {
 		return err
 	}
@@ -568,7 +568,7 @@ func (v *Volume) symlink(target, name string) error {
 	} else if !isNotExist(err) {
 		return err
 	}
-	ino, err := v.alloc.AllocInode(dir.ino, false)
+	ino, err := v.allocInode(dir.ino, false)
 	if err != nil {
 		return err
 	}
@@ -853,7 +853,7 @@ func (d *File) findEntry(name string, ino uint32, buf []byte) (lblk uint64, off,
 			return false, nil // index block
 		}
 		p := -1
-		err = layout.DirBlock(buf, d.physOf(blk), d.ino, v.csum && layout.HasDirTail(buf), hasFt, func(e layout.DirEntry) error {
+		err = layout.DirBlock(buf, d.physOf(blk), d.ino, v.csum && layout.HasDirTail(buf), hasFt, blk == 0, func(e layout.DirEntry) error {
 			if e.Inode != 0 && string(e.Name) == name && (ino == 0 || e.Inode == ino) {
 				off, prev = e.Off, p
 				return errStop
@@ -870,12 +870,19 @@ func (d *File) findEntry(name string, ino uint32, buf []byte) (lblk uint64, off,
 	if v.isDxDir(d.in) {
 		err = d.dxWalk(name, func(blk uint64) (bool, error) { return try(blk) })
 	} else {
-		nblk := d.in.Size / uint64(v.bs)
-		for blk := uint64(0); blk < nblk; blk++ {
-			var found bool
-			if found, err = try(blk); found || err != nil {
-				break
+		err = d.dirRuns(d.in.Size/uint64(v.bs), func(blk, n uint64) error {
+			for end := blk + n; blk < end; blk++ {
+				if found, err := try(blk); found || err != nil {
+					if found {
+						return errStop
+					}
+					return err
+				}
 			}
+			return nil
+		})
+		if errors.Is(err, errStop) {
+			err = nil
 		}
 	}
 	if err != nil {

@@ -94,6 +94,9 @@ func (v *Volume) recover() error {
 	if err := v.loadGroups(); err != nil {
 		return err
 	}
+	if err := v.buildZone(); err != nil {
+		return err
+	}
 	var freeBlocks uint64
 	var freeInodes uint32
 	for _, g := range v.groups {

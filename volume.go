@@ -133,11 +133,12 @@ type Volume struct {
 	bshift   uint // log2(bs), for the per-I/O block arithmetic
 	groups   []*layout.GroupDesc
 	csumSeed uint32
-	csum     bool    // metadata_csum
-	cache    *escSet // extent-status cache, safe for concurrent use
-	zchunk   uint64  // Options.ZeroOutChunk in blocks (set before writes start)
-	lbs      int64   // dev's logical block size
-	align    int64   // dev's direct I/O alignment (dioAlign)
+	csum     bool        // metadata_csum
+	zone     *systemZone // blocks no file may map (zone.go); rebuilt only during Open
+	cache    *escSet     // extent-status cache, safe for concurrent use
+	zchunk   uint64      // Options.ZeroOutChunk in blocks (set before writes start)
+	lbs      int64       // dev's logical block size
+	align    int64       // dev's direct I/O alignment (dioAlign)
 
 	alloc    *alloc.Allocator // writable volumes only; safe for concurrent use
 	pc       *iomap.PageCache // buffered writes of a writable volume; nil if disabled
@@ -226,6 +227,9 @@ func Open(dev blockdev.Device, opts Options) (*Volume, error) {
 		return nil, errs.Corruptf("superblock", 0, -1, "filesystem has %d blocks of %d bytes but the device holds %d bytes", sb.BlocksCount, v.bs, size)
 	}
 	if err := v.loadGroups(); err != nil {
+		return nil, err
+	}
+	if err := v.buildZone(); err != nil {
 		return nil, err
 	}
 	if sb.HasIncompat(layout.IncompatRecover) {

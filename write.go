@@ -346,7 +346,7 @@ func pow2Floor(n uint64) uint64 { return 1 << (bits.Len64(n) - 1) }
 // allocRun allocates up to nblk blocks for logical block lblk.
 func (f *File) allocRun(lblk, nblk uint64, maxLen uint64) (uint64, uint64, error) {
 	nblk = min(nblk, maxLen)
-	start, got, err := f.v.alloc.Allocate(f.allocRequest(lblk, nblk))
+	start, got, err := f.v.allocate(f.allocRequest(lblk, nblk))
 	if err != nil {
 		return 0, 0, fmt.Errorf("ext4io: inode %d: allocating %d blocks: %w", f.ino, nblk, err)
 	}

@@ -91,9 +91,14 @@ func (a *Allocator) allocInodeIn(gi uint64, dir bool) (uint32, error) {
 	if d.FreeInodesCount == 0 {
 		return 0, errs.Corruptf("inode bitmap", d.InodeBitmap, -1, "group %d: free inode %d but the descriptor counts none", gi, idx)
 	}
+	wasUninit := a.csum && d.Flags&layout.BgInodeUninit != 0
+	if !wasUninit && (!a.csum || idx < uint64(a.ipg-min(d.ItableUnused, a.ipg))) {
+		if err := a.checkInodeFreeLocked(gi, idx); err != nil {
+			return 0, err
+		}
+	}
 	old := *d
 	oldRaw := append([]byte(nil), d.Raw...)
-	wasUninit := a.csum && d.Flags&layout.BgInodeUninit != 0
 	// The kernel initialises the block bitmap of a group whose inodes
 	// start being used.
 	if a.csum && d.Flags&layout.BgBlockUninit != 0 {
@@ -136,6 +141,30 @@ func (a *Allocator) allocInodeIn(gi uint64, dir bool) (uint32, error) {
 		a.dirs.Add(1)
 	}
 	return uint32(gi*uint64(a.ipg) + idx + 1), nil
+}
+
+// checkInodeFreeLocked checks that inode idx of group gi, free in the
+// bitmap, is free in the inode table too: a bitmap that marks a live inode
+// free would make two files share it. Like Linux, which fails such an
+// allocation ("doubly allocated?") rather than search on, it refuses with
+// ErrCorrupt and changes nothing: a bitmap known to lie about one inode is
+// not trusted about the others. Slots past the used part of the table
+// (bg_itable_unused, INODE_UNINIT) may hold stale bytes and are not read.
+func (a *Allocator) checkInodeFreeLocked(gi, idx uint64) error {
+	isz := uint64(a.sb.InodeSizeBytes())
+	d := a.g[gi].mu.desc
+	blk := d.InodeTable + idx*isz/a.bs
+	b, err := a.io.Read(blk)
+	if err != nil {
+		return err
+	}
+	off := idx * isz % a.bs
+	if layout.InodeFree(b[off : off+isz]) {
+		return nil
+	}
+	ino := uint32(gi*uint64(a.ipg) + idx + 1)
+	return &errs.CorruptError{What: "inode bitmap", Ino: ino, Block: d.InodeBitmap, Off: -1,
+		Msg: fmt.Sprintf("group %d marks inode %d free but the inode table holds it in use", gi, ino)}
 }
 
 // FreeInode frees inode ino (dir: it was a directory). Freeing a free or

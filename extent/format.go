@@ -29,8 +29,9 @@
 //   - I4 keys: an index key equals the first key of its child (reading
 //     accepts key <= first key, as the kernel's lookup does).
 //   - I5 ranges: 1 <= Len <= 32768 (32767 unwritten); extents end at or
-//     before logical block 2^32-1; physical blocks lie in
-//     [FirstDataBlock, BlocksCount).
+//     before logical block 2^32-1; physical blocks (of extents and of
+//     child tree blocks) lie in [FirstDataBlock, BlocksCount) and outside
+//     Config.SystemZone.
 //   - I6 checksum: with metadata_csum, every tree block carries a valid tail.
 package extent
 

@@ -28,7 +28,8 @@ func iblockPtr(iblock *[RootSize]byte, i int) uint64 {
 // MapIndirect maps logical block lblk of a block-mapped file whose i_block
 // is iblock. found is false for a hole (or a block beyond the triple
 // indirect range). cfg.IO reads the indirect blocks; pointers outside
-// [FirstDataBlock, BlocksCount) are reported as corrupt.
+// [FirstDataBlock, BlocksCount) or inside cfg.SystemZone are reported as
+// corrupt.
 func MapIndirect(iblock *[RootSize]byte, cfg Config, lblk uint32) (pblk uint64, found bool, err error) {
 	if err := cfg.validate(); err != nil {
 		return 0, false, err
@@ -77,6 +78,9 @@ func checkPtr(cfg *Config, p, block uint64, off int, what string) (uint64, bool,
 	}
 	if !cfg.pblkOK(p, 1) {
 		return 0, false, cfg.corrupt(block, off, "%s %d outside [%d,%d)", what, p, cfg.FirstDataBlock, cfg.BlocksCount)
+	}
+	if cfg.inSystemZone(p, 1) {
+		return 0, false, cfg.corrupt(block, off, "%s %d is file-system metadata", what, p)
 	}
 	return p, true, nil
 }

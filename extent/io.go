@@ -103,7 +103,13 @@ type Config struct {
 	Csum           bool   // metadata_csum: verify and write ext4_extent_tail
 	FirstDataBlock uint64 // s_first_data_block: lowest valid physical block
 	BlocksCount    uint64 // s_blocks_count: one past the highest valid block
-	IO             BlockIO
+	// SystemZone, when set, reports whether the n blocks at pblk overlap
+	// file-system metadata this inode must not map (superblocks,
+	// descriptors, bitmaps, inode tables, the journal: Linux's
+	// block_validity). Extents, index entries and indirect pointers that
+	// do are corrupt when decoded; Insert and new tree blocks refuse them.
+	SystemZone func(pblk, n uint64) bool
+	IO         BlockIO
 	// Alloc is needed by mutations only.
 	Alloc Allocator
 	// Goal is the allocation goal for the first tree block when the tree
@@ -152,6 +158,11 @@ func (c *Config) validate() error {
 // pblkOK reports whether [p, p+n) lies within the filesystem's data area.
 func (c *Config) pblkOK(p, n uint64) bool {
 	return p >= c.FirstDataBlock && p < c.BlocksCount && n <= c.BlocksCount-p
+}
+
+// inSystemZone reports whether [p, p+n) overlaps the system zone.
+func (c *Config) inSystemZone(p, n uint64) bool {
+	return c.SystemZone != nil && c.SystemZone(p, n)
 }
 
 func invalidf(format string, args ...any) error {

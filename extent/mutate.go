@@ -85,6 +85,10 @@ func (tx *txn) alloc(goal uint64, depth int) (*node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("extent: inode %d: allocating a tree block: %w", t.cfg.Ino, err)
 	}
+	if t.cfg.inSystemZone(p, 1) {
+		// Not returned on abort: the bitmap that offered it lies.
+		return nil, t.cfg.corrupt(0, -1, "allocator returned block %d, which is file-system metadata", p)
+	}
 	if !t.cfg.pblkOK(p, 1) || t.mu.cache[p] != nil {
 		tx.created = append(tx.created, p) // returned on abort
 		return nil, fmt.Errorf("extent: allocator returned block %d, unusable for inode %d: %w", p, t.cfg.Ino, ErrInvalid)
@@ -435,6 +439,9 @@ func (t *Tree) checkExtent(e Extent) error {
 	}
 	if !t.cfg.pblkOK(e.Pblk, uint64(e.Len)) {
 		return invalidf("physical blocks [%d,+%d) outside [%d,%d)", e.Pblk, e.Len, t.cfg.FirstDataBlock, t.cfg.BlocksCount)
+	}
+	if t.cfg.inSystemZone(e.Pblk, uint64(e.Len)) {
+		return t.cfg.corrupt(0, -1, "mapping [%d,+%d) at physical blocks [%d,+%d), which overlap file-system metadata", e.Lblk, e.Len, e.Pblk, e.Len)
 	}
 	return nil
 }

@@ -157,6 +157,8 @@ func (t *Tree) decodeNode(raw []byte, pblk uint64, root bool, wantDepth int, whe
 				return nil, bad(off, "entry %d: extent [%d,+%d) past logical block %d", i, e.Lblk, e.Len, uint32(EndLblk))
 			case !c.pblkOK(e.Pblk, uint64(e.Len)):
 				return nil, bad(off, "entry %d: physical blocks [%d,+%d) outside [%d,%d)", i, e.Pblk, e.Len, c.FirstDataBlock, c.BlocksCount)
+			case c.inSystemZone(e.Pblk, uint64(e.Len)):
+				return nil, bad(off, "entry %d: physical blocks [%d,+%d) overlap file-system metadata", i, e.Pblk, e.Len)
 			case i > 0 && uint64(e.Lblk) < prevEnd:
 				return nil, bad(off, "entry %d: extent at %d overlaps or precedes the previous one ending at %d", i, e.Lblk, prevEnd)
 			}
@@ -171,6 +173,8 @@ func (t *Tree) decodeNode(raw []byte, pblk uint64, root bool, wantDepth int, whe
 			switch {
 			case !c.pblkOK(x.Pblk, 1):
 				return nil, bad(off, "entry %d: child block %d outside [%d,%d)", i, x.Pblk, c.FirstDataBlock, c.BlocksCount)
+			case c.inSystemZone(x.Pblk, 1):
+				return nil, bad(off, "entry %d: child block %d is file-system metadata", i, x.Pblk)
 			case i > 0 && x.Lblk <= n.idx[i-1].Lblk:
 				return nil, bad(off, "entry %d: index key %d not above previous %d", i, x.Lblk, n.idx[i-1].Lblk)
 			}
@@ -457,6 +461,29 @@ func (t *Tree) Lookup(lblk uint32) (e Extent, found bool, holeLen uint64, err er
 		return e, true, 0, nil
 	}
 	return Extent{}, false, uint64(e.Lblk - lblk), nil
+}
+
+// End returns one past the last logical block an extent maps, 0 for an
+// empty tree. It reads the rightmost path only, unless the rightmost leaf
+// is empty.
+func (t *Tree) End() (uint64, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	path, err := t.findLocked(EndLblk - 1)
+	if err != nil {
+		return 0, err
+	}
+	if leaf := path[len(path)-1]; leaf.pos >= 0 {
+		return leaf.n.ext[leaf.pos].End(), nil
+	}
+	var end uint64
+	err = t.walkLocked(func(path []pathElem) error {
+		if ext := path[len(path)-1].n.ext; len(ext) > 0 {
+			end = ext[len(ext)-1].End()
+		}
+		return nil
+	}, nil)
+	return end, err
 }
 
 // Walk calls fn for every extent in logical order, stopping at the first

@@ -68,19 +68,24 @@ func EncodeRecLen(l, blockSize int) uint16 {
 }
 
 // DirBlock iterates over the entries of one linear directory block.
-// It validates each record as ext4_check_dir_entry does. Entries with
-// Inode 0 (unused space) are yielded too; callers skip them.
+// It validates each record as ext4_check_dir_entry does, and the name of
+// each used entry as e2fsck does (invariant L7): not empty, no '/' and no
+// NUL, and "." and ".." only in their slots. Entries with Inode 0 (unused
+// space) are yielded too, their names unchecked; callers skip them.
 //
 // hasTail says the block ends in a checksum tail (metadata_csum), which is
 // not yielded. filetype says whether the high name_len byte is a file type.
-func DirBlock(b []byte, block uint64, ino uint32, hasTail, filetype bool, fn func(DirEntry) error) error {
+// dots says the block starts with the "." and ".." slots (block 0 of a
+// directory, linear or the root of a hash index): the first entry, if used,
+// must be named "." and the second ".."; elsewhere neither name may appear.
+func DirBlock(b []byte, block uint64, ino uint32, hasTail, filetype, dots bool, fn func(DirEntry) error) error {
 	bs := len(b)
 	end := bs
 	if hasTail {
 		end -= DirTailLen
 	}
 	le := binary.LittleEndian
-	for off := 0; off < end; {
+	for off, slot := 0, 0; off < end; slot++ {
 		bad := func(format string, args ...any) error {
 			return &errs.CorruptError{What: "directory entry", Ino: ino, Block: block, Off: off, Msg: sprintf(format, args...)}
 		}
@@ -113,12 +118,44 @@ func DirBlock(b []byte, block uint64, ino uint32, hasTail, filetype bool, fn fun
 			return bad("name_len %d", nameLen)
 		}
 		e.Name = b[off+DirEntryHeaderLen : off+DirEntryHeaderLen+nameLen]
+		if e.Inode != 0 {
+			if msg := CheckDirName(e.Name, dots && slot < 2, slot); msg != "" {
+				return bad("%s", msg)
+			}
+		}
 		if err := fn(e); err != nil {
 			return err
 		}
 		off += e.RecLen
 	}
 	return nil
+}
+
+// CheckDirName validates the name of a used directory entry (invariant
+// D1) and returns what is wrong with it, or "" if nothing is. dotSlot says
+// the entry is in slot 0 or 1 of a block that starts with "." and ".."
+// (slot names which): there it must be "." (slot 0) or ".." (slot 1).
+// Everywhere else "." and ".." are refused, as are empty names and names
+// holding '/' or NUL.
+func CheckDirName(name []byte, dotSlot bool, slot int) string {
+	if dotSlot {
+		if want := "..."[:slot+1]; string(name) != want {
+			return sprintf("entry %d is %q, not %q", slot, name, want)
+		}
+		return ""
+	}
+	switch {
+	case len(name) == 0:
+		return "empty name"
+	case string(name) == "." || string(name) == "..":
+		return sprintf("entry %q outside its slot", name)
+	}
+	for _, c := range name {
+		if c == '/' || c == 0 {
+			return sprintf("name %q holds '/' or NUL", name)
+		}
+	}
+	return ""
 }
 
 // PutDirEntry writes an entry at off with the given record length.

@@ -32,6 +32,9 @@
 //	L4 with 64bit, 64 <= s_desc_size <= 1024, power of two
 //	L5 the superblock checksum matches when metadata_csum is set
 //	L6 every group descriptor's table locations lie inside the filesystem
+//	L7 a used directory entry's name is not empty, holds no '/' or NUL, and is
+//	   "." or ".." exactly in the first two slots of a directory's block 0
+//	   (DirBlock, CheckDirName)
 package layout
 
 import "github.com/ext4io/ext4io/internal/errs"

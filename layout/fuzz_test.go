@@ -95,7 +95,7 @@ func FuzzDirBlock(f *testing.F) {
 		}
 		_ = VerifyDirBlock(7, b, 1, 2)
 		n := 0
-		_ = DirBlock(b, 1, 2, tail, true, func(e DirEntry) error {
+		_ = DirBlock(b, 1, 2, tail, true, true, func(e DirEntry) error {
 			if e.Off+e.RecLen > len(b) || len(e.Name) > MaxNameLen {
 				t.Fatalf("entry escapes block: %+v", e)
 			}

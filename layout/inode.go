@@ -98,6 +98,14 @@ func encodeTime(t Timestamp) (sec uint32, extra uint32) {
 	return sec, uint32(epoch)&3 | t.Nsec<<2
 }
 
+// InodeFree reports whether the raw on-disk inode b is free as ext4's
+// inode allocator and e2fsck see it: i_mode 0, or i_links_count 0 with
+// i_dtime set (deleted). b holds at least GoodOldInodeSize bytes.
+func InodeFree(b []byte) bool {
+	le := binary.LittleEndian
+	return le.Uint16(b[0x00:]) == 0 || le.Uint16(b[0x1A:]) == 0 && le.Uint32(b[0x14:]) != 0
+}
+
 // DecodeInode decodes an on-disk inode of inodeSize bytes. It checks that
 // i_extra_isize fits; checksums are verified by VerifyInodeChecksum.
 func DecodeInode(b []byte, inodeSize int) (*Inode, error) {

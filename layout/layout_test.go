@@ -2,6 +2,7 @@ package layout
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -248,5 +249,54 @@ func TestInodeTimestamps(t *testing.T) {
 		if out.Mtime != ts {
 			t.Errorf("mtime %+v decodes to %+v", ts, out.Mtime)
 		}
+	}
+}
+
+// TestDirNames checks invariant L7 on DirBlock: bad names in used
+// entries are corrupt, unused entries' names are not looked at.
+func TestDirNames(t *testing.T) {
+	block := func(names ...string) []byte {
+		b := make([]byte, 1024)
+		off := 0
+		for i, n := range names {
+			rec := DirRecLen(len(n))
+			if i == len(names)-1 {
+				rec = len(b) - off
+			}
+			PutDirEntry(b, off, 12, rec, FtRegFile, []byte(n))
+			off += rec
+		}
+		return b
+	}
+	for _, tc := range []struct {
+		names []string
+		dots  bool
+		ok    bool
+	}{
+		{[]string{".", "..", "a"}, true, true},
+		{[]string{"a", "b"}, false, true},
+		{[]string{".", "..", "a/b"}, true, false},
+		{[]string{".", "..", "a\x00"}, true, false},
+		{[]string{".", "..", ""}, true, false},
+		{[]string{".", "..", "."}, true, false},
+		{[]string{".", "..", ".."}, true, false},
+		{[]string{"x", "..", "a"}, true, false},
+		{[]string{".", "x", "a"}, true, false},
+		{[]string{".", ".."}, false, false}, // not block 0: no dot slots
+		{[]string{"../../etc/passwd"}, false, false},
+	} {
+		err := DirBlock(block(tc.names...), 1, 2, false, true, tc.dots, func(DirEntry) error { return nil })
+		if (err == nil) != tc.ok {
+			t.Errorf("names %q (dots %v): %v; want ok %v", tc.names, tc.dots, err, tc.ok)
+		}
+		if err != nil && !errors.Is(err, ErrCorrupt) {
+			t.Errorf("names %q: %v does not wrap ErrCorrupt", tc.names, err)
+		}
+	}
+	// An unused entry's bytes are not a name.
+	b := block(".", "..", "x/y")
+	binary.LittleEndian.PutUint32(b[24:], 0)
+	if err := DirBlock(b, 1, 2, false, true, true, func(DirEntry) error { return nil }); err != nil {
+		t.Errorf("unused entry with a '/' in its stale name: %v", err)
 	}
 }
