@@ -71,17 +71,16 @@ const (
 
 // Namespace indexes (e_name_index). Part of the on-disk format.
 const (
-	XattrIndexUser         = 1
-	XattrIndexPosixACL     = 2 // system.posix_acl_access
-	XattrIndexPosixACLDef  = 3 // system.posix_acl_default
-	XattrIndexTrusted      = 4
-	XattrIndexLustre       = 5
-	XattrIndexSecurity     = 6
-	XattrIndexSystem       = 7 // system.data of inline_data, system.* else
-	XattrIndexRichACL      = 8 // system.richacl
-	XattrIndexEncryption   = 9 // "c": the encryption context, not listed
-	XattrIndexHurd         = 10
-	XattrIndexSystemPrefix = XattrIndexSystem
+	XattrIndexUser        = 1
+	XattrIndexPosixACL    = 2 // system.posix_acl_access
+	XattrIndexPosixACLDef = 3 // system.posix_acl_default
+	XattrIndexTrusted     = 4
+	XattrIndexLustre      = 5
+	XattrIndexSecurity    = 6
+	XattrIndexSystem      = 7 // system.data of inline_data, system.* else
+	XattrIndexRichACL     = 8 // system.richacl
+	XattrIndexEncryption  = 9 // "c": the encryption context, not listed
+	XattrIndexHurd        = 10
 )
 
 // xattrPrefixes maps e_name_index to the prefix of the name Linux shows.
@@ -290,6 +289,11 @@ func decodeXattrEntries(what string, blk uint64, r []byte, first, base int) ([]X
 			return nil, bad(off, "entry name holds a NUL byte")
 		}
 		x.Name = string(name)
+		if nameLen == 0 && x.Index == 0 {
+			// Its first word would read as the end marker once its
+			// value moved: no namespace and no name is no attribute.
+			return nil, bad(off, "entry with neither namespace nor name")
+		}
 		valOff := int(le.Uint16(r[off+2:]))
 		switch {
 		case x.ValueInum != 0:
@@ -299,7 +303,7 @@ func decodeXattrEntries(what string, blk uint64, r []byte, first, base int) ([]X
 		case x.ValueSize == 0:
 			x.Value = []byte{}
 		default:
-			if x.ValueSize > uint32(len(r)) || base+valOff+int(x.ValueSize) > len(r) {
+			if x.ValueSize > uint32(len(r)) || base+valOff+XattrValueSize(int(x.ValueSize)) > len(r) {
 				return nil, bad(off, "value [%#x,+%d) runs past the end", valOff, x.ValueSize)
 			}
 			x.Value = append([]byte(nil), r[base+valOff:base+valOff+int(x.ValueSize)]...)
@@ -308,10 +312,24 @@ func decodeXattrEntries(what string, blk uint64, r []byte, first, base int) ([]X
 		valOffs = append(valOffs, valOff)
 		off += size
 	}
+	// X3: values (padded) lie past the entries and do not overlap, as
+	// e2fsck's region check wants them.
+	type span struct{ start, end int }
+	var spans []span
 	end := off + 4 // past the end marker
 	for i := range attrs {
-		if attrs[i].ValueInum == 0 && len(attrs[i].Value) > 0 && base+valOffs[i] < end {
+		if attrs[i].ValueInum != 0 || len(attrs[i].Value) == 0 {
+			continue
+		}
+		if base+valOffs[i] < end {
 			return nil, bad(base+valOffs[i], "value of %s overlaps the entries", attrs[i].FullName())
+		}
+		spans = append(spans, span{valOffs[i], valOffs[i] + XattrValueSize(len(attrs[i].Value))})
+	}
+	slices.SortFunc(spans, func(a, b span) int { return a.start - b.start })
+	for i := 1; i < len(spans); i++ {
+		if spans[i].start < spans[i-1].end {
+			return nil, bad(base+spans[i].start, "values overlap")
 		}
 	}
 	return attrs, nil
