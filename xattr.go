@@ -1,8 +1,13 @@
 package ext4io
 
 import (
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
+	"strings"
 
+	"github.com/ext4io/ext4io/alloc"
 	"github.com/ext4io/ext4io/internal/errs"
 	"github.com/ext4io/ext4io/layout"
 )
@@ -115,4 +120,621 @@ func (v *Volume) setXattrRefcount(blk uint64, refcount uint32) error {
 	}
 	v.stats.metaUpdates.Add(1)
 	return v.meta.Dirty(blk, w)
+}
+
+// Flags of Setxattr, as setxattr(2) takes them.
+const (
+	// XATTR_CREATE fails with ErrExist if the attribute exists.
+	XATTR_CREATE = 0x1
+	// XATTR_REPLACE fails with ErrNoAttr if the attribute does not exist.
+	XATTR_REPLACE = 0x2
+)
+
+// Errors of the xattr operations, in addition to the package sentinels
+// (ErrExist for XATTR_CREATE of an existing attribute, ErrNoSpace when the
+// set does not fit the inode body and one block, ErrUnsupported for a
+// namespace ext4 does not store or Linux does not show).
+var (
+	// ErrNoAttr: no such attribute (Linux's ENODATA).
+	ErrNoAttr = errors.New("ext4io: no such attribute")
+	// ErrRange: a value or name too large for any attribute ext4io can
+	// store: a value over 64 KiB or one that fits neither the inode body
+	// nor an empty block, a name over 255 bytes (Linux's E2BIG or ERANGE;
+	// ea_inode values are not written).
+	ErrRange = errors.New("ext4io: xattr value too large")
+)
+
+// xattrSet is the attribute set of one inode as stored: the inode body's
+// and the external block's entries (in memory only).
+type xattrSet struct {
+	ibody    []layout.Xattr
+	block    []layout.Xattr
+	blk      uint64 // i_file_acl, 0 for none
+	refcount uint32 // the block's h_refcount
+	// ibodyLen is the size of the inode body region for attributes (the
+	// bytes after 128+i_extra_isize), 0 when the inode has none.
+	ibodyLen int
+}
+
+// ibodyRegion returns the bytes of in's raw inode after i_extra_isize, or
+// nil when the inode has no room for in-inode attributes.
+func ibodyRegion(in *layout.Inode) []byte {
+	start := layout.GoodOldInodeSize + int(in.ExtraIsize)
+	if len(in.Raw) <= layout.GoodOldInodeSize || in.ExtraIsize < 4 || start+layout.XattrIbodyHeaderLen+4 > len(in.Raw) {
+		return nil
+	}
+	return in.Raw[start:]
+}
+
+// loadXattrsLocked decodes n's attributes (n.mu held, either mode).
+func (v *Volume) loadXattrsLocked(n *inode) (*xattrSet, error) {
+	s := &xattrSet{}
+	if r := ibodyRegion(n.in); r != nil {
+		s.ibodyLen = len(r)
+		attrs, err := layout.DecodeXattrIbody(r)
+		if err != nil {
+			setCorruptIno(err, n.ino)
+			return nil, err
+		}
+		s.ibody = attrs
+	}
+	if blk := n.in.FileACL; blk != 0 {
+		b, h, err := v.readXattrBlock(n.ino, blk)
+		if err != nil {
+			return nil, err
+		}
+		_, attrs, err := layout.DecodeXattrBlock(b, blk)
+		if err != nil {
+			setCorruptIno(err, n.ino)
+			return nil, err
+		}
+		s.blk, s.refcount, s.block = blk, h.Refcount, attrs
+	}
+	return s, nil
+}
+
+// find returns the attribute (index, name) and whether it is in the block.
+func (s *xattrSet) find(index uint8, name string) (*layout.Xattr, bool) {
+	for i := range s.ibody {
+		if s.ibody[i].Index == index && s.ibody[i].Name == name {
+			return &s.ibody[i], false
+		}
+	}
+	for i := range s.block {
+		if s.block[i].Index == index && s.block[i].Name == name {
+			return &s.block[i], true
+		}
+	}
+	return nil, false
+}
+
+// without returns attrs less (index, name), in a new slice.
+func without(attrs []layout.Xattr, index uint8, name string) []layout.Xattr {
+	out := make([]layout.Xattr, 0, len(attrs))
+	for _, x := range attrs {
+		if x.Index != index || x.Name != name {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// visibleXattr reports whether Linux's ext4 lists and serves attributes
+// of namespace index (ext4_xattr_handler_map): system.data and richacl are
+// not.
+func visibleXattr(index uint8) bool {
+	switch index {
+	case layout.XattrIndexUser, layout.XattrIndexPosixACL, layout.XattrIndexPosixACLDef,
+		layout.XattrIndexTrusted, layout.XattrIndexSecurity:
+		return true
+	}
+	return false
+}
+
+// parseXattrName splits a full attribute name and checks it as
+// setxattr(2) and ext4's handlers do.
+func parseXattrName(attr string) (uint8, string, error) {
+	index, name, ok := layout.XattrSplitName(attr)
+	if !ok || !visibleXattr(index) {
+		return 0, "", fmt.Errorf("attribute %q: namespace not supported: %w", attr, ErrUnsupported)
+	}
+	if len(name) > layout.XattrMaxNameLen || len(attr) > layout.XattrMaxNameLen {
+		return 0, "", fmt.Errorf("attribute name of %d bytes: %w", len(attr), ErrRange)
+	}
+	switch index {
+	case layout.XattrIndexPosixACL, layout.XattrIndexPosixACLDef:
+	default:
+		if name == "" {
+			return 0, "", fmt.Errorf("attribute %q: empty name: %w", attr, ErrInvalid)
+		}
+	}
+	if strings.IndexByte(attr, 0) >= 0 {
+		return 0, "", fmt.Errorf("attribute name holds a NUL byte: %w", ErrInvalid)
+	}
+	return index, name, nil
+}
+
+// valueOf returns x's value as the system calls show it: from its EA
+// inode if it has one, and ACLs in the xattr ABI form.
+func (v *Volume) valueOf(ino uint32, x *layout.Xattr) ([]byte, error) {
+	val := x.Value
+	if x.ValueInum != 0 {
+		var err error
+		if val, err = v.eaInodeValue(ino, x); err != nil {
+			return nil, err
+		}
+	}
+	switch x.Index {
+	case layout.XattrIndexPosixACL, layout.XattrIndexPosixACLDef:
+		ents, err := layout.DecodeACLExt4(val)
+		if err != nil {
+			setCorruptIno(err, ino)
+			return nil, err
+		}
+		return layout.EncodeACLXattr(ents), nil
+	}
+	return append([]byte(nil), val...), nil
+}
+
+// eaInodeValue reads a value stored in an EA inode (ea_inode feature).
+func (v *Volume) eaInodeValue(ino uint32, x *layout.Xattr) ([]byte, error) {
+	bad := func(msg string) error {
+		return &errs.CorruptError{What: "xattr", Ino: ino, Off: -1, Msg: fmt.Sprintf("%s: EA inode %d %s", x.FullName(), x.ValueInum, msg)}
+	}
+	if !v.sb.HasIncompat(layout.IncompatEAInode) {
+		return nil, bad("without the ea_inode feature")
+	}
+	if x.ValueInum == ino || x.ValueInum < v.sb.FirstInode() || x.ValueInum > v.sb.InodesCount {
+		return nil, bad("out of range")
+	}
+	n, err := v.getInode(x.ValueInum)
+	if err != nil {
+		return nil, err
+	}
+	n.mu.RLock()
+	ok := n.in.Flags&layout.InodeFlagEAInode != 0 && n.in.IsReg() && n.in.Size == uint64(x.ValueSize)
+	n.mu.RUnlock()
+	if !ok {
+		return nil, bad("is not an EA inode of the value's size")
+	}
+	f := newFile(v, n, x.ValueInum, x.FullName())
+	buf := make([]byte, x.ValueSize)
+	if _, err := f.ReadAt(buf, 0); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return buf, nil
+}
+
+// getxattrLocked returns attribute attr of n (n.mu held, either mode).
+func (v *Volume) getxattrLocked(n *inode, attr string) ([]byte, error) {
+	index, name, err := parseXattrName(attr)
+	if err != nil {
+		return nil, err
+	}
+	s, err := v.loadXattrsLocked(n)
+	if err != nil {
+		return nil, err
+	}
+	x, _ := s.find(index, name)
+	if x == nil {
+		return nil, ErrNoAttr
+	}
+	return v.valueOf(n.ino, x)
+}
+
+// listxattrLocked returns the names of n's attributes as listxattr(2)
+// does: in-inode ones first, then the block's, each in stored order.
+func (v *Volume) listxattrLocked(n *inode) ([]string, error) {
+	s, err := v.loadXattrsLocked(n)
+	if err != nil {
+		return nil, err
+	}
+	names := []string{}
+	for _, attrs := range [][]layout.Xattr{s.ibody, s.block} {
+		for _, x := range attrs {
+			if visibleXattr(x.Index) {
+				full, _ := layout.XattrFullName(x.Index, x.Name)
+				names = append(names, full)
+			}
+		}
+	}
+	return names, nil
+}
+
+// setxattrLocked sets (value != nil) or removes (value == nil) attribute
+// attr of n (n.mu held exclusively, inside an operation), as
+// ext4_xattr_set_handle does: into the inode body when the whole body set
+// fits, else into the block; a shared block is copied first (XA3). Nothing
+// changes when it fails for space.
+func (v *Volume) setxattrLocked(n *inode, attr string, value []byte, flags int) error {
+	if n.freed {
+		return ErrNotFound
+	}
+	index, name, err := parseXattrName(attr)
+	if err != nil {
+		return err
+	}
+	if flags&^(XATTR_CREATE|XATTR_REPLACE) != 0 {
+		return fmt.Errorf("setxattr flags %#x: %w", flags, ErrInvalid)
+	}
+	if value != nil && len(value) > layout.XattrMaxValueSize {
+		return fmt.Errorf("value of %d bytes (max %d): %w", len(value), layout.XattrMaxValueSize, ErrRange)
+	}
+	modeChange := false
+	var mode uint16
+	if value != nil && (index == layout.XattrIndexPosixACL || index == layout.XattrIndexPosixACLDef) {
+		if index == layout.XattrIndexPosixACLDef && !n.in.IsDir() {
+			return fmt.Errorf("default ACL on a non-directory: %w", ErrInvalid)
+		}
+		ents, err := layout.DecodeACLXattr(value)
+		if err != nil {
+			return fmt.Errorf("%s: %w", attr, ErrInvalid)
+		}
+		if index == layout.XattrIndexPosixACL {
+			var equiv bool
+			if mode, equiv, err = aclMode(n.in.Mode, ents); err != nil {
+				return err
+			}
+			modeChange = true
+			if equiv { // the ACL says no more than the mode: no attribute
+				value = nil
+				flags &^= XATTR_REPLACE
+			}
+		}
+		if value != nil {
+			value = layout.EncodeACLExt4(ents)
+		}
+	}
+	s, err := v.loadXattrsLocked(n)
+	if err != nil {
+		return err
+	}
+	old, inBlock := s.find(index, name)
+	switch {
+	case old != nil && flags&XATTR_CREATE != 0:
+		return ErrExist
+	case old == nil && flags&XATTR_REPLACE != 0:
+		return ErrNoAttr
+	case old == nil && value == nil && !modeChange:
+		return ErrNoAttr
+	}
+	if old != nil && old.ValueInum != 0 {
+		return fmt.Errorf("attribute %s in an EA inode: %w", attr, ErrUnsupported)
+	}
+	ibody, block := s.ibody, s.block
+	blockChanged := old != nil && inBlock
+	if old != nil {
+		if inBlock {
+			block = without(block, index, name)
+		} else {
+			ibody = without(ibody, index, name)
+		}
+	}
+	if value != nil {
+		nx := layout.Xattr{Index: index, Name: name, Value: value}
+		withNew := append(append([]layout.Xattr(nil), ibody...), nx)
+		if old != nil && !inBlock {
+			// Replacing an in-inode attribute keeps its place.
+			withNew = replaced(s.ibody, nx)
+		}
+		if s.ibodyLen > 0 && layout.XattrIbodyFits(s.ibodyLen, withNew) {
+			ibody = withNew
+		} else {
+			block = append(block[:len(block):len(block)], nx)
+			blockChanged = true
+			if !layout.XattrBlockFits(v.bs, block) {
+				if !layout.XattrBlockFits(v.bs, []layout.Xattr{nx}) && !layout.XattrIbodyFits(s.ibodyLen, []layout.Xattr{nx}) {
+					return fmt.Errorf("%s: value of %d bytes fits neither the inode nor a block: %w", attr, len(value), ErrRange)
+				}
+				return fmt.Errorf("%s: attributes do not fit the inode and one block: %w", attr, ErrNoSpace)
+			}
+		}
+	}
+	if old != nil || value != nil {
+		if err := v.ensureExtAttrFeature(); err != nil {
+			return err
+		}
+		if err := v.storeXattrBlockLocked(n, s, block, blockChanged); err != nil {
+			return err
+		}
+		if r := ibodyRegion(n.in); r != nil {
+			layout.EncodeXattrIbody(r, ibody)
+		}
+	}
+	if modeChange {
+		n.in.Mode = mode
+	}
+	n.in.Ctime = now()
+	return v.writeInodeLocked(n)
+}
+
+// replaced returns attrs with the entry of x's name holding x.
+func replaced(attrs []layout.Xattr, x layout.Xattr) []layout.Xattr {
+	out := append([]layout.Xattr(nil), attrs...)
+	for i := range out {
+		if out[i].Index == x.Index && out[i].Name == x.Name {
+			out[i] = x
+		}
+	}
+	return out
+}
+
+// storeXattrBlockLocked makes n's block hold attrs (changed: they differ
+// from s.block): none frees or drops the block (XA2); a block only n
+// uses is rewritten in place; otherwise a new block is allocated and a
+// shared one loses n's reference (XA3). It fails for space before
+// changing anything.
+func (v *Volume) storeXattrBlockLocked(n *inode, s *xattrSet, attrs []layout.Xattr, changed bool) error {
+	if !changed {
+		return nil
+	}
+	if len(attrs) == 0 {
+		return v.releaseXattrBlockLocked(n)
+	}
+	b, ok := layout.EncodeXattrBlock(v.bs, 1, attrs)
+	if !ok {
+		return ErrNoSpace
+	}
+	if s.blk != 0 && s.refcount <= 1 {
+		if v.csum {
+			layout.SetXattrBlockChecksum(v.csumSeed, s.blk, b)
+		}
+		v.stats.metaUpdates.Add(1)
+		return v.meta.Dirty(s.blk, b)
+	}
+	if s.blk == 0 {
+		if err := (treeAlloc{v, n}).addBlocks(1); err != nil {
+			return err
+		}
+	}
+	blk, _, err := v.alloc.Allocate(alloc.Request{Goal: v.inodeGoal(n.ino), Min: 1, Max: 1})
+	if err != nil {
+		if s.blk == 0 {
+			(treeAlloc{v, n}).addBlocks(-1)
+		}
+		return err
+	}
+	if v.csum {
+		layout.SetXattrBlockChecksum(v.csumSeed, blk, b)
+	}
+	v.stats.metaUpdates.Add(1)
+	if err := v.meta.Dirty(blk, b); err != nil {
+		return err
+	}
+	if s.blk != 0 {
+		if err := v.putXattrBlockRef(n.ino, s.blk); err != nil {
+			return err
+		}
+	}
+	n.in.FileACL = blk
+	return nil
+}
+
+// ensureExtAttrFeature sets the ext_attr compat feature before the first
+// attribute is stored, as ext4_xattr_update_super_block does.
+func (v *Volume) ensureExtAttrFeature() error {
+	v.sbMu.Lock()
+	defer v.sbMu.Unlock()
+	if v.sb.HasCompat(layout.CompatExtAttr) {
+		return nil
+	}
+	v.sb.FeatureCompat |= layout.CompatExtAttr
+	return v.writeSuperLocked()
+}
+
+// aclMode returns the mode an access ACL gives the inode
+// (posix_acl_update_mode): user, group (the mask if there is one) and
+// other bits from the ACL, and whether the ACL is equivalent to the mode
+// alone (only the three base entries).
+func aclMode(mode uint16, ents []layout.ACLEntry) (uint16, bool, error) {
+	var user, group, mask, other int = -1, -1, -1, -1
+	equiv := true
+	for _, e := range ents {
+		p := int(e.Perm & 7)
+		switch e.Tag {
+		case layout.ACLUserObj:
+			user = p
+		case layout.ACLGroupObj:
+			group = p
+		case layout.ACLOther:
+			other = p
+		case layout.ACLMask:
+			mask = p
+			equiv = false
+		default:
+			equiv = false
+		}
+	}
+	if user < 0 || group < 0 || other < 0 {
+		return 0, false, fmt.Errorf("ACL without owner, group or other entry: %w", ErrInvalid)
+	}
+	if mask >= 0 {
+		group = mask
+	} else if !equiv {
+		return 0, false, fmt.Errorf("ACL with named entries but no mask: %w", ErrInvalid)
+	}
+	return mode&^0o777 | uint16(user<<6|group<<3|other), equiv, nil
+}
+
+// xattrOp resolves name (following a final symlink with follow) and runs
+// fn on its inode with the inode lock held: shared for reads, exclusive
+// inside an operation for writes.
+func (v *Volume) xattrOp(op, name string, follow, write bool, fn func(n *inode) error) error {
+	err := v.checkOpen()
+	if err == nil && write {
+		v.beginOp()
+		err = v.writableNS()
+		if err == nil {
+			err = v.xattrResolved(name, follow, write, fn)
+		}
+		err = v.endOpErr(err)
+	} else if err == nil {
+		err = v.xattrResolved(name, follow, write, fn)
+	}
+	if err != nil {
+		return &fs.PathError{Op: op, Path: name, Err: err}
+	}
+	return nil
+}
+
+func (v *Volume) xattrResolved(name string, follow, write bool, fn func(n *inode) error) error {
+	f, err := v.resolve(name, follow)
+	if err != nil {
+		return err
+	}
+	return lockedXattr(f.n, write, fn)
+}
+
+func lockedXattr(n *inode, write bool, fn func(n *inode) error) error {
+	if write {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+	} else {
+		n.mu.RLock()
+		defer n.mu.RUnlock()
+	}
+	return fn(n)
+}
+
+// Getxattr returns the value of extended attribute attr ("user.x",
+// "security.selinux", "system.posix_acl_access", ...) of the file at name,
+// following symlinks. POSIX ACLs come in the xattr ABI form getfattr
+// shows (version 2). A missing attribute fails with ErrNoAttr.
+func (v *Volume) Getxattr(name, attr string) ([]byte, error) {
+	return v.getxattr("getxattr", name, attr, true)
+}
+
+// Lgetxattr is Getxattr without following a final symlink.
+func (v *Volume) Lgetxattr(name, attr string) ([]byte, error) {
+	return v.getxattr("lgetxattr", name, attr, false)
+}
+
+func (v *Volume) getxattr(op, name, attr string, follow bool) (val []byte, err error) {
+	err = v.xattrOp(op, name, follow, false, func(n *inode) error {
+		val, err = v.getxattrLocked(n, attr)
+		return err
+	})
+	return val, err
+}
+
+// Listxattr returns the names of the extended attributes of the file at
+// name, following symlinks: those in the inode first, then those in its
+// block, as Linux lists them (system.data and other namespaces Linux does
+// not show are left out).
+func (v *Volume) Listxattr(name string) ([]string, error) {
+	return v.listxattr("listxattr", name, true)
+}
+
+// Llistxattr is Listxattr without following a final symlink.
+func (v *Volume) Llistxattr(name string) ([]string, error) {
+	return v.listxattr("llistxattr", name, false)
+}
+
+func (v *Volume) listxattr(op, name string, follow bool) (names []string, err error) {
+	err = v.xattrOp(op, name, follow, false, func(n *inode) error {
+		names, err = v.listxattrLocked(n)
+		return err
+	})
+	return names, err
+}
+
+// Setxattr sets extended attribute attr of the file at name to value,
+// following symlinks. flags is 0, XATTR_CREATE (fail with ErrExist if it
+// exists) or XATTR_REPLACE (fail with ErrNoAttr if it does not). Small
+// attributes go into the inode, the rest into one block shared copy-on-
+// write; ErrNoSpace when they do not fit both, ErrRange for a value no
+// attribute can hold. A POSIX access ACL (xattr ABI form) also sets the
+// permission bits, and one the mode alone expresses is not stored, as
+// Linux does. The change is journaled as one operation.
+func (v *Volume) Setxattr(name, attr string, value []byte, flags int) error {
+	return v.setxattr("setxattr", name, attr, value, flags, true)
+}
+
+// Lsetxattr is Setxattr without following a final symlink.
+func (v *Volume) Lsetxattr(name, attr string, value []byte, flags int) error {
+	return v.setxattr("lsetxattr", name, attr, value, flags, false)
+}
+
+func (v *Volume) setxattr(op, name, attr string, value []byte, flags int, follow bool) error {
+	if value == nil {
+		value = []byte{}
+	}
+	return v.xattrOp(op, name, follow, true, func(n *inode) error {
+		return v.setxattrLocked(n, attr, value, flags)
+	})
+}
+
+// Removexattr removes extended attribute attr of the file at name,
+// following symlinks; ErrNoAttr if it has none. A block left empty is
+// freed, or loses this file's reference if shared.
+func (v *Volume) Removexattr(name, attr string) error {
+	return v.xattrOp("removexattr", name, true, true, func(n *inode) error {
+		return v.setxattrLocked(n, attr, nil, 0)
+	})
+}
+
+// Lremovexattr is Removexattr without following a final symlink.
+func (v *Volume) Lremovexattr(name, attr string) error {
+	return v.xattrOp("lremovexattr", name, false, true, func(n *inode) error {
+		return v.setxattrLocked(n, attr, nil, 0)
+	})
+}
+
+// fileXattrOp runs fn on f's inode as xattrOp does for a path.
+func (f *File) fileXattrOp(op string, write bool, fn func(n *inode) error) error {
+	v := f.v
+	err := v.checkOpen()
+	if err == nil && fileClosed(f) {
+		err = ErrClosed
+	}
+	if err == nil && write {
+		v.beginOp()
+		err = v.writableNS()
+		if err == nil {
+			err = lockedXattr(f.n, true, fn)
+		}
+		err = v.endOpErr(err)
+	} else if err == nil {
+		err = lockedXattr(f.n, false, fn)
+	}
+	if err != nil {
+		return &fs.PathError{Op: op, Path: f.name, Err: err}
+	}
+	return nil
+}
+
+// Getxattr is Volume.Getxattr on the open file.
+func (f *File) Getxattr(attr string) (val []byte, err error) {
+	err = f.fileXattrOp("getxattr", false, func(n *inode) error {
+		val, err = f.v.getxattrLocked(n, attr)
+		return err
+	})
+	return val, err
+}
+
+// Listxattr is Volume.Listxattr on the open file.
+func (f *File) Listxattr() (names []string, err error) {
+	err = f.fileXattrOp("listxattr", false, func(n *inode) error {
+		names, err = f.v.listxattrLocked(n)
+		return err
+	})
+	return names, err
+}
+
+// Setxattr is Volume.Setxattr on the open file (also after its last
+// name was removed, as fsetxattr allows).
+func (f *File) Setxattr(attr string, value []byte, flags int) error {
+	if value == nil {
+		value = []byte{}
+	}
+	return f.fileXattrOp("setxattr", true, func(n *inode) error {
+		return f.v.setxattrLocked(n, attr, value, flags)
+	})
+}
+
+// Removexattr is Volume.Removexattr on the open file.
+func (f *File) Removexattr(attr string) error {
+	return f.fileXattrOp("removexattr", true, func(n *inode) error {
+		return f.v.setxattrLocked(n, attr, nil, 0)
+	})
 }

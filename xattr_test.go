@@ -1,0 +1,225 @@
+package ext4io_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/ext4io/ext4io"
+	"github.com/ext4io/ext4io/blockdev/memdev"
+	"github.com/ext4io/ext4io/internal/e2fs"
+)
+
+// memImage writes dev's bytes to an image file for e2fsck.
+func memImage(t *testing.T, dev *memdev.Device) string {
+	t.Helper()
+	img := filepath.Join(t.TempDir(), "mem.img")
+	f, err := os.Create(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	for off := int64(0); off < dev.Size(); off += int64(len(buf)) {
+		n, _ := dev.ReadAt(buf[:min(int64(len(buf)), dev.Size()-off)], off)
+		if bytes.Count(buf[:n], []byte{0}) == n {
+			continue // keep the image sparse
+		}
+		if _, err := f.WriteAt(buf[:n], off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Truncate(dev.Size()); err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+func newXattrVolume(t *testing.T, size int64, fo ext4io.FormatOptions) (*memdev.Device, *ext4io.Volume) {
+	t.Helper()
+	dev := memdev.New(size)
+	if err := ext4io.Format(dev, fo); err != nil {
+		t.Fatal(err)
+	}
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dev, v
+}
+
+// TestXattrBasic: set, get, list, replace and remove in-inode and block
+// attributes; the flag and size errors as Linux returns them.
+func TestXattrBasic(t *testing.T) {
+	for _, bs := range []int{1024, 4096} {
+		t.Run(fmt.Sprint(bs), func(t *testing.T) {
+			dev, v := newXattrVolume(t, 32<<20, ext4io.FormatOptions{BlockSize: bs})
+			f, err := v.Create("f")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := v.Getxattr("f", "user.none"); !errors.Is(err, ext4io.ErrNoAttr) {
+				t.Fatalf("missing attr: %v", err)
+			}
+			var pe *fs.PathError
+			if _, err := v.Getxattr("f", "user.none"); !errors.As(err, &pe) || pe.Op != "getxattr" {
+				t.Fatalf("error %v is not a getxattr PathError", err)
+			}
+			must := func(err error) {
+				t.Helper()
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			must(v.Setxattr("f", "user.small", []byte("hi"), 0))
+			must(v.Setxattr("f", "user.empty", nil, ext4io.XATTR_CREATE))
+			big := bytes.Repeat([]byte("B"), bs/2)
+			must(v.Setxattr("f", "user.big", big, 0))
+			must(f.Setxattr("trusted.t", []byte("tt"), 0))
+			if err := v.Setxattr("f", "user.small", []byte("x"), ext4io.XATTR_CREATE); !errors.Is(err, ext4io.ErrExist) || !errors.Is(err, fs.ErrExist) {
+				t.Fatalf("XATTR_CREATE on existing: %v", err)
+			}
+			if err := v.Setxattr("f", "user.nope", []byte("x"), ext4io.XATTR_REPLACE); !errors.Is(err, ext4io.ErrNoAttr) {
+				t.Fatalf("XATTR_REPLACE on missing: %v", err)
+			}
+			if err := v.Setxattr("f", "user.huge", make([]byte, bs), 0); !errors.Is(err, ext4io.ErrRange) {
+				t.Fatalf("value of a block: %v", err)
+			}
+			if err := v.Setxattr("f", "user.more", bytes.Repeat([]byte("M"), bs/2), 0); !errors.Is(err, ext4io.ErrNoSpace) {
+				t.Fatalf("second half-block value: %v", err)
+			}
+			if err := v.Setxattr("f", "bogus.x", nil, 0); !errors.Is(err, ext4io.ErrUnsupported) {
+				t.Fatalf("unknown namespace: %v", err)
+			}
+			for attr, want := range map[string][]byte{"user.small": []byte("hi"), "user.empty": {}, "user.big": big, "trusted.t": []byte("tt")} {
+				got, err := v.Getxattr("f", attr)
+				if err != nil || !bytes.Equal(got, want) {
+					t.Fatalf("%s = %q, %v", attr, got, err)
+				}
+			}
+			names, err := f.Listxattr()
+			must(err)
+			slices.Sort(names)
+			if want := []string{"trusted.t", "user.big", "user.empty", "user.small"}; !slices.Equal(names, want) {
+				t.Fatalf("list %v, want %v", names, want)
+			}
+			must(v.Setxattr("f", "user.big", []byte("now small"), ext4io.XATTR_REPLACE))
+			must(v.Removexattr("f", "user.small"))
+			if err := v.Removexattr("f", "user.small"); !errors.Is(err, ext4io.ErrNoAttr) {
+				t.Fatalf("second remove: %v", err)
+			}
+			must(v.Symlink("f", "link"))
+			if got, err := v.Getxattr("link", "user.big"); err != nil || string(got) != "now small" {
+				t.Fatalf("through symlink: %q %v", got, err)
+			}
+			if _, err := v.Lgetxattr("link", "user.big"); !errors.Is(err, ext4io.ErrNoAttr) {
+				t.Fatalf("Lgetxattr on the link: %v", err)
+			}
+			must(f.Close())
+			must(v.Close())
+			e2fs.Fsck(t, memImage(t, dev))
+		})
+	}
+}
+
+// TestXattrModel: random set/replace/remove/unlink on many files from
+// several goroutines, checked against a map after every step and by
+// e2fsck at the end.
+func TestXattrModel(t *testing.T) {
+	seed := int64(os.Getpid())
+	t.Logf("seed %d", seed)
+	dev, v := newXattrVolume(t, 64<<20, ext4io.FormatOptions{BlockSize: 1024})
+	const workers, files, steps = 4, 12, 400
+	var wg sync.WaitGroup
+	errc := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewSource(seed + int64(w)))
+			model := map[string]map[string][]byte{}
+			fail := func(format string, args ...any) {
+				errc <- fmt.Errorf("worker %d: "+format, append([]any{w}, args...)...)
+			}
+			for s := 0; s < steps; s++ {
+				name := fmt.Sprintf("w%d-f%d", w, rng.Intn(files))
+				attrs, exists := model[name]
+				if !exists {
+					f, err := v.Create(name)
+					if err != nil {
+						fail("create %s: %v", name, err)
+						return
+					}
+					f.Close()
+					attrs = map[string][]byte{}
+					model[name] = attrs
+				}
+				attr := fmt.Sprintf("user.a%d", rng.Intn(8))
+				switch op := rng.Intn(10); {
+				case op < 6:
+					val := bytes.Repeat([]byte{byte('a' + rng.Intn(26))}, []int{0, 3, 20, 100, 300}[rng.Intn(5)])
+					err := v.Setxattr(name, attr, val, 0)
+					switch {
+					case errors.Is(err, ext4io.ErrNoSpace):
+					case err != nil:
+						fail("set %s %s: %v", name, attr, err)
+						return
+					default:
+						attrs[attr] = val
+					}
+				case op < 9:
+					err := v.Removexattr(name, attr)
+					if _, ok := attrs[attr]; ok != (err == nil) || err != nil && !errors.Is(err, ext4io.ErrNoAttr) {
+						fail("remove %s %s (in model %v): %v", name, attr, ok, err)
+						return
+					}
+					delete(attrs, attr)
+				default:
+					if err := v.Unlink(name); err != nil {
+						fail("unlink %s: %v", name, err)
+						return
+					}
+					delete(model, name)
+					continue
+				}
+				got, err := v.Listxattr(name)
+				if err != nil {
+					fail("list %s: %v", name, err)
+					return
+				}
+				slices.Sort(got)
+				var want []string
+				for a := range attrs {
+					want = append(want, a)
+				}
+				slices.Sort(want)
+				if !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
+					fail("step %d: %s lists %v, model %v", s, name, got, want)
+					return
+				}
+				for _, a := range want {
+					if val, err := v.Getxattr(name, a); err != nil || !bytes.Equal(val, attrs[a]) {
+						fail("step %d: %s %s = %q %v, model %q", s, name, a, val, err, attrs[a])
+						return
+					}
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Error(err)
+	}
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e2fs.Fsck(t, memImage(t, dev))
+}
