@@ -105,10 +105,11 @@ func TestXattrLinuxMatrix(t *testing.T) {
 	setfattr := lookTool(t, "setfattr", "attr")
 	getfattr := lookTool(t, "getfattr", "attr")
 	setfacl := lookTool(t, "setfacl", "acl")
-	for _, bs := range []string{"1024", "4096"} {
-		t.Run("bs"+bs, func(t *testing.T) {
+	for _, geo := range [][2]string{{"1024", "256"}, {"4096", "256"}, {"4096", "128"}} {
+		bs, isz := geo[0], geo[1]
+		t.Run("bs"+bs+"-inode"+isz, func(t *testing.T) {
 			img := filepath.Join(t.TempDir(), "m.img")
-			e2fs.Mkfs(t, img, "32M", "-b", bs, "-I", "256")
+			e2fs.Mkfs(t, img, "32M", "-b", bs, "-I", isz)
 			mnt := mountLoop(t, img)
 			big := strings.Repeat("L", 600)
 			setx := func(f, n, val string) {
@@ -218,6 +219,10 @@ func TestXattrLinuxMatrix(t *testing.T) {
 			if got := linuxXattrs(t, getfattr, mnt, files); !equalDumps(got, want) {
 				t.Fatalf("Linux reads\n%v\next4io wrote\n%v", got, want)
 			}
+			// The access ACL set the permission bits (mask r-- as group).
+			if fi, err := os.Stat(filepath.Join(mnt, "new")); err != nil || fi.Mode().Perm() != 0o640 {
+				t.Fatalf("mode of new after its ACL: %v %v, want 0640", fi.Mode(), err)
+			}
 			// Linux changes what ext4io wrote, and e2fsck still agrees.
 			setx("new", "user.bylinux", "after ext4io")
 			run(t, setfattr, "-x", "user.bigfresh", filepath.Join(mnt, "new"))
@@ -264,4 +269,33 @@ func checkLinuxBlock(t *testing.T, img, path string) {
 		t.Errorf("%s: Linux h_hash %#x, layout computes %#x", path, h.Hash, want)
 	}
 	t.Logf("%s: block %d refcount %d, %d entries, hashes agree with Linux", path, blk, h.Refcount, len(attrs))
+}
+
+// TestXattrLinuxEAInode: values Linux stored in EA inodes (ea_inode) are
+// read; such volumes stay refused for writing.
+func TestXattrLinuxEAInode(t *testing.T) {
+	setfattr := lookTool(t, "setfattr", "attr")
+	img := filepath.Join(t.TempDir(), "ea.img")
+	e2fs.Mkfs(t, img, "32M", "-b", "4096", "-I", "256", "-O", "ea_inode")
+	mnt := mountLoop(t, img)
+	huge := strings.Repeat("H", 12000)
+	if err := os.WriteFile(filepath.Join(mnt, "f"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run(t, setfattr, "-n", "user.huge", "-v", huge, filepath.Join(mnt, "f"))
+	run(t, setfattr, "-n", "user.small", "-v", "s", filepath.Join(mnt, "f"))
+	umount(t, mnt, img)
+	v, err := ext4io.OpenImage(img, ext4io.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	got := ext4ioXattrs(t, v, []string{"f"})
+	want := xattrDump{"f": {"user.huge": huge, "user.small": "s"}}
+	if !equalDumps(got, want) {
+		t.Fatalf("ext4io reads\n%v\nwant\n%v", got, want)
+	}
+	if _, err := ext4io.OpenImage(img, ext4io.Options{Writable: true}); err == nil {
+		t.Fatal("ea_inode volume opened for writing")
+	}
 }
