@@ -1,11 +1,14 @@
 package ext4io
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"slices"
 	"strings"
+	"sync"
 
 	"github.com/ext4io/ext4io/alloc"
 	"github.com/ext4io/ext4io/internal/errs"
@@ -23,6 +26,81 @@ import (
 //     (ext4_xattr_release_block).
 //   - XA3: a block shared by several inodes (h_refcount > 1) is never
 //     changed in place: a change copies it to a new block first.
+
+// xattrRefcountMax is EXT4_XATTR_REFCOUNT_MAX: a block shared this many
+// times takes no more sharers.
+const xattrRefcountMax = 1024
+
+// xattrCache mirrors ext4's mbcache of xattr blocks: the blocks a writable
+// volume has read or written, by h_hash, so that an inode given a set
+// another inode's block already holds shares that block, as Linux does.
+// An entry is a hint: a sharer re-reads and compares the block under its
+// v.blkLocks stripe, and a block leaves the cache under that stripe
+// before it is freed or rewritten in place. Safe for concurrent use; mu
+// is a leaf lock.
+type xattrCache struct {
+	mu     sync.Mutex
+	byHash map[uint32][]uint64 // guarded by mu
+	hashOf map[uint64]uint32   // guarded by mu
+}
+
+// xattrCacheMax bounds the cache (mbcache's shrinker bounds Linux's).
+const xattrCacheMax = 1 << 14
+
+func (c *xattrCache) insert(hash uint32, blk uint64) {
+	if hash == 0 {
+		return // ext4_xattr_rehash: 0 marks a block not to share
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.hashOf == nil {
+		c.byHash, c.hashOf = map[uint32][]uint64{}, map[uint64]uint32{}
+	}
+	if _, ok := c.hashOf[blk]; ok {
+		c.removeLocked(blk)
+	}
+	if len(c.hashOf) >= xattrCacheMax {
+		for b := range c.hashOf { // drop an arbitrary entry
+			c.removeLocked(b)
+			break
+		}
+	}
+	c.hashOf[blk] = hash
+	c.byHash[hash] = append(c.byHash[hash], blk)
+}
+
+func (c *xattrCache) remove(blk uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.removeLocked(blk)
+}
+
+func (c *xattrCache) removeLocked(blk uint64) {
+	h, ok := c.hashOf[blk]
+	if !ok {
+		return
+	}
+	delete(c.hashOf, blk)
+	l := slices.DeleteFunc(c.byHash[h], func(b uint64) bool { return b == blk })
+	if len(l) == 0 {
+		delete(c.byHash, h)
+	} else {
+		c.byHash[h] = l
+	}
+}
+
+func (c *xattrCache) has(blk uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.hashOf[blk]
+	return ok
+}
+
+func (c *xattrCache) candidates(hash uint32) []uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.byHash[hash])
+}
 
 // xattrBlockNr checks that the i_file_acl of inode ino names a block
 // that may hold attributes.
@@ -96,11 +174,15 @@ func (v *Volume) putXattrBlockRef(ino uint32, blk uint64) error {
 	}
 	if h.Refcount > 1 {
 		err = v.setXattrRefcount(blk, h.Refcount-1)
+		if h.Refcount-1 < xattrRefcountMax {
+			v.xcache.insert(h.Hash, blk) // may take sharers again
+		}
 		mu.Unlock()
 		return err
 	}
+	v.xcache.remove(blk)
 	mu.Unlock()
-	// The last reference: nobody else reaches the block.
+	// The last reference: out of the cache, nobody else reaches the block.
 	if v.jm != nil {
 		v.jm.revoke(blk)
 	}
@@ -189,6 +271,9 @@ func (v *Volume) loadXattrsLocked(n *inode) (*xattrSet, error) {
 			return nil, err
 		}
 		s.blk, s.refcount, s.block = blk, h.Refcount, attrs
+		if v.alloc != nil && h.Refcount < xattrRefcountMax {
+			v.xcache.insert(h.Hash, blk) // ext4_xattr_block_cache_insert
+		}
 	}
 	return s, nil
 }
@@ -460,10 +545,11 @@ func replaced(attrs []layout.Xattr, x layout.Xattr) []layout.Xattr {
 }
 
 // storeXattrBlockLocked makes n's block hold attrs (changed: they differ
-// from s.block): none frees or drops the block (XA2); a block only n
-// uses is rewritten in place; otherwise a new block is allocated and a
-// shared one loses n's reference (XA3). It fails for space before
-// changing anything.
+// from s.block), as ext4_xattr_block_set does: none frees or drops the
+// block (XA2); a block elsewhere holding the same set is shared (its
+// refcount goes up); a block only n uses is rewritten in place; otherwise
+// a new block is allocated, and a shared one loses n's reference (XA3).
+// It fails for space before changing anything.
 func (v *Volume) storeXattrBlockLocked(n *inode, s *xattrSet, attrs []layout.Xattr, changed bool) error {
 	if !changed {
 		return nil
@@ -471,27 +557,24 @@ func (v *Volume) storeXattrBlockLocked(n *inode, s *xattrSet, attrs []layout.Xat
 	if len(attrs) == 0 {
 		return v.releaseXattrBlockLocked(n)
 	}
-	b, ok := layout.EncodeXattrBlock(v.bs, 1, attrs)
+	b, ok := layout.EncodeXattrBlock(v.bs, 1, attrs) // sorts attrs, sets hashes
 	if !ok {
 		return ErrNoSpace
 	}
-	if s.blk != 0 && s.refcount <= 1 {
-		if v.csum {
-			layout.SetXattrBlockChecksum(v.csumSeed, s.blk, b)
-		}
-		v.stats.metaUpdates.Add(1)
-		return v.meta.Dirty(s.blk, b)
+	hash := layout.XattrBlockHash(attrs)
+	if blk, err := v.shareXattrBlock(n.ino, s.blk, hash, attrs); err != nil {
+		return err
+	} else if blk != 0 {
+		return v.switchXattrBlockLocked(n, s.blk, blk)
 	}
-	if s.blk == 0 {
-		if err := (treeAlloc{v, n}).addBlocks(1); err != nil {
+	if s.blk != 0 {
+		done, err := v.rewriteXattrBlock(n.ino, s.blk, b, hash)
+		if done || err != nil {
 			return err
 		}
 	}
 	blk, _, err := v.alloc.Allocate(alloc.Request{Goal: v.inodeGoal(n.ino), Min: 1, Max: 1})
 	if err != nil {
-		if s.blk == 0 {
-			(treeAlloc{v, n}).addBlocks(-1)
-		}
 		return err
 	}
 	if v.csum {
@@ -501,13 +584,98 @@ func (v *Volume) storeXattrBlockLocked(n *inode, s *xattrSet, attrs []layout.Xat
 	if err := v.meta.Dirty(blk, b); err != nil {
 		return err
 	}
-	if s.blk != 0 {
-		if err := v.putXattrBlockRef(n.ino, s.blk); err != nil {
+	v.xcache.insert(hash, blk)
+	return v.switchXattrBlockLocked(n, s.blk, blk)
+}
+
+// switchXattrBlockLocked points n at xattr block blk (which already
+// counts n's reference) instead of old (0 for none), dropping n's
+// reference to old.
+func (v *Volume) switchXattrBlockLocked(n *inode, old, blk uint64) error {
+	if old == 0 {
+		if err := (treeAlloc{v, n}).addBlocks(1); err != nil {
 			return err
 		}
+	} else if err := v.putXattrBlockRef(n.ino, old); err != nil {
+		return err
 	}
 	n.in.FileACL = blk
 	return nil
+}
+
+// rewriteXattrBlock writes b over xattr block blk if n is still its only
+// user (a sharer may have found it in the cache since n read it): the
+// block leaves the cache while it changes and comes back with its new
+// hash. It reports false when the block is shared.
+func (v *Volume) rewriteXattrBlock(ino uint32, blk uint64, b []byte, hash uint32) (bool, error) {
+	mu := v.blkLocks.lock(blk)
+	defer mu.Unlock()
+	_, h, err := v.readXattrBlock(ino, blk)
+	if err != nil {
+		return false, err
+	}
+	if h.Refcount > 1 {
+		return false, nil
+	}
+	v.xcache.remove(blk)
+	if v.csum {
+		layout.SetXattrBlockChecksum(v.csumSeed, blk, b)
+	}
+	v.stats.metaUpdates.Add(1)
+	if err := v.meta.Dirty(blk, b); err != nil {
+		return false, err
+	}
+	v.xcache.insert(hash, blk)
+	return true, nil
+}
+
+// shareXattrBlock looks for a block other than own holding exactly attrs
+// (sorted, as a block keeps them) and takes a reference to it
+// (ext4_xattr_block_cache_find); 0 if there is none.
+func (v *Volume) shareXattrBlock(ino uint32, own uint64, hash uint32, attrs []layout.Xattr) (uint64, error) {
+	if hash == 0 {
+		return 0, nil
+	}
+	for _, cand := range v.xcache.candidates(hash) {
+		if cand == own {
+			continue
+		}
+		mu := v.blkLocks.lock(cand)
+		if !v.xcache.has(cand) { // freed or rewritten meanwhile
+			mu.Unlock()
+			continue
+		}
+		b, h, err := v.readXattrBlock(ino, cand)
+		var theirs []layout.Xattr
+		if err == nil {
+			_, theirs, err = layout.DecodeXattrBlock(b, cand)
+		}
+		if err != nil || h.Hash != hash || h.Refcount >= xattrRefcountMax || !sameXattrSet(theirs, attrs) {
+			if err != nil || h.Refcount >= xattrRefcountMax {
+				v.xcache.remove(cand)
+			}
+			mu.Unlock()
+			continue
+		}
+		err = v.setXattrRefcount(cand, h.Refcount+1)
+		if h.Refcount+1 >= xattrRefcountMax {
+			v.xcache.remove(cand)
+		}
+		mu.Unlock()
+		if err != nil {
+			return 0, err
+		}
+		return cand, nil
+	}
+	return 0, nil
+}
+
+// sameXattrSet compares two sets entry by entry (ext4_xattr_cmp).
+func sameXattrSet(a, b []layout.Xattr) bool {
+	return slices.EqualFunc(a, b, func(x, y layout.Xattr) bool {
+		return x.Index == y.Index && x.Name == y.Name && x.ValueInum == y.ValueInum &&
+			x.ValueSize == y.ValueSize && bytes.Equal(x.Value, y.Value)
+	})
 }
 
 // ensureExtAttrFeature sets the ext_attr compat feature before the first

@@ -161,10 +161,12 @@ func TestXattrModel(t *testing.T) {
 					attrs = map[string][]byte{}
 					model[name] = attrs
 				}
-				attr := fmt.Sprintf("user.a%d", rng.Intn(8))
+				// Few names and values: identical sets are common, so
+				// blocks get shared, copied on write and released.
+				attr := fmt.Sprintf("user.a%d", rng.Intn(5))
 				switch op := rng.Intn(10); {
 				case op < 6:
-					val := bytes.Repeat([]byte{byte('a' + rng.Intn(26))}, []int{0, 3, 20, 100, 300}[rng.Intn(5)])
+					val := bytes.Repeat([]byte{byte('a' + rng.Intn(2))}, []int{0, 3, 20, 100, 300}[rng.Intn(5)])
 					err := v.Setxattr(name, attr, val, 0)
 					switch {
 					case errors.Is(err, ext4io.ErrNoSpace):
@@ -222,4 +224,61 @@ func TestXattrModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	e2fs.Fsck(t, memImage(t, dev))
+}
+
+// TestXattrShare: files given identical block sets share one block, as
+// Linux's mbcache makes them; changing one copies it, removing the
+// attributes or the files drops references; e2fsck checks every
+// h_refcount against the inodes naming the block.
+func TestXattrShare(t *testing.T) {
+	img := filepath.Join(t.TempDir(), "share.img")
+	e2fs.Mkfs(t, img, "16M", "-b", "1024", "-I", "256")
+	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := bytes.Repeat([]byte("S"), 400)
+	for i := range 5 {
+		name := fmt.Sprintf("f%d", i)
+		f, err := v.Create(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		if err := v.Setxattr(name, "user.big", big, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := v.Setxattr(name, "user.big2", big, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e2fs.Fsck(t, img)
+	blk := fileACL(t, img, "/f0")
+	for i := 1; i < 5; i++ {
+		if got := fileACL(t, img, fmt.Sprintf("/f%d", i)); got != blk {
+			t.Fatalf("f%d has block %s, f0 %s: not shared", i, got, blk)
+		}
+	}
+	v, err = ext4io.OpenImage(img, ext4io.Options{Writable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(v.Setxattr("f1", "user.big", []byte("changed"), 0)) // copy on write
+	must(v.Removexattr("f2", "user.big2"))
+	must(v.Unlink("f3"))
+	must(v.Setxattr("f1", "user.big", big, 0)) // identical again: back to sharing
+	must(v.Close())
+	e2fs.Fsck(t, img)
+	if got := fileACL(t, img, "/f1"); got != blk {
+		t.Fatalf("f1 back to the shared set has block %s, want %s", got, blk)
+	}
 }
