@@ -189,6 +189,12 @@ func TestXattrLinuxMatrix(t *testing.T) {
 				must(f.Setxattr("user.fresh", []byte("fresh"), 0))
 				must(f.Setxattr("user.bigfresh", []byte(strings.Repeat("F", 700)), 0))
 				must(f.Close())
+				// The set of Linux's shared block: ext4io shares it too.
+				f, err = v.Create("joins")
+				must(err)
+				must(f.Setxattr("user.big", []byte(big), 0))
+				must(f.Setxattr("user.same", []byte("same"), 0))
+				must(f.Close())
 				acl := layout.EncodeACLXattr([]layout.ACLEntry{
 					{Tag: layout.ACLUserObj, Perm: 6, ID: layout.ACLUndefinedID},
 					{Tag: layout.ACLUser, Perm: 4, ID: 1234},
@@ -208,7 +214,10 @@ func TestXattrLinuxMatrix(t *testing.T) {
 				must(v.Removexattr("acl", "system.posix_acl_access"))
 				must(v.Lremovexattr("link", "trusted.onlink"))
 			})
-			files = append(files, "new")
+			if a, b := fileACL(t, img, "/joins"), fileACL(t, img, "/shared3"); a != b {
+				t.Errorf("ext4io did not share Linux's block: joins %s, shared3 %s", a, b)
+			}
+			files = append(files, "new", "joins")
 			step("delete", func(v *ext4io.Volume) {
 				must(v.Unlink("shared3"))
 				must(v.Rename("ext", "shared1")) // over a file whose block was copied
