@@ -32,6 +32,9 @@
 //	L4 with 64bit, 64 <= s_desc_size <= 1024, power of two
 //	L5 the superblock checksum matches when metadata_csum is set
 //	L6 every group descriptor's table locations lie inside the filesystem
+//
+// Extended attributes (in-inode and block formats, hashes, checksum;
+// invariants X1-X4) are drawn in xattr.go, POSIX ACL forms in acl.go.
 package layout
 
 import "github.com/ext4io/ext4io/internal/errs"
