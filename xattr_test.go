@@ -231,8 +231,14 @@ func TestXattrModel(t *testing.T) {
 // attributes or the files drops references; e2fsck checks every
 // h_refcount against the inodes naming the block.
 func TestXattrShare(t *testing.T) {
+	for _, feat := range []string{"^ext_attr", "^metadata_csum", "^has_journal"} {
+		t.Run(feat, func(t *testing.T) { testXattrShare(t, feat) })
+	}
+}
+
+func testXattrShare(t *testing.T, features string) {
 	img := filepath.Join(t.TempDir(), "share.img")
-	e2fs.Mkfs(t, img, "16M", "-b", "1024", "-I", "256")
+	e2fs.Mkfs(t, img, "16M", "-b", "1024", "-I", "256", "-O", features)
 	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
 	if err != nil {
 		t.Fatal(err)
