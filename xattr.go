@@ -251,7 +251,14 @@ func ibodyRegion(in *layout.Inode) []byte {
 // loadXattrsLocked decodes n's attributes (n.mu held, either mode).
 func (v *Volume) loadXattrsLocked(n *inode) (*xattrSet, error) {
 	s := &xattrSet{}
-	if r := ibodyRegion(n.in); r != nil {
+	// Under a shared n.mu, writers holding n.dataMu may re-encode n.in
+	// (a direct write's times, a commit's conversions): copy what is
+	// needed under dataMu.
+	n.dataMu.Lock()
+	r := slices.Clone(ibodyRegion(n.in))
+	fileACL := n.in.FileACL
+	n.dataMu.Unlock()
+	if r != nil {
 		s.ibodyLen = len(r)
 		attrs, err := layout.DecodeXattrIbody(r)
 		if err != nil {
@@ -260,7 +267,7 @@ func (v *Volume) loadXattrsLocked(n *inode) (*xattrSet, error) {
 		}
 		s.ibody = attrs
 	}
-	if blk := n.in.FileACL; blk != 0 {
+	if blk := fileACL; blk != 0 {
 		b, h, err := v.readXattrBlock(n.ino, blk)
 		if err != nil {
 			return nil, err

@@ -288,3 +288,74 @@ func testXattrShare(t *testing.T, features string) {
 		t.Fatalf("f1 back to the shared set has block %s, want %s", got, blk)
 	}
 }
+
+// TestXattrConcurrentIO: attribute reads and writes race with direct
+// writes (which update the inode under the shared lock) on one file;
+// -race checks the locking, the model the values.
+func TestXattrConcurrentIO(t *testing.T) {
+	dev, v := newXattrVolume(t, 64<<20, ext4io.FormatOptions{BlockSize: 4096})
+	f, err := v.Create("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Fallocate(ext4io.FallocWriteZeroes, 0, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	d, err := v.OpenFile("f", ext4io.Direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	wg.Add(2)
+	go func() { // direct overwrites and extending writes
+		defer wg.Done()
+		buf := make([]byte, 4096)
+		for i := int64(0); ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := d.WriteAt(buf, (i%300)*4096); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	go func() { // readers
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := f.Listxattr(); err != nil {
+				t.Error(err)
+				return
+			}
+			if _, err := v.Getxattr("f", "user.k"); err != nil && !errors.Is(err, ext4io.ErrNoAttr) {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	for i := range 200 {
+		val := bytes.Repeat([]byte{byte(i)}, i*3%700)
+		if err := v.Setxattr("f", "user.k", val, 0); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := f.Getxattr("user.k"); err != nil || !bytes.Equal(got, val) {
+			t.Fatalf("step %d: %d bytes, %v", i, len(got), err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	d.Close()
+	f.Close()
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e2fs.Fsck(t, memImage(t, dev))
+}
