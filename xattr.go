@@ -452,7 +452,10 @@ func (v *Volume) setxattrLocked(n *inode, attr string, value []byte, flags int) 
 	if value != nil && len(value) > layout.XattrMaxValueSize {
 		return fmt.Errorf("value of %d bytes (max %d): %w", len(value), layout.XattrMaxValueSize, ErrRange)
 	}
-	modeChange := false
+	// An ACL may set the mode and may store nothing: an empty one, or an
+	// access ACL the mode expresses alone, removes the attribute (and
+	// removing a missing one is then no error).
+	modeChange, mayBeAbsent := false, false
 	var mode uint16
 	if value != nil && (index == layout.XattrIndexPosixACL || index == layout.XattrIndexPosixACLDef) {
 		if index == layout.XattrIndexPosixACLDef && !n.in.IsDir() {
@@ -462,19 +465,20 @@ func (v *Volume) setxattrLocked(n *inode, attr string, value []byte, flags int) 
 		if err != nil {
 			return fmt.Errorf("%s: %w", attr, ErrInvalid)
 		}
-		if index == layout.XattrIndexPosixACL {
-			var equiv bool
-			if mode, equiv, err = aclMode(n.in.Mode, ents); err != nil {
-				return err
-			}
-			modeChange = true
-			if equiv { // the ACL says no more than the mode: no attribute
-				value = nil
-				flags &^= XATTR_REPLACE
+		equiv := len(ents) == 0 // posix_acl_from_xattr: no entries is no ACL
+		if !equiv {
+			if err := validACL(ents); err != nil {
+				return fmt.Errorf("%s: %w", attr, err)
 			}
 		}
-		if value != nil {
-			value = layout.EncodeACLExt4(ents)
+		if !equiv && index == layout.XattrIndexPosixACL {
+			mode, equiv = aclMode(n.in.Mode, ents) // posix_acl_update_mode
+			modeChange = true
+		}
+		value = layout.EncodeACLExt4(ents)
+		if equiv {
+			value, mayBeAbsent = nil, true
+			flags &^= XATTR_REPLACE
 		}
 	}
 	s, err := v.loadXattrsLocked(n)
@@ -487,7 +491,7 @@ func (v *Volume) setxattrLocked(n *inode, attr string, value []byte, flags int) 
 		return ErrExist
 	case old == nil && flags&XATTR_REPLACE != 0:
 		return ErrNoAttr
-	case old == nil && value == nil && !modeChange:
+	case old == nil && value == nil && !mayBeAbsent:
 		return ErrNoAttr
 	}
 	if old != nil && old.ValueInum != 0 {
@@ -697,15 +701,40 @@ func (v *Volume) ensureExtAttrFeature() error {
 	return v.writeSuperLocked()
 }
 
-// aclMode returns the mode an access ACL gives the inode
+// validACL checks an ACL as posix_acl_valid does: one owner, owning
+// group and other entry, at most one mask, required with named entries,
+// and no named user or group twice.
+func validACL(ents []layout.ACLEntry) error {
+	count := map[uint16]int{}
+	ids := map[[2]uint32]bool{}
+	for _, e := range ents {
+		count[e.Tag]++
+		if e.Tag == layout.ACLUser || e.Tag == layout.ACLGroup {
+			k := [2]uint32{uint32(e.Tag), e.ID}
+			if ids[k] {
+				return fmt.Errorf("ACL names id %d twice: %w", e.ID, ErrInvalid)
+			}
+			ids[k] = true
+		}
+	}
+	if count[layout.ACLUserObj] != 1 || count[layout.ACLGroupObj] != 1 || count[layout.ACLOther] != 1 || count[layout.ACLMask] > 1 {
+		return fmt.Errorf("ACL needs one owner, group and other entry and at most one mask: %w", ErrInvalid)
+	}
+	if len(ids) > 0 && count[layout.ACLMask] == 0 {
+		return fmt.Errorf("ACL with named entries but no mask: %w", ErrInvalid)
+	}
+	return nil
+}
+
+// aclMode returns the mode a valid access ACL gives the inode
 // (posix_acl_update_mode): user, group (the mask if there is one) and
 // other bits from the ACL, and whether the ACL is equivalent to the mode
 // alone (only the three base entries).
-func aclMode(mode uint16, ents []layout.ACLEntry) (uint16, bool, error) {
-	var user, group, mask, other int = -1, -1, -1, -1
-	equiv := true
+func aclMode(mode uint16, ents []layout.ACLEntry) (uint16, bool) {
+	var user, group, mask, other uint16
+	hasMask, equiv := false, true
 	for _, e := range ents {
-		p := int(e.Perm & 7)
+		p := e.Perm & 7
 		switch e.Tag {
 		case layout.ACLUserObj:
 			user = p
@@ -714,21 +743,16 @@ func aclMode(mode uint16, ents []layout.ACLEntry) (uint16, bool, error) {
 		case layout.ACLOther:
 			other = p
 		case layout.ACLMask:
-			mask = p
+			mask, hasMask = p, true
 			equiv = false
 		default:
 			equiv = false
 		}
 	}
-	if user < 0 || group < 0 || other < 0 {
-		return 0, false, fmt.Errorf("ACL without owner, group or other entry: %w", ErrInvalid)
-	}
-	if mask >= 0 {
+	if hasMask {
 		group = mask
-	} else if !equiv {
-		return 0, false, fmt.Errorf("ACL with named entries but no mask: %w", ErrInvalid)
 	}
-	return mode&^0o777 | uint16(user<<6|group<<3|other), equiv, nil
+	return mode&^0o777 | user<<6 | group<<3 | other, equiv
 }
 
 // xattrOp resolves name (following a final symlink with follow) and runs

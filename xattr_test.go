@@ -15,6 +15,7 @@ import (
 	"github.com/ext4io/ext4io"
 	"github.com/ext4io/ext4io/blockdev/memdev"
 	"github.com/ext4io/ext4io/internal/e2fs"
+	"github.com/ext4io/ext4io/layout"
 )
 
 // memImage writes dev's bytes to an image file for e2fsck.
@@ -354,6 +355,78 @@ func TestXattrConcurrentIO(t *testing.T) {
 	wg.Wait()
 	d.Close()
 	f.Close()
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e2fs.Fsck(t, memImage(t, dev))
+}
+
+// TestXattrACL: an access ACL sets the permission bits; one the mode
+// expresses alone, or an empty one, stores nothing; invalid ACLs fail
+// with ErrInvalid; a default ACL needs a directory.
+func TestXattrACL(t *testing.T) {
+	dev, v := newXattrVolume(t, 32<<20, ext4io.FormatOptions{BlockSize: 1024})
+	f, err := v.Create("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := v.Mkdir("d", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e := func(tag, perm uint16, id uint32) layout.ACLEntry {
+		return layout.ACLEntry{Tag: tag, Perm: perm, ID: id}
+	}
+	u := uint32(layout.ACLUndefinedID)
+	named := layout.EncodeACLXattr([]layout.ACLEntry{e(layout.ACLUserObj, 7, u), e(layout.ACLUser, 6, 1000),
+		e(layout.ACLGroupObj, 5, u), e(layout.ACLMask, 6, u), e(layout.ACLOther, 1, u)})
+	const acl = "system.posix_acl_access"
+	if err := v.Setxattr("f", acl, named, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := v.Getxattr("f", acl); err != nil || !bytes.Equal(got, named) {
+		t.Fatalf("ACL read back %x %v, want %x", got, err, named)
+	}
+	if fi, _ := v.Stat("f"); fi.Mode().Perm() != 0o761 {
+		t.Fatalf("mode %v after the ACL, want -rwxrw---x", fi.Mode())
+	}
+	base := layout.EncodeACLXattr([]layout.ACLEntry{e(layout.ACLUserObj, 6, u), e(layout.ACLGroupObj, 4, u), e(layout.ACLOther, 4, u)})
+	if err := v.Setxattr("f", acl, base, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Getxattr("f", acl); !errors.Is(err, ext4io.ErrNoAttr) {
+		t.Fatalf("an ACL equal to the mode is stored: %v", err)
+	}
+	if fi, _ := v.Stat("f"); fi.Mode().Perm() != 0o644 {
+		t.Fatalf("mode %v after the base ACL, want 0644", fi.Mode())
+	}
+	for _, bad := range [][]layout.ACLEntry{
+		{e(layout.ACLUserObj, 6, u), e(layout.ACLOther, 4, u)},                                                       // no group
+		{e(layout.ACLUserObj, 6, u), e(layout.ACLUser, 6, 5), e(layout.ACLGroupObj, 4, u), e(layout.ACLOther, 4, u)}, // no mask
+	} {
+		if err := v.Setxattr("f", acl, layout.EncodeACLXattr(bad), 0); !errors.Is(err, ext4io.ErrInvalid) {
+			t.Fatalf("invalid ACL %v: %v", bad, err)
+		}
+	}
+	if err := v.Setxattr("f", acl, []byte("junk"), 0); !errors.Is(err, ext4io.ErrInvalid) {
+		t.Fatalf("junk ACL: %v", err)
+	}
+	if err := v.Setxattr("f", "system.posix_acl_default", named, 0); !errors.Is(err, ext4io.ErrInvalid) {
+		t.Fatalf("default ACL on a file: %v", err)
+	}
+	if err := v.Setxattr("d", "system.posix_acl_default", named, 0); err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := v.Stat("d"); fi.Mode().Perm() != 0o755 {
+		t.Fatalf("a default ACL changed the mode: %v", fi.Mode())
+	}
+	empty := layout.EncodeACLXattr(nil)
+	if err := v.Setxattr("d", "system.posix_acl_default", empty, 0); err != nil {
+		t.Fatal(err)
+	}
+	if names, _ := v.Listxattr("d"); len(names) != 0 {
+		t.Fatalf("an empty ACL left %v", names)
+	}
 	if err := v.Close(); err != nil {
 		t.Fatal(err)
 	}
