@@ -761,12 +761,17 @@ func aclMode(mode uint16, ents []layout.ACLEntry) (uint16, bool) {
 func (v *Volume) xattrOp(op, name string, follow, write bool, fn func(n *inode) error) error {
 	err := v.checkOpen()
 	if err == nil && write {
-		v.beginOp()
-		err = v.writableNS()
-		if err == nil {
-			err = v.xattrResolved(name, follow, write, fn)
+		for retried := false; ; retried = true {
+			v.beginOp()
+			err = v.writableNS()
+			if err == nil {
+				err = v.xattrResolved(name, follow, write, fn)
+			}
+			// A new block may be allocatable once freed blocks commit.
+			if err = v.endOpErr(err); retried || !v.retryNoSpace(err) {
+				break
+			}
 		}
-		err = v.endOpErr(err)
 	} else if err == nil {
 		err = v.xattrResolved(name, follow, write, fn)
 	}
@@ -887,12 +892,16 @@ func (f *File) fileXattrOp(op string, write bool, fn func(n *inode) error) error
 		err = ErrClosed
 	}
 	if err == nil && write {
-		v.beginOp()
-		err = v.writableNS()
-		if err == nil {
-			err = lockedXattr(f.n, true, fn)
+		for retried := false; ; retried = true {
+			v.beginOp()
+			err = v.writableNS()
+			if err == nil {
+				err = lockedXattr(f.n, true, fn)
+			}
+			if err = v.endOpErr(err); retried || !v.retryNoSpace(err) {
+				break
+			}
 		}
-		err = v.endOpErr(err)
 	} else if err == nil {
 		err = lockedXattr(f.n, false, fn)
 	}

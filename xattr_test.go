@@ -432,3 +432,72 @@ func TestXattrACL(t *testing.T) {
 	}
 	e2fs.Fsck(t, memImage(t, dev))
 }
+
+// TestXattrNoSpace: with no free block, an attribute that needs one fails
+// with ErrNoSpace and changes nothing; once a file's blocks are freed
+// (allocatable after the commit the retry waits for), it succeeds.
+func TestXattrNoSpace(t *testing.T) {
+	dev := memdev.New(8 << 20)
+	if err := ext4io.Format(dev, ext4io.FormatOptions{BlockSize: 1024}); err != nil {
+		t.Fatal(err)
+	}
+	// No timed commits: blocks freed by "small" wait for a commit (the
+	// retry's, or the unlink's own).
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, CommitInterval: -1, WritebackAge: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := v.Create("x")
+	must(err)
+	f.Close()
+	small, err := v.Create("small")
+	must(err)
+	_, err = small.WriteAt(make([]byte, 1024), 0)
+	must(err)
+	must(small.Sync())
+	small.Close()
+	must(v.Setxattr("x", "user.small", []byte("in the inode"), 0))
+	filler, err := v.Create("filler")
+	must(err)
+	buf := make([]byte, 64<<10)
+	for off := int64(0); ; off += int64(len(buf)) {
+		if _, err := filler.WriteAt(buf, off); err != nil {
+			if !errors.Is(err, ext4io.ErrNoSpace) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	for {
+		if err := filler.Sync(); err == nil {
+			break
+		} else if !errors.Is(err, ext4io.ErrNoSpace) {
+			t.Fatal(err)
+		}
+	}
+	for off := filler.Size(); ; off += 1024 { // the last blocks, one at a time
+		if _, err := filler.WriteAt(buf[:1024], off); err != nil {
+			break
+		}
+		if err := filler.Sync(); err != nil {
+			break
+		}
+	}
+	filler.Close()
+	if err := v.Setxattr("x", "user.big", bytes.Repeat([]byte("B"), 600), 0); !errors.Is(err, ext4io.ErrNoSpace) {
+		t.Fatalf("attribute needing a block on a full volume: %v", err)
+	}
+	if names, _ := v.Listxattr("x"); !slices.Equal(names, []string{"user.small"}) {
+		t.Fatalf("failed set left %v", names)
+	}
+	must(v.Unlink("small"))
+	must(v.Setxattr("x", "user.big", bytes.Repeat([]byte("B"), 600), 0))
+	must(v.Close())
+	e2fs.Fsck(t, memImage(t, dev))
+}
