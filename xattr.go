@@ -446,6 +446,10 @@ func (v *Volume) setxattrLocked(n *inode, attr string, value []byte, flags int) 
 	if err != nil {
 		return err
 	}
+	if index == layout.XattrIndexUser && !n.in.IsReg() && !n.in.IsDir() {
+		// xattr_permission: user.* only on files and directories.
+		return fmt.Errorf("user attributes need a regular file or directory: %w", fs.ErrPermission)
+	}
 	if flags&^(XATTR_CREATE|XATTR_REPLACE) != 0 {
 		return fmt.Errorf("setxattr flags %#x: %w", flags, ErrInvalid)
 	}

@@ -123,6 +123,10 @@ func TestXattrBasic(t *testing.T) {
 			if _, err := v.Lgetxattr("link", "user.big"); !errors.Is(err, ext4io.ErrNoAttr) {
 				t.Fatalf("Lgetxattr on the link: %v", err)
 			}
+			if err := v.Lsetxattr("link", "user.x", nil, 0); !errors.Is(err, fs.ErrPermission) {
+				t.Fatalf("user attribute on a symlink: %v", err)
+			}
+			must(v.Lsetxattr("link", "trusted.x", []byte("ok"), 0))
 			must(f.Close())
 			must(v.Close())
 			e2fs.Fsck(t, memImage(t, dev))

@@ -125,6 +125,21 @@ func TestXattrNames(t *testing.T) {
 	}
 }
 
+// TestXattrSizes pins the struct sizes the offsets assume.
+func TestXattrSizes(t *testing.T) {
+	if XattrHeaderLen != 32 || XattrEntryLen != 16 || XattrIbodyHeaderLen != 4 {
+		t.Fatal("struct ext4_xattr_header/entry/ibody_header sizes changed")
+	}
+	for n, want := range map[int]int{0: 16, 1: 20, 4: 20, 5: 24, 255: 272} {
+		if got := XattrEntrySize(n); got != want {
+			t.Errorf("EXT4_XATTR_LEN(%d) = %d, want %d", n, got, want)
+		}
+	}
+	if XattrValueSize(0) != 0 || XattrValueSize(1) != 4 || XattrValueSize(4) != 4 || XattrValueSize(5) != 8 {
+		t.Error("EXT4_XATTR_SIZE padding")
+	}
+}
+
 func TestXattrHash(t *testing.T) {
 	// Worked by hand from ext4_xattr_hash_entry: name "a" gives 0x61;
 	// then one value word 0x64636261 ("abcd"): 0x61<<16 ^ 0 ^ word.
