@@ -189,6 +189,16 @@ func TestXattrLinuxMatrix(t *testing.T) {
 				must(f.Setxattr("user.fresh", []byte("fresh"), 0))
 				must(f.Setxattr("user.bigfresh", []byte(strings.Repeat("F", 700)), 0))
 				must(f.Close())
+				// Many entries of mixed name lengths in one block: Linux's
+				// sorted lookup finds each.
+				f, err = v.Create("manyblock")
+				must(err)
+				for i := range 14 {
+					n := fmt.Sprintf("user.%s%d", strings.Repeat("n", i%5), i)
+					must(f.Setxattr(n, []byte(strings.Repeat(string(rune('a'+i)), 10+i*3)), 0))
+				}
+				must(f.Setxattr("security.z", []byte("sec"), 0))
+				must(f.Close())
 				// The set of Linux's shared block: ext4io shares it too.
 				f, err = v.Create("joins")
 				must(err)
@@ -217,7 +227,7 @@ func TestXattrLinuxMatrix(t *testing.T) {
 			if a, b := fileACL(t, img, "/joins"), fileACL(t, img, "/shared3"); a != b {
 				t.Errorf("ext4io did not share Linux's block: joins %s, shared3 %s", a, b)
 			}
-			files = append(files, "new", "joins")
+			files = append(files, "new", "joins", "manyblock")
 			step("delete", func(v *ext4io.Volume) {
 				must(v.Unlink("shared3"))
 				must(v.Rename("ext", "shared1")) // over a file whose block was copied
@@ -231,6 +241,12 @@ func TestXattrLinuxMatrix(t *testing.T) {
 			// The access ACL set the permission bits (mask r-- as group).
 			if fi, err := os.Stat(filepath.Join(mnt, "new")); err != nil || fi.Mode().Perm() != 0o640 {
 				t.Fatalf("mode of new after its ACL: %v %v, want 0640", fi.Mode(), err)
+			}
+			for i := range 14 { // lookups by name, not just the listing
+				n := fmt.Sprintf("user.%s%d", strings.Repeat("n", i%5), i)
+				if out, err := exec.Command(getfattr, "--only-values", "-n", n, filepath.Join(mnt, "manyblock")).Output(); err != nil || len(out) != 10+i*3 {
+					t.Fatalf("Linux getfattr -n %s: %q %v", n, out, err)
+				}
 			}
 			// Linux changes what ext4io wrote, and e2fsck still agrees.
 			setx("new", "user.bylinux", "after ext4io")
