@@ -505,3 +505,33 @@ func TestXattrNoSpace(t *testing.T) {
 	must(v.Close())
 	e2fs.Fsck(t, memImage(t, dev))
 }
+
+// TestXattrOrphan: an open file whose last name is gone keeps taking
+// attributes (as fsetxattr does); its block is freed with the inode when
+// the last File closes.
+func TestXattrOrphan(t *testing.T) {
+	dev, v := newXattrVolume(t, 32<<20, ext4io.FormatOptions{BlockSize: 1024})
+	f, err := v.Create("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Unlink("f"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Setxattr("user.big", bytes.Repeat([]byte("O"), 700), 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := f.Getxattr("user.big"); err != nil || len(got) != 700 {
+		t.Fatalf("orphan's attribute: %d bytes, %v", len(got), err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Listxattr(); !errors.Is(err, ext4io.ErrClosed) {
+		t.Fatalf("Listxattr on a closed File: %v", err)
+	}
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e2fs.Fsck(t, memImage(t, dev))
+}
