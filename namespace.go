@@ -350,6 +350,9 @@ func (v *Volume) evictLocked(n *inode) error {
 	if err != nil {
 		return fmt.Errorf("ext4io: freeing blocks of inode %d: %w", n.ino, err)
 	}
+	if err := v.releaseXattrBlockLocked(n); err != nil {
+		return fmt.Errorf("ext4io: freeing xattr block of inode %d: %w", n.ino, err)
+	}
 	dir := n.in.IsDir()
 	n.in.LinksCount = 0
 	n.setSizeLocked(0)

@@ -144,6 +144,7 @@ type Volume struct {
 	pc       *iomap.PageCache // buffered writes of a writable volume; nil if disabled
 	meta     alloc.MetaIO     // metadata block I/O of a writable volume
 	blkLocks blockLocks
+	xcache   xattrCache // xattr blocks by hash, for sharing (xattr.go)
 
 	recovered *RecoveryInfo // what Open replayed, nil if nothing
 

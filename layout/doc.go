@@ -35,6 +35,9 @@
 //	L7 a used directory entry's name is not empty, holds no '/' or NUL, and is
 //	   "." or ".." exactly in the first two slots of a directory's block 0
 //	   (DirBlock, CheckDirName)
+//
+// Extended attributes (in-inode and block formats, hashes, checksum;
+// invariants X1-X4) are drawn in xattr.go, POSIX ACL forms in acl.go.
 package layout
 
 import "github.com/ext4io/ext4io/internal/errs"

@@ -11,6 +11,8 @@
 //	ext4io write IMAGE PATH [--offset N]   stdin into the file
 //	ext4io fallocate IMAGE PATH OFFSET LENGTH [--mode MODE]
 //	ext4io truncate IMAGE PATH SIZE
+//	ext4io getfattr IMAGE PATH [NAME]      extended attributes, like getfattr -d -m -
+//	ext4io setfattr IMAGE PATH NAME VALUE  (or -x NAME to remove)
 //
 // On bad input it prints one line to stderr and exits with status 1
 // (2 for usage errors).
@@ -42,6 +44,8 @@ var commands = map[string]command{
 	"write":     {"write IMAGE PATH [--offset N] [--direct]   (stdin into the file)", cmdWrite},
 	"fallocate": {"fallocate IMAGE PATH OFFSET LENGTH [--mode allocate|keep-size|punch-hole|zero-range|write-zeroes|collapse-range|insert-range]", cmdFallocate},
 	"truncate":  {"truncate IMAGE PATH SIZE", cmdTruncate},
+	"getfattr":  {"getfattr [-h] IMAGE PATH [NAME]", cmdGetfattr},
+	"setfattr":  {"setfattr [-h] IMAGE PATH NAME VALUE | setfattr [-h] IMAGE PATH -x NAME", cmdSetfattr},
 }
 
 // errUsage marks errors that should print the usage line.
