@@ -103,11 +103,17 @@ func (c *xattrCache) candidates(hash uint32) []uint64 {
 }
 
 // xattrBlockNr checks that the i_file_acl of inode ino names a block
-// that may hold attributes.
+// that may hold attributes: inside the filesystem and outside its
+// metadata (the system zone), so that neither a read leaks metadata nor
+// a refcount update or free overwrites it.
 func (v *Volume) xattrBlockNr(ino uint32, blk uint64) error {
 	if blk <= uint64(v.sb.FirstDataBlock) || blk >= v.sb.BlocksCount {
 		return &errs.CorruptError{What: "inode", Ino: ino, Off: -1,
 			Msg: fmt.Sprintf("i_file_acl %d outside the filesystem (%d blocks)", blk, v.sb.BlocksCount)}
+	}
+	if v.zone.overlaps(0, blk, 1) {
+		return &errs.CorruptError{What: "inode", Ino: ino, Off: -1,
+			Msg: fmt.Sprintf("i_file_acl %d is file-system metadata", blk)}
 	}
 	return nil
 }

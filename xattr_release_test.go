@@ -2,6 +2,9 @@ package ext4io_test
 
 import (
 	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -157,4 +160,52 @@ func lookTool(t *testing.T, name, pkg string) string {
 		t.Skipf("%s not installed (apt-get install %s)", name, pkg)
 	}
 	return p
+}
+
+// TestXattrBlockInMetadata: an i_file_acl that names a block of the inode
+// table, crafted to hold a valid xattr block shared twice, is refused as
+// corruption: no read returns the table's bytes and an unlink neither
+// rewrites the refcount into the table nor frees the block.
+func TestXattrBlockInMetadata(t *testing.T) {
+	img := filepath.Join(t.TempDir(), "x.img")
+	e2fs.Mkfs(t, img, "16M", "-b", "4096", "-I", "256", "-O", "^metadata_csum")
+	val := bigXattrValue(t, 700, 'v')
+	e2fs.DebugfsScript(t, img, true, []string{"write /dev/null f", "ea_set -f " + val + " /f user.big"})
+	var src uint64
+	if _, err := fmt.Sscan(fileACL(t, img, "/f"), &src); err != nil || src == 0 {
+		t.Fatalf("no xattr block on /f: %v", err)
+	}
+	v, err := ext4io.OpenImage(img, ext4io.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gd, err := v.Group(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Close()
+	// The last block of group 0's inode table holds only free inodes.
+	sb := v.Superblock()
+	itBlocks := uint64(sb.InodesPerGroup) * uint64(sb.InodeSizeBytes()) / 4096
+	target := gd.InodeTable + itBlocks - 1
+	b := readBlocks(t, img, src, 1)
+	binary.LittleEndian.PutUint32(b[4:], 2) // h_refcount: shared
+	writeBlock(t, img, target, b)
+	e2fs.Debugfs(t, img, true, fmt.Sprintf("sif /f file_acl %d", target))
+	before := readBlocks(t, img, target, 1)
+
+	v, err = ext4io.OpenImage(img, ext4io.Options{Writable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Getxattr("f", "user.big"); !errors.Is(err, ext4io.ErrCorrupt) {
+		t.Errorf("Getxattr of a block in the inode table: %v, want ErrCorrupt", err)
+	}
+	if err := v.Unlink("f"); !errors.Is(err, ext4io.ErrCorrupt) {
+		t.Errorf("Unlink of a file whose xattr block is in the inode table: %v, want ErrCorrupt", err)
+	}
+	v.Close()
+	if after := readBlocks(t, img, target, 1); !bytes.Equal(before, after) {
+		t.Error("the inode table block changed")
+	}
 }
