@@ -245,7 +245,6 @@ func (r *runner) doRound(seed uint64) ([]*worker, *memdev.Device, error) {
 		w.syncAll()
 		w.hist = append(w.hist, w.snapshot(false, "round start"))
 	}
-	first := rec.Len() // crash points before it would find the directories missing
 	fmt.Fprintf(r.cfg.Log, "round %d seed %d: %s\n", r.round, seed, label)
 	if kind == "fault" {
 		toggle.Enable()
@@ -269,15 +268,18 @@ func (r *runner) doRound(seed uint64) ([]*worker, *memdev.Device, error) {
 		img, _, _ := rec.CrashAt(rec.Len()-1, errordev.CrashAtOptions{KeepProb: 1})
 		return ws, img, fmt.Errorf("close: %w", err)
 	}
+	// Crash points cover the whole log, the Open and the round's first
+	// transaction (into a log the last recovery emptied) included: only
+	// there can replay not mask a transaction's blocks written home
+	// before their commit, as older copies of the hot blocks are always
+	// in the log later on. Before the round's first Sync the workers'
+	// models are not checked (their directories may not exist yet); e2fsck is.
 	n := rec.Len()
-	r.sum.DeviceOps += n - first
+	r.sum.DeviceOps += n
 	flushes := rec.Flushes()
-	for len(flushes) > 0 && flushes[0] < first {
-		flushes = flushes[1:]
-	}
 	var next *memdev.Device
 	for k := range r.cfg.CrashPoints {
-		p := first - 1 + rng.IntN(n-first+1)
+		p := -1 + rng.IntN(n+1)
 		at := ""
 		if len(flushes) > 0 && rng.IntN(2) == 0 {
 			// Just before a flush completes: what it would have made
@@ -390,7 +392,7 @@ func (r *runner) recoverAndCheck(img *memdev.Device, ws []*worker, p int, rng *r
 	for _, w := range ws {
 		s, ok := w.at(p)
 		if !ok {
-			return fmt.Errorf("%s: no model state at crash point %d", w.dir, p)
+			continue // before the round's first sync: nothing is promised
 		}
 		if err := w.checkAt(v, s); err != nil {
 			return fmt.Errorf("after recovery by %s (%s: %s operation %q, log %d): %w", how, w.dir, map[bool]string{true: "in flight", false: "after"}[s.pre], s.op, s.idx, err)
