@@ -176,8 +176,17 @@ func (r *runner) fail(seed uint64, ws []*worker, img *memdev.Device, err error) 
 // doRound runs one round; on failure it returns the image to save.
 func (r *runner) doRound(seed uint64) ([]*worker, *memdev.Device, error) {
 	rng := rand.New(rand.NewPCG(seed, seed>>1))
+	formatted := ""
 	if r.dev == nil || rng.IntN(4) == 0 {
 		r.dev = memdev.NewBlockSize(r.cfg.DeviceSize, 4096)
+		formatted = " formatted"
+		if seed>>40&1 == 0 { // not from rng: its draws stay as they were
+			// Random bytes in every block mkfs leaves alone: a stale
+			// block (never written, exposed by a mapping) then fails the
+			// model's stale-data check instead of reading as zeroes.
+			fillGarbage(r.dev, seed)
+			formatted += " (garbage-filled)"
+		}
 		if err := ext4io.Format(r.dev, ext4io.FormatOptions{BlockSize: r.cfg.BlockSize, Rand: rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8), byte(seed >> 16)})}); err != nil {
 			return nil, nil, fmt.Errorf("format: %w", err)
 		}
@@ -245,7 +254,7 @@ func (r *runner) doRound(seed uint64) ([]*worker, *memdev.Device, error) {
 		w.syncAll()
 		w.hist = append(w.hist, w.snapshot(false, "round start"))
 	}
-	fmt.Fprintf(r.cfg.Log, "round %d seed %d: %s\n", r.round, seed, label)
+	fmt.Fprintf(r.cfg.Log, "round %d seed %d: %s%s\n", r.round, seed, label, formatted)
 	if kind == "fault" {
 		toggle.Enable()
 	}
@@ -456,6 +465,17 @@ func (r *runner) e2fsck(img *memdev.Device, flag string, writeBack bool) (string
 }
 
 const chunk = 1 << 20
+
+// fillGarbage writes random bytes over all of dev.
+func fillGarbage(dev *memdev.Device, seed uint64) {
+	rng := rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8), byte(seed >> 16), byte(seed >> 24), 'g'})
+	buf := make([]byte, chunk)
+	for off := int64(0); off < dev.Size(); off += chunk {
+		n := min(chunk, dev.Size()-off)
+		rng.Read(buf[:n])
+		dev.WriteAt(buf[:n], off)
+	}
+}
 
 // saveImage writes dev to a sparse file.
 func saveImage(dev *memdev.Device, name string) error {
