@@ -2,17 +2,17 @@
 // against ext4io on an in-memory device and checks every outcome against a
 // per-goroutine model and e2fsck.
 //
-// A round formats a device (or continues on the previous round's recovered
-// image), opens it writable and runs random operations (create, buffered
+// A round formats a device (half the time filled with random bytes first)
+// or continues on the previous round's recovered image, opens it writable and runs random operations (create, buffered
 // and Direct writes, truncate, every implemented fallocate mode, rename,
 // unlink, mkdir/rmdir, File.Sync, Volume.Sync) from several goroutines, each
 // in its own directory, then closes the volume. Then one of:
 //
 //   - crash: an errordev.Recorder logged every write, zero-out, discard and
-//     flush of the round (the Close included); CrashPoints points are drawn
-//     across that log, half of them just before a flush completes (where a
-//     commit block or a log-tail update waits for its flush), half
-//     anywhere. At a point, the image holds what the flushes completed by
+//     flush of the round (the Open and the Close included); CrashPoints
+//     points are drawn across that log, half of them just before a flush
+//     completes (where a commit block or a log-tail update waits for its
+//     flush), half anywhere. At a point, the image holds what the flushes completed by
 //     then cover, plus each later write up to the point kept at random, the
 //     write at the point itself possibly torn (see Recorder.CrashAt). Each
 //     image is recovered by ext4io (Open Writable or Replay) or, one time in
@@ -20,7 +20,7 @@
 //     content made durable by a sync that had returned by the point (and not
 //     touched by an operation begun by then) must read back exactly, and no
 //     file may hold a non-zero block that no version of the worker's files
-//     had (stale data). The workers' models are snapshots stamped with the
+//     had, bytes zeroed aside (stale data). The workers' models are snapshots stamped with the
 //     log's length before and after each call. The next round continues on
 //     the first point's recovered image;
 //   - fault (one round in five): the device fails random writes and flushes;
@@ -29,9 +29,19 @@
 //   - ENOSPC: the workers fill the volume until ErrNoSpace; after Close the
 //     image must be e2fsck-clean and match the model exactly.
 //
-// Invariant checked: a synced state survives any crash. Goroutine
-// interleaving is not deterministic, so a seed reproduces the operation
-// sequence of each goroutine but not their interleaving.
+// Invariants checked: a synced state survives a crash at any point, and no
+// crash exposes stale blocks. Goroutine interleaving is not deterministic,
+// so a seed reproduces the operation sequence of each goroutine but not
+// their interleaving.
+//
+// Why crash points span the log: a single image taken when a round's
+// operations end has no commit or checkpoint in flight. Every commit ends
+// with a flush after its commit block, and every checkpoint with a flush
+// after the journal superblock, and a flush makes everything before it
+// durable, so a missing flush before the commit block or before the tail
+// update leaves no trace by then. The mutation check (mutants_test.go,
+// internal/mutant) keeps this honest: each known ordering bug, built in by
+// a tag, must make the torture fail within 200 rounds.
 package torture
 
 import (
