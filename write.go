@@ -11,6 +11,7 @@ import (
 	"github.com/ext4io/ext4io/alloc"
 	"github.com/ext4io/ext4io/esc"
 	"github.com/ext4io/ext4io/extent"
+	"github.com/ext4io/ext4io/internal/mutant"
 	"github.com/ext4io/ext4io/internal/stripe"
 	"github.com/ext4io/ext4io/layout"
 )
@@ -71,6 +72,11 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 			return n, &fs.PathError{Op: "write", Path: f.name, Err: err}
 		}
 		return n, nil
+	}
+	if mutant.ConvBeforeData {
+		if err := f.convertBeforeData(off, int64(len(p))); err != nil {
+			return 0, &fs.PathError{Op: "write", Path: f.name, Err: err}
+		}
 	}
 	retried := false
 	for {

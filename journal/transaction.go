@@ -6,6 +6,8 @@ import (
 	"sort"
 	"sync/atomic"
 	"time"
+
+	"github.com/ext4io/ext4io/internal/mutant"
 )
 
 // transaction is one jbd2 transaction. All fields are guarded by Journal.mu;
@@ -475,7 +477,14 @@ func (j *Journal) writeTransaction(t *transaction) error {
 		}
 	}
 	async := j.f.Incompat&FeatureIncompatAsyncCommit != 0
-	if !async {
+	if mutant.HomeBeforeCommit {
+		for _, b := range sortedKeys(t.buffers) {
+			if err := j.writeHome(b, t.buffers[b]); err != nil {
+				return err
+			}
+		}
+	}
+	if !async && !mutant.NoCommitFlush {
 		if err := j.dev.Flush(); err != nil {
 			return fmt.Errorf("journal: preflush before commit %d: %w", t.tid, ioErr(err))
 		}
@@ -574,8 +583,10 @@ func (j *Journal) Checkpoint() error {
 			}
 		}
 	}
-	if err := j.fsdev.Flush(); err != nil {
-		return fail(fmt.Errorf("journal: flush before tail update: %w", ioErr(err)))
+	if !mutant.NoCheckpointFlush {
+		if err := j.fsdev.Flush(); err != nil {
+			return fail(fmt.Errorf("journal: flush before tail update: %w", ioErr(err)))
+		}
 	}
 	j.sbMu.Lock()
 	j.mu.Lock()

@@ -15,6 +15,11 @@
 //
 //	c, _ := errordev.NewCrashable(memdev.New(size))
 //	d := errordev.New(c, errordev.OnIndex(errordev.Flush, 3))
+//
+// Crashable can only crash now. NewRecorder keeps the whole log instead
+// (every write's data, every flush), and Recorder.CrashAt builds the image
+// for a crash after any entry: a commit or checkpoint half on the media
+// is then a crash point, not only the quiet moment after it.
 package errordev
 
 import (

@@ -11,7 +11,7 @@ import (
 
 func init() {
 	commands["torture"] = command{
-		usage: "torture [--duration 30s] [--seed N] [--goroutines N] [--size 64M] [--block-size 4096] [--crash-every N] [--dir DIR] [--round-seed N] [-v]",
+		usage: "torture [--duration 30s] [--seed N] [--goroutines N] [--size 64M] [--block-size 4096] [--crash-every N] [--crash-points N] [--max-rounds N] [--dir DIR] [--round-seed N] [-v]",
 		run:   cmdTorture,
 	}
 }
@@ -25,13 +25,15 @@ func cmdTorture(args []string, w io.Writer) error {
 	size := fs.String("size", "64M", "device size")
 	bs := fs.Int("block-size", 4096, "filesystem block size")
 	every := fs.Int("crash-every", 400, "operations per round")
+	points := fs.Int("crash-points", 4, "crash images checked per round, drawn across the round's device-operation log")
+	maxRounds := fs.Int("max-rounds", 0, "stop after this many rounds (0: no limit)")
 	dir := fs.String("dir", os.TempDir(), "where failing images and op logs are saved")
 	roundSeed := fs.Uint64("round-seed", 0, "run only the round with this round seed, on a fresh device")
 	verbose := fs.Bool("v", false, "log each round")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	if fs.NArg() != 0 || *gor <= 0 || *every <= 0 || *dur <= 0 {
+	if fs.NArg() != 0 || *gor <= 0 || *every <= 0 || *dur <= 0 || *points <= 0 || *maxRounds < 0 {
 		return errUsage
 	}
 	n, err := parseSize(*size)
@@ -43,7 +45,7 @@ func cmdTorture(args []string, w io.Writer) error {
 	}
 	fmt.Fprintf(w, "torture: seed %d duration %s\n", *seed, *dur)
 	cfg := torture.Config{Seed: *seed, Duration: *dur, Goroutines: *gor, DeviceSize: n, BlockSize: *bs,
-		CrashEvery: *every, Dir: *dir, RoundSeed: *roundSeed}
+		CrashEvery: *every, CrashPoints: *points, MaxRounds: *maxRounds, Dir: *dir, RoundSeed: *roundSeed}
 	if *verbose {
 		cfg.Log = w
 	}

@@ -12,6 +12,8 @@ func TestTortureFlags(t *testing.T) {
 		{"torture", "extra"},
 		{"torture", "--goroutines", "0"},
 		{"torture", "--duration", "nope"},
+		{"torture", "--crash-points", "0"},
+		{"torture", "--max-rounds", "-1"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(args, &out, &errb); code != 2 || !strings.Contains(errb.String(), "usage: ext4io torture") {

@@ -4,14 +4,18 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 
 	"github.com/ext4io/ext4io"
+	"github.com/ext4io/ext4io/layout"
 )
 
 // testHookExpect, if set, may alter the expected contents of a file before
@@ -44,11 +48,141 @@ type worker struct {
 	ops     int
 	log     []string
 	fill    bool // ENOSPC round: end with a fill phase
+
+	// clock returns the device-operation log's length (Recorder.Len):
+	// snapshots are stamped with it, so a crash point of the log knows
+	// which operations had begun and which had returned. nil: 0.
+	clock func() int
+	// hist holds the durable-state snapshots of the round, in time
+	// order: before each operation's call (pre) and after it (post).
+	hist []snap
+	// seen holds, by hash (hseed), every non-zero file-system block any
+	// version of any of the worker's files had, or was about to have:
+	// after a crash each block of each file must be one of them with some
+	// bytes zeroed (no stale data exposed).
+	seen     map[uint64][]byte
+	hseed    maphash.Seed
+	versions []version // with debugVersions
+}
+
+type version struct {
+	op   string
+	data []byte
+}
+
+// explain describes how blk, found at byte off of a file, relates to the
+// versions debugVersions kept.
+func (w *worker) explain(blk []byte, off int) string {
+	var b strings.Builder
+	for _, v := range w.versions {
+		if off >= len(v.data) {
+			continue
+		}
+		vb := make([]byte, w.bs)
+		copy(vb, v.data[off:min(off+w.bs, len(v.data))])
+		same := 0
+		for i := range vb {
+			if vb[i] == blk[i] {
+				same++
+			}
+		}
+		if same > 64 {
+			fmt.Fprintf(&b, "\n  %q: %d of %d bytes equal (len %d)", v.op, same, w.bs, len(v.data))
+			i := 0
+			for i < w.bs && vb[i] == blk[i] {
+				i++
+			}
+			fmt.Fprintf(&b, ", first difference at %d", i)
+		}
+	}
+	return b.String()
+}
+
+// snap is what a crash must preserve of a worker's files at one moment,
+// and when that moment was on the device-operation log.
+type snap struct {
+	idx     int  // log length when taken
+	pre     bool // taken before an operation's call: it may be in flight
+	op      string
+	volSync bool
+	synced  map[string]bool   // names at the last Volume.Sync; shared, never mutated
+	changed map[string]bool   // names touched since; a copy
+	content map[string][]byte // name -> durable contents; shared slices, never mutated
 }
 
 func newWorker(v *ext4io.Volume, dir string, seed uint64, bs int) *worker {
 	return &worker{v: v, dir: dir, rng: rand.New(rand.NewPCG(seed, seed^0xabcdef)), bs: bs,
-		files: map[string]*mfile{}, dirs: map[string]bool{}, synced: map[string]bool{}, changed: map[string]bool{}}
+		files: map[string]*mfile{}, dirs: map[string]bool{}, synced: map[string]bool{}, changed: map[string]bool{},
+		seen: map[uint64][]byte{}, hseed: maphash.MakeSeed()}
+}
+
+func (w *worker) now() int {
+	if w.clock == nil {
+		return 0
+	}
+	return w.clock()
+}
+
+// snapshot returns the durable state now; the contents of the names in
+// uncertain are left out (an operation in flight may change them).
+func (w *worker) snapshot(pre bool, op string, uncertain ...string) snap {
+	s := snap{idx: w.now(), pre: pre, op: op, volSync: w.volSync, synced: w.synced,
+		changed: maps.Clone(w.changed), content: make(map[string][]byte, len(w.files))}
+	for n, m := range w.files {
+		if m.synced != nil {
+			s.content[n] = m.synced
+		}
+	}
+	for _, n := range uncertain {
+		delete(s.content, n)
+	}
+	return s
+}
+
+// pre records the state with the next call in flight; call it right
+// before the call, after the model marked what the call may change.
+func (w *worker) pre(op string, uncertain ...string) {
+	w.hist = append(w.hist, w.snapshot(true, op, uncertain...))
+}
+
+// at returns the durable state for a crash right after log entry p: the
+// last snapshot whose operation had returned by then (post, all its
+// device operations at or before p) or had begun (pre, none of its
+// device operations before its stamp).
+func (w *worker) at(p int) (snap, bool) {
+	for i := len(w.hist) - 1; i >= 0; i-- {
+		s := w.hist[i]
+		if s.pre && s.idx <= p || !s.pre && s.idx <= p+1 {
+			return s, true
+		}
+	}
+	return snap{}, false
+}
+
+// debugVersions, if set (tests), keeps every version whole, so that a
+// stale block can be explained.
+var debugVersions bool
+
+// addVersion remembers the blocks of b, a version of a file.
+func (w *worker) addVersion(b []byte) {
+	if debugVersions {
+		w.versions = append(w.versions, version{w.log[len(w.log)-1], bytes.Clone(b)})
+	}
+	pad := make([]byte, w.bs)
+	for off := 0; off < len(b); off += w.bs {
+		blk := b[off:min(off+w.bs, len(b))]
+		if len(blk) < w.bs {
+			copy(pad, blk)
+			clear(pad[len(blk):])
+			blk = pad
+		}
+		if allZero(blk) {
+			continue
+		}
+		if h := maphash.Bytes(w.hseed, blk); w.seen[h] == nil {
+			w.seen[h] = bytes.Clone(blk)
+		}
+	}
 }
 
 func (w *worker) logf(format string, args ...any) {
@@ -132,6 +266,7 @@ func (w *worker) step(faults bool) error {
 		w.logf("%s", op)
 		w.touch(name)
 		var f *ext4io.File
+		w.pre(op)
 		f, err = w.v.Create(path.Join(w.dir, name))
 		if err == nil && direct {
 			f.Close()
@@ -151,20 +286,23 @@ func (w *worker) step(faults bool) error {
 		op = fmt.Sprintf("write %s off=%d len=%d", m.name, off, n)
 		w.logf("%s", op)
 		m.synced = nil
-		_, err = m.f.WriteAt(p, int64(off))
-		if err == nil {
-			if len(m.data) < off+n {
-				m.data = append(m.data, make([]byte, off+n-len(m.data))...)
-			}
-			copy(m.data[off:], p)
+		next := resize(bytes.Clone(m.data), max(len(m.data), off+n))
+		copy(next[off:], p)
+		w.addVersion(next)
+		w.pre(op)
+		if _, err = m.f.WriteAt(p, int64(off)); err == nil {
+			m.data = next
 		}
 	case k < 48: // truncate
 		size := w.rng.IntN(maxFile + 4096)
 		op = fmt.Sprintf("truncate %s size=%d", m.name, size)
 		w.logf("%s", op)
 		m.synced = nil
+		next := resize(bytes.Clone(m.data), size)
+		w.addVersion(next)
+		w.pre(op)
 		if err = m.f.Truncate(int64(size)); err == nil {
-			m.data = resize(m.data, size)
+			m.data = next
 		}
 	case k < 62: // fallocate
 		mode := []ext4io.FallocMode{ext4io.FallocAllocate, ext4io.FallocKeepSize, ext4io.FallocPunchHole,
@@ -174,8 +312,11 @@ func (w *worker) step(faults bool) error {
 		op = fmt.Sprintf("fallocate %s mode=%v off=%d len=%d", m.name, mode, off, n)
 		w.logf("%s", op)
 		m.synced = nil
+		next := fallocModel(bytes.Clone(m.data), mode, off, n)
+		w.addVersion(next)
+		w.pre(op)
 		if err = m.f.Fallocate(mode, int64(off), int64(n)); err == nil {
-			m.data = fallocModel(m.data, mode, off, n)
+			m.data = next
 		}
 	case k < 68: // rename within the directory, maybe over another file
 		var to string
@@ -189,6 +330,7 @@ func (w *worker) step(faults bool) error {
 		w.logf("%s", op)
 		w.touch(m.name, to)
 		m.synced = nil
+		w.pre(op, to)
 		if err = w.v.Rename(path.Join(w.dir, m.name), path.Join(w.dir, to)); err == nil {
 			if o := w.files[to]; o != nil {
 				o.f.Close()
@@ -202,6 +344,7 @@ func (w *worker) step(faults bool) error {
 		w.logf("%s", op)
 		w.touch(m.name)
 		m.synced = nil
+		w.pre(op)
 		if err = w.v.Unlink(path.Join(w.dir, m.name)); err == nil {
 			m.f.Close()
 			delete(w.files, m.name)
@@ -216,6 +359,7 @@ func (w *worker) step(faults bool) error {
 			op = "rmdir " + d
 			w.logf("%s", op)
 			w.touch(d)
+			w.pre(op)
 			if err = w.v.Rmdir(path.Join(w.dir, d)); err == nil {
 				delete(w.dirs, d)
 			}
@@ -225,6 +369,7 @@ func (w *worker) step(faults bool) error {
 			op = "mkdir " + d
 			w.logf("%s", op)
 			w.touch(d)
+			w.pre(op)
 			if err = w.v.Mkdir(path.Join(w.dir, d), 0o755); err == nil {
 				w.dirs[d] = true
 			}
@@ -232,6 +377,7 @@ func (w *worker) step(faults bool) error {
 	case k < 92: // file sync
 		op = "fsync " + m.name
 		w.logf("%s", op)
+		w.pre(op)
 		if err = m.f.Sync(); err == nil {
 			m.synced = bytes.Clone(m.data)
 			if m.synced == nil {
@@ -241,10 +387,12 @@ func (w *worker) step(faults bool) error {
 	default: // volume sync
 		op = "syncfs"
 		w.logf("%s", op)
+		w.pre(op)
 		if err = w.v.Sync(); err == nil {
 			w.syncAll()
 		}
 	}
+	defer func() { w.hist = append(w.hist, w.snapshot(false, op)) }()
 	if err != nil {
 		if m != nil && !strings.HasPrefix(op, "mkdir") && !strings.HasPrefix(op, "rmdir") && !strings.HasPrefix(op, "create") && !strings.HasPrefix(op, "sync") {
 			w.drop(m)
@@ -327,10 +475,38 @@ func fallocModel(b []byte, mode ext4io.FallocMode, off, n int) []byte {
 }
 
 // check compares the volume with the model. With durable set it checks only
-// what the last syncs made durable (after a crash); otherwise everything
-// (after a clean Close).
+// what the last syncs made durable (after a crash at the end of the
+// operations); otherwise everything (after a clean Close).
 func (w *worker) check(v *ext4io.Volume, durable bool) error {
-	if !durable || w.volSync {
+	if durable {
+		return w.checkAt(v, w.snapshot(false, "now"))
+	}
+	all := snap{volSync: true, synced: map[string]bool{}, changed: map[string]bool{}, content: map[string][]byte{}}
+	for n, m := range w.files {
+		all.synced[n] = true
+		all.content[n] = m.data
+	}
+	for n := range w.dirs {
+		all.synced[n] = true
+	}
+	return w.compare(v, all, false)
+}
+
+// checkAt checks a volume recovered from a crash against s, the durable
+// state at the crash point: every name and content it holds must be there,
+// and no file of the worker may expose a block it never wrote.
+func (w *worker) checkAt(v *ext4io.Volume, s snap) error {
+	if err := w.compare(v, s, true); err != nil {
+		return err
+	}
+	return w.checkStale(v)
+}
+
+// compare compares the volume with s. durable: names touched since the
+// last Volume.Sync may be there or not; otherwise only names whose
+// creation failed (fill files) may be there beyond s.
+func (w *worker) compare(v *ext4io.Volume, s snap, durable bool) error {
+	if s.volSync {
 		ents, err := v.ReadDir(w.dir)
 		if err != nil {
 			return fmt.Errorf("readdir %s: %w", w.dir, err)
@@ -342,49 +518,27 @@ func (w *worker) check(v *ext4io.Volume, durable bool) error {
 			}
 			have[e.Name] = true
 		}
-		want := w.synced
-		if !durable {
-			want = map[string]bool{}
-			for n := range w.files {
-				want[n] = true
-			}
-			for n := range w.dirs {
-				want[n] = true
-			}
-		}
-		for n := range want {
-			if !have[n] && (!durable || !w.changed[n]) {
+		for n := range s.synced {
+			if !have[n] && (!durable || !s.changed[n]) {
 				return fmt.Errorf("%s/%s: missing (durable=%v)", w.dir, n, durable)
 			}
 		}
 		for n := range have {
-			if !want[n] && (!durable || !w.changed[n]) && (durable || !w.changed[n] || !strings.HasPrefix(n, "fill")) {
+			if !s.synced[n] && (!durable || !s.changed[n]) && (durable || !w.changed[n] || !strings.HasPrefix(n, "fill")) {
 				return fmt.Errorf("%s/%s: exists but the model says it does not (durable=%v)", w.dir, n, durable)
 			}
 		}
 	}
-	for _, n := range w.names() {
-		m := w.files[n]
-		want := m.data
-		if durable {
-			want = m.synced
-		}
-		if want == nil {
-			continue
-		}
+	names := slices.Sorted(maps.Keys(s.content))
+	for _, n := range names {
+		want := s.content[n]
 		name := path.Join(w.dir, n)
 		if testHookExpect != nil {
 			want = testHookExpect(name, bytes.Clone(want))
 		}
-		f, err := v.Open(name)
+		got, err := readAll(v, name)
 		if err != nil {
 			return fmt.Errorf("%s: synced file: %w", name, err)
-		}
-		got := make([]byte, f.Size())
-		_, err = f.ReadAt(got, 0)
-		f.Close()
-		if err != nil && !errors.Is(err, io.EOF) {
-			return fmt.Errorf("%s: read: %w", name, err)
 		}
 		if !bytes.Equal(got, want) {
 			i := 0
@@ -395,6 +549,77 @@ func (w *worker) check(v *ext4io.Volume, durable bool) error {
 		}
 	}
 	return nil
+}
+
+// checkStale reads every regular file in the worker's directory: each
+// whole block must be zero or a block some version of one of the worker's
+// files had. Random contents make a stale block (another file's, an earlier
+// round's) fail this.
+func (w *worker) checkStale(v *ext4io.Volume) error {
+	ents, err := v.ReadDir(w.dir)
+	if err != nil {
+		return fmt.Errorf("readdir %s: %w", w.dir, err)
+	}
+	for _, e := range ents {
+		if e.Type != layout.FtRegFile {
+			continue
+		}
+		name := path.Join(w.dir, e.Name)
+		got, err := readAll(v, name)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		// A partial last block is not checked: the size may be an older
+		// version's and the block a newer one's (an overwrite reached the
+		// device, the size change did not), a legal mix no version had.
+		for off := 0; off+w.bs <= len(got); off += w.bs {
+			blk := got[off : off+w.bs]
+			if allZero(blk) {
+				continue
+			}
+			if !w.known(blk) {
+				return fmt.Errorf("%s: block %d (byte %d) holds data no version of the worker's files had: stale data exposed%s", name, off/w.bs, off, w.explain(blk, off))
+			}
+		}
+	}
+	return nil
+}
+
+// known reports whether blk is a block some version had, with any of
+// its bytes zeroed: truncate, punch and zero-range zero parts of a block in
+// place, and a crash may keep that zeroing over an older version of the
+// block's other bytes. Random contents make a stale block share almost no
+// byte with any version. The scan runs only when the hash misses.
+func (w *worker) known(blk []byte) bool {
+	if _, ok := w.seen[maphash.Bytes(w.hseed, blk)]; ok {
+		return true
+	}
+	for _, v := range w.seen {
+		ok := true
+		for i, c := range blk {
+			if c != 0 && c != v[i] {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+func readAll(v *ext4io.Volume, name string) ([]byte, error) {
+	f, err := v.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	got := make([]byte, f.Size())
+	if _, err := f.ReadAt(got, 0); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("read: %w", err)
+	}
+	return got, nil
 }
 
 // runWorkers runs n ops on each worker concurrently.

@@ -2,26 +2,46 @@
 // against ext4io on an in-memory device and checks every outcome against a
 // per-goroutine model and e2fsck.
 //
-// A round formats a device (or continues on the previous round's recovered
-// image), opens it writable and runs random operations (create, buffered
+// A round formats a device (half the time filled with random bytes first)
+// or continues on the previous round's recovered image, opens it writable and runs random operations (create, buffered
 // and Direct writes, truncate, every implemented fallocate mode, rename,
 // unlink, mkdir/rmdir, File.Sync, Volume.Sync) from several goroutines, each
-// in its own directory. Then one of:
+// in its own directory, then closes the volume. Then one of:
 //
-//   - crash: Crashable.Crash keeps the flushed state plus a random part of
-//     the rest; the image is recovered by ext4io (Open Writable or Replay) or,
-//     one time in four, by e2fsck -fy; e2fsck -fn must then be clean and every
-//     name and content made durable by a sync (and not touched since) must read
-//     back exactly;
+//   - crash: an errordev.Recorder logged every write, zero-out, discard and
+//     flush of the round (the Open and the Close included); CrashPoints
+//     points are drawn across that log, half of them just before a flush
+//     completes (where a commit block or a log-tail update waits for its
+//     flush), half anywhere. At a point, the image holds what the flushes completed by
+//     then cover, plus each later write up to the point kept at random, the
+//     write at the point itself possibly torn (see Recorder.CrashAt). Each
+//     image is recovered by ext4io (Open Writable or Replay) or, one time in
+//     four, by e2fsck -fy; e2fsck -fn must then be clean, every name and
+//     content made durable by a sync that had returned by the point (and not
+//     touched by an operation begun by then) must read back exactly, and no
+//     file may hold a non-zero block that no version of the worker's files
+//     had, bytes zeroed aside (stale data). The workers' models are snapshots stamped with the
+//     log's length before and after each call. The next round continues on
+//     the first point's recovered image;
 //   - fault (one round in five): the device fails random writes and flushes;
 //     operations must fail with errors wrapping ErrIO (never panic), then the
 //     round is treated as a crash;
 //   - ENOSPC: the workers fill the volume until ErrNoSpace; after Close the
 //     image must be e2fsck-clean and match the model exactly.
 //
-// Invariant checked: a synced state survives any crash. Goroutine
-// interleaving is not deterministic, so a seed reproduces the operation
-// sequence of each goroutine but not their interleaving.
+// Invariants checked: a synced state survives a crash at any point, and no
+// crash exposes stale blocks. Goroutine interleaving is not deterministic,
+// so a seed reproduces the operation sequence of each goroutine but not
+// their interleaving.
+//
+// Why crash points span the log: a single image taken when a round's
+// operations end has no commit or checkpoint in flight. Every commit ends
+// with a flush after its commit block, and every checkpoint with a flush
+// after the journal superblock, and a flush makes everything before it
+// durable, so a missing flush before the commit block or before the tail
+// update leaves no trace by then. The mutation check (mutants_test.go,
+// internal/mutant) keeps this honest: each known ordering bug, built in by
+// a tag, must make the torture fail within 200 rounds.
 package torture
 
 import (
@@ -55,20 +75,27 @@ type Config struct {
 	// printed in the log and the failure report) on a freshly formatted
 	// device, ignoring Seed and Duration.
 	RoundSeed uint64
+	// CrashPoints is the number of crash images checked per crash or
+	// fault round; 0: 4.
+	CrashPoints int
+	// MaxRounds, if not 0, ends the run after this many rounds even if
+	// Duration is left (Duration 0: no time limit).
+	MaxRounds int
 }
 
 // Summary counts what Run did.
 type Summary struct {
 	Rounds, Operations            int
-	Crashes, RecoveredByExt4io    int
+	Crashes, RecoveredByExt4io    int // Crashes: crash images checked
+	DeviceOps, CrashPointsAtFlush int
 	RecoveredByE2fsck, E2fsckRuns int
 	IOErrorsInjected, FaultRounds int
 	ENOSPCRounds, Failures        int
 }
 
 func (s Summary) String() string {
-	return fmt.Sprintf("rounds=%d ops=%d crashes=%d recovered(ext4io)=%d recovered(e2fsck)=%d e2fsck-runs=%d fault-rounds=%d io-errors=%d enospc-rounds=%d failures=%d",
-		s.Rounds, s.Operations, s.Crashes, s.RecoveredByExt4io, s.RecoveredByE2fsck, s.E2fsckRuns,
+	return fmt.Sprintf("rounds=%d ops=%d device-ops=%d crashes=%d (at a flush %d) recovered(ext4io)=%d recovered(e2fsck)=%d e2fsck-runs=%d fault-rounds=%d io-errors=%d enospc-rounds=%d failures=%d",
+		s.Rounds, s.Operations, s.DeviceOps, s.Crashes, s.CrashPointsAtFlush, s.RecoveredByExt4io, s.RecoveredByE2fsck, s.E2fsckRuns,
 		s.FaultRounds, s.IOErrorsInjected, s.ENOSPCRounds, s.Failures)
 }
 
@@ -104,10 +131,19 @@ func Run(cfg Config) (Summary, error) {
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
 	}
+	if cfg.CrashPoints <= 0 {
+		cfg.CrashPoints = 4
+	}
 	r := &runner{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x70727475))}
 	r.fsck, _ = exec.LookPath("e2fsck")
 	deadline := time.Now().Add(cfg.Duration)
-	for r.round == 0 || cfg.RoundSeed == 0 && time.Now().Before(deadline) {
+	more := func() bool {
+		if cfg.RoundSeed != 0 || cfg.MaxRounds > 0 && r.round >= cfg.MaxRounds {
+			return false
+		}
+		return cfg.Duration <= 0 && cfg.MaxRounds > 0 || time.Now().Before(deadline)
+	}
+	for r.round == 0 || more() {
 		seed := r.rng.Uint64()
 		if cfg.RoundSeed != 0 {
 			seed = cfg.RoundSeed
@@ -139,15 +175,28 @@ func (r *runner) fail(seed uint64, ws []*worker, img *memdev.Device, err error) 
 	if os.WriteFile(base+".log", []byte(b.String()), 0o644) == nil {
 		saved = append(saved, base+".log")
 	}
-	return fmt.Errorf("torture: seed %d round %d: %w (saved %s); reproduce: ext4io torture --seed %d --duration %s --goroutines %d --size %d --block-size %d --crash-every %d (this round alone, on a fresh device: --round-seed %d)",
-		r.cfg.Seed, r.round-1, err, strings.Join(saved, ", "), r.cfg.Seed, r.cfg.Duration, r.cfg.Goroutines, r.cfg.DeviceSize, r.cfg.BlockSize, r.cfg.CrashEvery, seed)
+	limit := fmt.Sprintf("--duration %s", r.cfg.Duration)
+	if r.cfg.MaxRounds > 0 {
+		limit = fmt.Sprintf("--duration %s --max-rounds %d", max(r.cfg.Duration, time.Hour), r.cfg.MaxRounds)
+	}
+	return fmt.Errorf("torture: seed %d round %d: %w (saved %s); reproduce (goroutine interleaving varies, so the same round may not fail again): ext4io torture --seed %d %s --goroutines %d --size %d --block-size %d --crash-every %d --crash-points %d (this round alone, on a fresh device: --round-seed %d)",
+		r.cfg.Seed, r.round-1, err, strings.Join(saved, ", "), r.cfg.Seed, limit, r.cfg.Goroutines, r.cfg.DeviceSize, r.cfg.BlockSize, r.cfg.CrashEvery, r.cfg.CrashPoints, seed)
 }
 
 // doRound runs one round; on failure it returns the image to save.
 func (r *runner) doRound(seed uint64) ([]*worker, *memdev.Device, error) {
 	rng := rand.New(rand.NewPCG(seed, seed>>1))
+	formatted := ""
 	if r.dev == nil || rng.IntN(4) == 0 {
 		r.dev = memdev.NewBlockSize(r.cfg.DeviceSize, 4096)
+		formatted = " formatted"
+		if seed>>40&1 == 0 { // not from rng: its draws stay as they were
+			// Random bytes in every block mkfs leaves alone: a stale
+			// block (never written, exposed by a mapping) then fails the
+			// model's stale-data check instead of reading as zeroes.
+			fillGarbage(r.dev, seed)
+			formatted += " (garbage-filled)"
+		}
 		if err := ext4io.Format(r.dev, ext4io.FormatOptions{BlockSize: r.cfg.BlockSize, Rand: rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8), byte(seed >> 16)})}); err != nil {
 			return nil, nil, fmt.Errorf("format: %w", err)
 		}
@@ -161,16 +210,19 @@ func (r *runner) doRound(seed uint64) ([]*worker, *memdev.Device, error) {
 		kind = "enospc"
 		r.sum.ENOSPCRounds++
 	}
-	start := r.dev
-	crash, err := errordev.NewCrashable(r.dev)
+	start, err := r.dev.Clone()
+	if err != nil {
+		return nil, nil, err
+	}
+	rec, err := errordev.NewRecorder(r.dev)
 	if err != nil {
 		return nil, start, err
 	}
 	toggle := errordev.NewToggle(errordev.Kinds(errordev.Random(seed, 0.002+rng.Float64()*0.02), errordev.Write, errordev.Flush, errordev.ZeroOut))
 	counter := errordev.NewCounter(toggle)
-	var dev blockdev.Device = crash
+	var dev blockdev.Device = rec
 	if kind == "fault" {
-		dev = errordev.New(crash, counter)
+		dev = errordev.New(rec, counter)
 	}
 	// The write paths for preallocated space: conversions queued for the
 	// next commit (the default), made in the write (split at submission,
@@ -194,6 +246,7 @@ func (r *runner) doRound(seed uint64) ([]*worker, *memdev.Device, error) {
 	ws := make([]*worker, r.cfg.Goroutines)
 	for i := range ws {
 		ws[i] = newWorker(v, fmt.Sprintf("/r%dg%d", r.round, i), rng.Uint64(), r.cfg.BlockSize)
+		ws[i].clock = rec.Len
 		if err := v.Mkdir(ws[i].dir, 0o755); err != nil {
 			if errors.Is(err, ext4io.ErrNoSpace) {
 				r.dev = nil // full from earlier rounds: format next time
@@ -208,8 +261,10 @@ func (r *runner) doRound(seed uint64) ([]*worker, *memdev.Device, error) {
 	}
 	for _, w := range ws {
 		w.volSync = true
+		w.syncAll()
+		w.hist = append(w.hist, w.snapshot(false, "round start"))
 	}
-	fmt.Fprintf(r.cfg.Log, "round %d seed %d: %s\n", r.round, seed, label)
+	fmt.Fprintf(r.cfg.Log, "round %d seed %d: %s%s\n", r.round, seed, label, formatted)
 	if kind == "fault" {
 		toggle.Enable()
 	}
@@ -219,29 +274,60 @@ func (r *runner) doRound(seed uint64) ([]*worker, *memdev.Device, error) {
 	}
 	r.sum.IOErrorsInjected += int(counter.Failed(errordev.Write) + counter.Failed(errordev.Flush) + counter.Failed(errordev.ZeroOut))
 	if err != nil {
-		img, _ := crash.Crash(errordev.CrashOptions{Seed: seed, KeepProb: 1})
+		img, _, _ := rec.CrashAt(rec.Len()-1, errordev.CrashAtOptions{KeepProb: 1})
 		v.Close()
 		return ws, img, err
 	}
 	if kind == "enospc" {
-		return ws, nil, r.enospc(v, crash, ws)
+		return ws, nil, r.enospc(v, ws)
 	}
-	img, err := crash.Crash(errordev.CrashOptions{Seed: seed, KeepProb: rng.Float64(), TearLast: rng.IntN(2) == 0})
-	v.Close() // the crashed image is taken; Close only tidies up
-	if err != nil {
-		return ws, nil, err
+	// Close is part of the log: its commit, checkpoint and journal
+	// superblock update are crash points too.
+	if err := v.Close(); err != nil && kind != "fault" && !errors.Is(err, ext4io.ErrNoSpace) {
+		img, _, _ := rec.CrashAt(rec.Len()-1, errordev.CrashAtOptions{KeepProb: 1})
+		return ws, img, fmt.Errorf("close: %w", err)
 	}
-	r.sum.Crashes++
-	saved, _ := img.Clone()
-	if err := r.recoverAndCheck(img, ws, rng); err != nil {
-		return ws, saved, err
+	// Crash points cover the whole log, the Open and the round's first
+	// transaction (into a log the last recovery emptied) included: only
+	// there can replay not mask a transaction's blocks written home
+	// before their commit, as older copies of the hot blocks are always
+	// in the log later on. Before the round's first Sync the workers'
+	// models are not checked (their directories may not exist yet); e2fsck is.
+	n := rec.Len()
+	r.sum.DeviceOps += n
+	flushes := rec.Flushes()
+	var next *memdev.Device
+	for k := range r.cfg.CrashPoints {
+		p := -1 + rng.IntN(n+1)
+		at := ""
+		if len(flushes) > 0 && rng.IntN(2) == 0 {
+			// Just before a flush completes: what it would have made
+			// durable may or may not be there.
+			p = flushes[rng.IntN(len(flushes))] - 1
+			at = " (before a flush)"
+			r.sum.CrashPointsAtFlush++
+		}
+		copts := errordev.CrashAtOptions{Seed: seed + uint64(k), KeepProb: rng.Float64(), Tear: rng.IntN(2) == 0, TearUnit: int64(r.cfg.BlockSize)}
+		img, rep, err := rec.CrashAt(p, copts)
+		if err != nil {
+			return ws, nil, err
+		}
+		r.sum.Crashes++
+		saved, _ := img.Clone()
+		where := fmt.Sprintf("crash point %d of %d%s: %v", p, n, at, rep)
+		if err := r.recoverAndCheck(img, ws, p, rng); err != nil {
+			return ws, saved, fmt.Errorf("%s: %w", where, err)
+		}
+		if next == nil {
+			next = img
+		}
 	}
-	r.dev = img
+	r.dev = next
 	return ws, nil, nil
 }
 
 // enospc fills the volume, closes it cleanly and checks it.
-func (r *runner) enospc(v *ext4io.Volume, crash *errordev.Crashable, ws []*worker) error {
+func (r *runner) enospc(v *ext4io.Volume, ws []*worker) error {
 	full := false
 	for _, w := range ws {
 		got, err := w.fillPhase()
@@ -258,7 +344,7 @@ func (r *runner) enospc(v *ext4io.Volume, crash *errordev.Crashable, ws []*worke
 	if err := v.Close(); err != nil {
 		return fmt.Errorf("close after ENOSPC: %w", err)
 	}
-	img, err := crash.Crash(errordev.CrashOptions{KeepProb: 1})
+	img, err := r.dev.Clone() // everything: Close flushed
 	if err != nil {
 		return err
 	}
@@ -279,8 +365,9 @@ func (r *runner) enospc(v *ext4io.Volume, crash *errordev.Crashable, ws []*worke
 	return nil
 }
 
-// recoverAndCheck recovers a crashed image and checks it against the model.
-func (r *runner) recoverAndCheck(img *memdev.Device, ws []*worker, rng *rand.Rand) error {
+// recoverAndCheck recovers an image crashed after log entry p and checks it
+// against the model's state at p.
+func (r *runner) recoverAndCheck(img *memdev.Device, ws []*worker, p int, rng *rand.Rand) error {
 	how := "e2fsck -fy"
 	if r.fsck != "" && rng.IntN(4) == 0 {
 		if err := r.fsckY(img); err != nil {
@@ -322,8 +409,12 @@ func (r *runner) recoverAndCheck(img *memdev.Device, ws []*worker, rng *rand.Ran
 	}
 	defer v.Close()
 	for _, w := range ws {
-		if err := w.check(v, true); err != nil {
-			return fmt.Errorf("after recovery by %s: %w", how, err)
+		s, ok := w.at(p)
+		if !ok {
+			continue // before the round's first sync: nothing is promised
+		}
+		if err := w.checkAt(v, s); err != nil {
+			return fmt.Errorf("after recovery by %s (%s: %s operation %q, log %d): %w", how, w.dir, map[bool]string{true: "in flight", false: "after"}[s.pre], s.op, s.idx, err)
 		}
 	}
 	return nil
@@ -384,6 +475,17 @@ func (r *runner) e2fsck(img *memdev.Device, flag string, writeBack bool) (string
 }
 
 const chunk = 1 << 20
+
+// fillGarbage writes random bytes over all of dev.
+func fillGarbage(dev *memdev.Device, seed uint64) {
+	rng := rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8), byte(seed >> 16), byte(seed >> 24), 'g'})
+	buf := make([]byte, chunk)
+	for off := int64(0); off < dev.Size(); off += chunk {
+		n := min(chunk, dev.Size()-off)
+		rng.Read(buf[:n])
+		dev.WriteAt(buf[:n], off)
+	}
+}
 
 // saveImage writes dev to a sparse file.
 func saveImage(dev *memdev.Device, name string) error {

@@ -14,9 +14,9 @@ func hasFsck() bool { _, err := exec.LookPath("e2fsck"); return err == nil }
 
 // TestRun runs a bounded torture and expects every kind of round.
 func TestRun(t *testing.T) {
-	d := 20 * time.Second
+	d := 4 * time.Second
 	if testing.Short() {
-		d = 5 * time.Second
+		d = 2 * time.Second
 	}
 	if s := os.Getenv("TORTURE_DURATION"); s != "" {
 		var err error
