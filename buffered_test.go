@@ -27,7 +27,7 @@ func TestDelallocFullVolume(t *testing.T) {
 	for _, cache := range []int64{0, 64 << 10} { // default; tiny (write-back under pressure)
 		t.Run(fmt.Sprintf("cache%d", cache), func(t *testing.T) {
 			img := formatImage(t, 16<<20, ext4io.FormatOptions{BlockSize: 1024})
-			v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, PageCacheBytes: cache, WritebackAge: -1})
+			v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, PageCacheBytes: cache, WritebackAge: -1, CommitInterval: -1})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -94,7 +94,7 @@ func TestDelallocFullVolume(t *testing.T) {
 // and the counts before the writes, less the blocks still mapped.
 func TestDelallocReservations(t *testing.T) {
 	img := formatImage(t, 64<<20, ext4io.FormatOptions{})
-	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, WritebackAge: -1})
+	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, WritebackAge: -1, CommitInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestDelallocReservations(t *testing.T) {
 // size covering blocks that are not on disk.
 func TestDelallocSizeOnDisk(t *testing.T) {
 	img := formatImage(t, 32<<20, ext4io.FormatOptions{})
-	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, WritebackAge: -1})
+	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, WritebackAge: -1, CommitInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +295,7 @@ func TestWriteZeroesInsideDelayedSize(t *testing.T) {
 // harness: "Entry 'd12' has deleted/unused inode".)
 func TestFreedInodeNotRewritten(t *testing.T) {
 	img := formatImage(t, 64<<20, ext4io.FormatOptions{})
-	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, WritebackAge: -1})
+	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, WritebackAge: -1, CommitInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,7 +353,7 @@ func TestFreedInodeNotRewritten(t *testing.T) {
 // space left on device".)
 func TestConversionKeepsDelayedNeighbours(t *testing.T) {
 	img := formatImage(t, 32<<20, ext4io.FormatOptions{})
-	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, WritebackAge: -1})
+	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, WritebackAge: -1, CommitInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -395,7 +395,7 @@ func TestConversionKeepsDelayedNeighbours(t *testing.T) {
 // write workload deletes and recreates its 1 GiB file.
 func TestNoSpaceRetriesAfterCommit(t *testing.T) {
 	img := formatImage(t, 32<<20, ext4io.FormatOptions{ReservedPercent: -1})
-	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, WritebackAge: -1})
+	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, WritebackAge: -1, CommitInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -485,7 +485,7 @@ func crashableVolume(t *testing.T) (*ext4io.Volume, *errordev.Crashable) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1})
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1, CommitInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -725,7 +725,7 @@ func TestDirectReadCachedFile(t *testing.T) {
 	if err := ext4io.Format(dev, ext4io.FormatOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1})
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1, CommitInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

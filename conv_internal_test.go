@@ -267,7 +267,7 @@ func memVolume(t testing.TB, size int64, bs int) (*memdev.Device, *Volume) {
 	if err := Format(dev, FormatOptions{BlockSize: bs}); err != nil {
 		t.Fatal(err)
 	}
-	v, err := Open(dev, Options{Writable: true, WritebackAge: -1})
+	v, err := Open(dev, Options{Writable: true, WritebackAge: -1, CommitInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

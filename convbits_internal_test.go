@@ -80,7 +80,7 @@ func TestConvBitsTinyCache(t *testing.T) {
 	if err := Format(dev, FormatOptions{BlockSize: 4096}); err != nil {
 		t.Fatal(err)
 	}
-	v, err := Open(dev, Options{Writable: true, WritebackAge: -1, CacheBudget: 4096})
+	v, err := Open(dev, Options{Writable: true, WritebackAge: -1, CommitInterval: -1, CacheBudget: 4096})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 // fresh Begin is valid again.
 func TestValidityCookie(t *testing.T) {
 	img := orphanImage(t, "")
-	v, err := OpenImage(img, Options{Writable: true, WritebackAge: -1})
+	v, err := OpenImage(img, Options{Writable: true, WritebackAge: -1, CommitInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestValidityCookie(t *testing.T) {
 // reads see the change at once.
 func TestFrontCache(t *testing.T) {
 	img := orphanImage(t, "")
-	v, err := OpenImage(img, Options{Writable: true, WritebackAge: -1})
+	v, err := OpenImage(img, Options{Writable: true, WritebackAge: -1, CommitInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -836,7 +836,7 @@ func crashWithJournal(t *testing.T, raw []byte) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := ext4io.Open(cdev, ext4io.Options{Writable: true, WritebackAge: -1})
+	v, err := ext4io.Open(cdev, ext4io.Options{Writable: true, WritebackAge: -1, CommitInterval: -1})
 	if err != nil {
 		t.Fatalf("writable open of the journaled base: %v", err)
 	}

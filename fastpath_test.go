@@ -21,7 +21,7 @@ import (
 // the exclusive lock.
 func TestFastPathCounters(t *testing.T) {
 	img := formatImage(t, 128<<20, ext4io.FormatOptions{})
-	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, WritebackAge: -1})
+	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, WritebackAge: -1, CommitInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

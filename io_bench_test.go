@@ -71,7 +71,7 @@ func BenchmarkFileIO(b *testing.B) {
 	if err := ext4io.Format(dev, ext4io.FormatOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1})
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1, CommitInterval: -1})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func BenchmarkConvertScattered(b *testing.B) {
 	if err := ext4io.Format(dev, ext4io.FormatOptions{NoDiscard: true}); err != nil {
 		b.Fatal(err)
 	}
-	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1})
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1, CommitInterval: -1})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -246,7 +246,7 @@ func writtenFile(b *testing.B, dev blockdev.Device, size int64) (*ext4io.File, r
 	if err := ext4io.Format(dev, ext4io.FormatOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1})
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1, CommitInterval: -1})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -257,7 +257,7 @@ func checkCrashedChunks(t *testing.T, img blockdev.Device, synced, written []byt
 func TestZeroOutChunkModel(t *testing.T) {
 	const bs, maxSize = 4096, 2 << 20
 	img := formatImage(t, 64<<20, ext4io.FormatOptions{})
-	opts := ext4io.Options{Writable: true, ZeroOutChunk: 32 << 10, WritebackAge: -1}
+	opts := ext4io.Options{Writable: true, ZeroOutChunk: 32 << 10, WritebackAge: -1, CommitInterval: -1}
 	v, err := ext4io.OpenImage(img, opts)
 	if err != nil {
 		t.Fatal(err)
