@@ -146,6 +146,10 @@ type Volume struct {
 
 	recovered *RecoveryInfo // what Open replayed, nil if nothing
 
+	// mmp holds the MMP block of a volume opened for writing with the mmp
+	// feature (mmp.go); nil otherwise. Set in Open.
+	mmp *mmpHolder
+
 	// orphanPresent is the orphan_present ro_compat flag of a writable
 	// volume, applied when the superblock is encoded.
 	orphanPresent atomic.Bool
@@ -228,6 +232,19 @@ func Open(dev blockdev.Device, opts Options) (*Volume, error) {
 	if err := v.loadGroups(); err != nil {
 		return nil, err
 	}
+	// Multiple mount protection comes before anything is written (the
+	// journal replay included), as in Linux's mount.
+	if opts.Writable || opts.Replay {
+		if err := v.startMMP(); err != nil {
+			return nil, err
+		}
+	}
+	opened := false
+	defer func() {
+		if !opened || !opts.Writable {
+			v.stopMMP() // a failed open, or a read-only one done replaying
+		}
+	}()
 	if sb.HasIncompat(layout.IncompatRecover) {
 		if !opts.NoRecovery || opts.Writable || opts.Replay {
 			if err := v.recover(); err != nil {
@@ -249,6 +266,7 @@ func Open(dev blockdev.Device, opts Options) (*Volume, error) {
 			return nil, err
 		}
 	}
+	opened = true
 	return v, nil
 }
 
@@ -497,6 +515,9 @@ func (v *Volume) Close() error {
 	if v.alloc != nil {
 		err = v.unmount()
 	}
+	if merr := v.stopMMP(); err == nil {
+		err = merr
+	}
 	v.touch.close()
 	if v.closeDev {
 		if cerr := v.dev.Close(); err == nil {
@@ -540,6 +561,9 @@ func (v *Volume) unmount() error {
 		// The superblock keeps needs_recovery and "not clean": the next
 		// open recovers from the journal's last consistent state.
 		return err
+	}
+	if err := v.mmpFailed(); err != nil {
+		return err // another node has the filesystem: leave it alone
 	}
 	v.sbMu.Lock()
 	defer v.sbMu.Unlock()
