@@ -91,11 +91,11 @@ type Options struct {
 	UUID          [16]byte // zero: random
 	HashSeed      [16]byte // zero: random
 	JournalBlocks int      // 0: ext2fs_default_journal_size
+	FlexBGSize    int      // groups per flex group, a power of two; 0 = 16
 	// MMPUpdateInterval is s_mmp_update_interval in seconds when the mmp
 	// feature is on (mkfs -E mmp_update_interval): 0 means 5, the
 	// default; at most 300.
 	MMPUpdateInterval int
-	FlexBGSize    int      // groups per flex group, a power of two; 0 = 16
 	// ZeroInodeTables zeroes every inode table and sets ITABLE_ZEROED
 	// (mkfs -E lazy_itable_init=0). The default leaves them for the
 	// kernel's lazy init, as mkfs.ext4 does.
