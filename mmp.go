@@ -21,8 +21,11 @@ package ext4io
 //
 // The wait is the kernel's: with c = max(s_mmp_update_interval, 5,
 // the block's mmp_check_interval), min(2c+1, c+60) seconds (11 s by
-// default). Close stops the updater and writes seq CLEAN after the
-// superblock is marked clean.
+// default). Linux skips the wait of step 3 when the block was CLEAN
+// (its wait_time stays 0); e2fsprogs waits, and so does ext4io: without
+// it two openers that both read CLEAN can both go on. A writable open of
+// an mmp volume therefore takes at least 11 s. Close stops the updater
+// and writes seq CLEAN after the superblock is marked clean.
 //
 // Read-only opens neither check nor write the block: Linux does not run
 // MMP for read-only mounts either.
@@ -44,8 +47,10 @@ import (
 const mmpBdevname = "ext4io"
 
 // mmpTestWait, when positive, replaces the kernel's wait of the open
-// protocol (tests only; see export_test files).
-var mmpTestWait time.Duration
+// protocol; mmpTestCheck, when positive, makes the updater re-read the
+// block whenever an update is older than it, not only when an update
+// came later than the check interval (tests only; see mmp_export_test.go).
+var mmpTestWait, mmpTestCheck time.Duration
 
 // mmpWait returns how long the open protocol waits, as
 // ext4_multi_mount_protect computes it from the superblock's update
@@ -65,6 +70,7 @@ type mmpHolder struct {
 	csum     bool
 	seed     uint32
 	interval time.Duration // s_mmp_update_interval
+	recheck  time.Duration // mmpTestCheck at Open
 
 	buf []byte      // the whole block as last written (the struct's tail kept)
 	m   *layout.MMP // what we last wrote
@@ -131,7 +137,7 @@ func (v *Volume) startMMP() error {
 		update = layout.MMPUpdateInterval
 	}
 	h := &mmpHolder{dev: v.dev, blk: blk, bs: v.bs, csum: v.csum, seed: v.csumSeed,
-		interval: time.Duration(update) * time.Second}
+		interval: time.Duration(update) * time.Second, recheck: mmpTestCheck}
 	m, _, err := h.read()
 	if err != nil {
 		return err
@@ -208,7 +214,7 @@ func (h *mmpHolder) run() {
 		case <-timer.C:
 		}
 		diff := time.Since(last)
-		if diff > time.Duration(check)*time.Second {
+		if diff > time.Duration(check)*time.Second || h.recheck > 0 && diff > h.recheck {
 			// Late: someone may have taken the block meanwhile.
 			got, _, err := h.read()
 			if err == nil && (got.Seq != h.m.Seq || got.Nodename != h.m.Nodename) {

@@ -373,3 +373,56 @@ func TestFormatMMPLinux(t *testing.T) {
 		t.Fatalf("sequence %s after Linux's umount", seq)
 	}
 }
+
+// TestMMPTakenOverWhileOpen: when the updater finds another node's
+// sequence in the block, the volume stops writing (ErrBusy, like the
+// kernel's ext4_error from kmmpd) and Close leaves the block and the
+// superblock alone.
+func TestMMPTakenOverWhileOpen(t *testing.T) {
+	defer ext4io.SetMMPWait(mmpTestWait)()
+	defer ext4io.SetMMPRecheck(time.Nanosecond)()
+	img := mkfsMMP(t)
+	v, err := openDev(img, ext4io.Options{Writable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := v.Create("file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		sb, m := readMMP(t, img)
+		m.Seq = 777
+		m.SetNames("other-node", "sdz")
+		m.SetChecksum(sb.MetadataCsum(), sb.CsumSeed())
+		fd, err := os.OpenFile(img, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd.WriteAt(m.Raw[:], int64(sb.MmpBlock)*int64(sb.BlockSize()))
+		fd.Close()
+		time.Sleep(300 * time.Millisecond)
+		_, err = f.WriteAt([]byte("x"), 0)
+		if errors.Is(err, ext4io.ErrBusy) {
+			if !errors.Is(err, ext4io.ErrReadOnly) {
+				t.Errorf("write after take-over: %v, want ErrReadOnly too", err)
+			}
+			t.Logf("write refused: %v", err)
+			break
+		}
+		if err != nil {
+			t.Fatalf("write: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the updater did not notice another node's sequence")
+		}
+	}
+	f.Close()
+	if err := v.Close(); !errors.Is(err, ext4io.ErrBusy) {
+		t.Fatalf("Close after take-over: %v, want ErrBusy", err)
+	}
+	if _, m := readMMP(t, img); m.Seq != 777 || m.NodenameString() != "other-node" {
+		t.Fatalf("Close overwrote the other node's block: seq %#x node %q", m.Seq, m.NodenameString())
+	}
+}
