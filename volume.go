@@ -26,7 +26,10 @@ type Options struct {
 	// mount, until Close marks it clean again. The device must be
 	// writable. Features ext4io cannot keep consistent when writing
 	// (unknown ro_compat or incompat bits, inline_data, ...) make Open
-	// fail with ErrUnsupported naming them.
+	// fail with ErrUnsupported naming them. With the mmp feature Open
+	// first runs multiple mount protection (see mmp.go): it waits at least
+	// 11 s and fails with ErrBusy while another node, Linux or e2fsck
+	// uses the filesystem.
 	Writable bool
 	// NoRecovery opens a read-only volume whose journal needs recovery
 	// without replaying it (like mount -o norecovery): reads may see stale
