@@ -28,6 +28,8 @@ func TestBigallocReadOnly(t *testing.T) {
 	}{
 		{"1k-c16k", "64M", []string{"-O", "bigalloc", "-b", "1024", "-C", "16384"}},
 		{"1k-c16k-metabg", "64M", []string{"-O", "bigalloc,meta_bg,^resize_inode", "-b", "1024", "-C", "16384"}},
+		{"1k-c4k-metabg-2metagroups", "1G", []string{"-O", "bigalloc,meta_bg,^resize_inode", "-b", "1024", "-C", "4096"}},
+		{"1k-c16k-4groups", "512M", []string{"-O", "bigalloc", "-b", "1024", "-C", "16384"}},
 		{"4k-default", "256M", []string{"-O", "bigalloc", "-b", "4096"}},
 		{"4k-c16k", "128M", []string{"-O", "bigalloc", "-b", "4096", "-C", "16384"}},
 	} {
