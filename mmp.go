@@ -83,11 +83,19 @@ type mmpHolder struct {
 	stopped bool
 }
 
-// read reads the MMP block from the device (never from a cache) and
-// checks its magic and checksum.
+// read reads the MMP block from the device, not from the host's cache
+// (blockdev.Invalidator), and checks its magic and checksum.
 func (h *mmpHolder) read() (*layout.MMP, []byte, error) {
 	buf := make([]byte, h.bs)
-	if _, err := readFull(h.dev, buf, int64(h.blk)*int64(h.bs)); err != nil {
+	off := int64(h.blk) * int64(h.bs)
+	if inv, ok := h.dev.(blockdev.Invalidator); ok {
+		// Another host's writes to shared storage are not in our page
+		// cache: read from the device (e2fsprogs reads with O_DIRECT).
+		if err := inv.Invalidate(off, int64(h.bs)); err != nil {
+			return nil, nil, fmt.Errorf("ext4io: MMP block %d: %w", h.blk, err)
+		}
+	}
+	if _, err := readFull(h.dev, buf, off); err != nil {
 		return nil, nil, fmt.Errorf("ext4io: reading MMP block %d: %w", h.blk, err)
 	}
 	m, err := layout.DecodeMMP(buf, h.blk)

@@ -426,3 +426,33 @@ func TestMMPTakenOverWhileOpen(t *testing.T) {
 		t.Fatalf("Close overwrote the other node's block: seq %#x node %q", m.Seq, m.NodenameString())
 	}
 }
+
+// TestMMPSharedDiskLoop: two paths to one disk, as two hosts on shared
+// storage have: a Volume on the image file holds it, and a writable Open
+// through a loop device on the same file (whose page cache does not see
+// the file's writes) is refused, because MMP reads bypass that cache.
+func TestMMPSharedDiskLoop(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("loop devices need root")
+	}
+	defer ext4io.SetMMPWait(mmpTestWait)()
+	img := mkfsMMP(t)
+	out, err := exec.Command("losetup", "--find", "--show", img).CombinedOutput()
+	if err != nil {
+		t.Skipf("cannot attach a loop device: %v: %s", err, out)
+	}
+	loop := strings.TrimSpace(string(out))
+	defer exec.Command("losetup", "--detach", loop).Run()
+
+	v, err := openDev(img, ext4io.Options{Writable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = openDev(loop, ext4io.Options{Writable: true})
+	if !errors.Is(err, ext4io.ErrBusy) {
+		t.Fatalf("writable Open through %s while the file is held: %v, want ErrBusy", loop, err)
+	}
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
