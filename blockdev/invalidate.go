@@ -1,6 +1,11 @@
 package blockdev
 
-import "github.com/ext4io/ext4io/blockdev/internal/devutil"
+import (
+	"fmt"
+	"os"
+
+	"github.com/ext4io/ext4io/blockdev/internal/devutil"
+)
 
 // Invalidator is implemented by devices whose reads may be served from a
 // host cache (the page cache of a file or block device): Invalidate drops
@@ -16,13 +21,20 @@ var (
 	_ Invalidator = (*File)(nil)
 )
 
-// Invalidate drops [off, off+n) from the page cache
-// (posix_fadvise(POSIX_FADV_DONTNEED); a no-op outside Linux).
+// Invalidate drops the pages holding [off, off+n) from the page cache
+// (posix_fadvise(POSIX_FADV_DONTNEED), which drops only whole pages inside
+// its range: the range is widened to page boundaries first; a no-op
+// outside Linux).
 func (d *File) Invalidate(off, n int64) error {
 	if d.closed.Load() {
 		return devutil.Closed("blockdev", d.path)
 	}
-	if err := dropCache(d.f, off, n); err != nil {
+	if off < 0 || n < 0 {
+		return fmt.Errorf("blockdev: invalidate %s: range %d+%d: %w", d.path, off, n, ErrInvalid)
+	}
+	pg := int64(os.Getpagesize())
+	start, end := alignDown(off, pg), alignUp(off+n, pg)
+	if err := dropCache(d.f, start, end-start); err != nil {
 		return d.ioErr("invalidate", off, err)
 	}
 	return nil

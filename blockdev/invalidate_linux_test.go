@@ -38,12 +38,12 @@ func TestInvalidateLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	const off = 8192
-	buf := make([]byte, 4096)
+	const off = 8192 + 1024 // a 1 KiB block inside a page: the whole page must go
+	buf := make([]byte, 1024)
 	if _, err := dev.ReadAt(buf, off); err != nil { // now cached
 		t.Fatal(err)
 	}
-	fresh := bytes.Repeat([]byte{0xA5}, 4096)
+	fresh := bytes.Repeat([]byte{0xA5}, 1024)
 	f, err := os.OpenFile(img, os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +59,7 @@ func TestInvalidateLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("before Invalidate the loop device reads the new bytes: %v", bytes.Equal(buf, fresh))
-	if err := dev.Invalidate(off, 4096); err != nil {
+	if err := dev.Invalidate(off, 1024); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := dev.ReadAt(buf, off); err != nil {
