@@ -9,7 +9,8 @@ package ext4io
 // Open for writing (Options.Writable, or Options.Replay, which writes the
 // journal into the device), before anything is written:
 //
-//  1. read the block; seq FSCK (e2fsck has it) fails at once with ErrBusy;
+//  1. read the block; seq FSCK (e2fsck has it), or any other value above
+//     MMPSeqMax but CLEAN, fails at once with ErrBusy (as e2fsprogs);
 //  2. seq other than CLEAN: wait, re-read, fail with ErrBusy if it changed;
 //  3. write a random seq (at most MMPSeqMax) with our node name, wait,
 //     re-read, fail with ErrBusy if it changed (someone else raced us);
@@ -157,6 +158,11 @@ func (v *Volume) startMMP() error {
 	if seq := m.Seq; seq != layout.MMPSeqClean {
 		if seq == layout.MMPSeqFsck {
 			return mmpBusy(blk, m, "e2fsck is running on the filesystem")
+		}
+		if seq > layout.MMPSeqMax {
+			// ext4.h: any unknown code above SEQ_MAX is not safe either;
+			// e2fsprogs refuses it (the kernel waits and re-reads).
+			return mmpBusy(blk, m, fmt.Sprintf("unknown sequence %#x", seq))
 		}
 		time.Sleep(wait)
 		if m, _, err = h.read(); err != nil {

@@ -254,6 +254,10 @@ func TestMMPHelperProcess(t *testing.T) {
 func TestMMPFsckRefused(t *testing.T) {
 	defer ext4io.SetMMPWait(time.Minute)()
 	img := mkfsMMP(t)
+	writeMMPSeq(t, img, 0xF0000000) // unknown, above MMPSeqMax: refused too
+	if _, err := openDev(img, ext4io.Options{Writable: true}); !errors.Is(err, ext4io.ErrBusy) || !strings.Contains(err.Error(), "unknown sequence") {
+		t.Fatalf("Open with an unknown sequence: %v, want ErrBusy", err)
+	}
 	writeMMPSeq(t, img, layout.MMPSeqFsck)
 	for _, opts := range []ext4io.Options{{Writable: true}, {Replay: true}} {
 		start := time.Now()
