@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ext4io/ext4io"
 	"github.com/ext4io/ext4io/internal/e2fs"
@@ -89,4 +90,28 @@ func checkDump(t *testing.T, v *ext4io.Volume, img, name string) {
 	if !bytes.Equal(got, want) {
 		t.Fatalf("%s: read %d bytes, debugfs dumps %d; first difference at %d", name, len(got), len(want), firstDiff(got, want))
 	}
+}
+
+// TestBigallocMMPRefusedAtOnce: a writable open of a bigalloc image with
+// mmp is refused for bigalloc before the MMP protocol's wait, and leaves
+// the MMP block clean.
+func TestBigallocMMPRefusedAtOnce(t *testing.T) {
+	img := filepath.Join(t.TempDir(), "img")
+	e2fs.Mkfs(t, img, "64M", "-O", "bigalloc,mmp", "-b", "4096", "-C", "16384")
+	start := time.Now()
+	_, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
+	if !errors.Is(err, ext4io.ErrUnsupported) || !strings.Contains(err.Error(), "bigalloc") {
+		t.Fatalf("writable Open: %v, want ErrUnsupported naming bigalloc", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("refusal took %v", d)
+	}
+	if seq := debugfsMMPSeq(t, img); seq != "ff4d4d50" {
+		t.Fatalf("MMP sequence %s", seq)
+	}
+	v, err := ext4io.OpenImage(img, ext4io.Options{})
+	if err != nil {
+		t.Fatalf("read-only Open: %v", err)
+	}
+	v.Close()
 }

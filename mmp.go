@@ -137,6 +137,12 @@ func (v *Volume) startMMP() error {
 	if !sb.HasIncompat(layout.IncompatMMP) {
 		return nil
 	}
+	if v.opts.Writable && (len(layout.UnsupportedIncompat(sb.FeatureIncompat, layout.IncompatSupportedWrite)) > 0 ||
+		len(layout.UnsupportedRoCompat(sb.FeatureRoCompat, layout.RoCompatSupportedWrite)) > 0) {
+		// openWritable refuses the features without writing anything:
+		// do not make the caller wait 11 s for that.
+		return nil
+	}
 	blk := sb.MmpBlock
 	if blk < uint64(sb.FirstDataBlock) || blk >= sb.BlocksCount || blk == sb.SuperblockBlock() {
 		return errs.Corruptf("superblock", 0, 0x168, "MMP block %d outside the filesystem's %d blocks", blk, sb.BlocksCount)
