@@ -190,6 +190,9 @@ func TestMMPSecondWriterRefused(t *testing.T) {
 	if !errors.Is(err, ext4io.ErrBusy) {
 		t.Fatalf("second writable Open: %v, want ErrBusy", err)
 	}
+	if d := time.Since(start); d < mmpTestWait {
+		t.Errorf("second Open refused after %v, before the protocol's wait %v", d, mmpTestWait)
+	}
 	t.Logf("second Open refused after %v: %v", time.Since(start), err)
 
 	out, err := helperProcess(t, img, "writable")
