@@ -463,3 +463,40 @@ func TestMMPSharedDiskLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestMMPLinuxRefusedWhileOpen: while ext4io holds the image, Linux's own
+// MMP check refuses to mount it read-write (after its 11 s wait), and
+// mounts it once ext4io has closed.
+func TestMMPLinuxRefusedWhileOpen(t *testing.T) {
+	if testing.Short() {
+		t.Skip("mount tests skipped in -short mode")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("mounting needs root")
+	}
+	defer ext4io.SetMMPWait(mmpTestWait)()
+	img := mkfsMMP(t)
+	v, err := openDev(img, ext4io.Options{Writable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	dir := t.TempDir()
+	out, err := exec.Command("mount", "-o", "loop", "-t", "ext4", img, dir).CombinedOutput()
+	if err == nil {
+		exec.Command("umount", dir).Run()
+		t.Fatal("Linux mounted the image while ext4io held it")
+	}
+	t.Logf("mount refused: %v: %s", err, bytes.TrimSpace(out))
+	// A failed loop mount may leave its loop device attached.
+	lo, _ := exec.Command("losetup", "-j", img).Output()
+	for _, line := range strings.Split(string(lo), "\n") {
+		if dev, _, ok := strings.Cut(line, ":"); ok && strings.HasPrefix(dev, "/dev/loop") {
+			exec.Command("losetup", "-d", dev).Run()
+		}
+	}
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e2fs.Mount(t, img, false)
+}
