@@ -221,6 +221,9 @@ func (m *jmeta) commit(wait bool) error {
 		}
 	}
 	m.mu.Lock()
+	if err := v.mmpFailed(); err != nil {
+		m.setFailedLocked(err) // another node has the filesystem (mmp.go)
+	}
 	if m.failed != nil {
 		err := m.failed
 		m.mu.Unlock()

@@ -425,6 +425,9 @@ func TestMMPTakenOverWhileOpen(t *testing.T) {
 			t.Fatal("the updater did not notice another node's sequence")
 		}
 	}
+	if err := v.Sync(); !errors.Is(err, ext4io.ErrBusy) {
+		t.Errorf("Sync after take-over: %v, want ErrBusy (no more commits)", err)
+	}
 	f.Close()
 	if err := v.Close(); !errors.Is(err, ext4io.ErrBusy) {
 		t.Fatalf("Close after take-over: %v, want ErrBusy", err)
