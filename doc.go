@@ -69,6 +69,12 @@
 // A volume whose journal needs recovery is replayed by Open (in memory for
 // read-only opens) unless Options.NoRecovery is set.
 //
+// On a filesystem with multiple mount protection (mmp), a writable or
+// replaying Open runs the protocol of Linux and e2fsprogs first (at least
+// 11 s; ErrBusy while someone else has it) and a goroutine updates the
+// MMP block until Close (mmp.go). Read-only opens skip it, as Linux's ro
+// mounts do, and may see another node's writes half done.
+//
 // Operations that change metadata hold the volume's transaction gate
 // shared; they must not call each other (see beginOp in jmeta.go). Direct
 // overwrites of written blocks (directOverwrite in dio.go) change none and

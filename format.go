@@ -11,7 +11,9 @@ import (
 // metadata_csum_seed, orphan_file, dir_index, filetype, ext_attr,
 // sparse_super, large_file, huge_file, dir_nlink, extra_isize and
 // has_journal. Features turns them off or on by e2fsprogs name
-// ("^metadata_csum,^64bit").
+// ("^metadata_csum,^64bit"); "mmp" adds multiple mount protection (an MMP
+// block, updated every MMPUpdateInterval seconds by whoever writes the
+// filesystem).
 type FormatOptions = mkfs.Options
 
 // Format creates an empty ext4 filesystem on dev: superblock and backups,

@@ -221,6 +221,9 @@ func (m *jmeta) commit(wait bool) error {
 		}
 	}
 	m.mu.Lock()
+	if err := v.mmpFailed(); err != nil {
+		m.setFailedLocked(err) // another node has the filesystem (mmp.go)
+	}
 	if m.failed != nil {
 		err := m.failed
 		m.mu.Unlock()
@@ -402,7 +405,7 @@ func (v *Volume) endOpErrAt(s int, err error) error {
 // failed returns the error that stopped a writable volume, or nil.
 func (v *Volume) failed() error {
 	if v.jm == nil || !v.jm.isFailed.Load() {
-		return nil // checked on every write: no lock on the fast path
+		return v.mmpFailed() // checked on every write: no lock on the fast path
 	}
 	v.jm.mu.Lock()
 	defer v.jm.mu.Unlock()

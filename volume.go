@@ -26,7 +26,10 @@ type Options struct {
 	// mount, until Close marks it clean again. The device must be
 	// writable. Features ext4io cannot keep consistent when writing
 	// (unknown ro_compat or incompat bits, inline_data, ...) make Open
-	// fail with ErrUnsupported naming them.
+	// fail with ErrUnsupported naming them. With the mmp feature Open
+	// first runs multiple mount protection (see mmp.go): it waits at least
+	// 11 s and fails with ErrBusy while another node, Linux or e2fsck
+	// uses the filesystem.
 	Writable bool
 	// NoRecovery opens a read-only volume whose journal needs recovery
 	// without replaying it (like mount -o norecovery): reads may see stale
@@ -148,6 +151,10 @@ type Volume struct {
 
 	recovered *RecoveryInfo // what Open replayed, nil if nothing
 
+	// mmp holds the MMP block of a volume opened for writing with the mmp
+	// feature (mmp.go); nil otherwise. Set in Open.
+	mmp *mmpHolder
+
 	// orphanPresent is the orphan_present ro_compat flag of a writable
 	// volume, applied when the superblock is encoded.
 	orphanPresent atomic.Bool
@@ -233,6 +240,19 @@ func Open(dev blockdev.Device, opts Options) (*Volume, error) {
 	if err := v.buildZone(); err != nil {
 		return nil, err
 	}
+	// Multiple mount protection comes before anything is written (the
+	// journal replay included), as in Linux's mount.
+	if opts.Writable || opts.Replay {
+		if err := v.startMMP(); err != nil {
+			return nil, err
+		}
+	}
+	opened := false
+	defer func() {
+		if !opened || !opts.Writable {
+			v.stopMMP() // a failed open, or a read-only one done replaying
+		}
+	}()
 	if sb.HasIncompat(layout.IncompatRecover) {
 		if !opts.NoRecovery || opts.Writable || opts.Replay {
 			if err := v.recover(); err != nil {
@@ -254,6 +274,7 @@ func Open(dev blockdev.Device, opts Options) (*Volume, error) {
 			return nil, err
 		}
 	}
+	opened = true
 	return v, nil
 }
 
@@ -502,6 +523,9 @@ func (v *Volume) Close() error {
 	if v.alloc != nil {
 		err = v.unmount()
 	}
+	if merr := v.stopMMP(); err == nil {
+		err = merr
+	}
 	v.touch.close()
 	if v.closeDev {
 		if cerr := v.dev.Close(); err == nil {
@@ -545,6 +569,9 @@ func (v *Volume) unmount() error {
 		// The superblock keeps needs_recovery and "not clean": the next
 		// open recovers from the journal's last consistent state.
 		return err
+	}
+	if err := v.mmpFailed(); err != nil {
+		return err // another node has the filesystem: leave it alone
 	}
 	v.sbMu.Lock()
 	defer v.sbMu.Unlock()

@@ -158,3 +158,8 @@ func (c *fileCore) blockRange(req uint, name string, off, n int64, write func([]
 	}
 	return nil
 }
+
+// dropCache drops the clean page-cache pages of [off, off+n).
+func dropCache(f *os.File, off, n int64) error {
+	return control(f, func(fd int) error { return unix.Fadvise(fd, off, n, unix.FADV_DONTNEED) })
+}

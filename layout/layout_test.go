@@ -57,6 +57,11 @@ var mkfsVariants = []struct {
 	{"ext2", []string{"-t", "ext2"}},
 	{"ext3", []string{"-t", "ext3"}},
 	{"metabg", []string{"-t", "ext4", "-O", "meta_bg,^resize_inode,metadata_csum,64bit"}},
+	// bigalloc with 1 KiB blocks: s_first_data_block is 0, the descriptor
+	// table still follows the superblock's block 1.
+	{"bigalloc1k", []string{"-t", "ext4", "-b", "1024", "-C", "16384", "-O", "bigalloc"}},
+	{"bigalloc1k-metabg", []string{"-t", "ext4", "-b", "1024", "-C", "4096", "-O", "bigalloc,meta_bg,^resize_inode"}},
+	{"bigalloc4k", []string{"-t", "ext4", "-b", "4096", "-C", "65536", "-O", "bigalloc"}},
 }
 
 func TestDecodeMkfsImages(t *testing.T) {

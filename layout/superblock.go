@@ -480,21 +480,35 @@ func (s *Superblock) DescBlocks() uint64 {
 	return (s.GroupCount() + per - 1) / per
 }
 
+// SuperblockBlock returns the block holding the primary superblock: 1 with
+// 1 KiB blocks, 0 otherwise. It is s_first_data_block except on bigalloc
+// volumes with 1 KiB blocks, whose first data block is 0 (clusters start
+// at block 0) while the superblock still sits at byte 1024.
+func (s *Superblock) SuperblockBlock() uint64 {
+	return uint64(SuperblockOffset / s.BlockSize())
+}
+
 // DescriptorLocation returns the block holding group g's descriptor and the
-// byte offset within it, following meta_bg when set.
+// byte offset within it, following meta_bg when set. Like the kernel's
+// descriptor_loc, the table follows the block holding the primary
+// superblock, not s_first_data_block (they differ for bigalloc with 1 KiB
+// blocks).
 func (s *Superblock) DescriptorLocation(g uint64) (block uint64, off int) {
 	per := uint64(s.BlockSize() / s.DescriptorSize())
 	descBlock := g / per
 	off = int(g%per) * s.DescriptorSize()
-	first := uint64(s.FirstDataBlock)
 	if !s.HasIncompat(IncompatMetaBG) || descBlock < uint64(s.FirstMetaBg) {
-		return first + 1 + descBlock, off
+		return s.SuperblockBlock() + 1 + descBlock, off
 	}
 	// meta_bg: each metagroup of `per` groups keeps its descriptor block in
 	// its own first group (after that group's superblock backup, if any).
 	metaFirst := descBlock * per
 	b := s.GroupFirstBlock(metaFirst)
 	if s.GroupHasSuper(metaFirst) {
+		b++
+	}
+	if metaFirst == 0 && s.FirstDataBlock == 0 && s.BlockSize() == 1024 {
+		// Group 0 starts at block 0, before the superblock's block 1.
 		b++
 	}
 	return b, off

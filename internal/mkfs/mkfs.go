@@ -26,6 +26,8 @@
 //     table zeroed.
 //   - M4 bitmap padding (bits past the group's end) is set.
 //
+// With mmp an MMP block is allocated (first free block) and written clean.
+//
 // Not supported: resize_inode (reserved GDT blocks), meta_bg, bigalloc,
 // inline_data, quota, external journals; asking for them returns
 // ErrUnsupported.
@@ -70,7 +72,7 @@ const (
 const (
 	supportedCompat   = DefaultCompat
 	supportedRoCompat = DefaultRoCompat | layout.RoCompatGdtCsum
-	supportedIncompat = DefaultIncompat
+	supportedIncompat = DefaultIncompat | layout.IncompatMMP
 )
 
 // Options configures Format. The zero value gives mkfs.ext4's defaults.
@@ -90,6 +92,10 @@ type Options struct {
 	HashSeed      [16]byte // zero: random
 	JournalBlocks int      // 0: ext2fs_default_journal_size
 	FlexBGSize    int      // groups per flex group, a power of two; 0 = 16
+	// MMPUpdateInterval is s_mmp_update_interval in seconds when the mmp
+	// feature is on (mkfs -E mmp_update_interval): 0 means 5, the
+	// default; at most 300.
+	MMPUpdateInterval int
 	// ZeroInodeTables zeroes every inode table and sets ITABLE_ZEROED
 	// (mkfs -E lazy_itable_init=0). The default leaves them for the
 	// kernel's lazy init, as mkfs.ext4 does.
@@ -221,6 +227,9 @@ func (o *Options) defaults() error {
 	if len(o.Label) > 16 {
 		return fmt.Errorf("mkfs: label %q longer than 16 bytes: %w", o.Label, ErrInvalid)
 	}
+	if o.MMPUpdateInterval < 0 || o.MMPUpdateInterval > layout.MMPMaxUpdateInterval {
+		return fmt.Errorf("mkfs: MMP update interval %d s (at most %d): %w", o.MMPUpdateInterval, layout.MMPMaxUpdateInterval, ErrInvalid)
+	}
 	if o.JournalBlocks < 0 {
 		return fmt.Errorf("mkfs: journal blocks %d: %w", o.JournalBlocks, ErrInvalid)
 	}
@@ -260,6 +269,9 @@ func Format(dev blockdev.Device, opts Options) error {
 		}
 	}
 	if err := f.makeFiles(); err != nil {
+		return err
+	}
+	if err := f.makeMMP(); err != nil {
 		return err
 	}
 	return f.writeMetadata()
