@@ -255,7 +255,9 @@ func (c *conn) reader() {
 		if rep.errno != 0 {
 			cl.done <- &ServerError{Cmd: cmdName(cl.typ), Off: cl.off, Len: cl.n, Errno: rep.errno}
 			if rep.errno == errShutdown {
-				// The server is going away; it must not be sent more.
+				// The server is going away: the client must initiate a
+				// soft disconnect and send nothing more.
+				c.sendDisc()
 				c.fail(fmt.Errorf("server shutting down: %w", blockdev.ErrIO))
 				return
 			}
@@ -358,15 +360,20 @@ func (c *conn) wait(cl *call, deadline *time.Timer) error {
 // closes the connection.
 func (c *conn) disconnect() {
 	if c.failed() == nil {
-		r := request{typ: cmdDisc}
-		c.wmu.Lock()
-		r.encode(&c.wbuf)
-		c.nc.SetWriteDeadline(time.Now().Add(c.timeout))
-		c.nc.Write(c.wbuf[:])
-		c.wmu.Unlock()
+		c.sendDisc()
 	}
 	c.fail(errClosedConn)
 	<-c.readerDone
+}
+
+// sendDisc sends NBD_CMD_DISC, best effort.
+func (c *conn) sendDisc() {
+	r := request{typ: cmdDisc}
+	c.wmu.Lock()
+	r.encode(&c.wbuf)
+	c.nc.SetWriteDeadline(time.Now().Add(c.timeout))
+	c.nc.Write(c.wbuf[:])
+	c.wmu.Unlock()
 }
 
 var errClosedConn = errors.New("nbd: connection closed")

@@ -1,10 +1,12 @@
 package nbd_test
 
 import (
+	"bytes"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,6 +23,26 @@ type server struct {
 	sock string
 	cmd  *exec.Cmd
 	done chan struct{}
+	log  syncBuffer // the server's stderr, shown if the test fails
+}
+
+// syncBuffer is a bytes.Buffer safe for the concurrent writes of exec's
+// copying goroutine and the test's reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 // need skips t with one line when the named binary is missing.
@@ -67,7 +89,12 @@ func start(t testing.TB, bin string, args []string, sock string) *server {
 	t.Helper()
 	s := &server{t: t, name: bin, args: args, sock: sock}
 	s.launch()
-	t.Cleanup(s.kill)
+	t.Cleanup(func() {
+		s.kill()
+		if t.Failed() {
+			t.Logf("%s %v stderr:\n%s", s.name, s.args, s.log.String())
+		}
+	})
 	return s
 }
 
@@ -77,7 +104,7 @@ func (s *server) launch() {
 	s.t.Helper()
 	os.Remove(s.sock)
 	s.cmd = exec.Command(s.name, s.args...)
-	s.cmd.Stderr = os.Stderr
+	s.cmd.Stderr = &s.log
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatalf("start %s: %v", s.name, err)
