@@ -22,7 +22,7 @@ type Address struct {
 func (a Address) String() string {
 	exp := (&url.URL{Path: "/" + a.Export}).EscapedPath()
 	if a.Network == "unix" {
-		return "nbd+unix://" + exp + "?socket=" + url.QueryEscape(a.Addr)
+		return "nbd+unix://" + exp + "?socket=" + strings.ReplaceAll(url.QueryEscape(a.Addr), "%2F", "/")
 	}
 	return "nbd://" + a.Addr + exp
 }
