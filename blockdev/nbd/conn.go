@@ -1,6 +1,7 @@
 package nbd
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -42,6 +43,7 @@ var callPool = sync.Pool{New: func() any { return &call{done: make(chan error, 1
 // concurrent use.
 type conn struct {
 	nc      net.Conn
+	br      *bufio.Reader // the reader goroutine's: a header and a small payload in one read(2)
 	timeout time.Duration
 	label   string
 
@@ -71,7 +73,7 @@ func dial(network, addr, exportName string, timeout time.Duration, label string)
 		return nil, export{}, fmt.Errorf("%s: handshake: %w", label, err)
 	}
 	nc.SetDeadline(time.Time{})
-	c := &conn{nc: nc, timeout: timeout, label: label, readerDone: make(chan struct{})}
+	c := &conn{nc: nc, br: bufio.NewReaderSize(nc, 64<<10), timeout: timeout, label: label, readerDone: make(chan struct{})}
 	c.mu.pending = make(map[uint64]*call)
 	go c.reader()
 	return c, ex, nil
@@ -234,7 +236,7 @@ func (c *conn) reader() {
 	defer close(c.readerDone)
 	var h [simpleHdrLen]byte
 	for {
-		if _, err := io.ReadFull(c.nc, h[:]); err != nil {
+		if _, err := io.ReadFull(c.br, h[:]); err != nil {
 			c.fail(ioErr("read reply", err))
 			return
 		}
@@ -264,7 +266,7 @@ func (c *conn) reader() {
 			continue
 		}
 		if cl.typ == cmdRead {
-			if _, err := io.ReadFull(c.nc, cl.buf); err != nil {
+			if _, err := io.ReadFull(c.br, cl.buf); err != nil {
 				err = c.fail(ioErr("read data", err))
 				cl.done <- err
 				return
