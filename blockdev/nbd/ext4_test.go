@@ -145,6 +145,7 @@ func TestCrashOverNBD(t *testing.T) {
 			synced := map[string][]byte{}
 			killAfter := 6 + rng.IntN(6) // syncs before the kill is armed
 			var killed atomic.Bool
+			killDone := make(chan struct{})
 			syncs := 0
 			var failedAt string
 			for i := 0; i < 400 && failedAt == ""; i++ {
@@ -170,7 +171,7 @@ func TestCrashOverNBD(t *testing.T) {
 					// Kill while the workload goes on, a few ms from now.
 					killed.Store(true)
 					delay := time.Duration(rng.IntN(20)) * time.Millisecond
-					time.AfterFunc(delay, s.kill)
+					time.AfterFunc(delay, func() { s.kill(); close(killDone) })
 				}
 			}
 			if !killed.Load() {
@@ -191,6 +192,7 @@ func TestCrashOverNBD(t *testing.T) {
 			}
 			d.Close()
 
+			<-killDone
 			s.restart()
 			d = s.open(t, opts)
 			v, err = ext4io.Open(d, ext4io.Options{Writable: true})
