@@ -94,7 +94,7 @@ func handshake(rw io.ReadWriter, name string) (export, error) {
 	}
 	// S: NBDMAGIC, IHAVEOPT, 16-bit handshake flags.
 	var hello [18]byte
-	if _, err := io.ReadFull(rw, hello[:]); err != nil {
+	if _, err := io.ReadFull(rw, hello[:16]); err != nil {
 		return ex, ioErr("read greeting", err)
 	}
 	if m := binary.BigEndian.Uint64(hello[0:]); m != initPasswd {
@@ -102,6 +102,9 @@ func handshake(rw io.ReadWriter, name string) (export, error) {
 	}
 	if m := binary.BigEndian.Uint64(hello[8:]); m != optMagic {
 		return ex, fmt.Errorf("oldstyle or unknown negotiation (magic %#x): %w", m, blockdev.ErrUnsupported)
+	}
+	if _, err := io.ReadFull(rw, hello[16:]); err != nil {
+		return ex, ioErr("read handshake flags", err)
 	}
 	hflags := binary.BigEndian.Uint16(hello[16:])
 	if hflags&flagFixedNewstyle == 0 {
