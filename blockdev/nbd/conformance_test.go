@@ -66,7 +66,9 @@ func TestConformance(t *testing.T) {
 				t.Fatal(err)
 			}
 			return startQemuNbd(t, img)
-		}, nil},
+		}, func(t *testing.T, d *nbd.Device) {
+			t.Logf("qemu-nbd: %d connection(s), %d-byte logical blocks", d.Conns(), d.LogicalBlockSize())
+		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
