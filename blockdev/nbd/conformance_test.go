@@ -12,7 +12,7 @@ import (
 )
 
 // TestConformance runs blockdevtest.Run against real servers: nbdkit's
-// memory and file plugins, nbdkit with a 4 KiB minimum block size (the
+// memory (on a Unix socket and on TCP) and file plugins, nbdkit with a 4 KiB minimum block size (the
 // client's read-modify-write path), without WRITE_ZEROES (the
 // fallbacks), on one connection, and qemu-nbd over a raw image.
 func TestConformance(t *testing.T) {
@@ -32,6 +32,9 @@ func TestConformance(t *testing.T) {
 				t.Errorf("nbdkit memory (multi-conn) gave %d connections", d.Conns())
 			}
 		}},
+		{"nbdkit-memory-tcp", nbd.Options{}, func(t *testing.T, n int64) *server {
+			return startNbdkitTCP(t, "memory", size(n))
+		}, nil},
 		{"nbdkit-memory-1conn", nbd.Options{Conns: 1}, func(t *testing.T, n int64) *server {
 			return startNbdkit(t, "memory", size(n))
 		}, nil},

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -20,7 +21,8 @@ type server struct {
 	t    testing.TB
 	name string
 	args []string
-	sock string
+	sock string // Unix socket path, or "" for TCP
+	tcp  string // host:port when listening on TCP
 	cmd  *exec.Cmd
 	done chan struct{}
 	log  syncBuffer // the server's stderr, shown if the test fails
@@ -76,6 +78,29 @@ func startNbdkit(t testing.TB, args ...string) *server {
 	return start(t, bin, append([]string{"-f", "--exit-with-parent", "-U", sock}, args...), sock)
 }
 
+// startNbdkitTCP is startNbdkit listening on a free port of 127.0.0.1.
+func startNbdkitTCP(t testing.TB, args ...string) *server {
+	t.Helper()
+	bin := need(t, "nbdkit")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().(*net.TCPAddr)
+	ln.Close() // nbdkit binds it next; a race with another binder fails the test loudly
+	port := strconv.Itoa(addr.Port)
+	s := &server{t: t, name: bin, tcp: net.JoinHostPort("127.0.0.1", port),
+		args: append([]string{"-f", "--exit-with-parent", "-i", "127.0.0.1", "-p", port}, args...)}
+	s.launch()
+	t.Cleanup(func() {
+		s.kill()
+		if t.Failed() {
+			t.Logf("%s %v stderr:\n%s", s.name, s.args, s.log.String())
+		}
+	})
+	return s
+}
+
 // startQemuNbd serves a raw image with qemu-nbd.
 func startQemuNbd(t testing.TB, img string, extra ...string) *server {
 	t.Helper()
@@ -102,7 +127,12 @@ func start(t testing.TB, bin string, args []string, sock string) *server {
 // accepts connections.
 func (s *server) launch() {
 	s.t.Helper()
-	os.Remove(s.sock)
+	network, addr := "unix", s.sock
+	if s.tcp != "" {
+		network, addr = "tcp", s.tcp
+	} else {
+		os.Remove(s.sock)
+	}
 	s.cmd = exec.Command(s.name, s.args...)
 	s.cmd.Stderr = &s.log
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -113,7 +143,7 @@ func (s *server) launch() {
 	go func(cmd *exec.Cmd, done chan struct{}) { cmd.Wait(); close(done) }(s.cmd, s.done)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		c, err := net.Dial("unix", s.sock)
+		c, err := net.Dial(network, addr)
 		if err == nil {
 			c.Close()
 			return
@@ -125,7 +155,7 @@ func (s *server) launch() {
 		}
 		if time.Now().After(deadline) {
 			s.kill()
-			s.t.Fatalf("%s not listening on %s after 10 s: %v", s.name, s.sock, err)
+			s.t.Fatalf("%s not listening on %s after 10 s: %v", s.name, addr, err)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -154,7 +184,12 @@ func (s *server) restart() {
 	s.launch()
 }
 
-func (s *server) uri() string { return "nbd+unix:///?socket=" + s.sock }
+func (s *server) uri() string {
+	if s.tcp != "" {
+		return "nbd://" + s.tcp + "/"
+	}
+	return "nbd+unix:///?socket=" + s.sock
+}
 
 // open connects a Device to the server.
 func (s *server) open(t testing.TB, opts nbd.Options) *nbd.Device {
