@@ -329,9 +329,22 @@ func TestMultiConnFlushAndDisc(t *testing.T) {
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond) // let the server goroutines record DISC
+	// The server goroutines record DISC after Close returns: wait for them.
+	var reqs []fakeReq
+	for start := time.Now(); time.Since(start) < 5*time.Second; time.Sleep(5 * time.Millisecond) {
+		reqs = f.requests()
+		n := 0
+		for _, r := range reqs {
+			if r.typ == nbdCmdDisc {
+				n++
+			}
+		}
+		if n == 3 {
+			break
+		}
+	}
 	writes, flushes, discs := map[int]int{}, map[int]int{}, map[int]int{}
-	for _, r := range f.requests() {
+	for _, r := range reqs {
 		switch r.typ {
 		case nbdCmdWrite:
 			writes[r.conn]++

@@ -253,3 +253,48 @@ func TestDialFails(t *testing.T) {
 		t.Errorf("Open with no server = %v, want ErrIO", err)
 	}
 }
+
+// TestBadRange: nbdkit's ddrescue filter fails reads of the ranges its
+// mapfile marks bad (here [1 MiB, 1 MiB + 64 KiB)) with EIO. Reads touching
+// the range fail with ErrIO; reads beside it, before and after, succeed on
+// the same connection.
+func TestBadRange(t *testing.T) {
+	img := sparseImage(t, 4<<20)
+	want := blockdevtest.Pattern(9, 0, 4<<20)
+	if err := os.WriteFile(img, want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mapfile := filepath.Join(t.TempDir(), "map")
+	const mapping = "# Mapfile\n0x0 + 1\n" +
+		"0x00000000 0x00100000 +\n" +
+		"0x00100000 0x00010000 -\n" +
+		"0x00110000 0x002F0000 +\n"
+	if err := os.WriteFile(mapfile, []byte(mapping), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := startNbdkit(t, "--filter=ddrescue", "file", img, "ddrescue-mapfile="+mapfile)
+	d := s.open(t, nbd.Options{Timeout: 5 * time.Second, Conns: 1})
+	defer d.Close()
+	for _, r := range []struct {
+		off, n int64
+		bad    bool
+	}{
+		{0, 64 << 10, false},
+		{1<<20 - 4096, 8192, true}, // straddles the start
+		{1<<20 + 4096, 4096, true}, // inside
+		{1<<20 + 60<<10, 8192, true},
+		{1<<20 + 64<<10, 4096, false}, // just after
+		{3 << 20, 1 << 20, false},
+	} {
+		p := make([]byte, r.n)
+		_, err := d.ReadAt(p, r.off)
+		switch {
+		case r.bad && !errors.Is(err, blockdev.ErrIO):
+			t.Errorf("read [%d, +%d) across the bad range = %v, want ErrIO", r.off, r.n, err)
+		case !r.bad && err != nil:
+			t.Errorf("read [%d, +%d) beside the bad range: %v", r.off, r.n, err)
+		case !r.bad && string(p) != string(want[r.off:r.off+r.n]):
+			t.Errorf("read [%d, +%d): wrong data", r.off, r.n)
+		}
+	}
+}
