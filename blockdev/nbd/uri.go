@@ -27,6 +27,18 @@ func (a Address) String() string {
 	return "nbd://" + a.Addr + exp
 }
 
+// IsURI reports whether s looks like an NBD URI (its scheme is nbd, nbds or
+// one of their +transport forms), so a command taking an image path or a
+// URI knows which to open. It does not validate the rest: ParseURI does.
+func IsURI(s string) bool {
+	scheme, _, ok := strings.Cut(s, "://")
+	if !ok {
+		return false
+	}
+	base, _, _ := strings.Cut(strings.ToLower(scheme), "+")
+	return base == "nbd" || base == "nbds"
+}
+
 // ParseURI parses an NBD URI, as the NBD URI specification defines:
 //
 //	nbd://host[:port][/export]            TCP, port 10809 by default

@@ -87,3 +87,22 @@ func FuzzParseURI(f *testing.F) {
 		}
 	})
 }
+
+func TestIsURI(t *testing.T) {
+	for s, want := range map[string]bool{
+		"nbd://h/e":               true,
+		"nbd+unix:///e?socket=/s": true,
+		"NBDS+unix:///?socket=/s": true,
+		"nbd+vsock://1/e":         true,
+		"disk.img":                false,
+		"/dev/sdb":                false,
+		"nbdfile.img":             false,
+		"./nbd://x":               false,
+		"http://h/e":              false,
+		"nbdx://h":                false,
+	} {
+		if got := nbd.IsURI(s); got != want {
+			t.Errorf("IsURI(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
