@@ -111,6 +111,9 @@ func ParseURI(s string) (Address, error) {
 	if host == "" {
 		return bad("no host")
 	}
+	if strings.Contains(host, ":") && !strings.HasPrefix(u.Host, "[") {
+		return bad("IPv6 host %q must be bracketed", u.Host)
+	}
 	port := DefaultPort
 	if p := u.Port(); p != "" {
 		n, err := strconv.ParseUint(p, 10, 16)

@@ -50,6 +50,7 @@ func TestParseURI(t *testing.T) {
 		{"unix two sockets", "nbd+unix:///e?socket=/a&socket=/b", nbd.Address{}, blockdev.ErrInvalid},
 		{"unix with host", "nbd+unix://h/e?socket=/s", nbd.Address{}, blockdev.ErrInvalid},
 		{"bad escape", "nbd://h/%zz", nbd.Address{}, blockdev.ErrInvalid},
+		{"unbracketed ipv6", "nbd://::1", nbd.Address{}, blockdev.ErrInvalid},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
