@@ -258,8 +258,8 @@ func (c *conn) reader() {
 			return
 		}
 		if rep.errno != 0 {
-			cl.done <- &ServerError{Cmd: cmdName(cl.typ), Off: cl.off, Len: cl.n, Errno: rep.errno}
-			if rep.errno == errShutdown {
+			cl.done <- &ServerError{Cmd: cmdName(cl.typ), Off: cl.off, Len: cl.n, Errno: Errno(rep.errno)}
+			if Errno(rep.errno) == ESHUTDOWN {
 				// The server is going away: the client must initiate a
 				// soft disconnect and send nothing more.
 				c.sendDisc()

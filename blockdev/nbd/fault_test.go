@@ -132,7 +132,7 @@ func TestServerErrors(t *testing.T) {
 		want  []error
 	}{
 		{"EIO", []error{blockdev.ErrIO}},
-		{"ENOSPC", []error{blockdev.ErrIO, errs.ErrNoSpace}},
+		{"ENOSPC", []error{blockdev.ErrIO}}, // not ErrNoSpace: see ServerError
 		{"EPERM", []error{blockdev.ErrIO, blockdev.ErrReadOnly}},
 		{"EINVAL", []error{blockdev.ErrIO, blockdev.ErrInvalid}},
 		{"ESHUTDOWN", []error{blockdev.ErrIO}},
@@ -164,9 +164,14 @@ func TestServerErrors(t *testing.T) {
 						t.Errorf("%s with server %s = %v, want %v", name, tc.errno, err, w)
 					}
 				}
+				if tc.errno == "ENOSPC" && errors.Is(err, errs.ErrNoSpace) {
+					t.Errorf("%s: server ENOSPC became the file system's ErrNoSpace: %v", name, err)
+				}
 				var se *nbd.ServerError
 				if !errors.As(err, &se) {
 					t.Errorf("%s: %v is not a *ServerError", name, err)
+				} else if se.Errno.String() != tc.errno {
+					t.Errorf("%s: Errno %v, want %s", name, se.Errno, tc.errno)
 				}
 				if tc.errno == "ESHUTDOWN" {
 					return // the client must stop talking to this server

@@ -91,20 +91,6 @@ const (
 	cmdFlagNoHole = 1 << 1 // NBD_CMD_FLAG_NO_HOLE
 )
 
-// Error values in replies (NBD_E*). They happen to equal Linux errno
-// values, but the protocol fixes them.
-const (
-	errPerm     = 1   // NBD_EPERM
-	errIO       = 5   // NBD_EIO
-	errNoMem    = 12  // NBD_ENOMEM
-	errInval    = 22  // NBD_EINVAL
-	errNoSpc    = 28  // NBD_ENOSPC
-	errROFS     = 30  // EROFS: not an NBD value, but some servers send errno as is
-	errOverflow = 75  // NBD_EOVERFLOW
-	errNotSup   = 95  // NBD_ENOTSUP
-	errShutdown = 108 // NBD_ESHUTDOWN
-)
-
 // Sizes of fixed-size messages.
 const (
 	requestLen    = 28 // magic 4, flags 2, type 2, handle 8, offset 8, length 4
@@ -178,31 +164,6 @@ func cmdName(typ uint16) string {
 		return "write zeroes"
 	}
 	return fmt.Sprintf("command %d", typ)
-}
-
-// errnoName names an NBD error value.
-func errnoName(e uint32) string {
-	switch e {
-	case errPerm:
-		return "EPERM"
-	case errIO:
-		return "EIO"
-	case errNoMem:
-		return "ENOMEM"
-	case errInval:
-		return "EINVAL"
-	case errNoSpc:
-		return "ENOSPC"
-	case errROFS:
-		return "EROFS"
-	case errOverflow:
-		return "EOVERFLOW"
-	case errNotSup:
-		return "ENOTSUP"
-	case errShutdown:
-		return "ESHUTDOWN"
-	}
-	return fmt.Sprintf("error %d", e)
 }
 
 // optReplyName names an option reply type for error messages.
