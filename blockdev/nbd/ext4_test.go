@@ -2,6 +2,7 @@ package nbd_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -11,8 +12,10 @@ import (
 	"time"
 
 	"github.com/ext4io/ext4io"
+	"github.com/ext4io/ext4io/blockdev"
 	"github.com/ext4io/ext4io/blockdev/nbd"
 	"github.com/ext4io/ext4io/internal/e2fs"
+	"github.com/ext4io/ext4io/internal/errs"
 )
 
 // sparseImage creates an empty sparse file of size bytes.
@@ -212,6 +215,84 @@ func TestCrashOverNBD(t *testing.T) {
 				t.Fatal(err)
 			}
 			s.kill() // the cache filter wrote everything back at the flushes
+			e2fs.Fsck(t, img)
+		})
+	}
+}
+
+// TestExt4ServerWriteErrors: the server starts failing every write (EIO,
+// then ENOSPC as a full thin pool would) in the middle of an ext4io
+// workload. ext4io must report errors wrapping ErrIO, never mistake the
+// server's ENOSPC for its own ErrNoSpace, and once the server heals, a
+// reopen (journal recovery) must find every synced file and leave an image
+// e2fsck accepts.
+func TestExt4ServerWriteErrors(t *testing.T) {
+	e2fs.Tool(t, "e2fsck")
+	for _, errno := range []string{"EIO", "ENOSPC"} {
+		t.Run(errno, func(t *testing.T) {
+			img := sparseImage(t, 64<<20)
+			trigger := filepath.Join(t.TempDir(), "fail")
+			s := startNbdkit(t, "--filter=error", "file", img,
+				"error-pwrite-rate=1", "error-pwrite="+errno, "error-pwrite-file="+trigger,
+				"error-zero-rate=1", "error-zero="+errno, "error-zero-file="+trigger)
+			d := s.open(t, nbd.Options{Timeout: 10 * time.Second})
+			defer d.Close()
+			if err := ext4io.Format(d, ext4io.FormatOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			v, err := ext4io.Open(d, ext4io.Options{Writable: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rng := rand.New(rand.NewPCG(5, 6))
+			synced := map[string][]byte{}
+			var failure error
+			for i := 0; i < 200 && failure == nil; i++ {
+				if i == 10 {
+					if err := os.WriteFile(trigger, nil, 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+				name := fmt.Sprintf("f%03d", i)
+				data := randomData(rng, 1+rng.IntN(50_000))
+				f, err := v.Create(name)
+				if err != nil {
+					failure = err
+					break
+				}
+				if _, err := f.WriteAt(data, 0); err != nil {
+					failure = err
+				} else if err := f.Sync(); err != nil {
+					failure = err
+				} else if i < 10 {
+					synced[name] = data
+				}
+				f.Close()
+			}
+			if failure == nil {
+				t.Fatal("the workload never saw the server's errors")
+			}
+			t.Logf("workload stopped at: %v", failure)
+			if !errors.Is(failure, blockdev.ErrIO) {
+				t.Errorf("error %v does not wrap ErrIO", failure)
+			}
+			if errors.Is(failure, errs.ErrNoSpace) {
+				t.Errorf("the server's %s surfaced as ext4io's ErrNoSpace: %v", errno, failure)
+			}
+			v.Close()
+			os.Remove(trigger)
+			v, err = ext4io.Open(d, ext4io.Options{Writable: true})
+			if err != nil {
+				t.Fatalf("reopen once the server heals: %v", err)
+			}
+			checkFiles(t, v, synced)
+			if err := v.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Close(); err != nil {
+				t.Fatal(err)
+			}
+			s.kill()
 			e2fs.Fsck(t, img)
 		})
 	}
