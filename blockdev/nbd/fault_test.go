@@ -303,3 +303,51 @@ func TestBadRange(t *testing.T) {
 		}
 	}
 }
+
+// TestCloseWhileBusy: Close while goroutines read, write and flush waits
+// for the requests in flight, sends NBD_CMD_DISC, and every later call
+// fails with ErrClosed; nothing hangs or races.
+func TestCloseWhileBusy(t *testing.T) {
+	s := startNbdkit(t, "memory", "4M")
+	d := s.open(t, nbd.Options{Timeout: 5 * time.Second})
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	errc := make(chan error, 8)
+	for w := range 8 {
+		wg.Go(func() {
+			buf := make([]byte, 8192)
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var err error
+				switch (w + i) % 3 {
+				case 0:
+					_, err = d.ReadAt(buf, int64(w)*8192)
+				case 1:
+					_, err = d.WriteAt(buf, int64(w)*8192)
+				case 2:
+					err = d.Flush()
+				}
+				if err != nil {
+					if !errors.Is(err, blockdev.ErrClosed) {
+						errc <- err
+					}
+					return
+				}
+			}
+		})
+	}
+	time.Sleep(50 * time.Millisecond)
+	if err := within(t, 10*time.Second, "Close while busy", d.Close); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	close(stop)
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Errorf("operation racing Close = %v, want nil or ErrClosed", err)
+	}
+}
