@@ -223,6 +223,7 @@ const (
 	fHasFlags   = 1 << 0
 	fReadOnly   = 1 << 1
 	fFlush      = 1 << 2
+	fFUA        = 1 << 3
 	fTrim       = 1 << 5
 	fZeroes     = 1 << 6
 	fMultiConn  = 1 << 8
@@ -427,6 +428,54 @@ func TestBrokenReplies(t *testing.T) {
 			err = within(t, 2*time.Second, "read", readErr(d, 0))
 			if !errors.Is(err, blockdev.ErrIO) {
 				t.Errorf("read with a broken reply = %v, want ErrIO", err)
+			}
+		})
+	}
+}
+
+// TestWriteAtFUA: with NBD_FLAG_SEND_FUA every write of WriteAtFUA (the
+// read-modify-writes of its partial blocks included) carries
+// NBD_CMD_FLAG_FUA and no flush follows; without it, plain writes and a
+// flush.
+func TestWriteAtFUA(t *testing.T) {
+	for _, fua := range []bool{true, false} {
+		t.Run(fmt.Sprint("fua=", fua), func(t *testing.T) {
+			flags := uint16(fAllDefault)
+			if fua {
+				flags |= fFUA
+			}
+			f := &fake{t: t, size: 1 << 20, flags: flags, block: [3]uint32{512, 4096, 1 << 20}}
+			f.start()
+			d, err := nbd.Open(f.uri(""), nbd.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := blockdevtest.Pattern(3, 100, 10000)
+			if n, err := d.WriteAtFUA(p, 100); err != nil || n != len(p) {
+				t.Fatalf("WriteAtFUA = %d, %v", n, err)
+			}
+			got := make([]byte, len(p))
+			if _, err := d.ReadAt(got, 100); err != nil || !bytes.Equal(got, p) {
+				t.Fatalf("read back: %v", err)
+			}
+			d.Close()
+			writes, flushes := 0, 0
+			for _, r := range f.requests() {
+				switch r.typ {
+				case nbdCmdWrite:
+					writes++
+					if (r.flags&1 != 0) != fua {
+						t.Errorf("write %+v: FUA flag %v, want %v", r, r.flags&1 != 0, fua)
+					}
+				case nbdCmdFlush:
+					flushes++
+				}
+			}
+			if writes != 3 { // head and tail read-modify-writes, the middle
+				t.Errorf("%d writes, want 3", writes)
+			}
+			if wantFlush := map[bool]int{true: 0, false: 1}[fua]; flushes != wantFlush {
+				t.Errorf("%d flushes, want %d", flushes, wantFlush)
 			}
 		})
 	}

@@ -289,7 +289,33 @@ func (d *Device) WriteAt(p []byte, off int64) (int, error) {
 		return 0, err
 	}
 	defer d.leave()
-	if err := d.write(p, off); err != nil {
+	if err := d.write(p, off, 0); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// WriteAtFUA is WriteAt whose data is on stable storage when it returns nil
+// (forced unit access), without waiting for other writes to become
+// durable: NBD_CMD_WRITE with NBD_CMD_FLAG_FUA where the server advertises
+// it, otherwise the write followed by a Flush. blockdev.Device has no way
+// to ask for this yet (see docs/nbd.md); a journal would use it for its
+// commit block, saving the flush after the commit.
+func (d *Device) WriteAtFUA(p []byte, off int64) (int, error) {
+	if err := d.enterWrite("write", off, int64(len(p))); err != nil {
+		return 0, err
+	}
+	defer d.leave()
+	if d.flags&tflagSendFUA != 0 {
+		if err := d.write(p, off, cmdFlagFUA); err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	}
+	if err := d.write(p, off, 0); err != nil {
+		return 0, err
+	}
+	if err := d.flushLocked(); err != nil {
 		return 0, err
 	}
 	return len(p), nil
@@ -297,17 +323,18 @@ func (d *Device) WriteAt(p []byte, off int64) (int, error) {
 
 // write writes p at off, inside the device: the partial blocks at either
 // end by read-modify-write (N1), the aligned middle directly.
-func (d *Device) write(p []byte, off int64) error {
-	return d.edges(off, int64(len(p)),
+func (d *Device) write(p []byte, off int64, flags uint16) error {
+	return d.edges(off, int64(len(p)), flags,
 		func(b []byte, at int64) { copy(b, p[at-off:]) },
-		func(lo, hi int64) error { return d.do(cmdWrite, 0, lo, hi-lo, p[lo-off:hi-off], nil) })
+		func(lo, hi int64) error { return d.do(cmdWrite, flags, lo, hi-lo, p[lo-off:hi-off], nil) })
 }
 
 // edges splits [off, off+n) into partial minimum blocks at the ends, which
 // it read-modify-writes with fill (given the block's buffer positioned at
 // device offset at, fill copies in the new bytes that fall inside it), and
-// an aligned middle [lo, hi), which it passes to middle.
-func (d *Device) edges(off, n int64, fill func(b []byte, at int64), middle func(lo, hi int64) error) error {
+// an aligned middle [lo, hi), which it passes to middle. flags go with the
+// read-modify-writes' writes.
+func (d *Device) edges(off, n int64, flags uint16, fill func(b []byte, at int64), middle func(lo, hi int64) error) error {
 	if n == 0 {
 		return nil
 	}
@@ -318,12 +345,12 @@ func (d *Device) edges(off, n int64, fill func(b []byte, at int64), middle func(
 	headBlk, tailBlk := d.alignDown(off), d.alignDown(end-1)
 	lo, hi := d.alignUp(off), d.alignDown(end)
 	if off != headBlk {
-		if err := d.rmw(headBlk, off, min(end, headBlk+d.minBlock), fill); err != nil {
+		if err := d.rmw(headBlk, off, min(end, headBlk+d.minBlock), flags, fill); err != nil {
 			return err
 		}
 	}
 	if end != tailBlk+d.minBlock && (tailBlk != headBlk || off == headBlk) {
-		if err := d.rmw(tailBlk, max(off, tailBlk), end, fill); err != nil {
+		if err := d.rmw(tailBlk, max(off, tailBlk), end, flags, fill); err != nil {
 			return err
 		}
 	}
@@ -335,7 +362,7 @@ func (d *Device) edges(off, n int64, fill func(b []byte, at int64), middle func(
 
 // rmw rewrites bytes [from, to) of the minimum block at blk, holding the
 // block's stripe lock across the read and the write.
-func (d *Device) rmw(blk, from, to int64, fill func(b []byte, at int64)) error {
+func (d *Device) rmw(blk, from, to int64, flags uint16, fill func(b []byte, at int64)) error {
 	mu := &d.rmwMu[uint64(blk/d.minBlock)%rmwStripes]
 	mu.Lock()
 	defer mu.Unlock()
@@ -344,7 +371,7 @@ func (d *Device) rmw(blk, from, to int64, fill func(b []byte, at int64)) error {
 		return err
 	}
 	fill(b[from-blk:to-blk], from)
-	return d.do(cmdWrite, 0, blk, d.minBlock, b, nil)
+	return d.do(cmdWrite, flags, blk, d.minBlock, b, nil)
 }
 
 func (d *Device) alignDown(x int64) int64 { return x - x%d.minBlock }
@@ -362,6 +389,11 @@ func (d *Device) Flush() error {
 		return err
 	}
 	defer d.leave()
+	return d.flushLocked()
+}
+
+// flushLocked flushes every connection; the caller holds closeMu shared.
+func (d *Device) flushLocked() error {
 	if d.flags&tflagSendFlush == 0 {
 		return nil
 	}
@@ -390,7 +422,7 @@ func (d *Device) ZeroOut(off, n int64) error {
 	if d.flags&tflagSendWriteZeroes == 0 {
 		return d.writeZeroes(off, n)
 	}
-	return d.edges(off, n,
+	return d.edges(off, n, 0,
 		func(b []byte, _ int64) { clear(b) },
 		func(lo, hi int64) error { return d.do(cmdWriteZeroes, 0, lo, hi-lo, nil, nil) })
 }
@@ -402,7 +434,7 @@ var zeroes = make([]byte, 1<<20)
 func (d *Device) writeZeroes(off, n int64) error {
 	for n > 0 {
 		c := min(n, int64(len(zeroes)))
-		if err := d.write(zeroes[:c], off); err != nil {
+		if err := d.write(zeroes[:c], off, 0); err != nil {
 			return err
 		}
 		off, n = off+c, n-c
