@@ -136,8 +136,8 @@ func Open(uri string, opts Options) (*Device, error) {
 }
 
 // Connect connects to the export at a and returns it as a Device. It opens
-// one connection, and Options.Conns in all if the server advertises
-// NBD_FLAG_CAN_MULTI_CONN.
+// one connection, and up to Options.Conns in all if the server advertises
+// NBD_FLAG_CAN_MULTI_CONN (fewer if the server refuses more).
 func Connect(a Address, opts Options) (*Device, error) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
@@ -157,16 +157,17 @@ func Connect(a Address, opts Options) (*Device, error) {
 	}
 	d.ro = opts.ReadOnly || ex.flags&tflagReadOnly != 0
 	if ex.flags&tflagCanMultiConn != 0 {
+		// Extra connections are an optimisation: a server that turns one
+		// away (a client limit) or describes the export differently on it
+		// leaves the device with the connections it has.
 		for len(d.conns) < opts.Conns {
 			c, ex2, err := dial(a.Network, a.Addr, a.Export, opts.Timeout, label)
-			if err == nil && (ex2.size != ex.size || ex2.flags != ex.flags) {
-				c.disconnect()
-				err = fmt.Errorf("%s: connection %d sees size %d flags %#x, the first saw %d, %#x: %w",
-					label, len(d.conns), ex2.size, ex2.flags, ex.size, ex.flags, blockdev.ErrIO)
-			}
 			if err != nil {
-				d.disconnectAll()
-				return nil, err
+				break
+			}
+			if ex2 != ex {
+				c.disconnect()
+				break
 			}
 			d.conns = append(d.conns, c)
 		}
