@@ -348,12 +348,12 @@ func (c *conn) start(typ, flags uint16, off int64, n int64, data, buf []byte) (*
 // the whole connection: its reply might still come, and the stream cannot
 // tell a late reply from a lost one. wait returns only once the reader has
 // finished with cl.buf.
-func (c *conn) wait(cl *call, deadline *time.Timer) error {
+func (c *conn) wait(cl *call, deadline *time.Timer, limit time.Duration) error {
 	var err error
 	select {
 	case err = <-cl.done:
 	case <-deadline.C:
-		c.fail(fmt.Errorf("no reply within %v (server dead or stalled): %w", c.timeout, blockdev.ErrIO))
+		c.fail(fmt.Errorf("no reply to %s within %v (server dead or stalled): %w", cmdName(cl.typ), limit, blockdev.ErrIO))
 		err = <-cl.done
 	}
 	cl.buf = nil

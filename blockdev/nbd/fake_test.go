@@ -27,12 +27,13 @@ type fake struct {
 	sock     string
 	export   string
 	size     uint64
-	flags    uint16    // transmission flags
-	block    [3]uint32 // min, preferred, max; zero: not sent
-	noGo     bool      // answer NBD_OPT_GO with NBD_REP_ERR_UNSUP
-	oldstyle bool      // send the oldstyle greeting
-	reverse  int       // hold this many replies, then send them in reverse
-	corrupt  string    // "magic" or "handle": break the first reply
+	flags    uint16        // transmission flags
+	block    [3]uint32     // min, preferred, max; zero: not sent
+	noGo     bool          // answer NBD_OPT_GO with NBD_REP_ERR_UNSUP
+	oldstyle bool          // send the oldstyle greeting
+	reverse  int           // hold this many replies, then send them in reverse
+	corrupt  string        // "magic" or "handle": break the first reply
+	slowSync time.Duration // how long a flush takes
 
 	mu    sync.Mutex
 	data  []byte
@@ -171,6 +172,8 @@ func (f *fake) serve(c net.Conn, id int) {
 		switch r.typ {
 		case nbdCmdDisc:
 			return
+		case nbdCmdFlush:
+			time.Sleep(f.slowSync)
 		case nbdCmdWrite:
 			p := make([]byte, r.length)
 			if _, err := io.ReadFull(c, p); err != nil {
@@ -476,6 +479,32 @@ func TestWriteAtFUA(t *testing.T) {
 			}
 			if wantFlush := map[bool]int{true: 0, false: 1}[fua]; flushes != wantFlush {
 				t.Errorf("%d flushes, want %d", flushes, wantFlush)
+			}
+		})
+	}
+}
+
+// TestFlushTimeout: a flush may take longer than Options.Timeout (a server
+// writing back a large cache) as long as it stays within FlushTimeout.
+func TestFlushTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		flushTimeout time.Duration
+		ok           bool
+	}{{3 * time.Second, true}, {300 * time.Millisecond, false}} {
+		t.Run(fmt.Sprint(tc.flushTimeout), func(t *testing.T) {
+			f := &fake{t: t, size: 1 << 20, flags: fAllDefault, slowSync: time.Second}
+			f.start()
+			d, err := nbd.Open(f.uri(""), nbd.Options{Timeout: 200 * time.Millisecond, FlushTimeout: tc.flushTimeout})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			err = within(t, 5*time.Second, "slow flush", d.Flush)
+			if tc.ok && err != nil {
+				t.Errorf("1 s flush with FlushTimeout %v: %v", tc.flushTimeout, err)
+			}
+			if !tc.ok && !errors.Is(err, blockdev.ErrIO) {
+				t.Errorf("1 s flush with FlushTimeout %v = %v, want ErrIO", tc.flushTimeout, err)
 			}
 		})
 	}

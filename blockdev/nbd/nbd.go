@@ -29,10 +29,10 @@
 // # Timeouts
 //
 // A connection whose server has not answered a request for Options.Timeout
-// (or not accepted its bytes for that long) is failed: its requests in
-// flight, and every later one sent to it, return errors wrapping
-// blockdev.ErrIO. A dead or stalled server therefore costs at most one
-// timeout, never a hang. Connections are not re-established: what a lost
+// (Options.FlushTimeout for a flush), or not accepted its bytes for that
+// long, is failed: its requests in flight, and every later one sent to it,
+// return errors wrapping blockdev.ErrIO. A dead or stalled server
+// therefore costs at most one timeout, never a hang. Connections are not re-established: what a lost
 // connection had in flight is unknown, and a file system above must treat
 // the device as failed (ext4io turns the volume read-only on ErrIO).
 //
@@ -72,6 +72,10 @@ type Options struct {
 	// connection that exceeds it is failed with an error wrapping
 	// blockdev.ErrIO. 0 means DefaultTimeout.
 	Timeout time.Duration
+	// FlushTimeout bounds the wait for a flush's reply, which may have to
+	// write back a large server cache to slow storage. 0 means four times
+	// Timeout.
+	FlushTimeout time.Duration
 	// Conns is how many connections to open when the server advertises
 	// NBD_FLAG_CAN_MULTI_CONN; other servers get one. 0 means
 	// DefaultConns.
@@ -112,7 +116,9 @@ type Device struct {
 	flags    uint16
 	ro       bool
 	conns    []*conn
-	next     atomic.Uint32 // round-robin cursor over conns
+	// flushTimeout replaces the connection's timeout for NBD_CMD_FLUSH.
+	flushTimeout time.Duration
+	next         atomic.Uint32 // round-robin cursor over conns
 
 	// closeMu is held shared by every operation for its whole length and
 	// exclusively by Close, so Close waits for operations in flight (each
@@ -142,6 +148,9 @@ func Connect(a Address, opts Options) (*Device, error) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
+	if opts.FlushTimeout <= 0 {
+		opts.FlushTimeout = 4 * opts.Timeout
+	}
 	if opts.Conns <= 0 {
 		opts.Conns = DefaultConns
 	}
@@ -150,7 +159,7 @@ func Connect(a Address, opts Options) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{label: label, flags: ex.flags, conns: []*conn{c}}
+	d := &Device{label: label, flags: ex.flags, conns: []*conn{c}, flushTimeout: opts.FlushTimeout}
 	if err := d.geometry(ex); err != nil {
 		c.disconnect()
 		return nil, err
@@ -521,12 +530,16 @@ func (d *Device) doOn(c *conn, typ, flags uint16, off, n int64, data, buf []byte
 	var calls [8]*call
 	pending := calls[:0]
 	var first error
-	timer := time.NewTimer(c.timeout)
+	limit := c.timeout
+	if typ == cmdFlush {
+		limit = d.flushTimeout
+	}
+	timer := time.NewTimer(limit)
 	defer timer.Stop()
 	waitAll := func() {
 		for _, cl := range pending {
-			timer.Reset(c.timeout) // Go 1.23 timers: no stale tick survives Reset
-			if err := c.wait(cl, timer); err != nil && first == nil {
+			timer.Reset(limit) // Go 1.23 timers: no stale tick survives Reset
+			if err := c.wait(cl, timer, limit); err != nil && first == nil {
 				first = err
 			}
 		}
