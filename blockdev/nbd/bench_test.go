@@ -2,6 +2,8 @@ package nbd_test
 
 import (
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/ext4io/ext4io/blockdev"
@@ -20,6 +22,16 @@ func BenchmarkRandom4K(b *testing.B) {
 	b.Run("nbdkit-memory", func(b *testing.B) {
 		s := startNbdkit(b, "memory", "64M")
 		blockdevtest.BenchRandom4K(b, s.open(b, nbd.Options{}))
+	})
+	b.Run("qemu-nbd-raw", func(b *testing.B) {
+		img := filepath.Join(b.TempDir(), "img")
+		if err := os.WriteFile(img, nil, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.Truncate(img, benchSize); err != nil {
+			b.Fatal(err)
+		}
+		blockdevtest.BenchRandom4K(b, startQemuNbd(b, img).open(b, nbd.Options{}))
 	})
 }
 
