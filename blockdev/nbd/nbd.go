@@ -2,7 +2,12 @@
 // server (nbdkit, qemu-nbd, nbd-server, ...): ext4io on network storage.
 //
 // Open takes an NBD URI (nbd://host[:port]/export or
-// nbd+unix:///export?socket=PATH); Connect takes the parsed Address. The
+// nbd+unix:///export?socket=PATH); Connect takes the parsed Address. A
+// command that takes an image path or a URI opens the device with
+//
+//	if nbd.IsURI(arg) {
+//		dev, err = nbd.Open(arg, nbd.Options{ReadOnly: !writable})
+//	} The
 // client speaks the fixed-newstyle handshake with NBD_OPT_GO, asking for
 // the export size, transmission flags and block-size constraints, then
 // simple replies only (structured replies are not negotiated). Integers on
