@@ -7,8 +7,9 @@
 //
 //	if nbd.IsURI(arg) {
 //		dev, err = nbd.Open(arg, nbd.Options{ReadOnly: !writable})
-//	} The
-// client speaks the fixed-newstyle handshake with NBD_OPT_GO, asking for
+//	}
+//
+// The client speaks the fixed-newstyle handshake with NBD_OPT_GO, asking for
 // the export size, transmission flags and block-size constraints, then
 // simple replies only (structured replies are not negotiated). Integers on
 // the wire are big-endian. A request and a simple reply:
