@@ -28,6 +28,14 @@ var (
 	ErrClosed = errs.ErrClosed
 	// ErrExist: a name to be created already exists (matches fs.ErrExist).
 	ErrExist = errs.ErrExist
+	// ErrBusy: a writable open (or Format) of an image another writer
+	// holds, in this process or another, or that Linux has mounted; the
+	// message names the holder or the mount point.
+	ErrBusy = errs.ErrBusy
+	// ErrNotExt4: the device holds no ext4 file system (bad superblock
+	// magic). Unlike ErrCorrupt, it says the bytes are something else,
+	// not damaged ext4.
+	ErrNotExt4 = errs.ErrNotExt4
 )
 
 // CorruptError describes corrupt metadata and where it was found.

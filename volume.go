@@ -120,6 +120,9 @@ const maxZeroOutChunk = 32 << 20
 type Volume struct {
 	dev      blockdev.Device
 	closeDev bool // Close closes dev (the volume opened it)
+	// release gives up the writer's claim on dev (blockdev.Claim) of a
+	// volume opened Writable or with Replay; nil otherwise.
+	release func()
 	opts     Options
 
 	// Immutable after Open.
@@ -193,7 +196,33 @@ type Volume struct {
 // Open opens the ext4 filesystem on dev. It validates the superblock and
 // every group descriptor and refuses incompat features ext4io cannot read,
 // naming them (ErrUnsupported). The caller keeps ownership of dev.
-func Open(dev blockdev.Device, opts Options) (*Volume, error) {
+//
+// One writer per image: a writable open (or one with Replay) first claims
+// dev with blockdev.Claim, before it writes anything, and holds the claim
+// until Close. It fails at once with an error wrapping ErrBusy when
+// another writable Volume of this process holds dev (or, for the OS
+// backends, the same file), when another process holds the image (flock;
+// O_EXCL for block devices) or when Linux has it mounted (the message
+// names the mount point). Read-only opens take no claim and work beside
+// a writer.
+func Open(dev blockdev.Device, opts Options) (v *Volume, err error) {
+	if opts.Writable || opts.Replay {
+		release, err := blockdev.Claim(dev)
+		if err != nil {
+			return nil, fmt.Errorf("ext4io: open for writing: %w", err)
+		}
+		defer func() {
+			if err != nil {
+				release()
+			} else {
+				v.release = release
+			}
+		}()
+	}
+	return open(dev, opts)
+}
+
+func open(dev blockdev.Device, opts Options) (*Volume, error) {
 	buf := make([]byte, layout.SuperblockSize)
 	if _, err := readFull(dev, buf, layout.SuperblockOffset); err != nil {
 		return nil, fmt.Errorf("ext4io: reading superblock: %w", err)
@@ -510,6 +539,9 @@ func (v *Volume) Close() error {
 		err = v.unmount()
 	}
 	v.touch.close()
+	if v.release != nil {
+		v.release()
+	}
 	if v.closeDev {
 		if cerr := v.dev.Close(); err == nil {
 			err = cerr

@@ -36,6 +36,13 @@ var (
 	ErrClosed = fmt.Errorf("ext4: %w", fs.ErrClosed)
 	// ErrExist is returned when a name to be created already exists.
 	ErrExist = fmt.Errorf("ext4: %w", fs.ErrExist)
+	// ErrBusy is returned when a writable open finds the image in use: held
+	// by another writer (in this process or another) or mounted by Linux.
+	ErrBusy = errors.New("ext4: device busy")
+	// ErrNotExt4 is returned when a device holds no ext4 file system (bad
+	// superblock magic). It is not an ErrCorrupt: nothing is damaged, the
+	// bytes are simply something else.
+	ErrNotExt4 = errors.New("ext4: not an ext4 file system")
 )
 
 // CorruptError describes corrupt metadata and where it was found. It wraps
