@@ -123,7 +123,7 @@ type Volume struct {
 	// release gives up the writer's claim on dev (blockdev.Claim) of a
 	// volume opened Writable or with Replay; nil otherwise.
 	release func()
-	opts     Options
+	opts    Options
 
 	// Immutable after Open.
 	sb       *layout.Superblock
@@ -207,11 +207,11 @@ type Volume struct {
 // a writer.
 func Open(dev blockdev.Device, opts Options) (v *Volume, err error) {
 	if opts.Writable || opts.Replay {
-		release, err := blockdev.Claim(dev)
-		if err != nil {
-			return nil, fmt.Errorf("ext4io: open for writing: %w", err)
+		release, cerr := blockdev.Claim(dev)
+		if cerr != nil {
+			return nil, fmt.Errorf("ext4io: open for writing: %w", cerr)
 		}
-		defer func() {
+		defer func() { // err and v are Open's results
 			if err != nil {
 				release()
 			} else {
