@@ -33,8 +33,8 @@ var (
 	// message names the holder or the mount point.
 	ErrBusy = errs.ErrBusy
 	// ErrNotExt4: the device holds no ext4 file system (bad superblock
-	// magic). Unlike ErrCorrupt, it says the bytes are something else,
-	// not damaged ext4.
+	// magic, or too small for a superblock), not an I/O error. Such errors
+	// match ErrCorrupt too: a wiped superblock and other bytes look alike.
 	ErrNotExt4 = errs.ErrNotExt4
 )
 

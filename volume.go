@@ -223,11 +223,18 @@ func Open(dev blockdev.Device, opts Options) (v *Volume, err error) {
 }
 
 func open(dev blockdev.Device, opts Options) (*Volume, error) {
+	if size := dev.Size(); size < layout.SuperblockOffset+layout.SuperblockSize {
+		return nil, &errs.CorruptError{What: "superblock", Off: -1, Err: ErrNotExt4,
+			Msg: fmt.Sprintf("a device of %d bytes is too small for one", size)}
+	}
 	buf := make([]byte, layout.SuperblockSize)
 	if _, err := readFull(dev, buf, layout.SuperblockOffset); err != nil {
 		return nil, fmt.Errorf("ext4io: reading superblock: %w", err)
 	}
 	sb, err := layout.DecodeSuperblock(buf)
+	if errors.Is(err, ErrNotExt4) {
+		return nil, fmt.Errorf("ext4io: no ext4 file system on the device: %w", err)
+	}
 	if err != nil {
 		return nil, err
 	}
