@@ -43,6 +43,13 @@ func cmdMkfs(args []string, w io.Writer) (err error) {
 			return fmt.Errorf("%s already contains an ext4 file system (%s); use -F to overwrite: %w", img, what, ext4io.ErrExist)
 		}
 	}
+	if !created {
+		// Refuse before CreateFile grows the file: not under a writer,
+		// not while Linux has it mounted (Format claims it again).
+		if err := claimable(img); err != nil {
+			return err
+		}
+	}
 	if created {
 		defer func() {
 			if err != nil {
@@ -128,4 +135,20 @@ func existingExt4(img string) (string, bool) {
 	}
 	parts = append(parts, fmt.Sprintf("%d blocks of %d bytes", sb.BlocksCount, sb.BlockSize()))
 	return strings.Join(parts, ", "), true
+}
+
+// claimable checks that img could be claimed by a writer now
+// (blockdev.Claim): no other writer holds it and it is not mounted.
+func claimable(img string) error {
+	d, err := blockdev.OpenFile(img, false)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	release, err := blockdev.Claim(d)
+	if err != nil {
+		return err
+	}
+	release()
+	return nil
 }

@@ -67,3 +67,23 @@ func TestMkfsFailureLeavesNoFile(t *testing.T) {
 		t.Fatalf("failed mkfs removed an existing file: %v", err)
 	}
 }
+
+// TestMountedRefused: mkfs (even -F) and recover refuse an image Linux
+// has mounted, naming the mount point, and leave it as it was.
+func TestMountedRefused(t *testing.T) {
+	img := filepath.Join(t.TempDir(), "m.img")
+	e2fs.Mkfs(t, img, "16M")
+	dir := e2fs.Mount(t, img, false)
+	st, _ := os.Stat(img)
+	for _, args := range [][]string{{"mkfs", "-F", img, "32M"}, {"mkfs", "-F", img, "16M"}, {"recover", img}} {
+		_, errOut, code := runCmd(t, args...)
+		if code == 0 || !strings.Contains(errOut, "mounted on "+dir) {
+			t.Errorf("%q on a mounted image: code %d, %q", args, code, errOut)
+		}
+	}
+	if st2, _ := os.Stat(img); st2.Size() != st.Size() {
+		t.Errorf("refused mkfs resized the image: %d -> %d", st.Size(), st2.Size())
+	}
+	e2fs.Unmount(t, dir)
+	e2fs.Fsck(t, img)
+}
