@@ -302,6 +302,9 @@ func (f *File) writeBufferedOnce(p []byte, off int64) (int, error) {
 	n := f.n
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if err := f.closedLocked(); err != nil {
+		return 0, err
+	}
 	f.v.stats.buffered.Add(1)
 	n.mayCache.Store(true)
 	size := int64(n.in.Size)

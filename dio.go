@@ -233,6 +233,9 @@ func (f *File) directWrite(p []byte, off int64) (int, error) {
 	}
 	f.n.mu.Lock()
 	defer f.n.mu.Unlock()
+	if err := f.closedLocked(); err != nil {
+		return done, err
+	}
 	rest, pos := p[done:], off+int64(done)
 	if !f.cacheCleanLocked(pos, pos+int64(len(rest))) {
 		return done, errCacheRace
@@ -265,6 +268,9 @@ func (f *File) directWrite(p []byte, off int64) (int, error) {
 // written blocks.
 func (f *File) directOverwrite(p []byte, off int64) (n int, err error, ok bool) {
 	defer f.n.mu.RUnlockAt(f.n.mu.RLockAt(stripe.OfBuf(p)))
+	if err := f.closedLocked(); err != nil {
+		return 0, err, true
+	}
 	end := off + int64(len(p))
 	if end > int64(f.n.diskSize()) {
 		return 0, nil, false
@@ -297,6 +303,9 @@ func (f *File) directOverwrite(p []byte, off int64) (n int, err error, ok bool) 
 // the write needs the exclusive lock.
 func (f *File) directShared(p []byte, off int64) (n int, err error, ok bool) {
 	defer f.n.mu.RUnlockAt(f.n.mu.RLockAt(stripe.OfBuf(p)))
+	if err := f.closedLocked(); err != nil {
+		return 0, err, true
+	}
 	end := off + int64(len(p))
 	if end > int64(f.n.diskSize()) {
 		return 0, nil, false

@@ -75,6 +75,17 @@
 // MMP block until Close (mmp.go). Read-only opens skip it, as Linux's ro
 // mounts do, and may see another node's writes half done.
 //
+// One writer per image: a writable Open (or one with Replay) and Format
+// claim the device (blockdev.Claim) until Close, and fail with ErrBusy
+// while another Volume of the process, another process (flock; O_EXCL on
+// block devices) or a Linux mount holds it. Read-only opens take no claim:
+// beside a writer they may read stale or torn metadata.
+//
+// After Close, every File and Volume method that returns an error fails
+// with ErrClosed (an *fs.PathError for Files); a File's Close waits for
+// the operations running on its inode (File.closed is set under the
+// inode lock, and the I/O paths read it again under that lock).
+//
 // Operations that change metadata hold the volume's transaction gate
 // shared; they must not call each other (see beginOp in jmeta.go). Direct
 // overwrites of written blocks (directOverwrite in dio.go) change none and
@@ -116,8 +127,9 @@
 // # Errors
 //
 // Errors wrap one of the sentinels ErrCorrupt, ErrNoSpace, ErrReadOnly,
-// ErrUnsupported, ErrIO, ErrInvalid, ErrNotFound, ErrExist and ErrClosed
-// (and, for extended attributes, ErrNoAttr and ErrRange);
+// ErrUnsupported, ErrIO, ErrInvalid, ErrNotFound, ErrExist, ErrClosed,
+// ErrBusy and ErrNotExt4 (which also matches ErrCorrupt), and, for
+// extended attributes, ErrNoAttr and ErrRange;
 // corrupt metadata is reported as a *CorruptError naming the structure,
 // inode, block and byte offset.
 //

@@ -28,6 +28,16 @@ var (
 	ErrClosed = errs.ErrClosed
 	// ErrExist: a name to be created already exists (matches fs.ErrExist).
 	ErrExist = errs.ErrExist
+	// ErrBusy: a writable open (or Format) of an image another writer
+	// holds, in this process or another, that Linux has mounted, or whose
+	// multiple mount protection block shows another node (or e2fsck)
+	// using it; the message names the holder, the mount point or the
+	// node.
+	ErrBusy = errs.ErrBusy
+	// ErrNotExt4: the device holds no ext4 file system (bad superblock
+	// magic, or too small for a superblock), not an I/O error. Such errors
+	// match ErrCorrupt too: a wiped superblock and other bytes look alike.
+	ErrNotExt4 = errs.ErrNotExt4
 )
 
 // CorruptError describes corrupt metadata and where it was found.

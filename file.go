@@ -19,7 +19,11 @@ import (
 //
 // ReadAt (and, on writable volumes, WriteAt, Truncate and Fallocate) are
 // safe for concurrent use; Read and Seek share an offset and must not be
-// used concurrently with each other.
+// used concurrently with each other. Close may run concurrently with any
+// of them: each either completes as if before Close or fails with
+// ErrClosed. After Close every method that returns an error returns one
+// matching ErrClosed (and fs.ErrClosed), an *fs.PathError naming the
+// file; the zero File is not open, and its methods return ErrInvalid.
 type File struct {
 	v    *Volume
 	n    *inode // shared by every File of this inode
@@ -32,10 +36,46 @@ type File struct {
 	direct bool      // opened with Direct: I/O must be aligned
 	dio    [2]dioOps // direct-write ops (exclusive, shared), set up by OpenFile
 
-	mu     sync.Mutex // guards off, closed, dir
-	off    int64
-	closed bool
-	dir    *dirReader // ReadDir state for directories
+	mu  sync.Mutex // guards off, dir
+	off int64
+	dir *dirReader // ReadDir state for directories
+
+	// closed is set by Close while it holds the inode lock (n.mu)
+	// exclusively. An operation that reads it after taking n.mu, shared or
+	// exclusive, therefore either runs wholly before Close returns or sees
+	// it set: no write lands in an inode that Close then frees. Loads
+	// before the lock are only an early exit.
+	closed atomic.Bool
+}
+
+// errNotOpen is the error of a method called on a zero (or nil) File or
+// Volume: os.File's methods return ErrInvalid for a nil *os.File.
+var errNotOpen = fmt.Errorf("ext4io: not opened by Open or Create: %w", ErrInvalid)
+
+// checkOpen returns the *fs.PathError for op on a closed or zero File, or
+// on a File of a closed Volume; nil while both are open. Operations that
+// change or read the inode check f.closed again under the inode lock
+// (closedLocked).
+func (f *File) checkOpen(op string) error {
+	if f == nil || f.v == nil || f.n == nil {
+		return &fs.PathError{Op: op, Err: errNotOpen}
+	}
+	if f.closed.Load() {
+		return &fs.PathError{Op: op, Path: f.name, Err: ErrClosed}
+	}
+	if err := f.v.checkOpen(); err != nil {
+		return &fs.PathError{Op: op, Path: f.name, Err: err}
+	}
+	return nil
+}
+
+// closedLocked returns ErrClosed if f was closed; the caller holds the
+// inode lock (any mode) and wraps the error in its *fs.PathError.
+func (f *File) closedLocked() error {
+	if f.closed.Load() {
+		return ErrClosed
+	}
+	return nil
 }
 
 // inode is the in-memory state of an inode shared by all its Files.
@@ -245,7 +285,7 @@ func (v *Volume) openInode(ino uint32, name string) (*File, error) {
 // tools and reserved inodes such as the journal (8).
 func (v *Volume) OpenIno(ino uint32) (*File, error) {
 	if err := v.checkOpen(); err != nil {
-		return nil, err
+		return nil, &fs.PathError{Op: "open", Path: fmt.Sprintf("<%d>", ino), Err: err}
 	}
 	n, err := v.getInode(ino)
 	if err != nil {
@@ -334,11 +374,20 @@ func isFastSymlink(sb *layout.Superblock, in *layout.Inode) bool {
 	return blocks == 0 && in.Size < layout.InodeBlockSize
 }
 
-// Ino returns the file's inode number.
-func (f *File) Ino() uint32 { return f.ino }
+// Ino returns the file's inode number (0 for a zero File).
+func (f *File) Ino() uint32 {
+	if f == nil {
+		return 0
+	}
+	return f.ino
+}
 
-// Size returns the file size in bytes.
+// Size returns the file size in bytes: after Close, the size it had; 0
+// for a zero File.
 func (f *File) Size() int64 {
+	if f == nil || f.n == nil {
+		return 0
+	}
 	f.n.mu.RLock()
 	defer f.n.mu.RUnlock()
 	return int64(f.in.Size)
@@ -347,7 +396,7 @@ func (f *File) Size() int64 {
 // ReadAt reads len(p) bytes at off. Holes and unwritten extents read as
 // zeroes. At end of file it returns io.EOF, like io.ReaderAt.
 func (f *File) ReadAt(p []byte, off int64) (int, error) {
-	if err := f.v.checkOpen(); err != nil {
+	if err := f.checkOpen("read"); err != nil {
 		return 0, err
 	}
 	if off < 0 {
@@ -363,6 +412,9 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 		}
 	}
 	defer f.n.mu.RUnlockAt(f.n.mu.RLockAt(stripe.OfBuf(p)))
+	if err := f.closedLocked(); err != nil {
+		return 0, &fs.PathError{Op: "read", Path: f.name, Err: err}
+	}
 	if f.in.IsDir() {
 		return 0, &fs.PathError{Op: "read", Path: f.name, Err: fmt.Errorf("is a directory: %w", ErrInvalid)}
 	}
@@ -430,11 +482,11 @@ func (f *File) readAt(p []byte, off int64) (int, error) {
 
 // Read reads from the file's current offset.
 func (f *File) Read(p []byte) (int, error) {
+	if err := f.checkOpen("read"); err != nil {
+		return 0, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.closed {
-		return 0, &fs.PathError{Op: "read", Path: f.name, Err: ErrClosed}
-	}
 	n, err := f.ReadAt(p, f.off)
 	f.off += int64(n)
 	if errors.Is(err, io.EOF) && n > 0 {
@@ -445,6 +497,9 @@ func (f *File) Read(p []byte) (int, error) {
 
 // Seek sets the offset for the next Read (io.Seeker).
 func (f *File) Seek(offset int64, whence int) (int64, error) {
+	if err := f.checkOpen("seek"); err != nil {
+		return 0, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch whence {
@@ -460,15 +515,21 @@ func (f *File) Seek(offset int64, whence int) (int64, error) {
 	return offset, nil
 }
 
-// Close closes the file. It is safe to call more than once.
+// Close closes the file; every later call of its methods fails with
+// ErrClosed, a second Close included (as os.File's). Close waits for the
+// operations on the file's inode that are running (it takes the inode
+// lock). Closing the last File of an unlinked inode frees the inode.
+// Closing a File after its Volume was closed returns nil.
 func (f *File) Close() error {
-	f.mu.Lock()
-	if f.closed {
-		f.mu.Unlock()
+	if f == nil || f.v == nil || f.n == nil {
+		return &fs.PathError{Op: "close", Err: errNotOpen}
+	}
+	f.n.mu.Lock()
+	was := f.closed.Swap(true)
+	f.n.mu.Unlock()
+	if was {
 		return &fs.PathError{Op: "close", Path: f.name, Err: ErrClosed}
 	}
-	f.closed = true
-	f.mu.Unlock()
 	if f.v.alloc != nil && !f.v.closed.Load() {
 		// Free unlinked files whose last handle this was.
 		f.v.beginOp()
@@ -488,6 +549,9 @@ type FileExtent struct {
 // Extents returns the file's mapped runs in logical order. Inline-data
 // files and fast symlinks have none.
 func (f *File) Extents() ([]FileExtent, error) {
+	if err := f.checkOpen("extents"); err != nil {
+		return nil, err
+	}
 	if f.n.conv.pending() {
 		// Queued conversions go into the tree first, in an operation.
 		f.v.beginOp()
@@ -500,6 +564,9 @@ func (f *File) Extents() ([]FileExtent, error) {
 	}
 	f.n.mu.RLock()
 	defer f.n.mu.RUnlock()
+	if err := f.closedLocked(); err != nil {
+		return nil, &fs.PathError{Op: "extents", Path: f.name, Err: err}
+	}
 	if f.m == nil {
 		return nil, nil
 	}
@@ -512,7 +579,12 @@ func (f *File) Extents() ([]FileExtent, error) {
 }
 
 // Stat returns the file's metadata.
-func (f *File) Stat() (fs.FileInfo, error) { return f.info(), nil }
+func (f *File) Stat() (fs.FileInfo, error) {
+	if err := f.checkOpen("stat"); err != nil {
+		return nil, err
+	}
+	return f.info(), nil
+}
 
 // info returns the file's metadata as a *FileInfo.
 func (f *File) info() *FileInfo {

@@ -1,6 +1,8 @@
 package ext4io
 
 import (
+	"fmt"
+
 	"github.com/ext4io/ext4io/blockdev"
 	"github.com/ext4io/ext4io/internal/mkfs"
 )
@@ -24,5 +26,10 @@ type FormatOptions = mkfs.Options
 // Unsupported feature requests fail with ErrUnsupported and bad options with
 // ErrInvalid; the device is then untouched.
 func Format(dev blockdev.Device, opts FormatOptions) error {
+	release, err := blockdev.Claim(dev) // one writer: not beside a writable Volume, nor mounted
+	if err != nil {
+		return fmt.Errorf("ext4io: format: %w", err)
+	}
+	defer release()
 	return mkfs.Format(dev, opts)
 }

@@ -131,11 +131,11 @@ type dirReader struct {
 // ReadDir reads directory entries (fs.ReadDirFile). With n > 0 it returns
 // at most n entries and io.EOF at the end; with n <= 0 it returns the rest.
 func (f *File) ReadDir(n int) ([]fs.DirEntry, error) {
+	if err := f.checkOpen("readdir"); err != nil {
+		return nil, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.closed {
-		return nil, &fs.PathError{Op: "readdir", Path: f.name, Err: ErrClosed}
-	}
 	if !f.in.IsDir() {
 		return nil, &fs.PathError{Op: "readdir", Path: f.name, Err: fmt.Errorf("not a directory: %w", ErrInvalid)}
 	}

@@ -58,11 +58,7 @@ func (s *nsState) init() {
 
 func (v *Volume) ns() *nsState { return &v.nss }
 
-func fileClosed(f *File) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.closed
-}
+func fileClosed(f *File) bool { return f.closed.Load() }
 
 // trackFile records a File handed to the user, so that unlinking its inode
 // defers freeing it.

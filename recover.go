@@ -1,6 +1,7 @@
 package ext4io
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/ext4io/ext4io/internal/errs"
@@ -65,6 +66,9 @@ func (v *Volume) recover() error {
 		return err
 	}
 	j, err := journal.Open(cfg)
+	if errors.Is(err, ErrUnsupported) && !v.opts.Writable && !v.opts.Replay {
+		return fmt.Errorf("ext4io: the journal needs recovery ext4io cannot do (Options.NoRecovery opens the volume without it): %w", err)
+	}
 	if err != nil {
 		return fmt.Errorf("ext4io: opening the journal: %w", err)
 	}

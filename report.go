@@ -1,6 +1,8 @@
 package ext4io
 
 import (
+	"io/fs"
+
 	"github.com/ext4io/ext4io/iomap"
 )
 
@@ -14,8 +16,14 @@ type reportOps struct{ f *File }
 
 func (r reportOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, error) {
 	f := r.f
+	if err := f.checkOpen("map"); err != nil {
+		return iomap.Mapping{}, err
+	}
 	f.n.mu.RLock()
 	defer f.n.mu.RUnlock()
+	if err := f.closedLocked(); err != nil {
+		return iomap.Mapping{}, &fs.PathError{Op: "map", Path: f.name, Err: err}
+	}
 	if f.m == nil { // inline data or a fast symlink
 		size := int64(len(f.inl))
 		if off >= size {
@@ -55,6 +63,9 @@ func (reportOps) End(off, length, written int64, flags iomap.Flags, m iomap.Mapp
 // written, unwritten (FIEMAP_EXTENT_UNWRITTEN) and inline extents with the
 // last one flagged, through iomap's generic fiemap on ReportOps.
 func (f *File) Fiemap(off, length int64, fn func(iomap.Extent) error) error {
+	if err := f.checkOpen("fiemap"); err != nil {
+		return err
+	}
 	return iomap.Fiemap(f.ReportOps(), off, length, iomap.FiemapOptions{}, fn)
 }
 
@@ -63,11 +74,17 @@ func (f *File) Fiemap(off, length int64, fn func(iomap.Extent) error) error {
 // cache pages cover them; past the last data it returns an error matching
 // iomap.ErrNoData (ENXIO).
 func (f *File) SeekData(off int64) (int64, error) {
+	if err := f.checkOpen("seek"); err != nil {
+		return 0, err
+	}
 	return iomap.SeekData(f.ReportOps(), off, f.Size(), nil)
 }
 
 // SeekHole returns the first offset >= off in a hole (lseek SEEK_HOLE);
 // the end of the file counts as a hole.
 func (f *File) SeekHole(off int64) (int64, error) {
+	if err := f.checkOpen("seek"); err != nil {
+		return 0, err
+	}
 	return iomap.SeekHole(f.ReportOps(), off, f.Size(), nil)
 }

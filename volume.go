@@ -124,11 +124,17 @@ const maxZeroOutChunk = 32 << 20
 // Volume is an ext4 filesystem on a block device, opened read-only or
 // (Options.Writable) read-write.
 //
-// A Volume is safe for concurrent use by multiple goroutines.
+// A Volume is safe for concurrent use by multiple goroutines. After Close
+// every method that returns an error returns one matching ErrClosed (and
+// fs.ErrClosed); the zero Volume is not open, and its methods return
+// ErrInvalid instead of panicking.
 type Volume struct {
 	dev      blockdev.Device
 	closeDev bool // Close closes dev (the volume opened it)
-	opts     Options
+	// release gives up the writer's claim on dev (blockdev.Claim) of a
+	// volume opened Writable or with Replay; nil otherwise.
+	release func()
+	opts    Options
 
 	// Immutable after Open.
 	sb       *layout.Superblock
@@ -209,12 +215,45 @@ type Volume struct {
 // Open opens the ext4 filesystem on dev. It validates the superblock and
 // every group descriptor and refuses incompat features ext4io cannot read,
 // naming them (ErrUnsupported). The caller keeps ownership of dev.
-func Open(dev blockdev.Device, opts Options) (*Volume, error) {
+//
+// One writer per image: a writable open (or one with Replay) first claims
+// dev with blockdev.Claim, before it writes anything, and holds the claim
+// until Close. It fails at once with an error wrapping ErrBusy when
+// another writable Volume of this process holds dev (or, for the OS
+// backends, the same file), when another process holds the image (flock;
+// O_EXCL for block devices) or when Linux has it mounted (the message
+// names the mount point). Read-only opens take no claim and work beside
+// a writer.
+func Open(dev blockdev.Device, opts Options) (v *Volume, err error) {
+	if opts.Writable || opts.Replay {
+		release, cerr := blockdev.Claim(dev)
+		if cerr != nil {
+			return nil, fmt.Errorf("ext4io: open for writing: %w", cerr)
+		}
+		defer func() { // err and v are Open's results
+			if err != nil {
+				release()
+			} else {
+				v.release = release
+			}
+		}()
+	}
+	return open(dev, opts)
+}
+
+func open(dev blockdev.Device, opts Options) (*Volume, error) {
+	if size := dev.Size(); size < layout.SuperblockOffset+layout.SuperblockSize {
+		return nil, &errs.CorruptError{What: "superblock", Off: -1, Err: ErrNotExt4,
+			Msg: fmt.Sprintf("a device of %d bytes is too small for one", size)}
+	}
 	buf := make([]byte, layout.SuperblockSize)
 	if _, err := readFull(dev, buf, layout.SuperblockOffset); err != nil {
 		return nil, fmt.Errorf("ext4io: reading superblock: %w", err)
 	}
 	sb, err := layout.DecodeSuperblock(buf)
+	if errors.Is(err, ErrNotExt4) {
+		return nil, fmt.Errorf("ext4io: no ext4 file system on the device: %w", err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -420,14 +459,20 @@ func wrapIO(err error) error {
 	return fmt.Errorf("%w: %w", ErrIO, err)
 }
 
-// Writable reports whether the volume was opened read-write.
-func (v *Volume) Writable() bool { return v.alloc != nil }
+// Writable reports whether the volume was opened read-write (false for
+// the zero Volume).
+func (v *Volume) Writable() bool { return v != nil && v.alloc != nil }
 
 // Allocator returns the block and inode allocator of a writable volume
-// (nil when read-only). Blocks it hands out belong to the caller, who must
-// reference them from an inode or free them before Close for the image to
-// pass e2fsck.
-func (v *Volume) Allocator() *alloc.Allocator { return v.alloc }
+// (nil when read-only or closed). Blocks it hands out belong to the
+// caller, who must reference them from an inode or free them before Close
+// for the image to pass e2fsck.
+func (v *Volume) Allocator() *alloc.Allocator {
+	if v == nil || v.closed.Load() {
+		return nil
+	}
+	return v.alloc
+}
 
 // OpenImage opens the image file (or block device) at path with the file
 // backend, read-only unless opts.Writable. Close closes the file too.
@@ -485,10 +530,19 @@ func (v *Volume) loadGroups() error {
 // CacheStats returns the extent-status cache's counters, summed over its
 // stripes (see escset.go; Inodes counts per-stripe trees, up to 8 per
 // inode).
-func (v *Volume) CacheStats() esc.Stats { return v.cache.Stats() }
+func (v *Volume) CacheStats() esc.Stats {
+	if v == nil || v.cache == nil {
+		return esc.Stats{}
+	}
+	return v.cache.Stats()
+}
 
-// Superblock returns a copy of the superblock.
+// Superblock returns a copy of the superblock (the zero Superblock for
+// the zero Volume).
 func (v *Volume) Superblock() layout.Superblock {
+	if v == nil || v.sb == nil {
+		return layout.Superblock{}
+	}
 	v.sbMu.Lock()
 	defer v.sbMu.Unlock()
 	c := *v.sb
@@ -499,10 +553,18 @@ func (v *Volume) Superblock() layout.Superblock {
 }
 
 // BlockSize returns the filesystem block size in bytes.
-func (v *Volume) BlockSize() int { return v.bs }
+func (v *Volume) BlockSize() int {
+	if v == nil {
+		return 0
+	}
+	return v.bs
+}
 
 // Group returns a copy of group g's descriptor.
 func (v *Volume) Group(g int) (layout.GroupDesc, error) {
+	if err := v.checkOpen(); err != nil {
+		return layout.GroupDesc{}, err
+	}
 	if g < 0 || g >= len(v.groups) {
 		return layout.GroupDesc{}, fmt.Errorf("ext4io: group %d of %d: %w", g, len(v.groups), ErrInvalid)
 	}
@@ -510,14 +572,19 @@ func (v *Volume) Group(g int) (layout.GroupDesc, error) {
 }
 
 // Close releases the volume (and the device, if OpenImage opened it).
-// It is safe to call more than once.
+// A second Close returns an error matching ErrClosed, as os.File's does.
+// Files of the volume must not be in use while it closes: their later
+// calls fail with ErrClosed.
 //
 // Closing a writable volume writes the free counts, marks the superblock
 // clean and flushes the device; the first error is returned and the
 // volume is closed regardless.
 func (v *Volume) Close() error {
+	if v == nil || v.sb == nil {
+		return errNotOpen
+	}
 	if v.closed.Swap(true) {
-		return nil
+		return fmt.Errorf("ext4io: closing the volume again: %w", ErrClosed)
 	}
 	var err error
 	if v.alloc != nil {
@@ -527,6 +594,9 @@ func (v *Volume) Close() error {
 		err = merr
 	}
 	v.touch.close()
+	if v.release != nil {
+		v.release()
+	}
 	if v.closeDev {
 		if cerr := v.dev.Close(); err == nil {
 			err = cerr
@@ -589,9 +659,14 @@ func (v *Volume) unmount() error {
 	return v.flushDev()
 }
 
+// checkOpen returns an error matching ErrClosed after Close, ErrInvalid
+// for the zero Volume, and nil while the volume is open.
 func (v *Volume) checkOpen() error {
+	if v == nil || v.sb == nil {
+		return errNotOpen
+	}
 	if v.closed.Load() {
-		return fmt.Errorf("ext4io: volume: %w", ErrClosed)
+		return fmt.Errorf("ext4io: volume is closed: %w", ErrClosed)
 	}
 	return nil
 }

@@ -29,7 +29,7 @@ import (
 const maxFileBlocks = 1<<32 - 1
 
 func (f *File) writable(op string) error {
-	if err := f.v.checkOpen(); err != nil {
+	if err := f.checkOpen(op); err != nil {
 		return err
 	}
 	if f.v.alloc == nil {
@@ -126,6 +126,9 @@ var errCacheRace = errors.New("ext4io: range dirtied again during write-back")
 func (f *File) writeAt(p []byte, off int64) (int, error) {
 	f.n.mu.Lock()
 	defer f.n.mu.Unlock()
+	if err := f.closedLocked(); err != nil {
+		return 0, err
+	}
 	if !f.cacheCleanLocked(off, off+int64(len(p))) {
 		return 0, errCacheRace
 	}
@@ -413,10 +416,13 @@ func (f *File) Truncate(size int64) error {
 	}
 	f.v.beginOp()
 	f.n.mu.Lock()
-	if uint64(size) < f.in.Size {
-		f.dropCacheLocked(size, math.MaxInt64-size)
+	err := f.closedLocked()
+	if err == nil {
+		if uint64(size) < f.in.Size {
+			f.dropCacheLocked(size, math.MaxInt64-size)
+		}
+		err = f.truncateLocked(uint64(size))
 	}
-	err := f.truncateLocked(uint64(size))
 	f.n.mu.Unlock()
 	if err := f.v.endOpErr(err); err != nil {
 		return &fs.PathError{Op: "truncate", Path: f.name, Err: err}
@@ -564,6 +570,9 @@ func (f *File) Fallocate(mode FallocMode, off, length int64) error {
 func (f *File) fallocate(mode FallocMode, off, length int64) error {
 	f.n.mu.Lock()
 	defer f.n.mu.Unlock()
+	if err := f.closedLocked(); err != nil {
+		return err
+	}
 	if err := f.v.applyConversionsLocked(f.n); err != nil {
 		return err
 	}
@@ -754,7 +763,7 @@ func (f *File) Sync() error { return f.sync(true) }
 
 // sync is Sync, and with times false Datasync.
 func (f *File) sync(times bool) error {
-	if err := f.v.checkOpen(); err != nil {
+	if err := f.checkOpen("sync"); err != nil {
 		return err
 	}
 	if f.v.alloc != nil {

@@ -80,4 +80,7 @@ var (
 	// ErrUnsupported is returned when a backend cannot work on this
 	// platform, or on this file (O_DIRECT refused by the filesystem).
 	ErrUnsupported = errs.ErrUnsupported
+	// ErrBusy is returned by Claim (and writable opens of block devices)
+	// when another writer holds the device or Linux has it mounted.
+	ErrBusy = errs.ErrBusy
 )

@@ -73,8 +73,11 @@ func openOS(path string, readOnly bool, extra int) (*os.File, error) {
 	if readOnly {
 		flag = os.O_RDONLY
 	}
-	f, err := os.OpenFile(path, flag|extra, 0)
+	f, err := os.OpenFile(path, flag|extra|exclFlag(path, readOnly), 0)
 	if err != nil {
+		if berr := busyErr(path, err); berr != nil {
+			return nil, berr
+		}
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("blockdev: open %s: %w", path, err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -158,8 +159,8 @@ func (j *Journal) validate(sb *Superblock, blocks uint32) error {
 		return bad(0x1C, "s_start %d outside the log [%d,%d)", sb.Start, sb.First, sb.MaxLen)
 	}
 	compat, incompat, _ := sb.features()
-	if incompat&^knownIncompat != 0 {
-		return fmt.Errorf("journal: unknown incompat features %#x: %w", incompat&^knownIncompat, ErrUnsupported)
+	if bad := incompat &^ knownIncompat; bad != 0 {
+		return fmt.Errorf("journal: %s not supported: %w", incompatNames(bad), ErrUnsupported)
 	}
 	f := sb.format()
 	if incompat&FeatureIncompatCsumV2 != 0 && incompat&FeatureIncompatCsumV3 != 0 {
@@ -519,4 +520,18 @@ func (j *Journal) Forget(blk uint64) {
 func (j *Journal) WaitCheckpoint() {
 	j.cpMu.Lock() // a barrier: the critical section is empty
 	j.cpMu.Unlock()
+}
+
+// incompatNames names the incompat feature bits in bad for an error:
+// "fast commits (incompat 0x20)", then any bits without a name.
+func incompatNames(bad uint32) string {
+	var parts []string
+	if bad&FeatureIncompatFastCommit != 0 {
+		parts = append(parts, fmt.Sprintf("fast commits (incompat %#x)", FeatureIncompatFastCommit))
+		bad &^= FeatureIncompatFastCommit
+	}
+	if bad != 0 {
+		parts = append(parts, fmt.Sprintf("unknown incompat features %#x", bad))
+	}
+	return strings.Join(parts, ", ")
 }

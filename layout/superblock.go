@@ -2,6 +2,7 @@ package layout
 
 import (
 	"encoding/binary"
+	"fmt"
 	"time"
 
 	"github.com/ext4io/ext4io/internal/crc32c"
@@ -210,7 +211,10 @@ func sbCorrupt(format string, args ...any) error {
 // Validate checks invariants L1-L5.
 func (s *Superblock) Validate() error {
 	if s.Magic != SuperMagic {
-		return sbCorrupt("bad magic %#x (want %#x)", s.Magic, SuperMagic)
+		// Not ext4 at all (ErrNotExt4), and, as a damaged superblock
+		// cannot be told apart, corrupt too (ErrCorrupt).
+		return &errs.CorruptError{What: "superblock", Off: -1, Err: errs.ErrNotExt4,
+			Msg: fmt.Sprintf("bad magic %#04x (want %#04x)", s.Magic, SuperMagic)}
 	}
 	if s.LogBlockSize > MaxBlockLogSize-MinBlockLogSize {
 		return sbCorrupt("block size 1024<<%d out of range", s.LogBlockSize)

@@ -39,7 +39,7 @@ var commands = map[string]command{
 	"cat":       {"cat IMAGE PATH", cmdCat},
 	"stat":      {"stat IMAGE PATH", cmdStat},
 	"fiemap":    {"fiemap IMAGE PATH", cmdFiemap},
-	"mkfs":      {"mkfs [-b BLOCKSIZE] [-O FEATURE,^FEATURE...] [-L LABEL] [-I INODESIZE] [-d DIR] IMAGE SIZE", cmdMkfs},
+	"mkfs":      {"mkfs [-F] [-b BLOCKSIZE] [-O FEATURE,^FEATURE...] [-L LABEL] [-I INODESIZE] [-d DIR] IMAGE SIZE", cmdMkfs},
 	"create":    {"create IMAGE PATH", cmdCreate},
 	"write":     {"write IMAGE PATH [--offset N] [--direct]   (stdin into the file)", cmdWrite},
 	"fallocate": {"fallocate IMAGE PATH OFFSET LENGTH [--mode allocate|keep-size|punch-hole|zero-range|write-zeroes|collapse-range|insert-range]", cmdFallocate},

@@ -1,22 +1,30 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ext4io/ext4io"
 	"github.com/ext4io/ext4io/blockdev"
+	"github.com/ext4io/ext4io/layout"
 )
 
-func cmdMkfs(args []string, w io.Writer) error {
+// cmdMkfs formats IMAGE. Like mkfs.ext4 it does not destroy a file system
+// by accident: an IMAGE that already holds ext4 is refused unless -F. A
+// mkfs that fails leaves no new file behind.
+func cmdMkfs(args []string, w io.Writer) (err error) {
 	fs := newFlags("mkfs")
 	bs := fs.Int("b", 4096, "block size")
 	features := fs.String("O", "", "features")
 	label := fs.String("L", "", "volume label")
 	isize := fs.Int("I", 0, "inode size")
 	srcDir := fs.String("d", "", "copy this directory tree into the new filesystem")
+	force := fs.Bool("F", false, "overwrite an existing ext4 file system")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
@@ -27,6 +35,27 @@ func cmdMkfs(args []string, w io.Writer) error {
 	size, err := parseSize(fs.Arg(1))
 	if err != nil {
 		return err
+	}
+	_, serr := os.Stat(img)
+	created := errors.Is(serr, os.ErrNotExist)
+	if !created && !*force {
+		if what, ok := existingExt4(img); ok {
+			return fmt.Errorf("%s already contains an ext4 file system (%s); use -F to overwrite: %w", img, what, ext4io.ErrExist)
+		}
+	}
+	if !created {
+		// Refuse before CreateFile grows the file: not under a writer,
+		// not while Linux has it mounted (Format claims it again).
+		if err := claimable(img); err != nil {
+			return err
+		}
+	}
+	if created {
+		defer func() {
+			if err != nil {
+				os.Remove(img) // runs after dev.Close (deferred later)
+			}
+		}()
 	}
 	dev, err := blockdev.CreateFile(img, size)
 	if err != nil {
@@ -76,4 +105,50 @@ func parseSize(s string) (int64, error) {
 		return 0, fmt.Errorf("bad size %q: want a positive number with an optional K, M, G, T or P suffix", s)
 	}
 	return n * mult, nil
+}
+
+// existingExt4 reports whether img holds an ext4 superblock (the magic),
+// and describes it: label, creation time, size.
+func existingExt4(img string) (string, bool) {
+	f, err := os.Open(img)
+	if err != nil {
+		return "", false
+	}
+	defer f.Close()
+	buf := make([]byte, layout.SuperblockSize)
+	if _, err := f.ReadAt(buf, layout.SuperblockOffset); err != nil {
+		return "", false
+	}
+	sb, err := layout.DecodeSuperblock(buf)
+	if errors.Is(err, ext4io.ErrNotExt4) {
+		return "", false
+	}
+	if err != nil {
+		return "damaged superblock: " + err.Error(), true
+	}
+	var parts []string
+	if l := sb.Label(); l != "" {
+		parts = append(parts, fmt.Sprintf("label %q", l))
+	}
+	if sb.MkfsTime != 0 {
+		parts = append(parts, "created "+time.Unix(sb.MkfsTime, 0).UTC().Format(time.DateTime)+" UTC")
+	}
+	parts = append(parts, fmt.Sprintf("%d blocks of %d bytes", sb.BlocksCount, sb.BlockSize()))
+	return strings.Join(parts, ", "), true
+}
+
+// claimable checks that img could be claimed by a writer now
+// (blockdev.Claim): no other writer holds it and it is not mounted.
+func claimable(img string) error {
+	d, err := blockdev.OpenFile(img, false)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	release, err := blockdev.Claim(d)
+	if err != nil {
+		return err
+	}
+	release()
+	return nil
 }

@@ -36,6 +36,15 @@ var (
 	ErrClosed = fmt.Errorf("ext4: %w", fs.ErrClosed)
 	// ErrExist is returned when a name to be created already exists.
 	ErrExist = fmt.Errorf("ext4: %w", fs.ErrExist)
+	// ErrBusy is returned when a writable open finds the image in use: held
+	// by another writer (in this process or another) or mounted by Linux.
+	ErrBusy = errors.New("ext4: device busy")
+	// ErrNotExt4 is returned when a device holds no ext4 file system: bad
+	// superblock magic, or too small to hold a superblock. The error also
+	// matches ErrCorrupt (it is a *CorruptError wrapping ErrNotExt4):
+	// wiped or damaged ext4 and other bytes cannot be told apart, and
+	// callers that treat a bad superblock as corruption keep working.
+	ErrNotExt4 = errors.New("ext4: not an ext4 file system")
 )
 
 // CorruptError describes corrupt metadata and where it was found. It wraps

@@ -1,0 +1,330 @@
+package ext4io_test
+
+import (
+	"errors"
+	"io"
+	"io/fs"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ext4io/ext4io"
+	"github.com/ext4io/ext4io/internal/e2fs"
+	"github.com/ext4io/ext4io/iomap"
+)
+
+// fileCalls calls every exported method of File that returns an error
+// (go doc ext4io.File); methods without one are called by zeroCalls.
+var fileCalls = []struct {
+	name string
+	op   string // the *fs.PathError's Op
+	call func(f *ext4io.File) error
+}{
+	{"ReadAt", "read", func(f *ext4io.File) error { _, err := f.ReadAt(make([]byte, 8), 0); return err }},
+	{"Read", "read", func(f *ext4io.File) error { _, err := f.Read(make([]byte, 8)); return err }},
+	{"WriteAt", "write", func(f *ext4io.File) error { _, err := f.WriteAt([]byte("late"), 0); return err }},
+	{"Truncate", "truncate", func(f *ext4io.File) error { return f.Truncate(4096) }},
+	{"Fallocate", "fallocate", func(f *ext4io.File) error { return f.Fallocate(ext4io.FallocAllocate, 0, 4096) }},
+	{"Sync", "sync", func(f *ext4io.File) error { return f.Sync() }},
+	{"Datasync", "sync", func(f *ext4io.File) error { return f.Datasync() }},
+	{"Seek", "seek", func(f *ext4io.File) error { _, err := f.Seek(0, io.SeekStart); return err }},
+	{"SeekData", "seek", func(f *ext4io.File) error { _, err := f.SeekData(0); return err }},
+	{"SeekHole", "seek", func(f *ext4io.File) error { _, err := f.SeekHole(0); return err }},
+	{"Stat", "stat", func(f *ext4io.File) error { _, err := f.Stat(); return err }},
+	{"Extents", "extents", func(f *ext4io.File) error { _, err := f.Extents(); return err }},
+	{"Fiemap", "fiemap", func(f *ext4io.File) error {
+		return f.Fiemap(0, 4096, func(iomap.Extent) error { return nil })
+	}},
+	{"ReportOps", "map", func(f *ext4io.File) error { _, err := f.ReportOps().Begin(0, 4096, 0); return err }},
+	{"ReadDir", "readdir", func(f *ext4io.File) error { _, err := f.ReadDir(-1); return err }},
+	{"Close", "close", func(f *ext4io.File) error { return f.Close() }},
+}
+
+// volumeCalls calls every exported method of Volume that returns an error.
+var volumeCalls = []struct {
+	name string
+	call func(v *ext4io.Volume) error
+}{
+	{"Open", func(v *ext4io.Volume) error { _, err := v.Open("f"); return err }},
+	{"OpenFile", func(v *ext4io.Volume) error { _, err := v.OpenFile("f", ext4io.Direct); return err }},
+	{"OpenIno", func(v *ext4io.Volume) error { _, err := v.OpenIno(2); return err }},
+	{"Create", func(v *ext4io.Volume) error { _, err := v.Create("g"); return err }},
+	{"Stat", func(v *ext4io.Volume) error { _, err := v.Stat("f"); return err }},
+	{"Lstat", func(v *ext4io.Volume) error { _, err := v.Lstat("f"); return err }},
+	{"Readlink", func(v *ext4io.Volume) error { _, err := v.Readlink("f"); return err }},
+	{"ReadDir", func(v *ext4io.Volume) error { _, err := v.ReadDir("/"); return err }},
+	{"Mkdir", func(v *ext4io.Volume) error { return v.Mkdir("d", 0o755) }},
+	{"Rmdir", func(v *ext4io.Volume) error { return v.Rmdir("d") }},
+	{"Unlink", func(v *ext4io.Volume) error { return v.Unlink("f") }},
+	{"Link", func(v *ext4io.Volume) error { return v.Link("f", "h") }},
+	{"Symlink", func(v *ext4io.Volume) error { return v.Symlink("f", "s") }},
+	{"Rename", func(v *ext4io.Volume) error { return v.Rename("f", "r") }},
+	{"Chmod", func(v *ext4io.Volume) error { return v.Chmod("f", 0o600) }},
+	{"Chown", func(v *ext4io.Volume) error { return v.Chown("f", 1, 1) }},
+	{"Lchown", func(v *ext4io.Volume) error { return v.Lchown("f", 1, 1) }},
+	{"Chtimes", func(v *ext4io.Volume) error { return v.Chtimes("f", time.Now(), time.Now()) }},
+	{"Lchtimes", func(v *ext4io.Volume) error { return v.Lchtimes("f", time.Now(), time.Now()) }},
+	{"Sync", func(v *ext4io.Volume) error { return v.Sync() }},
+	{"Journal", func(v *ext4io.Volume) error { _, err := v.Journal(); return err }},
+	{"Group", func(v *ext4io.Volume) error { _, err := v.Group(0); return err }},
+	{"FS.Open", func(v *ext4io.Volume) error { _, err := v.FS().Open("f"); return err }},
+	{"FS.Stat", func(v *ext4io.Volume) error { _, err := v.FS().Stat("f"); return err }},
+	{"FS.ReadDir", func(v *ext4io.Volume) error { _, err := v.FS().ReadDir("."); return err }},
+	{"Close", func(v *ext4io.Volume) error { return v.Close() }},
+}
+
+func isClosed(err error) bool {
+	return errors.Is(err, ext4io.ErrClosed) && errors.Is(err, fs.ErrClosed)
+}
+
+// openWritableWithFile opens a formatted image writable and creates "f"
+// holding 8 KiB.
+func openWritableWithFile(t *testing.T) (string, *ext4io.Volume, *ext4io.File) {
+	t.Helper()
+	img := formatImage(t, 32<<20, ext4io.FormatOptions{})
+	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := v.Create("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(make([]byte, 8192), 0); err != nil {
+		t.Fatal(err)
+	}
+	return img, v, f
+}
+
+// TestClosedFileRefusesEverything: after File.Close every method that
+// returns an error returns an *fs.PathError naming the file and the
+// operation, matching ErrClosed and fs.ErrClosed; the volume stays usable.
+func TestClosedFileRefusesEverything(t *testing.T) {
+	img, v, _ := openWritableWithFile(t)
+	for _, tc := range fileCalls {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := v.Open("f")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			err = tc.call(f)
+			if !isClosed(err) {
+				t.Fatalf("%s after Close: %v, want ErrClosed", tc.name, err)
+			}
+			var pe *fs.PathError
+			if !errors.As(err, &pe) || pe.Op != tc.op || pe.Path != "f" {
+				t.Errorf("%s after Close: %#v, want *fs.PathError{Op: %q, Path: \"f\"}", tc.name, err, tc.op)
+			}
+		})
+	}
+	f, err := v.Open("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Size() != 8192 {
+		t.Errorf("size %d after the closed writes, want 8192", f.Size())
+	}
+	f.Close()
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e2fs.Fsck(t, img)
+}
+
+// TestClosedVolumeRefusesEverything: after Volume.Close every Volume
+// method that returns an error, and every method of its open Files,
+// returns an error matching ErrClosed; a second Close too.
+func TestClosedVolumeRefusesEverything(t *testing.T) {
+	img, v, f := openWritableWithFile(t)
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range volumeCalls {
+		if err := tc.call(v); !isClosed(err) {
+			t.Errorf("Volume.%s after Close: %v, want ErrClosed", tc.name, err)
+		}
+	}
+	for _, tc := range fileCalls {
+		if tc.name == "Close" {
+			continue
+		}
+		if err := tc.call(f); !isClosed(err) {
+			t.Errorf("File.%s after Volume.Close: %v, want ErrClosed", tc.name, err)
+		}
+	}
+	if v.Allocator() != nil {
+		t.Error("Allocator of a closed volume is not nil")
+	}
+	e2fs.Fsck(t, img)
+}
+
+// TestZeroValues: the zero File and Volume (and a nil *File, as a nil
+// *os.File) are not open: every method returns an error matching
+// ErrInvalid or a zero value, none panics.
+func TestZeroValues(t *testing.T) {
+	for _, f := range []*ext4io.File{new(ext4io.File), nil} {
+		for _, tc := range fileCalls {
+			func() {
+				defer func() {
+					if r := recover(); r != nil {
+						t.Errorf("File.%s on %v: panic %v", tc.name, f, r)
+					}
+				}()
+				if err := tc.call(f); !errors.Is(err, ext4io.ErrInvalid) {
+					t.Errorf("File.%s on a zero File: %v, want ErrInvalid", tc.name, err)
+				}
+			}()
+		}
+		if f.Size() != 0 || f.Ino() != 0 {
+			t.Errorf("zero File: size %d ino %d", f.Size(), f.Ino())
+		}
+	}
+	for _, v := range []*ext4io.Volume{new(ext4io.Volume)} {
+		for _, tc := range volumeCalls {
+			func() {
+				defer func() {
+					if r := recover(); r != nil {
+						t.Errorf("Volume.%s on %v: panic %v", tc.name, v, r)
+					}
+				}()
+				if err := tc.call(v); !errors.Is(err, ext4io.ErrInvalid) {
+					t.Errorf("Volume.%s on a zero Volume: %v, want ErrInvalid", tc.name, err)
+				}
+			}()
+		}
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("Volume accessors on %v: panic %v", v, r)
+				}
+			}()
+			_ = v.Superblock()
+			_ = v.CacheStats()
+			_ = v.Counters()
+			_ = v.Recovery()
+			if v.BlockSize() != 0 || v.Writable() || v.Allocator() != nil {
+				t.Error("zero Volume reports a block size, writability or an allocator")
+			}
+		}()
+	}
+}
+
+// TestWriteAfterUnlinkClose: the corruption. Create, Unlink,
+// Close, then WriteAt on the closed File must fail and change nothing: the
+// inode was freed, and a write would have landed in blocks a later file
+// reuses (e2fsck: block bitmap differences).
+func TestWriteAfterUnlinkClose(t *testing.T) {
+	img, v, f := openWritableWithFile(t)
+	if err := v.Unlink("f"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(make([]byte, 64<<10), 0); !isClosed(err) {
+		t.Errorf("WriteAt after Close: %v", err)
+	}
+	if err := f.Truncate(1 << 20); !isClosed(err) {
+		t.Errorf("Truncate after Close: %v", err)
+	}
+	if err := f.Fallocate(ext4io.FallocAllocate, 0, 1<<20); !isClosed(err) {
+		t.Errorf("Fallocate after Close: %v", err)
+	}
+	if err := f.Sync(); !isClosed(err) {
+		t.Errorf("Sync after Close: %v", err)
+	}
+	g, err := v.Create("g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.WriteAt(make([]byte, 64<<10), 0); err != nil {
+		t.Fatal(err)
+	}
+	g.Close()
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e2fs.Fsck(t, img)
+}
+
+// TestCloseRacesIO: Close while other goroutines write, read, truncate
+// and sync the same (unlinked) File: each call either succeeds before
+// Close or fails with ErrClosed, nothing lands in the freed inode (e2fsck
+// is clean), and -race finds no data race. Direct and buffered files.
+func TestCloseRacesIO(t *testing.T) {
+	for _, direct := range []bool{false, true} {
+		name := "buffered"
+		if direct {
+			name = "direct"
+		}
+		t.Run(name, func(t *testing.T) {
+			img, v, f := openWritableWithFile(t)
+			f.Close()
+			for round := 0; round < 20; round++ {
+				var flags ext4io.OpenFlag
+				if direct {
+					flags = ext4io.Direct
+				}
+				f, err := v.OpenFile("f", flags)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if round%2 == 1 {
+					if err := v.Unlink("f"); err != nil {
+						t.Fatal(err)
+					}
+				}
+				var wg sync.WaitGroup
+				for g := 0; g < 4; g++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						buf := make([]byte, 4096)
+						for i := 0; ; i++ {
+							var err error
+							switch (g + i) % 4 {
+							case 0:
+								_, err = f.WriteAt(buf, int64(i%16)*4096)
+							case 1:
+								_, err = f.ReadAt(buf, 0)
+								if err == io.EOF {
+									err = nil
+								}
+							case 2:
+								err = f.Truncate(int64(i%8) * 4096)
+							case 3:
+								err = f.Sync()
+							}
+							if err != nil {
+								if !isClosed(err) {
+									t.Errorf("op %d: %v", (g+i)%4, err)
+								}
+								return
+							}
+						}
+					}()
+				}
+				time.Sleep(time.Millisecond)
+				if err := f.Close(); err != nil {
+					t.Fatal(err)
+				}
+				wg.Wait()
+				if round%2 == 1 {
+					g, err := v.Create("f")
+					if err != nil {
+						t.Fatal(err)
+					}
+					g.WriteAt(make([]byte, 8192), 0)
+					g.Close()
+				}
+			}
+			if err := v.Close(); err != nil {
+				t.Fatal(err)
+			}
+			e2fs.Fsck(t, img)
+		})
+	}
+}
