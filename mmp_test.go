@@ -84,8 +84,8 @@ func debugfsMMPSeq(t *testing.T, img string) string {
 	return ""
 }
 
-// devVolume is a Volume opened on its own file handle, as another user of
-// shared storage would open it; Close closes both.
+// devVolume is a Volume opened on its own file handle, as another node of
+// shared storage would open it (otherNode); Close closes both.
 type devVolume struct {
 	*ext4io.Volume
 	dev *blockdev.File
@@ -93,12 +93,22 @@ type devVolume struct {
 
 func (d devVolume) Close() error { return errors.Join(d.Volume.Close(), d.dev.Close()) }
 
+// otherNode is a device as another machine sharing the storage sees it:
+// the host's locks (blockdev.Claim's registry and flock) do not reach it,
+// so multiple mount protection is all that stands between two writers.
+type otherNode struct {
+	blockdev.Device
+	f *blockdev.File
+}
+
+func (o *otherNode) Invalidate(off, n int64) error { return o.f.Invalidate(off, n) }
+
 func openDev(img string, opts ext4io.Options) (devVolume, error) {
 	dev, err := blockdev.OpenFile(img, !opts.Writable && !opts.Replay)
 	if err != nil {
 		return devVolume{}, err
 	}
-	v, err := ext4io.Open(dev, opts)
+	v, err := ext4io.Open(&otherNode{dev, dev}, opts)
 	if err != nil {
 		dev.Close()
 		return devVolume{}, err
