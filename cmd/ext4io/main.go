@@ -98,3 +98,38 @@ func newFlags(name string) *flag.FlagSet {
 	fs.SetOutput(io.Discard)
 	return fs
 }
+
+// errHelp is returned by parseArgs for -h, -help or --help.
+var errHelp = errors.New("help requested")
+
+// parseArgs parses fs's flags wherever they appear among args, as GNU
+// tools do ("--" ends them; "-" alone is an argument), and returns the
+// other arguments, between min and max of them (max < 0: no limit).
+func parseArgs(fs *flag.FlagSet, args []string, min, max int) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, errHelp
+			}
+			return nil, fmt.Errorf("%w: %w", errUsage, err)
+		}
+		rest := fs.Args()
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			pos = append(pos, rest...)
+			break
+		}
+		if len(rest) == 0 {
+			break
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+	switch {
+	case len(pos) < min:
+		return nil, fmt.Errorf("%w: missing arguments", errUsage)
+	case max >= 0 && len(pos) > max:
+		return nil, fmt.Errorf("%w: unexpected argument %q", errUsage, pos[max])
+	}
+	return pos, nil
+}
