@@ -16,73 +16,7 @@ import (
 
 	"github.com/ext4io/ext4io"
 	"github.com/ext4io/ext4io/internal/e2fs"
-	"github.com/ext4io/ext4io/layout"
 )
-
-// renameEntry rewrites, in the image img, the name of the entry old in
-// directory dir to new (of the same length), fixing the directory
-// block's checksum when it has one: a crafted image that e2fsprogs would
-// not make.
-func renameEntry(t *testing.T, img, dir, old, new string) {
-	t.Helper()
-	if len(old) != len(new) {
-		t.Fatalf("renameEntry: %q and %q differ in length", old, new)
-	}
-	v, err := ext4io.OpenImage(img, ext4io.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fi, err := v.Lstat(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := v.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	exts, err := d.Extents()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb := v.Superblock()
-	seed := layout.InodeSeed(sb.CsumSeed(), fi.Ino, fi.Generation)
-	bs := int64(v.BlockSize())
-	v.Close()
-
-	f, err := os.OpenFile(img, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	b := make([]byte, bs)
-	for _, e := range exts {
-		for blk := e.Physical; blk < e.Physical+e.Length; blk++ {
-			if _, err := f.ReadAt(b, int64(blk)*bs); err != nil {
-				t.Fatal(err)
-			}
-			tail := layout.HasDirTail(b)
-			found := false
-			layout.DirBlock(b, blk, fi.Ino, tail, true, func(de layout.DirEntry) error {
-				if de.Inode != 0 && string(de.Name) == old && !found {
-					copy(de.Name, new)
-					found = true
-				}
-				return nil
-			})
-			if !found {
-				continue
-			}
-			if tail {
-				layout.SetDirTail(seed, b)
-			}
-			if _, err := f.WriteAt(b, int64(blk)*bs); err != nil {
-				t.Fatal(err)
-			}
-			return
-		}
-	}
-	t.Fatalf("renameEntry: no entry %q in %s", old, dir)
-}
 
 // snapshot lists everything under dir except skip's subtree: path, mode,
 // size and mtime of each entry (but dir's own mtime).

@@ -11,31 +11,18 @@ import (
 	"github.com/ext4io/ext4io"
 )
 
-// Namespace commands:
-//
-//	ext4io put IMAGE SRC DST     copy a host file (or directory tree) into the image
-//	ext4io get IMAGE SRC DST     copy a file (or directory tree) out of the image
-//	ext4io mkdir IMAGE PATH      make a directory
-//	ext4io rm IMAGE PATH         remove a file, symlink or empty directory
-//	ext4io mv IMAGE OLD NEW      rename
-func init() {
-	commands["put"] = command{"put IMAGE SRC DST   (host file or directory tree into the image)", cmdPut}
-	commands["get"] = command{"get [-p] IMAGE SRC DST   (image file or directory tree to the host)", cmdGet}
-	commands["mkdir"] = command{"mkdir IMAGE PATH", cmdMkdir}
-	commands["rm"] = command{"rm IMAGE PATH   (file, symlink or empty directory)", cmdRm}
-	commands["mv"] = command{"mv IMAGE OLD NEW", cmdMv}
-}
-
 func cmdMkdir(args []string, w io.Writer) error {
-	if len(args) != 2 {
-		return errUsage
+	args, err := noFlags("mkdir", args, 2)
+	if err != nil {
+		return err
 	}
 	return withWritable(args[0], func(v *ext4io.Volume) error { return v.Mkdir(args[1], 0o755) })
 }
 
 func cmdRm(args []string, w io.Writer) error {
-	if len(args) != 2 {
-		return errUsage
+	args, err := noFlags("rm", args, 2)
+	if err != nil {
+		return err
 	}
 	return withWritable(args[0], func(v *ext4io.Volume) error {
 		fi, err := v.Lstat(args[1])
@@ -50,15 +37,17 @@ func cmdRm(args []string, w io.Writer) error {
 }
 
 func cmdMv(args []string, w io.Writer) error {
-	if len(args) != 3 {
-		return errUsage
+	args, err := noFlags("mv", args, 3)
+	if err != nil {
+		return err
 	}
 	return withWritable(args[0], func(v *ext4io.Volume) error { return v.Rename(args[1], args[2]) })
 }
 
 func cmdPut(args []string, w io.Writer) error {
-	if len(args) != 3 {
-		return errUsage
+	args, err := noFlags("put", args, 3)
+	if err != nil {
+		return err
 	}
 	src, dst := args[1], args[2]
 	fi, err := os.Lstat(src)
