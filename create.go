@@ -113,11 +113,12 @@ func (d *File) addEntryLocked(name string, ino uint32, ft uint8) error {
 	}
 	buf := make([]byte, bs)
 	for lblk := uint64(0); lblk < nblk; lblk++ {
-		ok, err := d.dirBlock(lblk, buf)
+		ok, skip, err := d.dirBlockRun(lblk, buf)
 		if err != nil {
 			return err
 		}
 		if !ok {
+			lblk += skip - 1
 			continue
 		}
 		done, err := d.insertInBlock(lblk, buf, name, ino, ft, need)

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"path"
 	"strings"
 
+	"github.com/ext4io/ext4io/esc"
 	"github.com/ext4io/ext4io/internal/errs"
 	"github.com/ext4io/ext4io/layout"
 )
@@ -34,17 +36,33 @@ func (v *Volume) isDxDir(in *layout.Inode) bool {
 
 // dirBlock reads logical block lblk of directory f.
 func (f *File) dirBlock(lblk uint64, buf []byte) (bool, error) {
+	ok, _, err := f.dirBlockRun(lblk, buf)
+	return ok, err
+}
+
+// dirBlockRun is dirBlock that also says, when block lblk holds no
+// entries (a hole or unwritten), how many blocks from lblk on hold none
+// either (at least 1). Scans skip them in one step, as ext4_readdir skips
+// a hole by its length: a directory whose i_size claims 2^53 blocks is
+// not looked up a block at a time.
+func (f *File) dirBlockRun(lblk uint64, buf []byte) (bool, uint64, error) {
 	m, err := f.m.lookup(lblk)
 	if err != nil {
-		return false, err
+		return false, 0, err
 	}
 	if m.kind != mapWritten {
-		return false, nil // holes and unwritten blocks hold no entries
+		// Holes and unwritten blocks hold no entries, nor does anything
+		// past the last block an extent can map.
+		end := max(m.lblk+m.n, lblk+1)
+		if end >= esc.MaxBlocks {
+			end = math.MaxUint64
+		}
+		return false, end - lblk, nil
 	}
 	if err := f.v.readBlock(m.pblk, buf); err != nil {
-		return false, fmt.Errorf("ext4io: directory inode %d block %d: %w", f.ino, lblk, err)
+		return false, 0, fmt.Errorf("ext4io: directory inode %d block %d: %w", f.ino, lblk, err)
 	}
-	return true, nil
+	return true, 0, nil
 }
 
 // leafEntries calls fn for every used entry of a leaf (or linear) block,
@@ -126,17 +144,19 @@ func (f *File) scanDir(fn func(layout.DirEntry) error) error {
 	bs := uint64(f.v.bs)
 	nblk := (f.in.Size + bs - 1) / bs
 	buf := make([]byte, bs)
-	for lblk := uint64(0); lblk < nblk; lblk++ {
-		ok, err := f.dirBlock(lblk, buf)
+	for lblk := uint64(0); lblk < nblk; {
+		ok, skip, err := f.dirBlockRun(lblk, buf)
 		if err != nil {
 			return err
 		}
 		if !ok {
+			lblk += skip
 			continue
 		}
 		if err := f.leafEntries(lblk, buf, fn); err != nil {
 			return err
 		}
+		lblk++
 	}
 	return nil
 }

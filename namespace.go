@@ -844,11 +844,14 @@ func (d *File) findEntry(name string, ino uint32, buf []byte) (lblk uint64, off,
 	v := d.v
 	hasFt := v.sb.HasIncompat(layout.IncompatFiletype)
 	off, prev = -1, -1
+	skip := uint64(1) // blocks from the last one tried that hold no entries
 	try := func(blk uint64) (bool, error) {
-		ok, err := d.dirBlock(blk, buf)
+		ok, n, err := d.dirBlockRun(blk, buf)
 		if err != nil || !ok {
+			skip = n
 			return false, err
 		}
+		skip = 1
 		if v.isDxDir(d.in) && (blk == 0 || binary.LittleEndian.Uint32(buf) == 0 && layout.DecodeRecLen(binary.LittleEndian.Uint16(buf[4:]), len(buf)) == len(buf)) {
 			return false, nil // index block
 		}
@@ -871,7 +874,7 @@ func (d *File) findEntry(name string, ino uint32, buf []byte) (lblk uint64, off,
 		err = d.dxWalk(name, func(blk uint64) (bool, error) { return try(blk) })
 	} else {
 		nblk := d.in.Size / uint64(v.bs)
-		for blk := uint64(0); blk < nblk; blk++ {
+		for blk := uint64(0); blk < nblk; blk += skip {
 			var found bool
 			if found, err = try(blk); found || err != nil {
 				break
