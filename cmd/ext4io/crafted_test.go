@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/binary"
+	"fmt"
 	"os"
 	"testing"
 
@@ -28,37 +29,47 @@ func renameEntry(t *testing.T, img, dir, old, new string) {
 // and writes it back.
 func editEntry(t *testing.T, img, dir, name string, edit func(b []byte, de layout.DirEntry)) {
 	t.Helper()
+	if err := tryEditEntry(img, dir, name, edit); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tryEditEntry is editEntry returning its errors (the sweep's earlier
+// edits may have made dir unreadable).
+func tryEditEntry(img, dir, name string, edit func(b []byte, de layout.DirEntry)) error {
 	v, err := ext4io.OpenImage(img, ext4io.Options{})
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	fi, err := v.Lstat(dir)
 	if err != nil {
-		t.Fatal(err)
+		v.Close()
+		return err
 	}
 	d, err := v.Open(dir)
 	if err != nil {
-		t.Fatal(err)
+		v.Close()
+		return err
 	}
 	exts, err := d.Extents()
-	if err != nil {
-		t.Fatal(err)
-	}
 	sb := v.Superblock()
 	seed := layout.InodeSeed(sb.CsumSeed(), fi.Ino, fi.Generation)
 	bs := int64(v.BlockSize())
 	v.Close()
+	if err != nil {
+		return err
+	}
 
 	f, err := os.OpenFile(img, os.O_RDWR, 0)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	defer f.Close()
 	b := make([]byte, bs)
 	for _, e := range exts {
 		for blk := e.Physical; blk < e.Physical+e.Length; blk++ {
 			if _, err := f.ReadAt(b, int64(blk)*bs); err != nil {
-				t.Fatal(err)
+				return err
 			}
 			tail := layout.HasDirTail(b)
 			found := false
@@ -75,13 +86,11 @@ func editEntry(t *testing.T, img, dir, name string, edit func(b []byte, de layou
 			if tail {
 				layout.SetDirTail(seed, b)
 			}
-			if _, err := f.WriteAt(b, int64(blk)*bs); err != nil {
-				t.Fatal(err)
-			}
-			return
+			_, err := f.WriteAt(b, int64(blk)*bs)
+			return err
 		}
 	}
-	t.Fatalf("editEntry: no entry %q in %s", name, dir)
+	return fmt.Errorf("editEntry: no entry %q in %s", name, dir)
 }
 
 // pointEntry sets the inode number of the entry name in the directory
