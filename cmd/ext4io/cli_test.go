@@ -150,6 +150,15 @@ func TestLsLong(t *testing.T) {
 			t.Fatalf("ls -l: exit %d, line %d does not match %s:\n%s", code, i, re, out)
 		}
 	}
+	os.Symlink("sub", filepath.Join(src, "dirlink"))
+	os.WriteFile(filepath.Join(src, "sub", "in"), nil, 0o644)
+	e2fs.Mkfs(t, img, "8M", "-b", "1024", "-d", src)
+	if out, _, _ := runCmd(t, "ls", img, "dirlink"); out != "in\n" {
+		t.Errorf("ls IMAGE dirlink: %q, want the directory's names", out)
+	}
+	if out, _, _ := runCmd(t, "ls", "-l", img, "dirlink"); !strings.HasSuffix(out, " dirlink -> sub\n") {
+		t.Errorf("ls -l IMAGE dirlink: %q, want the link", out)
+	}
 	out, _, _ = runCmd(t, "ls", "-li", img, "file")
 	if !regexp.MustCompile(`^\d+ -rw-r-S--- 1 0 0 5 ` + when + ` file\n$`).MatchString(out) {
 		t.Errorf("ls -li IMAGE file: %q", out)

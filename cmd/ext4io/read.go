@@ -120,6 +120,13 @@ func cmdLs(args []string, w io.Writer) error {
 	}
 	defer v.Close()
 	fi, err := v.Lstat(dir)
+	if err == nil && fi.Mode()&iofs.ModeSymlink != 0 && !*long {
+		// Like ls: a symlink to a directory lists the directory, except
+		// in the long form, which shows the link.
+		if sfi, serr := v.Stat(dir); serr == nil && sfi.IsDir() {
+			fi = sfi
+		}
+	}
 	if err == nil && !fi.IsDir() {
 		return lsLines(w, v, []lsEntry{{dir, dir, fi, nil}}, *long, *inum)
 	}
