@@ -267,10 +267,17 @@ func TestHugeDirectorySize(t *testing.T) {
 	src := filepath.Join(dir, "src")
 	os.MkdirAll(filepath.Join(src, "a"), 0o755)
 	os.WriteFile(filepath.Join(src, "a", "f"), []byte("f\n"), 0o644)
-	img := filepath.Join(dir, "img")
-	e2fs.Mkfs(t, img, "4M", "-b", "1024", "-d", src)
-	e2fs.Debugfs(t, img, true, "sif a size 9223372036854775807")
-	for _, args := range [][]string{{"ls", img, "a"}, {"cat", img, "a/f"}, {"stat", img, "a/missing"}, {"mkdir", img, "a/d"}} {
-		sweepRun(t, nil, args...)
+	for _, features := range []string{"extent", "^extent,^64bit"} { // extent tree, block map
+		t.Run(features, func(t *testing.T) {
+			img := filepath.Join(t.TempDir(), "img")
+			e2fs.Mkfs(t, img, "4M", "-b", "1024", "-O", features, "-d", src)
+			e2fs.Debugfs(t, img, true, "sif a size 9223372036854775807")
+			for _, args := range [][]string{{"ls", img, "a"}, {"cat", img, "a/f"}, {"stat", img, "a/missing"}, {"mkdir", img, "a/d"}} {
+				sweepRun(t, nil, args...)
+			}
+			if out, _, _ := runCmd(t, "ls", img, "a"); !strings.Contains(out, "f\n") {
+				t.Errorf("ls: %q", out)
+			}
+		})
 	}
 }
