@@ -67,34 +67,52 @@ func TestCraftedImages(t *testing.T) {
 	sp.Close()
 	os.Symlink("a/b/sparse", filepath.Join(src, "fast"))
 	os.Symlink(strings.Repeat("long/", 20)+"x", filepath.Join(src, "a", "slow"))
-	base := filepath.Join(dir, "base.img")
-	e2fs.Mkfs(t, base, "4M", "-b", "1024", "-N", "64", "-d", src)
-	baseBytes, err := os.ReadFile(base)
-	if err != nil {
-		t.Fatal(err)
+	// An htree directory (4 KiB blocks hold ~200 entries; 1 KiB, ~50).
+	os.MkdirAll(filepath.Join(src, "a", "many"), 0o755)
+	for i := range 150 {
+		os.WriteFile(filepath.Join(src, "a", "many", fmt.Sprintf("entry-with-a-long-name-%03d", i)), nil, 0o644)
 	}
 
-	// What to edit: the inodes and the entries of each directory.
+	// Three bases: ext4 with metadata_csum, ext3-like block maps without
+	// checksums, and ext4 with 4 KiB blocks.
 	type entry struct{ dir, name string }
-	var inos []uint32
-	var ents []entry
-	var paths []string
-	{
-		v, err := ext4io.OpenImage(base, ext4io.Options{})
+	type baseImage struct {
+		name  string
+		bytes []byte
+		inos  []uint32 // inodes to edit
+		ents  []entry  // entries to edit
+		paths []string // paths to read
+	}
+	var bases []*baseImage
+	for _, b := range []struct{ name, bs, features string }{
+		{"ext4", "1024", "metadata_csum"}, {"blockmap", "1024", "^extent,^64bit,^metadata_csum"}, {"4k", "4096", "metadata_csum"},
+	} {
+		img := filepath.Join(dir, b.name+".img")
+		e2fs.Mkfs(t, img, "4M", "-b", b.bs, "-N", "256", "-O", b.features, "-d", src)
+		bi := &baseImage{name: b.name}
+		var err error
+		if bi.bytes, err = os.ReadFile(img); err != nil {
+			t.Fatal(err)
+		}
+		v, err := ext4io.OpenImage(img, ext4io.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, d := range []string{"/", "/a", "/a/b"} {
+		for _, d := range []string{"/", "/a", "/a/b", "/a/many"} {
 			fi, _ := v.Lstat(d)
-			inos = append(inos, fi.Ino)
+			bi.inos = append(bi.inos, fi.Ino)
 			des, _ := v.ReadDir(d)
-			for _, de := range des {
-				ents = append(ents, entry{d, de.Name})
-				inos = append(inos, de.Ino)
-				paths = append(paths, strings.TrimPrefix(d+"/"+de.Name, "/"))
+			for i, de := range des {
+				if d == "/a/many" && i%10 != 0 {
+					continue
+				}
+				bi.ents = append(bi.ents, entry{d, de.Name})
+				bi.inos = append(bi.inos, de.Ino)
+				bi.paths = append(bi.paths, strings.TrimPrefix(d+"/"+de.Name, "/"))
 			}
 		}
 		v.Close()
+		bases = append(bases, bi)
 	}
 
 	img := filepath.Join(dir, "img")
@@ -113,10 +131,12 @@ func TestCraftedImages(t *testing.T) {
 	start := time.Now()
 	rounds := 0
 	for ; time.Since(start) < budget && !t.Failed(); rounds++ {
-		if err := os.WriteFile(img, baseBytes, 0o644); err != nil {
+		base := bases[rng.IntN(len(bases))]
+		inos, ents, paths := base.inos, base.ents, base.paths
+		if err := os.WriteFile(img, base.bytes, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		edits = edits[:0]
+		edits = append(edits[:0], "base "+base.name)
 		var script []string
 		for range 1 + rng.IntN(3) {
 			switch k := rng.IntN(10); {
@@ -162,7 +182,7 @@ func TestCraftedImages(t *testing.T) {
 		// Read commands, then get, then the write commands.
 		var cmds [][]string
 		cmds = append(cmds, []string{"info", img}, []string{"ls", "-li", img, "/"}, []string{"ls", "-l", img, "a"},
-			[]string{"ls", img, "a/b"}, []string{"journal", img})
+			[]string{"ls", img, "a/b"}, []string{"ls", img, "a/many"}, []string{"stat", img, "a/many/nonexistent"}, []string{"journal", img})
 		for _, p := range paths {
 			cmds = append(cmds, []string{"cat", img, p}, []string{"stat", img, p}, []string{"fiemap", img, p})
 		}
@@ -178,6 +198,7 @@ func TestCraftedImages(t *testing.T) {
 			{"write", img, "small", "--offset", "5"}, {"write", img, "a/new"}, {"mkdir", img, "a/b/dir"},
 			{"rm", img, "a/big"}, {"mv", img, "small", "a/b/moved"}, {"truncate", img, "a/b/sparse", "1"},
 			{"fallocate", img, "fast", "0", "8192"}, {"rm", img, "a/b"}, {"ls", "-l", img, "a/b"},
+			{"mkdir", img, "a/many/new-directory"}, {"rm", img, "a/many/entry-with-a-long-name-077"},
 		} {
 			sweepRun(t, []byte("written by the sweep\n"), args...)
 		}
