@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/ext4io/ext4io/esc"
-	"github.com/ext4io/ext4io/extent"
 	"github.com/ext4io/ext4io/internal/errs"
 	"github.com/ext4io/ext4io/layout"
 )
@@ -55,21 +54,6 @@ func (f *File) dirBlockRun(lblk uint64, buf []byte) (bool, uint64, error) {
 		// Holes and unwritten blocks hold no entries, nor does anything
 		// past the last block an extent can map.
 		end := max(m.lblk+m.n, lblk+1)
-		if f.m.tree == nil && f.m.ind != nil {
-			// The block map reports one hole block at a time: find the
-			// next mapped block (directories are rarely sparse).
-			end = math.MaxUint64
-			err := f.m.walk(func(e extent.Extent) error {
-				if next := uint64(e.Lblk); next > lblk {
-					end = next
-					return errStop
-				}
-				return nil
-			})
-			if err != nil && !errors.Is(err, errStop) {
-				return false, 0, err
-			}
-		}
 		if end >= esc.MaxBlocks {
 			end = math.MaxUint64
 		}
