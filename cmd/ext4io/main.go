@@ -122,7 +122,8 @@ func run(args []string, stdout, errw io.Writer) int {
 	case errors.Is(err, errReported):
 		return 1
 	}
-	fmt.Fprintf(errw, "ext4io %s: %s\n", name, oneLine(err))
+	// The library's own "ext4io: " would repeat the line's prefix.
+	fmt.Fprintf(errw, "ext4io %s: %s\n", name, strings.TrimPrefix(oneLine(err), "ext4io: "))
 	return 1
 }
 
