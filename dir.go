@@ -54,6 +54,14 @@ func (f *File) dirBlockRun(lblk uint64, buf []byte) (bool, uint64, error) {
 		// Holes and unwritten blocks hold no entries, nor does anything
 		// past the last block an extent can map.
 		end := max(m.lblk+m.n, lblk+1)
+		if m.kind == mapHole && f.m.tree != nil && end%escRegion == 0 && lblk < esc.MaxBlocks {
+			// The cache clips holes at its regions' ends; the tree
+			// knows where the next extent is (directories have no
+			// delayed blocks for the cache alone to know).
+			if _, found, hole, err := f.m.tree.Lookup(uint32(lblk)); err == nil && !found {
+				end = max(end, lblk+hole)
+			}
+		}
 		if end >= esc.MaxBlocks {
 			end = math.MaxUint64
 		}
