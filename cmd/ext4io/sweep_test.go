@@ -28,8 +28,9 @@ var (
 	craftedBudget = flag.Duration("crafted.budget", 8*time.Second, "TestCraftedImages: time for rounds")
 )
 
-// sweepCmdTimeout bounds one command on a crafted image: longer is a hang.
-const sweepCmdTimeout = 10 * time.Second
+// sweepCmdTimeout bounds one command on a crafted image: longer is a hang
+// (each takes milliseconds; the margin is for -race on a loaded machine).
+const sweepCmdTimeout = 20 * time.Second
 
 // TestCraftedImages edits a small mkfs.ext4 image at random, keeping its
 // checksums valid (debugfs set_inode_field, directory entry edits with the
