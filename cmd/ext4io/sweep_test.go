@@ -66,6 +66,13 @@ func TestCraftedImages(t *testing.T) {
 	sp.WriteAt([]byte("head"), 0)
 	sp.WriteAt([]byte("tail"), 200<<10)
 	sp.Close()
+	// Ten data runs apart: more than i_block's four extents, so an
+	// extent tree of depth 1 whose index the block[] edits hit.
+	fr, _ := os.Create(filepath.Join(src, "a", "frag"))
+	for i := range 10 {
+		fr.WriteAt([]byte("run"), int64(i)*64<<10)
+	}
+	fr.Close()
 	os.Symlink("a/b/sparse", filepath.Join(src, "fast"))
 	os.Symlink(strings.Repeat("long/", 20)+"x", filepath.Join(src, "a", "slow"))
 	// An htree directory (4 KiB blocks hold ~200 entries; 1 KiB, ~50).
