@@ -195,12 +195,12 @@ func (m *mapper) lookupN(lblk, want uint64) (blockMap, error) {
 		}
 		return m.mapOf(e, lblk, want), nil
 	}
-	p, found, err := extent.MapIndirect(m.ind, m.cfg, uint32(lblk))
+	p, found, hole, err := extent.MapIndirectHole(m.ind, m.cfg, uint32(lblk))
 	if err != nil {
 		return blockMap{}, err
 	}
 	if !found {
-		return blockMap{lblk: lblk, n: 1, kind: mapHole}, nil
+		return blockMap{lblk: lblk, n: max(hole, 1), kind: mapHole}, nil
 	}
 	return blockMap{lblk: lblk, n: 1, pblk: p, kind: mapWritten}, nil
 }

@@ -78,6 +78,12 @@ func openOS(path string, readOnly bool, extra int) (*os.File, error) {
 		if berr := busyErr(path, err); berr != nil {
 			return nil, berr
 		}
+		// The message names path once: keep the cause, not the PathError
+		// that repeats "open path".
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("blockdev: open %s: %w", path, err)
 		}
@@ -107,7 +113,18 @@ func (c *fileCore) init(f *os.File, path string, readOnly bool) error {
 			return fmt.Errorf("blockdev: %s: logical block size %d is not a power of two: %w", path, c.lbs, ErrInvalid)
 		}
 	default:
-		return fmt.Errorf("blockdev: open %s: %v is neither a regular file nor a block device: %w", path, m.Type(), ErrInvalid)
+		what := fmt.Sprintf("of type %v", m.Type())
+		switch {
+		case m.IsDir():
+			what = "a directory"
+		case m&os.ModeNamedPipe != 0:
+			what = "a named pipe"
+		case m&os.ModeSocket != 0:
+			what = "a socket"
+		case m&os.ModeCharDevice != 0:
+			what = "a character device"
+		}
+		return fmt.Errorf("blockdev: open %s: %s, neither a regular file nor a block device: %w", path, what, ErrInvalid)
 	}
 	return nil
 }

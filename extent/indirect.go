@@ -31,13 +31,25 @@ func iblockPtr(iblock *[RootSize]byte, i int) uint64 {
 // [FirstDataBlock, BlocksCount) or inside cfg.SystemZone are reported as
 // corrupt.
 func MapIndirect(iblock *[RootSize]byte, cfg Config, lblk uint32) (pblk uint64, found bool, err error) {
+	pblk, found, _, err = MapIndirectHole(iblock, cfg, lblk)
+	return pblk, found, err
+}
+
+// MapIndirectHole is MapIndirect that also measures a hole: hole is the
+// number of blocks from lblk to the end of the zero pointer's subtree and
+// those of the zero pointers after it in the same indirect block (1 for a
+// direct pointer; up to EndLblk past the triple indirect range), so
+// that a scan of a sparse file skips a missing indirect block in one step,
+// as ext4_ind_map_blocks does with the hole's length.
+func MapIndirectHole(iblock *[RootSize]byte, cfg Config, lblk uint32) (pblk uint64, found bool, hole uint64, err error) {
 	if err := cfg.validate(); err != nil {
-		return 0, false, err
+		return 0, false, 0, err
 	}
 	per := uint64(cfg.BlockSize / 4)
 	l := uint64(lblk)
 	if l < NDirect {
-		return checkPtr(&cfg, iblockPtr(iblock, int(l)), 0, -1, "direct pointer")
+		p, ok, err := checkPtr(&cfg, iblockPtr(iblock, int(l)), 0, -1, "direct pointer")
+		return p, ok, 1, err
 	}
 	l -= NDirect
 	level, span := 1, per
@@ -45,13 +57,13 @@ func MapIndirect(iblock *[RootSize]byte, cfg Config, lblk uint32) (pblk uint64, 
 		l -= span
 		level++
 		if level > 3 {
-			return 0, false, nil
+			return 0, false, max(EndLblk-uint64(lblk), 1), nil
 		}
 		span *= per
 	}
 	p, ok, err := checkPtr(&cfg, iblockPtr(iblock, indSingle+level-1), 0, -1, "indirect pointer in i_block")
 	if !ok || err != nil {
-		return 0, false, err
+		return 0, false, span - l, err
 	}
 	buf := make([]byte, cfg.BlockSize)
 	for ; level > 0; level-- {
@@ -59,17 +71,25 @@ func MapIndirect(iblock *[RootSize]byte, cfg Config, lblk uint32) (pblk uint64, 
 		i := l / span
 		l %= span
 		if cfg.IO == nil {
-			return 0, false, invalidf("Config.IO is nil")
+			return 0, false, 0, invalidf("Config.IO is nil")
 		}
 		if err := cfg.IO.ReadBlock(p, buf); err != nil {
-			return 0, false, fmt.Errorf("extent: inode %d: indirect block %d: %w", cfg.Ino, p, err)
+			return 0, false, 0, fmt.Errorf("extent: inode %d: indirect block %d: %w", cfg.Ino, p, err)
 		}
 		parent := p
-		if p, ok, err = checkPtr(&cfg, uint64(binary.LittleEndian.Uint32(buf[4*i:])), parent, int(4*i), "pointer in indirect block"); !ok || err != nil {
-			return 0, false, err
+		if p, ok, err = checkPtr(&cfg, uint64(binary.LittleEndian.Uint32(buf[4*i:])), parent, int(4*i), "pointer in indirect block"); err != nil {
+			return 0, false, 0, err
+		}
+		if !ok {
+			// The hole runs over the zero pointers that follow, too.
+			j := i + 1
+			for j < per && binary.LittleEndian.Uint32(buf[4*j:]) == 0 {
+				j++
+			}
+			return 0, false, (j-i)*span - l, nil
 		}
 	}
-	return p, true, nil
+	return p, true, 0, nil
 }
 
 func checkPtr(cfg *Config, p, block uint64, off int, what string) (uint64, bool, error) {

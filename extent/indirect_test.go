@@ -80,6 +80,17 @@ func TestIndirectVsDebugfs(t *testing.T) {
 	if _, found, err := MapIndirect(&root, cfg, 400); err != nil || found {
 		t.Fatalf("MapIndirect(400) found=%v err=%v", found, err)
 	}
+	// Holes run to the end of the zero pointers' subtrees: the rest of
+	// the single indirect block under the double one, the other single
+	// blocks under it, the whole triple indirect range, then everything.
+	for _, c := range []struct{ lblk, hole uint64 }{
+		{400, 524 - 400}, {524, 65804 - 524}, {600, 65804 - 600}, {65804, 1 << 24}, {65804 + 100, 1<<24 - 100},
+		{12 + 256 + 65536 + 1<<24, EndLblk - (12 + 256 + 65536 + 1<<24)},
+	} {
+		if _, found, hole, err := MapIndirectHole(&root, cfg, uint32(c.lblk)); err != nil || found || hole != c.hole {
+			t.Errorf("MapIndirectHole(%d) = found %v, hole %d, %v; want a hole of %d", c.lblk, found, hole, err, c.hole)
+		}
+	}
 	// A pointer out of range is corrupt, not a panic.
 	bad := root
 	bad[0], bad[1], bad[2], bad[3] = 0xff, 0xff, 0xff, 0x7f

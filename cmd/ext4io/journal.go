@@ -9,16 +9,12 @@ import (
 	"github.com/ext4io/ext4io/journal"
 )
 
-func init() {
-	commands["journal"] = command{"journal IMAGE   (journal superblock and the transactions in the log)", cmdJournal}
-	commands["recover"] = command{"recover IMAGE   (replay a journal that needs recovery)", cmdRecover}
-}
-
 func cmdJournal(args []string, w io.Writer) error {
-	if len(args) != 1 {
-		return errUsage
+	args, err := noFlags("journal", args, 1)
+	if err != nil {
+		return err
 	}
-	v, err := ext4io.OpenImage(args[0], ext4io.Options{NoRecovery: true})
+	v, err := openImageOpts(args[0], ext4io.Options{NoRecovery: true})
 	if err != nil {
 		return err
 	}
@@ -73,10 +69,11 @@ func cmdJournal(args []string, w io.Writer) error {
 }
 
 func cmdRecover(args []string, w io.Writer) error {
-	if len(args) != 1 {
-		return errUsage
+	args, err := noFlags("recover", args, 1)
+	if err != nil {
+		return err
 	}
-	v, err := ext4io.OpenImage(args[0], ext4io.Options{Replay: true})
+	v, err := openImageOpts(args[0], ext4io.Options{Replay: true})
 	if err != nil {
 		return err
 	}

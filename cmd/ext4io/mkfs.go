@@ -19,20 +19,18 @@ import (
 // mkfs that fails leaves no new file behind.
 func cmdMkfs(args []string, w io.Writer) (err error) {
 	fs := newFlags("mkfs")
-	bs := fs.Int("b", 4096, "block size")
-	features := fs.String("O", "", "features")
+	bs := fs.Int("b", 4096, "block size in bytes: 1024, 2048, 4096, ... 65536")
+	features := fs.String("O", "", "features to add, or with ^ to remove, comma-separated, as mkfs.ext4 -O")
 	label := fs.String("L", "", "volume label")
-	isize := fs.Int("I", 0, "inode size")
+	isize := fs.Int("I", 0, "inode size in bytes (0: the default)")
 	srcDir := fs.String("d", "", "copy this directory tree into the new filesystem")
 	force := fs.Bool("F", false, "overwrite an existing ext4 file system")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+	args, err = parseArgs(fs, args, 2, 2)
+	if err != nil {
+		return err
 	}
-	if fs.NArg() != 2 {
-		return errUsage
-	}
-	img := fs.Arg(0)
-	size, err := parseSize(fs.Arg(1))
+	img := args[0]
+	size, err := parseSize(args[1])
 	if err != nil {
 		return err
 	}

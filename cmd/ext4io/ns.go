@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -12,31 +11,18 @@ import (
 	"github.com/ext4io/ext4io"
 )
 
-// Namespace commands:
-//
-//	ext4io put IMAGE SRC DST     copy a host file (or directory tree) into the image
-//	ext4io get IMAGE SRC DST     copy a file (or directory tree) out of the image
-//	ext4io mkdir IMAGE PATH      make a directory
-//	ext4io rm IMAGE PATH         remove a file, symlink or empty directory
-//	ext4io mv IMAGE OLD NEW      rename
-func init() {
-	commands["put"] = command{"put IMAGE SRC DST   (host file or directory tree into the image)", cmdPut}
-	commands["get"] = command{"get IMAGE SRC DST   (image file or directory tree to the host)", cmdGet}
-	commands["mkdir"] = command{"mkdir IMAGE PATH", cmdMkdir}
-	commands["rm"] = command{"rm IMAGE PATH   (file, symlink or empty directory)", cmdRm}
-	commands["mv"] = command{"mv IMAGE OLD NEW", cmdMv}
-}
-
 func cmdMkdir(args []string, w io.Writer) error {
-	if len(args) != 2 {
-		return errUsage
+	args, err := noFlags("mkdir", args, 2)
+	if err != nil {
+		return err
 	}
 	return withWritable(args[0], func(v *ext4io.Volume) error { return v.Mkdir(args[1], 0o755) })
 }
 
 func cmdRm(args []string, w io.Writer) error {
-	if len(args) != 2 {
-		return errUsage
+	args, err := noFlags("rm", args, 2)
+	if err != nil {
+		return err
 	}
 	return withWritable(args[0], func(v *ext4io.Volume) error {
 		fi, err := v.Lstat(args[1])
@@ -51,15 +37,17 @@ func cmdRm(args []string, w io.Writer) error {
 }
 
 func cmdMv(args []string, w io.Writer) error {
-	if len(args) != 3 {
-		return errUsage
+	args, err := noFlags("mv", args, 3)
+	if err != nil {
+		return err
 	}
 	return withWritable(args[0], func(v *ext4io.Volume) error { return v.Rename(args[1], args[2]) })
 }
 
 func cmdPut(args []string, w io.Writer) error {
-	if len(args) != 3 {
-		return errUsage
+	args, err := noFlags("put", args, 3)
+	if err != nil {
+		return err
 	}
 	src, dst := args[1], args[2]
 	fi, err := os.Lstat(src)
@@ -195,73 +183,4 @@ func copyAttrs(v *ext4io.Volume, dst string, fi fs.FileInfo) error {
 		}
 	}
 	return v.Lchtimes(dst, atime, fi.ModTime())
-}
-
-func cmdGet(args []string, w io.Writer) error {
-	if len(args) != 3 {
-		return errUsage
-	}
-	v, err := openImage(args[0])
-	if err != nil {
-		return err
-	}
-	defer v.Close()
-	src, dst := args[1], args[2]
-	if di, err := os.Stat(dst); err == nil && di.IsDir() {
-		dst = filepath.Join(dst, path.Base("/"+src))
-	}
-	return exportTree(v, src, dst)
-}
-
-// exportTree copies src (file, symlink or directory tree) out of v.
-func exportTree(v *ext4io.Volume, src, dst string) error {
-	fi, err := v.Lstat(src)
-	if err != nil {
-		return err
-	}
-	switch {
-	case fi.Mode()&fs.ModeSymlink != 0:
-		t, err := v.Readlink(src)
-		if err != nil {
-			return err
-		}
-		return os.Symlink(t, dst)
-	case fi.IsDir():
-		if err := os.Mkdir(dst, fi.Mode().Perm()|0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-			return err
-		}
-		ents, err := v.ReadDir(src)
-		if err != nil {
-			return err
-		}
-		for _, e := range ents {
-			if err := exportTree(v, path.Join(src, e.Name), filepath.Join(dst, e.Name)); err != nil {
-				return err
-			}
-		}
-		if err := os.Chmod(dst, fi.Mode().Perm()); err != nil {
-			return err
-		}
-		return os.Chtimes(dst, fi.Atime, fi.Mtime)
-	case fi.Mode().IsRegular():
-		f, err := v.Open(src)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fi.Mode().Perm())
-		if err != nil {
-			return err
-		}
-		if _, err := io.Copy(out, f); err != nil {
-			out.Close()
-			return err
-		}
-		if err := out.Close(); err != nil {
-			return err
-		}
-		return os.Chtimes(dst, fi.Atime, fi.Mtime)
-	default:
-		return fmt.Errorf("%s: file type %v not supported: %w", src, fi.Mode().Type(), ext4io.ErrUnsupported)
-	}
 }

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"encoding/binary"
 	"fmt"
 	"io"
-	"io/fs"
+	iofs "io/fs"
+	"os"
+	"path"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -13,12 +17,41 @@ import (
 )
 
 func openImage(path string) (*ext4io.Volume, error) {
-	return ext4io.OpenImage(path, ext4io.Options{})
+	return openImageOpts(path, ext4io.Options{})
+}
+
+// openImageOpts opens an image, saying plainly when the file is not
+// ext4 at all rather than how its superblock failed to decode.
+func openImageOpts(path string, opts ext4io.Options) (*ext4io.Volume, error) {
+	v, err := ext4io.OpenImage(path, opts)
+	if err != nil && notExt4(path) {
+		return nil, fmt.Errorf("%s: not an ext4 file system (bad magic)", path)
+	}
+	return v, err
+}
+
+// notExt4 reports whether path is a readable file without the ext4
+// superblock magic.
+func notExt4(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || fi.IsDir() {
+		return false
+	}
+	var b [2]byte
+	if _, err := f.ReadAt(b[:], layout.SuperblockOffset+0x38); err != nil {
+		return err == io.EOF
+	}
+	return binary.LittleEndian.Uint16(b[:]) != layout.SuperMagic
 }
 
 func cmdInfo(args []string, w io.Writer) error {
-	if len(args) != 1 {
-		return errUsage
+	args, err := noFlags("info", args, 1)
+	if err != nil {
+		return err
 	}
 	v, err := openImage(args[0])
 	if err != nil {
@@ -70,48 +103,156 @@ func fmtTime(sec int64) string {
 }
 
 func cmdLs(args []string, w io.Writer) error {
-	if len(args) < 1 || len(args) > 2 {
-		return errUsage
+	fs := newFlags("ls")
+	long := fs.Bool("l", false, "long listing: mode, links, owner, group, size, modification time, name (-> target)")
+	inum := fs.Bool("i", false, "print each entry's inode number first")
+	args, err := parseArgs(fs, args, 1, 2)
+	if err != nil {
+		return err
 	}
-	path := "/"
+	dir := "/"
 	if len(args) == 2 {
-		path = args[1]
+		dir = args[1]
 	}
 	v, err := openImage(args[0])
 	if err != nil {
 		return err
 	}
 	defer v.Close()
-	fi, err := v.Stat(path)
-	if err != nil {
-		return err
-	}
-	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.AlignRight)
-	line := func(name string, fi *ext4io.FileInfo) {
-		fmt.Fprintf(tw, "%d\t %s\t %d\t %d\t %d\t %s\t %s\t\n", fi.Ino, fi.Mode(), fi.Nlink, fi.UID, fi.Size(),
-			fi.ModTime().UTC().Format("2006-01-02 15:04"), name)
-	}
-	if !fi.IsDir() {
-		line(path, fi)
-		return tw.Flush()
-	}
-	ents, err := v.ReadDir(path)
-	if err != nil {
-		return err
-	}
-	for _, e := range ents {
-		efi, err := v.Lstat(strings.TrimSuffix(path, "/") + "/" + e.Name)
-		if err != nil {
-			return err
+	fi, err := v.Lstat(dir)
+	if err == nil && fi.Mode()&iofs.ModeSymlink != 0 && !*long {
+		// Like ls: a symlink to a directory lists the directory, except
+		// in the long form, which shows the link.
+		if sfi, serr := v.Stat(dir); serr == nil && sfi.IsDir() {
+			fi = sfi
 		}
-		line(e.Name, efi)
 	}
-	return tw.Flush()
+	if err == nil && !fi.IsDir() {
+		return lsLines(w, v, []lsEntry{{dir, dir, fi, nil}}, *long, *inum)
+	}
+	if err != nil {
+		return err
+	}
+	ents, err := v.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	list := make([]lsEntry, len(ents))
+	for i, e := range ents {
+		p := path.Join(dir, e.Name)
+		list[i] = lsEntry{name: e.Name, path: p}
+		if *long || *inum {
+			list[i].fi, list[i].err = v.Lstat(p)
+		}
+	}
+	// Sorted by name, as ls does by default.
+	sort.Slice(list, func(i, j int) bool { return list[i].name < list[j].name })
+	return lsLines(w, v, list, *long, *inum)
+}
+
+// lsEntry is one name to list; fi is nil unless it was needed.
+type lsEntry struct {
+	name, path string
+	fi         *ext4io.FileInfo
+	err        error
+}
+
+// lsLines prints the entries like ls (-l, -i). An entry that cannot be
+// stat'ed is reported on stderr and the others are still listed; the
+// result is then errReported.
+func lsLines(w io.Writer, v *ext4io.Volume, list []lsEntry, long, inum bool) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 0, ' ', tabwriter.AlignRight)
+	failed := false
+	six := time.Now().AddDate(0, -6, 0)
+	for _, e := range list {
+		if e.err != nil {
+			fmt.Fprintf(stderr, "ext4io ls: %s: %s\n", e.name, oneLine(e.err))
+			failed = true
+			continue
+		}
+		var cols []string
+		if inum {
+			cols = append(cols, fmt.Sprint(e.fi.Ino))
+		}
+		name := e.name
+		if long {
+			t := e.fi.ModTime().Local()
+			stamp := t.Format("Jan _2 15:04")
+			if t.Before(six) || t.After(time.Now().Add(time.Hour)) {
+				stamp = t.Format("Jan _2  2006")
+			}
+			cols = append(cols, lsMode(e.fi.IMode), fmt.Sprint(e.fi.Nlink), fmt.Sprint(e.fi.UID), fmt.Sprint(e.fi.GID),
+				fmt.Sprint(e.fi.Size()), stamp)
+			if e.fi.Mode()&iofs.ModeSymlink != 0 {
+				if t, err := v.Readlink(e.path); err == nil {
+					name += " -> " + t
+				} else {
+					fmt.Fprintf(stderr, "ext4io ls: %s: %s\n", e.name, oneLine(err))
+					failed = true
+				}
+			}
+		}
+		// Cells right-aligned, each with its separating space; the name
+		// is not a cell, so it stays left-aligned.
+		for _, c := range cols {
+			fmt.Fprintf(tw, "%s \t", c)
+		}
+		fmt.Fprintf(tw, "%s\n", name)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if failed {
+		return errReported
+	}
+	return nil
+}
+
+// lsMode formats a raw i_mode as ls -l does: the type letter, then rwx
+// triples with s, S, t and T for setuid, setgid and sticky.
+func lsMode(m uint16) string {
+	b := []byte("?rwxrwxrwx")
+	switch m & 0xF000 {
+	case 0x8000:
+		b[0] = '-'
+	case 0x4000:
+		b[0] = 'd'
+	case 0xA000:
+		b[0] = 'l'
+	case 0x2000:
+		b[0] = 'c'
+	case 0x6000:
+		b[0] = 'b'
+	case 0x1000:
+		b[0] = 'p'
+	case 0xC000:
+		b[0] = 's'
+	}
+	for i := 0; i < 9; i++ {
+		if m&(1<<(8-i)) == 0 {
+			b[1+i] = '-'
+		}
+	}
+	special := func(bit uint16, at int, lower, upper byte) {
+		if m&bit == 0 {
+			return
+		}
+		if b[at] == 'x' {
+			b[at] = lower
+		} else {
+			b[at] = upper
+		}
+	}
+	special(0o4000, 3, 's', 'S')
+	special(0o2000, 6, 's', 'S')
+	special(0o1000, 9, 't', 'T')
+	return string(b)
 }
 
 func cmdCat(args []string, w io.Writer) error {
-	if len(args) != 2 {
-		return errUsage
+	args, err := noFlags("cat", args, 2)
+	if err != nil {
+		return err
 	}
 	v, err := openImage(args[0])
 	if err != nil {
@@ -130,8 +271,9 @@ func cmdCat(args []string, w io.Writer) error {
 }
 
 func cmdStat(args []string, w io.Writer) error {
-	if len(args) != 2 {
-		return errUsage
+	args, err := noFlags("stat", args, 2)
+	if err != nil {
+		return err
 	}
 	v, err := openImage(args[0])
 	if err != nil {
@@ -159,7 +301,7 @@ func cmdStat(args []string, w io.Writer) error {
 	if !fi.Crtime.IsZero() {
 		p("Birth", "%s", ts(fi.Crtime))
 	}
-	if fi.Mode()&fs.ModeSymlink != 0 {
+	if fi.Mode()&iofs.ModeSymlink != 0 {
 		if t, err := v.Readlink(args[1]); err == nil {
 			p("Target", "%s", t)
 		}
@@ -168,8 +310,9 @@ func cmdStat(args []string, w io.Writer) error {
 }
 
 func cmdFiemap(args []string, w io.Writer) error {
-	if len(args) != 2 {
-		return errUsage
+	args, err := noFlags("fiemap", args, 2)
+	if err != nil {
+		return err
 	}
 	v, err := openImage(args[0])
 	if err != nil {

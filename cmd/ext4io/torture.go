@@ -30,11 +30,11 @@ func cmdTorture(args []string, w io.Writer) error {
 	dir := fs.String("dir", os.TempDir(), "where failing images and op logs are saved")
 	roundSeed := fs.Uint64("round-seed", 0, "run only the round with this round seed, on a fresh device")
 	verbose := fs.Bool("v", false, "log each round")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+	if _, err := parseArgs(fs, args, 0, 0); err != nil {
+		return err
 	}
-	if fs.NArg() != 0 || *gor <= 0 || *every <= 0 || *dur <= 0 || *points <= 0 || *maxRounds < 0 {
-		return errUsage
+	if *gor <= 0 || *every <= 0 || *dur <= 0 || *points <= 0 || *maxRounds < 0 {
+		return fmt.Errorf("%w: --goroutines, --crash-every, --duration and --crash-points must be positive, --max-rounds not negative", errUsage)
 	}
 	n, err := parseSize(*size)
 	if err != nil {

@@ -11,10 +11,17 @@ import (
 )
 
 // Each write command opens the image read-write, changes it and closes it
-// (marking it clean), like debugfs -w.
+// (marking it clean), like debugfs -w. What they print comes after the
+// image closed: a report of success is not followed by an error.
+
+// openWritable opens an image for the write commands (tests replace it
+// to inject device faults).
+var openWritable = func(img string) (*ext4io.Volume, error) {
+	return openImageOpts(img, ext4io.Options{Writable: true})
+}
 
 func withWritable(img string, fn func(v *ext4io.Volume) error) (err error) {
-	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
+	v, err := openWritable(img)
 	if err != nil {
 		return err
 	}
@@ -26,18 +33,33 @@ func withWritable(img string, fn func(v *ext4io.Volume) error) (err error) {
 	return fn(v)
 }
 
-func cmdCreate(args []string, w io.Writer) error {
-	if len(args) != 2 {
-		return errUsage
+// closeFile closes f, keeping the first error in *err.
+func closeFile(f *ext4io.File, err *error) {
+	if cerr := f.Close(); *err == nil {
+		*err = cerr
 	}
-	return withWritable(args[0], func(v *ext4io.Volume) error {
+}
+
+func cmdCreate(args []string, w io.Writer) error {
+	args, err := noFlags("create", args, 2)
+	if err != nil {
+		return err
+	}
+	var ino uint32
+	err = withWritable(args[0], func(v *ext4io.Volume) (err error) {
 		f, err := v.Create(args[1])
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(w, "created %s (inode %d)\n", args[1], f.Ino())
+		defer closeFile(f, &err)
+		ino = f.Ino()
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "created %s (inode %d)\n", args[1], ino)
+	return nil
 }
 
 // stdin is what write copies into the file (tests replace it).
@@ -45,19 +67,19 @@ var stdin io.Reader = os.Stdin
 
 func cmdWrite(args []string, w io.Writer) error {
 	fs := newFlags("write")
-	offset := fs.Int64("offset", 0, "byte offset")
-	direct := fs.Bool("direct", false, "direct I/O (the offset must be aligned)")
-	if err := fs.Parse(reorder(args)); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	if fs.NArg() != 2 {
-		return errUsage
+	offset := fs.Int64("offset", 0, "byte offset in the file to write at")
+	direct := fs.Bool("direct", false, "direct I/O for the whole blocks (the offset must be block-aligned); the last partial block goes through the page cache")
+	args, err := parseArgs(fs, args, 2, 2)
+	if err != nil {
+		return err
 	}
 	if *offset < 0 {
 		return fmt.Errorf("%w: negative offset %d", errUsage, *offset)
 	}
-	return withWritable(fs.Arg(0), func(v *ext4io.Volume) error {
-		name := fs.Arg(1)
+	var n, viaDirect int64
+	var tail int
+	err = withWritable(args[0], func(v *ext4io.Volume) (err error) {
+		name := args[1]
 		f, err := v.Open(name)
 		if errors.Is(err, ext4io.ErrNotFound) {
 			f, err = v.Create(name)
@@ -65,34 +87,44 @@ func cmdWrite(args []string, w io.Writer) error {
 		if err != nil {
 			return err
 		}
-		defer f.Close()
+		defer closeFile(f, &err)
 		if !*direct {
-			n, err := io.Copy(io.NewOffsetWriter(f, *offset), stdin)
-			if err != nil {
+			if n, err = io.Copy(io.NewOffsetWriter(f, *offset), stdin); err != nil {
 				return err
 			}
-			fmt.Fprintf(w, "wrote %d bytes at %d\n", n, *offset)
-			return nil
+			return f.Sync()
 		}
 		d, err := v.OpenFile(name, ext4io.Direct)
 		if err != nil {
 			return err
 		}
-		defer d.Close()
-		n, tail, err := copyDirect(d, v.BlockSize(), *offset, stdin)
+		defer closeFile(d, &err)
+		k, rest, err := copyDirect(d, v.BlockSize(), *offset, stdin)
 		if err != nil {
 			return err
 		}
 		// The last partial block cannot go direct (as with O_DIRECT): it
-		// goes through the page cache, written back at Close.
-		if len(tail) > 0 {
-			if _, err := f.WriteAt(tail, *offset+n); err != nil {
+		// goes through the page cache.
+		if len(rest) > 0 {
+			if _, err := f.WriteAt(rest, *offset+k); err != nil {
 				return err
 			}
 		}
-		fmt.Fprintf(w, "wrote %d bytes at %d (%d direct, %d buffered)\n", n+int64(len(tail)), *offset, n, len(tail))
-		return nil
+		n, viaDirect, tail = k+int64(len(rest)), k, len(rest)
+		if err := d.Sync(); err != nil {
+			return err
+		}
+		return f.Sync()
 	})
+	if err != nil {
+		return err
+	}
+	if *direct {
+		fmt.Fprintf(w, "wrote %d bytes at %d (%d direct, %d buffered)\n", n, *offset, viaDirect, tail)
+	} else {
+		fmt.Fprintf(w, "wrote %d bytes at %d\n", n, *offset)
+	}
+	return nil
 }
 
 // copyDirect writes r to the direct file f from off in chunks of whole
@@ -122,45 +154,52 @@ func copyDirect(f *ext4io.File, bs int, off int64, r io.Reader) (int64, []byte, 
 
 func cmdFallocate(args []string, w io.Writer) error {
 	fs := newFlags("fallocate")
-	mode := fs.String("mode", "allocate", "allocate|keep-size|punch-hole|zero-range|write-zeroes|collapse-range|insert-range")
-	if err := fs.Parse(reorder(args)); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	if fs.NArg() != 4 {
-		return errUsage
-	}
-	m, err := ext4io.ParseFallocMode(*mode)
+	mode := fs.String("mode", "allocate", "allocate, keep-size, punch-hole, zero-range, write-zeroes, collapse-range or insert-range (as fallocate(2)'s flags)")
+	args, err := parseArgs(fs, args, 4, 4)
 	if err != nil {
 		return err
 	}
-	off, err1 := parseSize0(fs.Arg(2))
-	length, err2 := parseSize0(fs.Arg(3))
+	m, err := ext4io.ParseFallocMode(*mode)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	off, err1 := parseSize0(args[2])
+	length, err2 := parseSize0(args[3])
 	if err := errors.Join(err1, err2); err != nil {
 		return err
 	}
-	return withWritable(fs.Arg(0), func(v *ext4io.Volume) error {
-		f, err := v.Open(fs.Arg(1))
+	return withWritable(args[0], func(v *ext4io.Volume) (err error) {
+		f, err := v.Open(args[1])
 		if err != nil {
 			return err
 		}
-		return f.Fallocate(m, off, length)
+		defer closeFile(f, &err)
+		if err := f.Fallocate(m, off, length); err != nil {
+			return err
+		}
+		return f.Sync()
 	})
 }
 
 func cmdTruncate(args []string, w io.Writer) error {
-	if len(args) != 3 {
-		return errUsage
+	args, err := noFlags("truncate", args, 3)
+	if err != nil {
+		return err
 	}
 	size, err := parseSize0(args[2])
 	if err != nil {
 		return err
 	}
-	return withWritable(args[0], func(v *ext4io.Volume) error {
+	return withWritable(args[0], func(v *ext4io.Volume) (err error) {
 		f, err := v.Open(args[1])
 		if err != nil {
 			return err
 		}
-		return f.Truncate(size)
+		defer closeFile(f, &err)
+		if err := f.Truncate(size); err != nil {
+			return err
+		}
+		return f.Sync()
 	})
 }
 
@@ -171,33 +210,3 @@ func parseSize0(s string) (int64, error) {
 	}
 	return parseSize(s)
 }
-
-// reorder moves flags after positional arguments to the front, so that
-// "IMAGE PATH --offset 5" works as well as "--offset 5 IMAGE PATH".
-func reorder(args []string) []string {
-	var flags, pos []string
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if len(a) > 1 && a[0] == '-' {
-			flags = append(flags, a)
-			if !containsEq(a) && i+1 < len(args) && !isBoolFlag(a) {
-				flags = append(flags, args[i+1])
-				i++
-			}
-			continue
-		}
-		pos = append(pos, a)
-	}
-	return append(flags, pos...)
-}
-
-func containsEq(s string) bool {
-	for _, c := range s {
-		if c == '=' {
-			return true
-		}
-	}
-	return false
-}
-
-func isBoolFlag(s string) bool { return s == "--direct" || s == "-direct" }
