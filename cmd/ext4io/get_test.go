@@ -152,8 +152,13 @@ func TestGetSymlinkThenEntry(t *testing.T) {
 			if !errors.Is(err, ext4io.ErrCorrupt) {
 				t.Fatalf("get: %v, want an error wrapping ErrCorrupt", err)
 			}
-			if l, err := os.Readlink(filepath.Join(dst, "s")); err != nil || l != "../outside" {
-				t.Errorf("symlink s: %q, %v", l, err)
+			// The library refuses the directory block holding "s/f" where
+			// it decodes it, so get may stop before making s at all; if
+			// it made s, s is the symlink and nothing went through it.
+			if l, err := os.Readlink(filepath.Join(dst, "s")); err == nil && l != "../outside" {
+				t.Errorf("symlink s: %q", l)
+			} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("symlink s: %v", err)
 			}
 		})
 	}
