@@ -12,6 +12,7 @@ import (
 
 	"github.com/ext4io/ext4io/alloc"
 	"github.com/ext4io/ext4io/blockdev"
+	"github.com/ext4io/ext4io/blockdev/nbd"
 	"github.com/ext4io/ext4io/esc"
 	"github.com/ext4io/ext4io/internal/errs"
 	"github.com/ext4io/ext4io/internal/stripe"
@@ -475,9 +476,19 @@ func (v *Volume) Allocator() *alloc.Allocator {
 }
 
 // OpenImage opens the image file (or block device) at path with the file
-// backend, read-only unless opts.Writable. Close closes the file too.
+// backend, or the export of an NBD server when path is an NBD URI
+// (nbd://host[:port]/export, nbd+unix:///export?socket=PATH; see
+// nbd.ParseURI), read-only unless opts.Writable or opts.Replay. Close
+// closes the file or connection too.
 func OpenImage(path string, opts Options) (*Volume, error) {
-	dev, err := blockdev.OpenFile(path, !opts.Writable && !opts.Replay)
+	ro := !opts.Writable && !opts.Replay
+	var dev blockdev.Device
+	var err error
+	if nbd.IsURI(path) {
+		dev, err = nbd.Open(path, nbd.Options{ReadOnly: ro})
+	} else {
+		dev, err = blockdev.OpenFile(path, ro)
+	}
 	if err != nil {
 		return nil, err
 	}
