@@ -39,7 +39,7 @@ type exporter struct {
 
 func cmdGet(args []string, w io.Writer) error {
 	fs := newFlags("get")
-	preserve := fs.Bool("p", false, "preserve permissions like tar -p: keep setuid, setgid and sticky bits and ignore the umask")
+	preserve := fs.Bool("p", false, "preserve permissions like tar -p: keep setuid, setgid and sticky bits, ignore the umask, and copy every extended attribute (not only user.*)")
 	pos, err := parseArgs(fs, args, 3, 3)
 	if err != nil {
 		return err
@@ -140,6 +140,9 @@ func (e *exporter) export(r *os.Root, src, name string, depth int) error {
 		if err != nil {
 			return err
 		}
+		if err := e.xattrsDir(r, src, name); err != nil {
+			return err
+		}
 		if err := r.Chmod(name, mode); err != nil {
 			return err
 		}
@@ -156,6 +159,9 @@ func (e *exporter) export(r *os.Root, src, name string, depth int) error {
 		}
 		err = e.copySparse(out, f, fi)
 		if err == nil {
+			err = e.xattrs(out, src)
+		}
+		if err == nil {
 			err = out.Chmod(mode)
 		}
 		if cerr := out.Close(); err == nil {
@@ -168,6 +174,40 @@ func (e *exporter) export(r *os.Root, src, name string, depth int) error {
 	default:
 		return fmt.Errorf("%s: file type %v not supported: %w", src, fi.Mode().Type(), ext4io.ErrUnsupported)
 	}
+}
+
+// xattrs copies the extended attributes of the image's src to the host
+// file out: the user namespace, and with -p every namespace (trusted,
+// security and POSIX ACLs, which need privileges to set, as tar
+// --xattrs --acls).
+func (e *exporter) xattrs(out *os.File, src string) error {
+	names, err := e.v.Llistxattr(src)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		if !e.preserve && !strings.HasPrefix(name, "user.") {
+			continue
+		}
+		val, err := e.v.Lgetxattr(src, name)
+		if err != nil {
+			return err
+		}
+		if err := setHostXattr(out, name, val); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// xattrsDir is xattrs for the directory name this run created in r.
+func (e *exporter) xattrsDir(r *os.Root, src, name string) error {
+	d, err := r.Open(name)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return e.xattrs(d, src)
 }
 
 // fill copies the entries of the image directory src into r.

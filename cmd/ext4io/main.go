@@ -58,7 +58,8 @@ var commands = map[string]command{
 	"get": {usage: "get [-p] IMAGE SRC DST",
 		help: "Copy the image's file or directory tree SRC to the host as DST (into DST if it is a directory).\n" +
 			"Everything is created under DST's directory and nothing existing is followed or changed;\n" +
-			"names that are not one path element, and directory cycles, are errors.", run: cmdGet},
+			"names that are not one path element, and directory cycles, are errors. Extended attributes\n" +
+			"of the user namespace are copied; with -p every namespace (trusted, security, POSIX ACLs).", run: cmdGet},
 	"mkdir":   {usage: "mkdir IMAGE PATH", help: "Make a directory.", run: cmdMkdir},
 	"rm":      {usage: "rm IMAGE PATH", help: "Remove a file, symlink or empty directory.", run: cmdRm},
 	"mv":      {usage: "mv IMAGE OLD NEW", help: "Rename OLD to NEW.", run: cmdMv},

@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 
 	"github.com/ext4io/ext4io"
 )
@@ -66,7 +68,7 @@ func cmdPut(args []string, w io.Writer) error {
 			if err := importTreeAt(v, src, dst); err != nil {
 				return err
 			}
-			return copyAttrs(v, dst, fi)
+			return copyAttrs(v, src, dst, fi)
 		}
 		return importOne(v, src, dst, fi)
 	})
@@ -84,7 +86,7 @@ func importTree(v *ext4io.Volume, src string) error {
 	if err != nil {
 		return err
 	}
-	return copyAttrs(v, "/", fi)
+	return copyAttrs(v, src, "/", fi)
 }
 
 func importTreeAt(v *ext4io.Volume, src, dst string) error {
@@ -115,7 +117,7 @@ func importTreeAt(v *ext4io.Volume, src, dst string) error {
 	}
 	// Directory times last: filling them changed their mtimes.
 	for _, fi := range dirs {
-		if err := copyAttrs(v, path.Join(dst, fi.Name()), fi); err != nil {
+		if err := copyAttrs(v, filepath.Join(src, fi.Name()), path.Join(dst, fi.Name()), fi); err != nil {
 			return err
 		}
 	}
@@ -133,7 +135,7 @@ func importOne(v *ext4io.Volume, src, dst string, fi fs.FileInfo) error {
 		if err := v.Symlink(target, dst); err != nil {
 			return err
 		}
-		return copyAttrs(v, dst, fi)
+		return copyAttrs(v, src, dst, fi)
 	case fi.Mode().IsRegular():
 		in, err := os.Open(src)
 		if err != nil {
@@ -162,14 +164,25 @@ func importOne(v *ext4io.Volume, src, dst string, fi fs.FileInfo) error {
 				return rerr
 			}
 		}
-		return copyAttrs(v, dst, fi)
+		return copyAttrs(v, src, dst, fi)
 	default:
 		return fmt.Errorf("%s: file type %v not supported: %w", src, fi.Mode().Type(), ext4io.ErrUnsupported)
 	}
 }
 
-// copyAttrs sets mode, owner and times of dst from the host's fi.
-func copyAttrs(v *ext4io.Volume, dst string, fi fs.FileInfo) error {
+// copyAttrs sets the extended attributes, mode, owner and times of dst
+// from the host's src (fi). Attributes come first: an ACL sets mode bits,
+// which the host's mode then confirms.
+func copyAttrs(v *ext4io.Volume, src, dst string, fi fs.FileInfo) error {
+	attrs, err := hostXattrs(src)
+	if err != nil {
+		return err
+	}
+	for _, name := range slices.Sorted(maps.Keys(attrs)) {
+		if err := v.Lsetxattr(dst, name, attrs[name], 0); err != nil {
+			return fmt.Errorf("%s: %w", src, err)
+		}
+	}
 	atime := fi.ModTime()
 	if at, uid, gid, ok := hostStat(fi); ok {
 		atime = at
