@@ -174,6 +174,16 @@ type treeAlloc struct {
 
 func (a treeAlloc) sectors(blocks uint64) uint64 { return blocks * uint64(a.v.bs/512) }
 
+// checkRelease fails when n blocks are more than i_blocks counts, before
+// anything is freed: on a volume without a journal a free done before
+// the failure would stay on disk.
+func (a treeAlloc) checkRelease(n uint64) error {
+	if a.n.in.Blocks(a.v.sb) < a.sectors(n) {
+		return errs.Corruptf("inode", 0, -1, "inode %d: freeing %d blocks, more than i_blocks %d sectors counts", a.n.ino, n, a.n.in.Blocks(a.v.sb))
+	}
+	return nil
+}
+
 func (a treeAlloc) addBlocks(delta int64) error {
 	cur := a.n.in.Blocks(a.v.sb)
 	next := int64(cur) + delta*int64(a.v.bs/512)
@@ -213,6 +223,9 @@ func (a treeAlloc) AllocTreeBlock(goal uint64, mustSucceed bool) (uint64, error)
 }
 
 func (a treeAlloc) FreeTreeBlock(pblk uint64) error {
+	if err := a.checkRelease(1); err != nil {
+		return err
+	}
 	if err := a.v.freeMapped(pblk, 1); err != nil {
 		return err
 	}
@@ -223,6 +236,9 @@ func (a treeAlloc) FreeTreeBlock(pblk uint64) error {
 }
 
 func (a treeAlloc) FreeData(pblk, n uint64) error {
+	if err := a.checkRelease(n); err != nil {
+		return err
+	}
 	if err := a.v.freeMapped(pblk, n); err != nil {
 		return err
 	}

@@ -381,3 +381,24 @@ func TestHugeFileSize(t *testing.T) {
 		})
 	}
 }
+
+// TestRefusedTruncateLeavesNoDamage: on a volume without a journal, a
+// truncate of a file whose i_blocks counts fewer blocks than its extents
+// map (the sweep's finding) is refused before it frees anything, so
+// e2fsck sees no damage it did not see before.
+func TestRefusedTruncateLeavesNoDamage(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	os.MkdirAll(src, 0o755)
+	os.WriteFile(filepath.Join(src, "f"), bytes.Repeat([]byte("x"), 64<<10), 0o644)
+	img := filepath.Join(dir, "img")
+	e2fs.Mkfs(t, img, "4M", "-b", "4096", "-O", "^has_journal", "-d", src)
+	e2fs.Debugfs(t, img, true, "sif f blocks 0")
+	before := fsckProblems(img)
+	if _, errOut, code := runCmd(t, "truncate", img, "f", "1"); code != 1 || !strings.Contains(errOut, "corrupt") {
+		t.Fatalf("truncate: exit %d: %s", code, errOut)
+	}
+	if added := newProblems(before, fsckProblems(img)); len(added) > 0 {
+		t.Fatalf("the refused truncate left new damage:\n%s", strings.Join(added, "\n"))
+	}
+}
