@@ -25,6 +25,9 @@ type RecoveryInfo struct {
 	// its tag checksum and was not written (jbd2 "Invalid checksum
 	// recovering data block").
 	BadBlocks []uint64
+	// FastCommitTags counts the fast-commit tags Config.FastCommit
+	// replayed after the log (0 without fast commits).
+	FastCommitTags int
 }
 
 type passType int
@@ -102,6 +105,9 @@ func (j *Journal) Recover() (RecoveryInfo, error) {
 	}
 	r.info.Transactions = int(r.info.EndSeq - r.info.StartSeq)
 	if err != nil {
+		return r.info, err
+	}
+	if err := j.replayFastCommits(&r.info); err != nil {
 		return r.info, err
 	}
 	if ferr := j.fsdev.Flush(); ferr != nil {
