@@ -64,6 +64,7 @@ func (v *Volume) recover() error {
 	if err != nil {
 		return err
 	}
+	cfg.FastCommit = v.replayFastCommits
 	j, err := journal.Open(cfg)
 	if err != nil {
 		return fmt.Errorf("ext4io: opening the journal: %w", err)

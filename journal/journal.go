@@ -275,8 +275,8 @@ func ioErr(err error) error {
 
 // devOffset maps a journal block to a byte offset of Dev.
 func (j *Journal) devOffset(jblk uint32) (int64, error) {
-	if jblk >= j.last {
-		return 0, errs.Corruptf("journal", 0, -1, "log block %d past the journal end %d", jblk, j.last)
+	if end := max(j.last, j.fcLast); jblk >= end {
+		return 0, errs.Corruptf("journal", 0, -1, "log block %d past the journal end %d", jblk, end)
 	}
 	db, err := j.bmap(jblk)
 	if err != nil {

@@ -412,3 +412,15 @@ func FCInodeLen(raw []byte, inodeSize int) (int, error) {
 	}
 	return n, nil
 }
+
+// DirRecLenAt returns the decoded rec_len of the directory entry at off.
+// Fast-commit replay edits entries in place with it and the two setters
+// below.
+func DirRecLenAt(b []byte, off int) int { return DecodeRecLen(fle.Uint16(b[off+4:]), len(b)) }
+
+// SetDirRecLen rewrites the rec_len of the directory entry at off.
+func SetDirRecLen(b []byte, off, l int) { fle.PutUint16(b[off+4:], EncodeRecLen(l, len(b))) }
+
+// SetDirEntryInode rewrites the inode number of the directory entry at off
+// (0 marks the entry unused).
+func SetDirEntryInode(b []byte, off int, ino uint32) { fle.PutUint32(b[off:], ino) }
