@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"time"
 
 	"github.com/ext4io/ext4io/extent"
 	"github.com/ext4io/ext4io/internal/errs"
@@ -157,17 +158,9 @@ func (r *fcReplay) apply(t layout.FCTag) error {
 		}
 		return r.rangeTag(rg, t.Tag == layout.FCTagAddRange)
 	case layout.FCTagCreat, layout.FCTagLink:
-		return r.link(t.Dentry())
+		return r.link(t.Dentry(), t.Tag == layout.FCTagCreat)
 	case layout.FCTagUnlink:
-		d := t.Dentry()
-		if !r.inoOK(d.Parent) {
-			return nil
-		}
-		err := r.dirRemove(d.Parent, d.Name, d.Ino)
-		if errors.Is(err, ErrNotFound) {
-			return nil // it is fine if the entry is already gone
-		}
-		return err
+		return r.unlink(t.Dentry())
 	}
 	return nil // HEAD, TAIL, PAD
 }
@@ -688,8 +681,11 @@ func (r *fcReplay) dirRemove(parent uint32, name []byte, ino uint32) error {
 	return nil
 }
 
-// link replays CREAT and LINK.
-func (r *fcReplay) link(d layout.FCDentry) error {
+// link replays CREAT (creat) and LINK as the kernel's
+// ext4_fc_replay_create and ext4_fc_replay_link do: the entry is added
+// unless the name is already there (-EEXIST), LINK then counts one more
+// link and CREAT sets the count to 1.
+func (r *fcReplay) link(d layout.FCDentry, creat bool) error {
 	if !r.inoOK(d.Parent) || !r.inoOK(d.Ino) {
 		return nil
 	}
@@ -708,10 +704,101 @@ func (r *fcReplay) link(d layout.FCDentry) error {
 	if !r.v.sb.HasIncompat(layout.IncompatFiletype) {
 		ft = 0
 	}
-	if err := r.dirRemove(d.Parent, d.Name, 0); err != nil && !errors.Is(err, ErrNotFound) {
+	exists, err := r.dirHas(d.Parent, d.Name)
+	if err != nil {
 		return err
 	}
-	return r.dirAdd(d.Parent, d.Name, d.Ino, ft)
+	if !exists {
+		if err := r.dirAdd(d.Parent, d.Name, d.Ino, ft); err != nil {
+			return err
+		}
+	}
+	switch {
+	case creat:
+		in.LinksCount = 1
+	case exists:
+		return nil
+	case in.LinksCount < 0xFFFF:
+		in.LinksCount++
+	}
+	if err := r.writeInode(d.Ino, in); err != nil {
+		return err
+	}
+	return r.markInode(d.Ino, true)
+}
+
+// unlink replays UNLINK as ext4_fc_replay_unlink does: the entry naming
+// the inode is removed (a missing one is fine) and the inode loses a link;
+// at zero links it is freed with its blocks, as evicting it would.
+func (r *fcReplay) unlink(d layout.FCDentry) error {
+	if !r.inoOK(d.Parent) || !r.inoOK(d.Ino) {
+		return nil
+	}
+	err := r.dirRemove(d.Parent, d.Name, d.Ino)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	raw, err := r.readInodeRaw(d.Ino)
+	if err != nil {
+		return err
+	}
+	in, err := layout.DecodeInode(raw, r.isz)
+	if err != nil {
+		return err
+	}
+	if in.LinksCount > 0 {
+		in.LinksCount--
+	}
+	if in.LinksCount == 0 && !in.IsDir() {
+		return r.freeInode(d.Ino, in)
+	}
+	return r.writeInode(d.Ino, in)
+}
+
+// freeInode releases an inode left without links: its blocks (and an
+// xattr block only it uses) go back to the bitmap, i_size and the extent
+// tree are emptied, i_dtime is set and the inode bit cleared.
+func (r *fcReplay) freeInode(ino uint32, in *layout.Inode) error {
+	if in.Flags&layout.InodeFlagExtents != 0 {
+		t, err := r.tree(ino, in)
+		if err != nil {
+			return err
+		}
+		if err := t.Remove(0, 0xFFFFFFFE); err != nil {
+			return err
+		}
+		in.Block = t.Root()
+	} else if in.Flags&layout.InodeFlagInlineData == 0 && !(in.IsSymlink() && isFastSymlink(r.v.sb, in)) {
+		return fmt.Errorf("ext4io: fast-commit unlink frees block-mapped inode %d: %w", ino, ErrUnsupported)
+	}
+	if in.FileACL != 0 {
+		return fmt.Errorf("ext4io: fast-commit unlink frees inode %d with an xattr block: %w", ino, ErrUnsupported)
+	}
+	in.Size = 0
+	in.Dtime = uint32(time.Now().Unix())
+	if err := r.recount(ino, in); err != nil {
+		return err
+	}
+	if err := r.writeInode(ino, in); err != nil {
+		return err
+	}
+	return r.markInode(ino, false)
+}
+
+// dirHas reports whether directory parent has an entry called name.
+func (r *fcReplay) dirHas(parent uint32, name []byte) (bool, error) {
+	f, err := r.dirFile(parent)
+	if err != nil {
+		return false, err
+	}
+	_, err = f.lookupName(string(name))
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 func fileTypeOf(mode uint16) (uint8, bool) {
