@@ -19,8 +19,9 @@ import (
 // after the log's blocks are home and before it empties the journal, so a
 // crash during the replay replays the log and the fast commits again.
 //
-// The replay follows e2fsck's (e2fsck/journal.c), whose result e2fsck and
-// Linux accept, tag by tag:
+// The replay follows e2fsck's (e2fsck/journal.c) for inodes, ranges and
+// bitmaps and the kernel's (fs/ext4/fast_commit.c) for directory entries
+// and link counts, tag by tag:
 //
 //   - INODE: the on-disk inode takes the logged copy's fields before i_block
 //     and from i_generation on; i_block keeps the extent tree replayed so far
@@ -31,27 +32,32 @@ import (
 //     (its old blocks cleared in the block bitmap), then the logged extent
 //     inserted and its blocks marked.
 //   - DEL_RANGE: the range is unmapped and its blocks cleared.
-//   - CREAT, LINK: any entry of that name in the parent is removed, then an
-//     entry added with the file type of the inode's mode.
-//   - UNLINK: the entry (name and inode) is removed; a missing one is fine.
+//   - CREAT, LINK: the entry is added with the file type of the inode's
+//     mode unless the name exists (the kernel's -EEXIST); LINK adds a link
+//     to the inode, CREAT sets its count to 1.
+//   - UNLINK: the entry naming the inode is removed (a missing one is fine)
+//     and the inode loses a link; a non-directory left without links is
+//     freed with its blocks, as the kernel's iput evicts it.
 //   - HEAD, TAIL, PAD: nothing.
 //
-// Link counts come from INODE tags only, as in e2fsck (the kernel adjusts
-// them in the dentry tags, then the INODE tags overwrite them). At the end
-// the changed bitmaps are written and each changed group's free counts,
-// directory count, unused-inode mark and uninit flags recomputed from them,
-// as ext2fs_calculate_summary_stats does; the superblock totals follow in
+// e2fsck 1.47.0 leaves link counts to INODE tags, so an unlinked file whose
+// inode Linux did not log stays allocated and unattached; the kernel's way
+// leaves a filesystem e2fsck -fn finds clean. At the end the changed
+// bitmaps are written and each changed group's free counts, directory
+// count, unused-inode mark and uninit flags recomputed from them, as
+// ext2fs_calculate_summary_stats does; the superblock totals follow in
 // recover.
 //
-// Differences from e2fsck 1.47.0: a CREAT or LINK of a symlink adds the
-// entry (e2fsck skips it and leaves the symlink for lost+found), and blocks
-// named by the replayed ADD_RANGE tags are never handed out as tree or
-// directory blocks (the kernel's fc_regions exclusion; e2fsck does not
-// exclude them).
+// Blocks named by the replayed ADD_RANGE tags are never handed out as tree
+// or directory blocks (the kernel's fc_regions exclusion). Entries go into
+// the first linear block with room, or the leaf an htree directory's hash
+// selects.
 //
 // Not handled (replay fails with ErrUnsupported, the journal stays as it
 // was): range tags on block-mapped (non-extent) inodes, adding an entry to
-// an htree directory whose leaf is full, bigalloc.
+// an htree directory whose leaf is full, freeing an inode that has an
+// xattr block, bigalloc. CREAT of a directory does not write "." and ".."
+// (the kernel's ext4_init_new_dir).
 
 // replayFastCommits is the journal.FastCommitReplayer of recover.
 func (v *Volume) replayFastCommits(area journal.FastCommitArea) (int, error) {
