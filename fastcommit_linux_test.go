@@ -193,6 +193,74 @@ func bigDirScenario(t *testing.T, mnt string, rng *rand.Rand) map[string][]byte 
 	return want
 }
 
+// opsScenario covers the other operations Linux logs as fast commits:
+// renames across directories, fallocate, symlinks, a new directory,
+// truncation to zero, and a superseding full commit in the middle; each
+// step is made durable by an fsync of a log file.
+func opsScenario(t *testing.T, mnt string, rng *rand.Rand) map[string][]byte {
+	want := map[string][]byte{}
+	p := func(s string) string { return filepath.Join(mnt, s) }
+	step := 0
+	durable := func() {
+		step++
+		writeSync(t, p("d3/log"), []byte{byte(step)}, os.O_APPEND)
+		want["d3/log"] = append(want["d3/log"], byte(step))
+	}
+	put := func(name string, data []byte) {
+		writeSync(t, p(name), data, os.O_TRUNC)
+		want[name] = append([]byte(nil), data...)
+	}
+	put("d1/early", randBytes(rng, 10000))
+	// A full commit (an fsync of a directory), then fast commits again.
+	fsyncPath(t, p("d1"))
+	put("d1/x", randBytes(rng, 20000))
+	if err := os.Rename(p("d1/x"), p("d2/x-moved")); err != nil {
+		t.Fatal(err)
+	}
+	want["d2/x-moved"] = want["d1/x"]
+	delete(want, "d1/x")
+	durable()
+	// fallocate: beyond EOF (KEEP_SIZE) and extending.
+	f, err := os.OpenFile(p("d2/fa"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := randBytes(rng, 8192)
+	f.Write(data)
+	if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_KEEP_SIZE, 8192, 1<<20); err != nil {
+		t.Logf("fallocate: %v", err)
+	}
+	if err := unix.Fallocate(int(f.Fd()), 0, 1<<20, 1<<20); err != nil {
+		t.Logf("fallocate: %v", err)
+	}
+	f.Sync()
+	f.Close()
+	want["d2/fa"] = append(data, make([]byte, 2<<20-8192)...)
+	if err := os.Symlink("../d2/x-moved", p("d1/sym")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(strings.Repeat("long/", 30)+"target", p("d1/longsym")); err != nil {
+		t.Fatal(err)
+	}
+	durable()
+	put("d2/zero", randBytes(rng, 50000))
+	if err := os.Truncate(p("d2/zero"), 0); err != nil {
+		t.Fatal(err)
+	}
+	fsyncPath(t, p("d2/zero"))
+	want["d2/zero"] = nil
+	if err := os.Link(p("d2/x-moved"), p("d3/hard")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(p("d2/x-moved")); err != nil {
+		t.Fatal(err)
+	}
+	want["d3/hard"] = want["d2/x-moved"]
+	delete(want, "d2/x-moved")
+	durable()
+	return want
+}
+
 // makeFastCommitCrash builds a crash image with fast commits pending and
 // returns its path and the expected file contents.
 func makeFastCommitCrash(t *testing.T, blockSize string, sc fcScenario, seed uint64) (string, map[string][]byte) {
@@ -412,6 +480,7 @@ func TestFastCommitReplayLinux(t *testing.T) {
 		{"mixed-4k", "4096", mixedScenario, true},
 		{"mixed-1k", "1024", mixedScenario, true},
 		{"bigdir-4k", "4096", bigDirScenario, false},
+		{"ops-4k", "4096", opsScenario, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			img, want := makeFastCommitCrash(t, tc.bs, tc.sc, 1)
