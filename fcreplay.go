@@ -149,8 +149,9 @@ type fcReplay struct {
 	ibm     map[uint64][]byte // group -> inode bitmap, once read
 	bdirty  map[uint64]bool
 	idirty  map[uint64]bool
-	igroups map[uint64]bool // groups whose inodes changed: recount directories
-	exclude [][2]uint64     // [start, end) of every replayed ADD_RANGE
+	igroups map[uint64]bool        // groups whose inodes changed: recount directories
+	exclude [][2]uint64            // [start, end) of every replayed ADD_RANGE
+	meta    map[uint64][][2]uint64 // group -> its metadata runs (groupMeta)
 }
 
 func (r *fcReplay) apply(t layout.FCTag) error {
@@ -164,9 +165,17 @@ func (r *fcReplay) apply(t layout.FCTag) error {
 		}
 		return r.rangeTag(rg, t.Tag == layout.FCTagAddRange)
 	case layout.FCTagCreat, layout.FCTagLink:
-		return r.link(t.Dentry(), t.Tag == layout.FCTagCreat)
+		d, err := t.Dentry()
+		if err != nil {
+			return err
+		}
+		return r.link(d, t.Tag == layout.FCTagCreat)
 	case layout.FCTagUnlink:
-		return r.unlink(t.Dentry())
+		d, err := t.Dentry()
+		if err != nil {
+			return err
+		}
+		return r.unlink(d)
 	}
 	return nil // HEAD, TAIL, PAD
 }
@@ -314,6 +323,9 @@ func (r *fcReplay) rangeTag(rg layout.FCRange, add bool) error {
 		return err
 	}
 	if add {
+		if err := r.checkNotMeta(rg.Ino, rg.Pblk, uint64(rg.Len)); err != nil {
+			return err
+		}
 		if err := t.Insert(extent.Extent{Lblk: rg.Lblk, Len: rg.Len, Pblk: rg.Pblk, Unwritten: rg.Unwritten}); err != nil {
 			return err
 		}
@@ -382,10 +394,40 @@ func (r *fcReplay) excluded(b uint64) bool {
 	return false
 }
 
+// checkNotMeta refuses a replayed extent that would map filesystem
+// metadata (superblocks, descriptors, bitmaps, inode tables) into a file,
+// as the kernel's block_validity does.
+func (r *fcReplay) checkNotMeta(ino uint32, start, n uint64) error {
+	sb := r.v.sb
+	first := uint64(sb.FirstDataBlock)
+	if start < first || start >= sb.BlocksCount || n > sb.BlocksCount-start {
+		return &errs.CorruptError{What: "fast commit", Ino: ino, Block: start, Off: -1, Msg: fmt.Sprintf("extent %d+%d outside the filesystem", start, n)}
+	}
+	for b := start; b < start+n; {
+		g := (b - first) / uint64(sb.BlocksPerGroup)
+		base := sb.GroupFirstBlock(g)
+		end := min(start+n, base+uint64(sb.GroupBlocks(g)))
+		for _, m := range r.groupMeta(g) {
+			if base+m[0] < end && b < base+m[1] {
+				return &errs.CorruptError{What: "fast commit", Ino: ino, Block: start, Off: -1,
+					Msg: fmt.Sprintf("extent %d+%d maps metadata block %d", start, n, max(b, base+m[0]))}
+			}
+		}
+		b = end
+	}
+	return nil
+}
+
 // groupMeta returns the runs of fixed metadata lying in group g: its base
 // blocks (superblock backup, descriptors, reserved GDT) and every group's
 // bitmaps and inode table that flex_bg placed there.
 func (r *fcReplay) groupMeta(g uint64) [][2]uint64 {
+	if m, ok := r.meta[g]; ok {
+		return m
+	}
+	if r.meta == nil {
+		r.meta = map[uint64][][2]uint64{}
+	}
 	v := r.v
 	sb := v.sb
 	base, end := sb.GroupFirstBlock(g), sb.GroupFirstBlock(g)+uint64(sb.GroupBlocks(g))
@@ -403,6 +445,7 @@ func (r *fcReplay) groupMeta(g uint64) [][2]uint64 {
 		add(d.InodeBitmap, 1)
 		add(d.InodeTable, itb)
 	}
+	r.meta[g] = out
 	return out
 }
 

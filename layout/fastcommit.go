@@ -1,6 +1,7 @@
 package layout
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 
@@ -33,8 +34,8 @@ import (
 //   - FC1: the area holds fast commits only if block 0 starts with HEAD;
 //     HEAD's fc_features is 0 and its fc_tid is the expected tid.
 //   - FC2: the tags to replay are those up to the last TAIL carrying the
-//     expected tid and a matching fc_crc, met before the first bad TAIL or
-//     unknown tag.
+//     expected tid and a matching fc_crc, met before the first bad TAIL,
+//     unknown tag, empty ADD_RANGE extent or bad dentry name.
 const (
 	FCTagAddRange = 0x0001 // EXT4_FC_TAG_ADD_RANGE
 	FCTagDelRange = 0x0002 // EXT4_FC_TAG_DEL_RANGE
@@ -222,9 +223,15 @@ func (t FCTag) Range() (FCRange, error) {
 	return r, nil
 }
 
-// Dentry decodes a CREAT, LINK or UNLINK value.
-func (t FCTag) Dentry() FCDentry {
-	return FCDentry{fle.Uint32(t.Value), fle.Uint32(t.Value[4:]), t.Value[fcDentryLen:]}
+// Dentry decodes a CREAT, LINK or UNLINK value. The name is untrusted: it
+// must not be empty, "." or "..", nor hold '/' or NUL.
+func (t FCTag) Dentry() (FCDentry, error) {
+	d := FCDentry{fle.Uint32(t.Value), fle.Uint32(t.Value[4:]), t.Value[fcDentryLen:]}
+	n := d.Name
+	if len(n) == 0 || string(n) == "." || string(n) == ".." || bytes.IndexByte(n, '/') >= 0 || bytes.IndexByte(n, 0) >= 0 {
+		return d, errs.Corruptf("fast commit", uint64(t.Block), t.Off, "%s of inode %d: bad name %q", FCTagName(t.Tag), d.Ino, n)
+	}
+	return d, nil
 }
 
 // Inode decodes an INODE value.
@@ -315,6 +322,12 @@ func ScanFastCommits(blocks [][]byte, expectedTid uint32) FCScan {
 			switch t.Tag {
 			case FCTagAddRange:
 				if _, err := t.Range(); err != nil {
+					s.Stop = err
+					return s
+				}
+				crc = FCRecordCrc(crc, t)
+			case FCTagCreat, FCTagLink, FCTagUnlink:
+				if _, err := t.Dentry(); err != nil {
 					s.Stop = err
 					return s
 				}

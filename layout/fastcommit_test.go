@@ -96,9 +96,14 @@ func TestFCTagRoundTrip(t *testing.T) {
 	if h := EncodeFCHead(FCHead{Features: 0, Tid: 9}).Head(); h.Tid != 9 {
 		t.Fatalf("HEAD: %+v", h)
 	}
-	de := EncodeFCDentry(FCTagLink, FCDentry{Parent: 2, Ino: 3, Name: []byte("x")}).Dentry()
-	if de.Parent != 2 || de.Ino != 3 || string(de.Name) != "x" {
-		t.Fatalf("dentry: %+v", de)
+	de, err := EncodeFCDentry(FCTagLink, FCDentry{Parent: 2, Ino: 3, Name: []byte("x")}).Dentry()
+	if err != nil || de.Parent != 2 || de.Ino != 3 || string(de.Name) != "x" {
+		t.Fatalf("dentry: %+v, %v", de, err)
+	}
+	for _, bad := range []string{".", "..", "a/b", "a\x00b"} {
+		if _, err := EncodeFCDentry(FCTagCreat, FCDentry{Parent: 2, Ino: 3, Name: []byte(bad)}).Dentry(); err == nil {
+			t.Errorf("dentry name %q accepted", bad)
+		}
 	}
 	if _, err := EncodeFCRange(FCRange{Ino: 1}, true).Range(); err == nil {
 		t.Fatal("an empty ADD_RANGE extent decoded")
@@ -211,7 +216,7 @@ func FuzzFastCommitArea(f *testing.F) {
 			case FCTagAddRange, FCTagDelRange:
 				tg.Range()
 			case FCTagCreat, FCTagLink, FCTagUnlink:
-				tg.Dentry()
+				_, _ = tg.Dentry()
 			case FCTagInode:
 				FCInodeLen(tg.Inode().Raw, 256)
 			case FCTagHead:
