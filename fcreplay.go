@@ -586,16 +586,20 @@ func (r *fcReplay) finish() error {
 		// Directories and the highest inode in use, as e2fsck's pass 5
 		// expects them.
 		dirs, top := uint32(0), uint64(0)
+		tbuf, tblk := make([]byte, r.bs), ^uint64(0)
 		for i := uint64(0); i < ipg; i++ {
 			if bm[i/8]&(1<<(i%8)) == 0 {
 				continue
 			}
 			top = i + 1
-			raw, err := r.readInodeRaw(uint32(g*ipg + i + 1))
-			if err != nil {
-				return err
+			blk, off := r.inodeLoc(uint32(g*ipg + i + 1))
+			if blk != tblk {
+				if err := v.readBlock(blk, tbuf); err != nil {
+					return err
+				}
+				tblk = blk
 			}
-			if in, err := layout.DecodeInode(raw, r.isz); err == nil && in.IsDir() && in.LinksCount != 0 {
+			if in, err := layout.DecodeInode(tbuf[off:off+r.isz], r.isz); err == nil && in.IsDir() && in.LinksCount != 0 {
 				dirs++
 			}
 		}
