@@ -140,6 +140,9 @@ func (v *Volume) writeSuperState(state uint16) error {
 	return v.writeSuperDirectLocked()
 }
 
+// maxLblk is the last logical block an extent can map (EXT_MAX_BLOCKS-1).
+const maxLblk = 0xFFFFFFFE
+
 // fcReplay holds the in-memory bitmaps of one fast-commit replay.
 // It is used by one goroutine.
 type fcReplay struct {
@@ -180,9 +183,12 @@ func (r *fcReplay) apply(t layout.FCTag) error {
 	return nil // HEAD, TAIL, PAD
 }
 
-// inoOK reports whether ino names an inode (ext4_iget would find it).
+// inoOK reports whether ext4_iget(EXT4_IGET_NORMAL) would return inode
+// ino: the root or an ordinary inode, never a reserved one (the journal,
+// the resize inode, ...).
 func (r *fcReplay) inoOK(ino uint32) bool {
-	return ino >= 1 && ino <= r.v.sb.InodesCount
+	sb := r.v.sb
+	return ino == layout.RootIno || ino >= sb.FirstInode() && ino <= sb.InodesCount
 }
 
 func (r *fcReplay) inodeLoc(ino uint32) (blk uint64, off int) {
@@ -297,7 +303,7 @@ func (r *fcReplay) tree(ino uint32, in *layout.Inode) (*extent.Tree, error) {
 
 // rangeTag replays ADD_RANGE (add) or DEL_RANGE.
 func (r *fcReplay) rangeTag(rg layout.FCRange, add bool) error {
-	if !r.inoOK(rg.Ino) || rg.Len == 0 {
+	if !r.inoOK(rg.Ino) || rg.Len == 0 || rg.Lblk > maxLblk {
 		return nil
 	}
 	raw, err := r.readInodeRaw(rg.Ino)
@@ -315,10 +321,7 @@ func (r *fcReplay) rangeTag(rg layout.FCRange, add bool) error {
 	if err != nil {
 		return err
 	}
-	last := uint64(rg.Lblk) + uint64(rg.Len) - 1
-	if last > 0xFFFFFFFE {
-		last = 0xFFFFFFFE
-	}
+	last := min(uint64(rg.Lblk)+uint64(rg.Len)-1, maxLblk)
 	if err := t.Remove(rg.Lblk, uint32(last)); err != nil {
 		return err
 	}
@@ -820,7 +823,7 @@ func (r *fcReplay) freeInode(ino uint32, in *layout.Inode) error {
 		if err != nil {
 			return err
 		}
-		if err := t.Remove(0, 0xFFFFFFFE); err != nil {
+		if err := t.Remove(0, maxLblk); err != nil {
 			return err
 		}
 		in.Block = t.Root()
