@@ -9,12 +9,16 @@ package ext4io_test
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"github.com/ext4io/ext4io"
+	"github.com/ext4io/ext4io/blockdev/errordev"
+	"github.com/ext4io/ext4io/blockdev/memdev"
 	"github.com/ext4io/ext4io/extent"
 	"github.com/ext4io/ext4io/internal/e2fs"
 	"github.com/ext4io/ext4io/journal"
@@ -41,7 +45,10 @@ func fcCommitBlock(t *testing.T, bs int, tid uint32, tags ...layout.FCTag) []byt
 	return layout.FCTag{Tag: layout.FCTagTail, Value: v}.Encode(b)
 }
 
-func TestFastCommitReplaySynthetic(t *testing.T) {
+// makeSyntheticFC builds the image and returns it with a check of the
+// replayed state.
+func makeSyntheticFC(t *testing.T) (string, func(string, *ext4io.Volume)) {
+	t.Helper()
 	dir := t.TempDir()
 	src := filepath.Join(dir, "src")
 	os.MkdirAll(filepath.Join(src, "sub"), 0o755)
@@ -160,7 +167,6 @@ func TestFastCommitReplaySynthetic(t *testing.T) {
 	f.Close()
 
 	check := func(what string, v *ext4io.Volume) {
-		t.Helper()
 		for _, name := range []string{"sub/synth", "synth-link"} {
 			fi, err := v.Lstat(name)
 			if err != nil {
@@ -187,6 +193,11 @@ func TestFastCommitReplaySynthetic(t *testing.T) {
 		}
 	}
 
+	return img, check
+}
+
+func TestFastCommitReplaySynthetic(t *testing.T) {
+	img, check := makeSyntheticFC(t)
 	before, _ := os.ReadFile(img)
 	rv, err := ext4io.OpenImage(img, ext4io.Options{})
 	if err != nil {
@@ -216,4 +227,72 @@ func TestFastCommitReplaySynthetic(t *testing.T) {
 	}
 	check("after the writable replay", rv)
 	rv.Close()
+}
+
+// TestFastCommitReplayInterrupted fails each write of a writable replay in
+// turn: the open fails, the journal still needs recovery, and a read-only
+// open of what reached the device replays to the same state (the tags are
+// idempotent); e2fsck -fy then repairs whatever the interrupted replay
+// marked as in error.
+func TestFastCommitReplayInterrupted(t *testing.T) {
+	img, check := makeSyntheticFC(t)
+	orig, err := os.ReadFile(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	load := func(b []byte) *memdev.Device {
+		d := memdev.NewBlockSize(int64(len(b)), 512)
+		if _, err := d.WriteAt(b, 0); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	if v, err := ext4io.Open(load(orig), ext4io.Options{}); err != nil || v.Recovery().FastCommitTags != 10 {
+		t.Fatalf("read-only open of the memdev copy: %v %+v", err, v.Recovery())
+	}
+	failed := 0
+	for n := int64(0); ; n++ {
+		base := load(orig)
+		v, err := ext4io.Open(errordev.New(base, errordev.OnIndex(errordev.Write, n)), ext4io.Options{Writable: true})
+		if err == nil {
+			v.Close()
+			break
+		}
+		if !errors.Is(err, errordev.ErrInjected) {
+			t.Fatalf("write %d failed with %v", n, err)
+		}
+		failed++
+		after := make([]byte, len(orig))
+		base.ReadAt(after, 0)
+		rv, err := ext4io.Open(load(after), ext4io.Options{})
+		if err != nil {
+			t.Fatalf("read-only open after failing write %d: %v", n, err)
+		}
+		// Before the journal was emptied the fast commits replay again;
+		// after, the replay is on the device already.
+		if ri := rv.Recovery(); ri != nil && ri.FastCommitTags != 10 && ri.FastCommitTags != 0 {
+			t.Errorf("after failing write %d: replayed %d tags", n, ri.FastCommitTags)
+		}
+		check(fmt.Sprintf("read-only after failing write %d", n), rv)
+		rv.Close()
+		if n%5 == 0 {
+			p := filepath.Join(t.TempDir(), "after.img")
+			os.WriteFile(p, after, 0o644)
+			out, err := exec.Command(e2fs.Tool(t, "e2fsck"), "-fy", p).CombinedOutput()
+			if ee, ok := err.(*exec.ExitError); err != nil && (!ok || ee.ExitCode() > 2) {
+				t.Errorf("e2fsck -fy after failing write %d: %v\n%s", n, err, out)
+			}
+			e2fs.Fsck(t, p)
+			if v, err := ext4io.OpenImage(p, ext4io.Options{}); err != nil {
+				t.Errorf("after e2fsck: %v", err)
+			} else {
+				check(fmt.Sprintf("e2fsck after failing write %d", n), v)
+				v.Close()
+			}
+		}
+	}
+	if failed < 5 {
+		t.Fatalf("only %d writes before the replay finished", failed)
+	}
+	t.Logf("%d write failures tried", failed)
 }

@@ -136,6 +136,13 @@ func TestFastCommitArea(t *testing.T) {
 	if !crashedNeedsRecovery(crashed) {
 		t.Fatal("a failed fast-commit replay emptied the journal")
 	}
+	// Nor may closing the journal after the failure empty it.
+	if err := j3.Close(); err == nil {
+		t.Error("Close after a failed recovery reported no error")
+	}
+	if !crashedNeedsRecovery(crashed) {
+		t.Fatal("Close after a failed recovery emptied the journal")
+	}
 }
 
 func crashedNeedsRecovery(d *memDev) bool {
