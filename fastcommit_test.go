@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/ext4io/ext4io"
@@ -58,6 +59,14 @@ func makeSyntheticFC(t *testing.T) (string, func(string, *ext4io.Volume)) {
 	mkfs := e2fs.Tool(t, "mkfs.ext4")
 	if out, err := exec.Command(mkfs, "-q", "-F", "-O", "fast_commit", "-b", "1024", "-d", src, img, "32M").CombinedOutput(); err != nil {
 		t.Skipf("mkfs.ext4 -O fast_commit -d fails here: %v: %s", err, out)
+	}
+
+	// Give old an xattr block, which its UNLINK must release.
+	val := filepath.Join(dir, "val")
+	os.WriteFile(val, bytes.Repeat([]byte("xattr value "), 50), 0o644)
+	e2fs.Debugfs(t, img, true, "ea_set -f "+val+" old user.big")
+	if st := e2fs.Debugfs(t, img, false, "stat old"); !strings.Contains(st, "File ACL: ") || strings.Contains(st, "File ACL: 0") {
+		t.Fatalf("old got no xattr block:\n%s", st)
 	}
 
 	// Read what the surgery needs through ext4io.

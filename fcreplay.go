@@ -55,8 +55,9 @@ import (
 //
 // Not handled (replay fails with ErrUnsupported, the journal stays as it
 // was): range tags on block-mapped (non-extent) inodes, adding an entry to
-// an htree directory whose leaf is full, freeing an inode that has an
-// xattr block, bigalloc. CREAT of a directory does not write "." and ".."
+// an htree directory whose leaf is full, freeing a block-mapped inode,
+// bigalloc. Freeing an inode drops its xattr block's reference (freeing the
+// block with the last one) but leaves xattr inodes (ea_inode) alone. CREAT of a directory does not write "." and ".."
 // (the kernel's ext4_init_new_dir).
 
 // replayFastCommits is the journal.FastCommitReplayer of recover.
@@ -831,7 +832,10 @@ func (r *fcReplay) freeInode(ino uint32, in *layout.Inode) error {
 		return fmt.Errorf("ext4io: fast-commit unlink frees block-mapped inode %d: %w", ino, ErrUnsupported)
 	}
 	if in.FileACL != 0 {
-		return fmt.Errorf("ext4io: fast-commit unlink frees inode %d with an xattr block: %w", ino, ErrUnsupported)
+		if err := r.releaseXattrBlock(ino, in.FileACL); err != nil {
+			return err
+		}
+		in.FileACL = 0
 	}
 	in.Size = 0
 	in.Dtime = uint32(time.Now().Unix())
@@ -842,6 +846,36 @@ func (r *fcReplay) freeInode(ino uint32, in *layout.Inode) error {
 		return err
 	}
 	return r.markInode(ino, false)
+}
+
+// releaseXattrBlock drops inode ino's reference to its xattr block,
+// freeing the block with its last reference.
+func (r *fcReplay) releaseXattrBlock(ino uint32, blk uint64) error {
+	v := r.v
+	if err := r.checkInFS(ino, blk, 1); err != nil {
+		return err
+	}
+	b := make([]byte, r.bs)
+	if err := v.readBlock(blk, b); err != nil {
+		return err
+	}
+	free, err := layout.XattrBlockRelease(b, blk, v.csumSeed, v.csum)
+	if err != nil {
+		return err
+	}
+	if free {
+		return r.markBlocks(blk, 1, false)
+	}
+	return r.writeBlock(blk, b)
+}
+
+// checkInFS refuses blocks outside the filesystem's data area.
+func (r *fcReplay) checkInFS(ino uint32, start, n uint64) error {
+	sb := r.v.sb
+	if start < uint64(sb.FirstDataBlock) || start >= sb.BlocksCount || n > sb.BlocksCount-start {
+		return &errs.CorruptError{What: "fast commit", Ino: ino, Block: start, Off: -1, Msg: fmt.Sprintf("blocks %d+%d outside the filesystem", start, n)}
+	}
+	return nil
 }
 
 // dirHas reports whether directory parent has an entry called name.
