@@ -264,6 +264,146 @@ func opsScenario(t *testing.T, mnt string, rng *rand.Rand) map[string][]byte {
 	return want
 }
 
+// randomScenario runs random fsynced operations on files in three
+// directories: create, overwrite, append, truncate (down, up, to zero),
+// hard link, rename within and across directories, unlink.
+func randomScenario(t *testing.T, mnt string, rng *rand.Rand) map[string][]byte {
+	want := map[string][]byte{}
+	p := func(s string) string { return filepath.Join(mnt, s) }
+	dirs := []string{"d1", "d2", "d3"}
+	names := func() []string {
+		var out []string
+		for k := range want {
+			out = append(out, k)
+		}
+		sort.Strings(out)
+		return out
+	}
+	pick := func() (string, bool) {
+		n := names()
+		if len(n) == 0 {
+			return "", false
+		}
+		return n[rng.IntN(len(n))], true
+	}
+	fresh := func() string {
+		return fmt.Sprintf("%s/f%03d", dirs[rng.IntN(3)], rng.IntN(1000))
+	}
+	// linksOf returns the names sharing name's inode.
+	same := func(a, b string) bool {
+		var sa, sb unix.Stat_t
+		return unix.Stat(p(a), &sa) == nil && unix.Stat(p(b), &sb) == nil && sa.Ino == sb.Ino
+	}
+	setAll := func(name string, data []byte) {
+		for _, k := range names() {
+			if k != name && same(k, name) {
+				want[k] = data
+			}
+		}
+		want[name] = data
+	}
+	for range 150 {
+		switch op := rng.IntN(10); {
+		case op < 3: // create or overwrite whole
+			name := fresh()
+			if _, ok := want[name]; ok {
+				continue
+			}
+			data := randBytes(rng, rng.IntN(200000))
+			writeSync(t, p(name), data, os.O_TRUNC)
+			want[name] = data
+		case op < 5: // write inside or past the end
+			name, ok := pick()
+			if !ok {
+				continue
+			}
+			data := append([]byte(nil), want[name]...)
+			off := rng.IntN(len(data) + 50000)
+			patch := randBytes(rng, 1+rng.IntN(60000))
+			if end := off + len(patch); end > len(data) {
+				data = append(data, make([]byte, end-len(data))...)
+			}
+			copy(data[off:], patch)
+			f, err := os.OpenFile(p(name), os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.WriteAt(patch, int64(off)); err != nil {
+				t.Fatal(err)
+			}
+			f.Sync()
+			f.Close()
+			setAll(name, data)
+		case op < 7: // truncate
+			name, ok := pick()
+			if !ok {
+				continue
+			}
+			data := want[name]
+			size := 0
+			switch rng.IntN(3) {
+			case 0:
+				size = rng.IntN(len(data) + 1)
+			case 1:
+				size = len(data) + rng.IntN(100000)
+			}
+			if err := os.Truncate(p(name), int64(size)); err != nil {
+				t.Fatal(err)
+			}
+			fsyncPath(t, p(name))
+			if size <= len(data) {
+				data = append([]byte(nil), data[:size]...)
+			} else {
+				data = append(append([]byte(nil), data...), make([]byte, size-len(data))...)
+			}
+			setAll(name, data)
+		case op < 8: // hard link
+			name, ok := pick()
+			to := fresh()
+			if _, exists := want[to]; !ok || exists {
+				continue
+			}
+			if err := os.Link(p(name), p(to)); err != nil {
+				t.Fatal(err)
+			}
+			fsyncPath(t, p(to))
+			want[to] = want[name]
+		case op < 9: // rename
+			name, ok := pick()
+			to := fresh()
+			if _, exists := want[to]; !ok || exists {
+				continue
+			}
+			if err := os.Rename(p(name), p(to)); err != nil {
+				t.Fatal(err)
+			}
+			fsyncPath(t, p(to))
+			want[to] = want[name]
+			delete(want, name)
+		default: // unlink, made durable by an fsync of another file
+			name, ok := pick()
+			if !ok {
+				continue
+			}
+			if err := os.Remove(p(name)); err != nil {
+				t.Fatal(err)
+			}
+			delete(want, name)
+			if other, ok := pick(); ok {
+				f, err := os.OpenFile(p(other), os.O_WRONLY|os.O_APPEND, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f.Write([]byte{1})
+				f.Sync()
+				f.Close()
+				setAll(other, append(append([]byte(nil), want[other]...), 1))
+			}
+		}
+	}
+	return want
+}
+
 // makeFastCommitCrash builds a crash image with fast commits pending and
 // returns its path and the expected file contents.
 func makeFastCommitCrash(t *testing.T, blockSize string, sc fcScenario, seed uint64) (string, map[string][]byte) {
@@ -479,14 +619,21 @@ func TestFastCommitReplayLinux(t *testing.T) {
 		// directory") and its pass 2 then wrecks the directory, so there
 		// only Linux's own replay is compared.
 		e2fsck bool
+		seed   uint64
 	}{
-		{"mixed-4k", "4096", mixedScenario, true},
-		{"mixed-1k", "1024", mixedScenario, true},
-		{"bigdir-4k", "4096", bigDirScenario, false},
-		{"ops-4k", "4096", opsScenario, false},
+		{"mixed-4k", "4096", mixedScenario, true, 1},
+		{"mixed-1k", "1024", mixedScenario, true, 1},
+		{"bigdir-4k", "4096", bigDirScenario, false, 1},
+		{"ops-4k", "4096", opsScenario, false, 1},
+		{"random-4k-1", "4096", randomScenario, false, 1},
+		{"random-4k-2", "4096", randomScenario, false, 2},
+		{"random-4k-3", "4096", randomScenario, false, 3},
+		{"random-1k-1", "1024", randomScenario, false, 1},
+		{"random-1k-2", "1024", randomScenario, false, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			img, want := makeFastCommitCrash(t, tc.bs, tc.sc, 1)
+			img, want := makeFastCommitCrash(t, tc.bs, tc.sc, tc.seed)
+			t.Logf("seed %d", tc.seed)
 			dir := filepath.Dir(img)
 			// Linux's replay: mount a copy (the kernel replays the journal
 			// and the fast commits) and list it.
