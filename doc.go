@@ -61,7 +61,8 @@
 // direct writes reach ~40k IOPS with GOMAXPROCS 2 and ~85k with 16; the
 // same holds for raw pwrite).
 // A volume whose journal needs recovery is replayed by Open (in memory for
-// read-only opens) unless Options.NoRecovery is set.
+// read-only opens) unless Options.NoRecovery is set; the fast commits Linux
+// logged after the last full commit are replayed with it (fcreplay.go).
 //
 // Operations that change metadata hold the volume's transaction gate
 // shared; they must not call each other (see beginOp in jmeta.go). Direct
