@@ -484,10 +484,12 @@ func fcCopyFile(t *testing.T, src, dst string) {
 
 // fcEntry is what the comparison sees of one file.
 type fcEntry struct {
-	mode  uint16
-	size  int64
-	nlink uint16
-	sum   [32]byte
+	mode     uint16
+	size     int64
+	nlink    uint16
+	uid, gid uint32
+	mtime    int64 // regular files only, in nanoseconds
+	sum      [32]byte
 }
 
 // fcWalk lists every file and directory of v (lost+found included).
@@ -502,8 +504,9 @@ func fcWalk(t *testing.T, v *ext4io.Volume) map[string]fcEntry {
 		if err != nil {
 			return err
 		}
-		e := fcEntry{mode: fi.IMode, size: fi.Size(), nlink: fi.Nlink}
+		e := fcEntry{mode: fi.IMode, size: fi.Size(), nlink: fi.Nlink, uid: fi.UID, gid: fi.GID}
 		if fi.Mode().IsRegular() {
+			e.mtime = fi.Mtime.UnixNano()
 			f, err := v.Open(path)
 			if err != nil {
 				return err
@@ -546,8 +549,9 @@ func fcKernelWalk(t *testing.T, img string) map[string]fcEntry {
 		if err := unix.Lstat(path, &st); err != nil {
 			return err
 		}
-		e := fcEntry{mode: uint16(st.Mode), size: st.Size, nlink: uint16(st.Nlink)}
+		e := fcEntry{mode: uint16(st.Mode), size: st.Size, nlink: uint16(st.Nlink), uid: st.Uid, gid: st.Gid}
 		if d.Type().IsRegular() {
+			e.mtime = st.Mtim.Nano()
 			b, err := os.ReadFile(path)
 			if err != nil {
 				return err
