@@ -770,6 +770,9 @@ func (r *fcReplay) link(d layout.FCDentry, creat bool) error {
 			return err
 		}
 	}
+	if creat && in.IsDir() {
+		return r.creatDir(d, exists)
+	}
 	switch {
 	case creat:
 		in.LinksCount = 1
@@ -782,6 +785,102 @@ func (r *fcReplay) link(d layout.FCDentry, creat bool) error {
 		return err
 	}
 	return r.markInode(d.Ino, true)
+}
+
+// creatDir finishes the CREAT of directory d.Ino, as the kernel's
+// ext4_init_new_dir: Linux logs no range for a new directory, so its first
+// block is written here ("." and ".."), and it gets two links; the parent,
+// when the entry was added, one more for the new "..". (Linux's own replay
+// leaves the new directory with one link and the parent's count unchanged,
+// which e2fsck then corrects.)
+func (r *fcReplay) creatDir(d layout.FCDentry, existed bool) error {
+	v := r.v
+	raw, err := r.readInodeRaw(d.Ino)
+	if err != nil {
+		return err
+	}
+	in, err := layout.DecodeInode(raw, r.isz)
+	if err != nil {
+		return err
+	}
+	if in.Flags&layout.InodeFlagExtents == 0 {
+		return fmt.Errorf("ext4io: fast-commit CREAT of block-mapped directory %d: %w", d.Ino, ErrUnsupported)
+	}
+	t, err := r.tree(d.Ino, in)
+	if err != nil {
+		return err
+	}
+	if _, mapped, _, err := t.Lookup(0); err != nil {
+		return err
+	} else if !mapped {
+		g, _ := v.sb.InodeLocation(d.Ino)
+		pblk, err := r.allocBlock(v.sb.GroupFirstBlock(g))
+		if err != nil {
+			return err
+		}
+		ft := uint8(0)
+		if v.sb.HasIncompat(layout.IncompatFiletype) {
+			ft = layout.FtDir
+		}
+		b := make([]byte, r.bs)
+		end := r.bs
+		if v.csum {
+			end -= layout.DirTailLen
+		}
+		dot := layout.DirRecLen(1)
+		layout.PutDirEntry(b, 0, d.Ino, dot, ft, []byte("."))
+		layout.PutDirEntry(b, dot, d.Parent, end-dot, ft, []byte(".."))
+		if v.csum {
+			layout.SetDirTail(layout.InodeSeed(v.csumSeed, d.Ino, in.Generation), b)
+		}
+		if err := r.writeBlock(pblk, b); err != nil {
+			return err
+		}
+		if err := t.Insert(extent.Extent{Lblk: 0, Len: 1, Pblk: pblk}); err != nil {
+			return err
+		}
+		in.Block = t.Root()
+		in.Size = max(in.Size, uint64(r.bs))
+		in.LinksCount = 2
+		if err := r.recount(d.Ino, in); err != nil {
+			return err
+		}
+	}
+	if err := r.writeInode(d.Ino, in); err != nil {
+		return err
+	}
+	if err := r.markInode(d.Ino, true); err != nil {
+		return err
+	}
+	if existed {
+		return nil
+	}
+	return r.addDirLink(d.Parent, +1)
+}
+
+// addDirLink changes directory ino's link count by delta for a
+// subdirectory's "..", as ext4_inc_count/ext4_dec_count do with dir_nlink:
+// a count of 1 (more than EXT4_LINK_MAX subdirectories) stays 1.
+func (r *fcReplay) addDirLink(ino uint32, delta int) error {
+	raw, err := r.readInodeRaw(ino)
+	if err != nil {
+		return err
+	}
+	in, err := layout.DecodeInode(raw, r.isz)
+	if err != nil {
+		return err
+	}
+	switch n := int(in.LinksCount) + delta; {
+	case in.LinksCount <= 1:
+		return nil
+	case n >= 65000 && r.v.sb.HasRoCompat(layout.RoCompatDirNlink):
+		in.LinksCount = 1
+	case n < 2 || n > 0xFFFF:
+		return nil
+	default:
+		in.LinksCount = uint16(n)
+	}
+	return r.writeInode(ino, in)
 }
 
 // unlink replays UNLINK as ext4_fc_replay_unlink does: the entry naming
@@ -806,13 +905,57 @@ func (r *fcReplay) unlink(d layout.FCDentry) error {
 	if err != nil {
 		return err
 	}
+	if in.IsDir() {
+		// An rmdir: Linux logs no tag for the directory itself. An empty
+		// one goes with its blocks and its parent loses the link of its
+		// ".." (Linux's replay drops one link and leaves it unconnected).
+		empty, err := r.dirEmpty(d.Ino)
+		if err != nil {
+			return err
+		}
+		if !empty {
+			if in.LinksCount > 0 {
+				in.LinksCount--
+			}
+			return r.writeInode(d.Ino, in)
+		}
+		in.LinksCount = 0
+		if err := r.freeInode(d.Ino, in); err != nil {
+			return err
+		}
+		return r.addDirLink(d.Parent, -1)
+	}
 	if in.LinksCount > 0 {
 		in.LinksCount--
 	}
-	if in.LinksCount == 0 && !in.IsDir() {
+	if in.LinksCount == 0 {
 		return r.freeInode(d.Ino, in)
 	}
 	return r.writeInode(d.Ino, in)
+}
+
+// dirEmpty reports whether directory ino holds nothing but "." and "..".
+func (r *fcReplay) dirEmpty(ino uint32) (bool, error) {
+	f, err := r.dirFile(ino)
+	if err != nil {
+		return false, err
+	}
+	empty := true
+	ft := r.v.sb.HasIncompat(layout.IncompatFiletype)
+	err = r.dirBlocks(f, func(lblk uint64, b []byte) (bool, error) {
+		err := layout.DirBlock(b, f.physOf(lblk), ino, r.blockHasTail(b), ft, func(e layout.DirEntry) error {
+			if e.Inode != 0 && string(e.Name) != "." && string(e.Name) != ".." {
+				empty = false
+				return errStop
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, errStop) {
+			return false, err
+		}
+		return !empty, nil
+	})
+	return empty, err
 }
 
 // freeInode releases an inode left without links: its blocks (and an
