@@ -34,15 +34,21 @@ import (
 //   - DEL_RANGE: the range is unmapped and its blocks cleared.
 //   - CREAT, LINK: the entry is added with the file type of the inode's
 //     mode unless the name exists (the kernel's -EEXIST); LINK adds a link
-//     to the inode, CREAT sets its count to 1.
+//     to the inode, CREAT sets its count to 1. CREAT of a directory also
+//     writes its first block ("." and "..") as ext4_init_new_dir does, gives
+//     it two links and its parent one more.
 //   - UNLINK: the entry naming the inode is removed (a missing one is fine)
-//     and the inode loses a link; a non-directory left without links is
-//     freed with its blocks, as the kernel's iput evicts it.
+//     and the inode loses a link; a file left without links is freed with
+//     its blocks and xattr block reference, as the kernel's iput evicts it;
+//     an empty directory is freed and its parent loses a link (rmdir).
 //   - HEAD, TAIL, PAD: nothing.
 //
 // e2fsck 1.47.0 leaves link counts to INODE tags, so an unlinked file whose
 // inode Linux did not log stays allocated and unattached; the kernel's way
-// leaves a filesystem e2fsck -fn finds clean. At the end the changed
+// leaves a filesystem e2fsck -fn finds clean. For directories ext4io goes
+// further than Linux 6.18's replay, which leaves a new directory with one
+// link, its parent's count unchanged and a removed directory allocated but
+// unconnected (e2fsck -fn complains after it). At the end the changed
 // bitmaps are written and each changed group's free counts, directory
 // count, unused-inode mark and uninit flags recomputed from them, as
 // ext2fs_calculate_summary_stats does; the superblock totals follow in
@@ -56,9 +62,9 @@ import (
 // Not handled (replay fails with ErrUnsupported, the journal stays as it
 // was): range tags on block-mapped (non-extent) inodes, adding an entry to
 // an htree directory whose leaf is full, freeing a block-mapped inode,
-// bigalloc. Freeing an inode drops its xattr block's reference (freeing the
-// block with the last one) but leaves xattr inodes (ea_inode) alone. CREAT of a directory does not write "." and ".."
-// (the kernel's ext4_init_new_dir).
+// bigalloc, parents with inline data. Freeing an inode leaves xattr inodes
+// (ea_inode) alone. A CREAT of a symlink adds its entry (e2fsck 1.47.0
+// skips it).
 
 // replayFastCommits is the journal.FastCommitReplayer of recover.
 func (v *Volume) replayFastCommits(area journal.FastCommitArea) (int, error) {
