@@ -67,7 +67,8 @@
 // POSIX ACLs are converted between ext4's form and the xattr ABI form.
 //
 // A volume whose journal needs recovery is replayed by Open (in memory for
-// read-only opens) unless Options.NoRecovery is set.
+// read-only opens) unless Options.NoRecovery is set; the fast commits Linux
+// logged after the last full commit are replayed with it (fcreplay.go).
 //
 // On a filesystem with multiple mount protection (mmp), a writable or
 // replaying Open runs the protocol of Linux and e2fsprogs first (at least

@@ -65,6 +65,7 @@ func (v *Volume) recover() error {
 	if err != nil {
 		return err
 	}
+	cfg.FastCommit = v.replayFastCommits
 	j, err := journal.Open(cfg)
 	if errors.Is(err, ErrUnsupported) && !v.opts.Writable && !v.opts.Replay {
 		return fmt.Errorf("ext4io: the journal needs recovery ext4io cannot do (Options.NoRecovery opens the volume without it): %w", err)

@@ -35,7 +35,9 @@
 //
 //	seed = crc32c(~0, s_uuid). The log is the circular area [s_first,
 //	s_maxlen); a transaction is [revoke blocks][descriptor, data...]...[commit]
-//	and may wrap.
+//	and may wrap. With fast_commit (incompat 0x20) the log ends at
+//	s_maxlen - s_num_fc_blks (256 when 0) and ext4's fast commits use
+//	[s_maxlen - s_num_fc_blks + 1, s_maxlen): see fastcommit.go.
 //
 // Invariants:
 //   - A transaction is durable exactly when its commit block is: the commit
@@ -46,6 +48,7 @@
 //   - Home locations hold committed contents only; until a transaction is
 //     checkpointed its blocks are read through Journal.Lookup.
 //
-// Not done (see the report): fast-commit replay (refused with
-// ErrUnsupported), external-journal tests, the logdump-style listing.
+// Fast commits are replayed by the file system through Config.FastCommit
+// (journal/fastcommit.go); writing them is not done. Not done either:
+// external-journal tests, the logdump-style listing.
 package journal

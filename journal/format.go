@@ -30,7 +30,7 @@ const (
 
 	// knownIncompat is every incompat feature this package handles.
 	knownIncompat = FeatureIncompatRevoke | FeatureIncompat64Bit | FeatureIncompatAsyncCommit |
-		FeatureIncompatCsumV2 | FeatureIncompatCsumV3
+		FeatureIncompatCsumV2 | FeatureIncompatCsumV3 | FeatureIncompatFastCommit
 
 	FlagEscape   uint32 = 1 // JBD2_FLAG_ESCAPE: block began with Magic, zeroed in the log
 	FlagSameUUID uint32 = 2 // JBD2_FLAG_SAME_UUID: no 16-byte UUID follows the tag

@@ -36,6 +36,11 @@ type Config struct {
 	BeforeCommit func(tid uint32) error
 	// Now supplies commit timestamps; nil means time.Now.
 	Now func() time.Time
+	// FastCommit, when set, is called by Recover on a journal with the
+	// fast_commit feature, after the log's blocks are written home and
+	// before the journal superblock is emptied (as jbd2 calls
+	// j_fc_replay_callback at the end of PASS_REPLAY); see fastcommit.go.
+	FastCommit FastCommitReplayer
 }
 
 // Journal is a jbd2 journal: recovery, running/committing transactions,
@@ -49,8 +54,11 @@ type Journal struct {
 	bs         int
 	f          Format
 	first      uint32 // first log block (s_first)
-	last       uint32 // one past the last log block (s_maxlen)
-	maxTxn     int    // largest log footprint of one transaction
+	last       uint32 // one past the last log block (s_maxlen, less the fast-commit area)
+	fcFirst    uint32 // first fast-commit block (j_fc_first); 0 without fast_commit
+	fcLast     uint32 // j_fc_last (s_maxlen); fast commits use [fcFirst, fcLast)
+	fcReplay   FastCommitReplayer
+	maxTxn     int // largest log footprint of one transaction
 	interval   time.Duration
 	before     func(uint32) error
 	now        func() time.Time
@@ -129,6 +137,10 @@ func Open(cfg Config) (*Journal, error) {
 	j.sb = *sb
 	j.f = sb.format()
 	j.first, j.last = sb.First, sb.MaxLen
+	if err := j.setFastCommitArea(sb); err != nil {
+		return nil, err
+	}
+	j.fcReplay = cfg.FastCommit
 	j.maxTxn = int(j.last-j.first) / 4
 	j.mu.changed = make(chan struct{})
 	j.mu.nextTid = sb.SeqTail
@@ -264,8 +276,8 @@ func ioErr(err error) error {
 
 // devOffset maps a journal block to a byte offset of Dev.
 func (j *Journal) devOffset(jblk uint32) (int64, error) {
-	if jblk >= j.last {
-		return 0, errs.Corruptf("journal", 0, -1, "log block %d past the journal end %d", jblk, j.last)
+	if end := max(j.last, j.fcLast); jblk >= end {
+		return 0, errs.Corruptf("journal", 0, -1, "log block %d past the journal end %d", jblk, end)
 	}
 	db, err := j.bmap(jblk)
 	if err != nil {

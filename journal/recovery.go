@@ -26,6 +26,9 @@ type RecoveryInfo struct {
 	// its tag checksum and was not written (jbd2 "Invalid checksum
 	// recovering data block").
 	BadBlocks []uint64
+	// FastCommitTags counts the fast-commit tags Config.FastCommit
+	// replayed after the log (0 without fast commits).
+	FastCommitTags int
 }
 
 type passType int
@@ -103,17 +106,32 @@ func (j *Journal) Recover() (RecoveryInfo, error) {
 	}
 	r.info.Transactions = int(r.info.EndSeq - r.info.StartSeq)
 	if err != nil {
-		return r.info, err
+		return r.info, j.recoveryFailed(err)
+	}
+	if err := j.replayFastCommits(&r.info); err != nil {
+		return r.info, j.recoveryFailed(err)
 	}
 	if ferr := j.fsdev.Flush(); ferr != nil {
-		return r.info, fmt.Errorf("journal: flush after replay: %w", ioErr(ferr))
+		return r.info, j.recoveryFailed(fmt.Errorf("journal: flush after replay: %w", ioErr(ferr)))
 	}
 	next := r.info.EndSeq + 1
 	r.info.NextSeq = next
 	if err := j.resetAfterRecovery(next); err != nil {
-		return r.info, err
+		return r.info, j.recoveryFailed(err)
 	}
 	return r.info, r.fatal
+}
+
+// recoveryFailed marks the journal failed after an unfinished recovery, so
+// that Close leaves the on-disk superblock (s_start) as it is: the log still
+// holds what the next recovery must replay. It returns err.
+func (j *Journal) recoveryFailed(err error) error {
+	j.mu.Lock()
+	if j.mu.err == nil {
+		j.mu.err = fmt.Errorf("journal: recovery failed: %w", err)
+	}
+	j.mu.Unlock()
+	return err
 }
 
 // resetAfterRecovery writes the emptied superblock (FUA: write + flush) and
