@@ -65,6 +65,11 @@ func (o *dioOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, err
 	bs, sh := int64(f.v.bs), f.v.bshift
 	lblk := uint64(off) >> sh // offsets are not negative (checkDio)
 	endBlk := uint64(off+length+bs-1) >> sh
+	if flags&(iomap.Direct|iomap.Report) == 0 {
+		// Buffered I/O maps through the page cache's own ops (bufOps):
+		// blocks allocated here would never be mapped.
+		return iomap.Mapping{}, fmt.Errorf("ext4io: inode %d: the normal and overwrite ops serve direct I/O only (flags %#x): %w", f.ino, flags, ErrUnsupported)
+	}
 	if o.shared && flags&iomap.Write != 0 && uint64(off) >= n.diskSize() {
 		return iomap.Mapping{}, errNeedExclusive // the size must move: normal ops
 	}

@@ -63,6 +63,10 @@ func (f *File) IomapOps(kind IomapKind) iomap.Ops {
 // journal operation). Cannot serve: with iomap.OverwriteOnly a hole, or
 // an unwritten block, gives iomap.ErrNeedNormal; with iomap.NoWait a hole
 // gives iomap.ErrWouldBlock (allocation would start a journal handle).
+// Both NormalOps and OverwriteOps serve direct I/O (and Report) requests
+// only: a buffered request (no iomap.Direct, as from an iomap.PageCache)
+// fails with ErrUnsupported, for the file's page cache has ops of its own
+// (delayed allocation, write-back), which are not public.
 func (f *File) NormalOps() iomap.Ops { return &f.dio[0] }
 
 // OverwriteOps returns the file's overwrite mapping ops, ext4's

@@ -78,6 +78,10 @@ func TestPublicIomapOps(t *testing.T) {
 	require.Equal(t, data, got[:len(data)])
 	require.Equal(t, make([]byte, bs), got[len(data):])
 
+	// Buffered requests belong to the page cache's ops.
+	_, err = d.NormalOps().Begin(0, bs, iomap.Write)
+	require.ErrorIs(t, err, ext4io.ErrUnsupported)
+
 	// ReportOps needs no lock of the caller.
 	var exts []iomap.Extent
 	require.NoError(t, iomap.Fiemap(d.ReportOps(), 0, d.Size(), iomap.FiemapOptions{}, func(e iomap.Extent) error {
