@@ -159,25 +159,19 @@ func (l *IOLock) unlockInode() {
 	}
 }
 
-// Unlock releases the lock. end is the file offset just past the last
-// byte the caller wrote under it (0 if it wrote nothing); under
-// IomapNormal a write that ended past the file's size grows it, and the
-// inode is written with the new size and times. err is the I/O's error,
-// returned with Unlock's own: an I/O or corruption error fails the volume
-// as File.WriteAt's would.
-func (l *IOLock) Unlock(end int64, err error) error {
+// Unlock releases the lock. off and n are the file range the caller
+// wrote under it (n = 0 if it wrote nothing: reads, refused writes):
+// under IomapNormal a write that ended past the file's size grows it, and
+// the inode is written with the new size and times. err is the I/O's
+// error, returned with Unlock's own: an I/O or corruption error fails the
+// volume as File.WriteAt's would.
+func (l *IOLock) Unlock(off int64, n int, err error) error {
 	f := l.f
 	if l.kind == IomapReport {
 		return err
 	}
-	if l.kind == IomapNormal {
-		if end > 0 {
-			f.n.wroteLocked(uint64(end))
-			f.touchLocked()
-			if werr := f.v.writeInodeLocked(f.n); err == nil {
-				err = werr
-			}
-		}
+	if l.kind == IomapNormal && n > 0 {
+		err = f.wroteLocked(off, n, err)
 	}
 	l.unlockInode()
 	return f.v.endOpErrAt(l.op, err)

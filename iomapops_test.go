@@ -34,11 +34,7 @@ func TestPublicIomapOps(t *testing.T) {
 		l, err := d.LockIO(kind, off, int64(len(p)))
 		require.NoError(t, err)
 		n, err := iomap.DirectWrite(dev, d.IomapOps(kind), p, off, &iomap.DioOptions{BlockSize: bs, Flags: flags})
-		end := int64(0)
-		if n > 0 {
-			end = off + int64(n)
-		}
-		return n, l.Unlock(end, err)
+		return n, l.Unlock(off, n, err)
 	}
 
 	// A hole: the overwrite ops refuse it, as the normal ops do with the
@@ -74,7 +70,7 @@ func TestPublicIomapOps(t *testing.T) {
 	l, err := d.LockIO(ext4io.IomapOverwrite, 0, int64(len(got)))
 	require.NoError(t, err)
 	_, err = iomap.DirectRead(dev, d.NormalOps(), got, 0, nil)
-	require.NoError(t, l.Unlock(0, err))
+	require.NoError(t, l.Unlock(0, 0, err))
 	require.Equal(t, data, got[:len(data)])
 	require.Equal(t, make([]byte, bs), got[len(data):])
 
