@@ -21,9 +21,15 @@
 //	alloc, journal      block/inode allocation on ext4 bitmaps; jbd2 journal
 //	extent <-> esc      on-disk extent tree; in-memory extent-status cache
 //	iomap               Begin/End mapping ops, direct and buffered I/O
+//	fsprim              glue for engines built on the packages above
+//	                    without this one (allocator, lookup, journal I/O,
+//	                    inodes and directory entries)
 //	ext4io (this)       Volume, File, Format: wires the layers together
 //
-// Lower packages never import higher ones.
+// Lower packages never import higher ones. ext4's own iomap ops are
+// public (File.NormalOps, File.OverwriteOps, File.ReportOps, with
+// File.LockIO for the lock each expects), and ext4iotest holds the test
+// oracles (e2fsck, debugfs, mount) and a crash-point sweep.
 //
 // # Caveats
 //

@@ -9,7 +9,11 @@ import (
 // ReportOps returns the file's report mapping operations, ext4's
 // ext4_iomap_report_ops: Begin maps a range for fiemap and
 // SEEK_DATA/SEEK_HOLE from the extent-status cache and the extent tree,
-// changing nothing. Begin takes the inode lock shared for the lookup.
+// changing nothing. Begin takes the inode lock shared for the lookup, so
+// the caller holds no lock (File.LockIO(IomapReport, ...) takes none).
+// Maps written blocks as Mapped, preallocated ones as Unwritten, delayed
+// (buffered, not yet allocated) ones as Delalloc, the rest as Hole, and
+// inline data as Inline; it allocates nothing and serves every range.
 func (f *File) ReportOps() iomap.Ops { return reportOps{f} }
 
 type reportOps struct{ f *File }

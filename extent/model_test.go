@@ -302,7 +302,7 @@ func (m *modelRun) verify(i int, desc string) {
 					m.fatalf(i, "Lookup(%d) hole %d covers mapped block %d", l, hole, b)
 				}
 			}
-			if end < 1<<32 {
+			if end < EndLblk {
 				if _, ok := m.model[uint32(end)]; !ok {
 					m.fatalf(i, "Lookup(%d) hole %d ends at unmapped block", l, hole)
 				}

@@ -445,8 +445,15 @@ func (t *Tree) firstFromLocked(lblk uint32) ([]pathElem, int, error) {
 
 // Lookup returns the extent holding logical block lblk. If no extent holds
 // it, found is false and holeLen is the number of blocks from lblk to the
-// next extent, or to 2^32 when no extent follows.
+// next extent, or to EndLblk (EXT_MAX_BLOCKS) when no extent follows, as
+// ext4_ext_determine_hole clamps it: lblk+holeLen never passes EndLblk, so
+// a hole fits a uint32 length and an esc.Extent (whose ranges end at or
+// before esc.MaxBlocks, the same bound). For lblk >= EndLblk, a block no
+// extent may map, holeLen is 0.
 func (t *Tree) Lookup(lblk uint32) (e Extent, found bool, holeLen uint64, err error) {
+	if lblk >= EndLblk {
+		return Extent{}, false, 0, nil
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	path, pos, err := t.firstFromLocked(lblk)
@@ -454,7 +461,7 @@ func (t *Tree) Lookup(lblk uint32) (e Extent, found bool, holeLen uint64, err er
 		return Extent{}, false, 0, err
 	}
 	if path == nil {
-		return Extent{}, false, 1<<32 - uint64(lblk), nil
+		return Extent{}, false, EndLblk - uint64(lblk), nil
 	}
 	e = path[len(path)-1].n.ext[pos]
 	if e.Lblk <= lblk {

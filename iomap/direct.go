@@ -28,7 +28,17 @@ type DioOptions struct {
 	// computed it (its logical block size, or its Aligner offset
 	// alignment if larger), saving the device calls per I/O that find it.
 	Align int64
+	// Flags are request flags added to every Begin and End of the
+	// operation, on top of Direct (and Write for writes): NoWait (the Ops
+	// return ErrWouldBlock rather than block) and OverwriteOnly (the Ops
+	// map only ranges they need not allocate or convert, else return
+	// ErrNeedNormal), as the kernel's iomap_dio_rw passes IOMAP_NOWAIT and
+	// IOMAP_OVERWRITE_ONLY. Other flags fail with ErrInvalid.
+	Flags Flags
 }
+
+// dioRequestFlags are the flags DioOptions.Flags may carry.
+const dioRequestFlags = NoWait | OverwriteOnly
 
 // zeroes is a shared source of zero bytes for sub-block zeroing (the
 // kernel's ZERO_PAGE). It is never written.
@@ -74,6 +84,9 @@ func checkDio(what string, dev blockdev.Device, n int, off int64, opt *DioOption
 		return fmt.Errorf("iomap: %s [%d, +%d) not aligned to the device's %d-byte logical block: %w",
 			what, off, n, a, ErrInvalid)
 	}
+	if opt != nil && opt.Flags&^dioRequestFlags != 0 {
+		return fmt.Errorf("iomap: %s: request flags %#x: only NoWait and OverwriteOnly: %w", what, opt.Flags, ErrInvalid)
+	}
 	if opt != nil && opt.BlockSize != 0 && (opt.BlockSize < 0 || opt.BlockSize&(opt.BlockSize-1) != 0) {
 		return fmt.Errorf("iomap: %s: block size %d not a power of two: %w", what, opt.BlockSize, ErrInvalid)
 	}
@@ -94,8 +107,12 @@ func DirectRead(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOptio
 	if err := checkDio("direct read", dev, len(p), off, opt); err != nil {
 		return 0, err
 	}
+	flags := Direct
+	if opt != nil {
+		flags |= opt.Flags
+	}
 	ctr := countersFor(p)
-	c := cursor{ops: ops, pos: off, end: off + int64(len(p)), flags: Direct, ctr: ctr, fused: &ctr.dioReads, fusedDev: &ctr.dioReadsDev}
+	c := cursor{ops: ops, pos: off, end: off + int64(len(p)), flags: flags, ctr: ctr, fused: &ctr.dioReads, fusedDev: &ctr.dioReadsDev}
 	for c.more() {
 		if err := c.begin(); err != nil {
 			return int(c.done), err
@@ -127,14 +144,18 @@ func DirectRead(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOptio
 }
 
 // DirectWrite writes p at file offset off straight to the device
-// (iomap_dio_rw for writes). For each mapping from Begin(Write|Direct) it
+// (iomap_dio_rw for writes). For each mapping from Begin(Write|Direct,
+// plus opt.Flags) it
 // zeroes the uncovered parts of partial blocks of New or Unwritten
 // mappings (when opt.BlockSize is set), issues one WriteAt for the data,
 // calls opt.EndIO for the completed segment, then End with the bytes
 // written. Hole and Delalloc mappings are errors wrapping ErrBadMapping
 // (the Ops must allocate for direct writes). Alignment as for DirectRead.
 // It returns the bytes written and converted before the first error; End
-// and EndIO only ever see completed bytes.
+// and EndIO only ever see completed bytes. Without opt.EndIO, an ops that
+// implements Completer has its EndIO called instead. An overwrite Ops that
+// refuses the rest of the range stops the write with an error matching
+// ErrNeedNormal, after the bytes it did map.
 //
 // DirectWrite is safe for concurrent use if ops and dev are; concurrent
 // sub-block writes into the same New or Unwritten block race on the zeroing
@@ -147,8 +168,13 @@ func DirectWrite(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOpti
 	if opt != nil {
 		o = *opt
 	}
+	if o.EndIO == nil {
+		if c, ok := ops.(Completer); ok {
+			o.EndIO = c.EndIO
+		}
+	}
 	ctr := countersFor(p)
-	c := cursor{ops: ops, pos: off, end: off + int64(len(p)), flags: Write | Direct, ctr: ctr, fused: &ctr.dioWrites, fusedDev: &ctr.dioWritesDev}
+	c := cursor{ops: ops, pos: off, end: off + int64(len(p)), flags: Write | Direct | o.Flags, ctr: ctr, fused: &ctr.dioWrites, fusedDev: &ctr.dioWritesDev}
 	for c.more() {
 		if err := c.begin(); err != nil {
 			return int(c.done), err

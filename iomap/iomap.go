@@ -39,6 +39,20 @@ var (
 	// the offset, and by SeekData and SeekHole for an offset at or past the
 	// size: lseek's ENXIO. It matches syscall.ENXIO with errors.Is.
 	ErrNoData = fmt.Errorf("iomap: no data at or after offset: %w", syscall.ENXIO)
+	// ErrWouldBlock is returned by Begin for a NoWait request that would
+	// block (take a lock held elsewhere, allocate, start a journal
+	// handle): the kernel's -EAGAIN under IOMAP_NOWAIT. It matches
+	// syscall.EAGAIN with errors.Is.
+	ErrWouldBlock = fmt.Errorf("iomap: would block: %w", syscall.EAGAIN)
+	// ErrNeedNormal is returned by an overwrite variant of an Ops (such as
+	// ext4's overwrite ops), and by any Ops given OverwriteOnly, when the
+	// range is not one it serves (a hole, delalloc, past the on-disk size):
+	// the caller retries the rest of the I/O with the normal ops under the
+	// lock those expect. Like ext4's overwrite path returning -EAGAIN, it
+	// wraps ErrWouldBlock (and so syscall.EAGAIN). Iterators return it
+	// with the bytes done before it; nothing of the refused range was
+	// touched.
+	ErrNeedNormal = fmt.Errorf("iomap: range needs the normal ops: %w", ErrWouldBlock)
 )
 
 // Type is the kind of a Mapping. It mirrors the kernel's IOMAP_* types.
@@ -176,6 +190,16 @@ func (m Mapping) String() string {
 type Ops interface {
 	Begin(off, length int64, flags Flags) (Mapping, error)
 	End(off, length, written int64, flags Flags, m Mapping) error
+}
+
+// Completer is an optional interface of Ops: EndIO is their direct-write
+// completion hook (iomap_dio_ops->end_io), with DioOptions.EndIO's
+// contract. DirectWrite calls it when DioOptions.EndIO is nil, so an Ops
+// that must convert unwritten extents or map new blocks at completion
+// (ext4's normal and overwrite ops) works when handed to DirectWrite
+// alone.
+type Completer interface {
+	EndIO(off, n int64, m Mapping) error
 }
 
 // Validator is an optional interface of Ops: Valid reports whether a

@@ -4,7 +4,7 @@
 // Fault injection: New(dev, inj) asks inj before every ReadAt, WriteAt,
 // Flush, ZeroOut and Discard; a non-nil error fails the operation, which
 // then does not reach dev. Injectors compose: OnIndex, After, Always,
-// Random, InRange, Kinds, Any, Toggle, Counter and Func.
+// AfterAny, Random, InRange, Kinds, Any, Toggle, Counter and Func.
 //
 // Crash simulation (this package, not memdev, owns it): NewCrashable(dev)
 // passes every operation through to dev and keeps the durable state on the
@@ -98,6 +98,21 @@ func After(k Kind, n int64) Injector {
 	var seen atomic.Int64
 	return Func(func(op Op) error {
 		if op.Kind == k && seen.Add(1)-1 >= n {
+			return ErrInjected
+		}
+		return nil
+	})
+}
+
+// AfterAny fails every operation of any kind (reads, writes, flushes,
+// zero-outs and discards alike) from the n-th (0-based) on: the device
+// died after n operations. Unlike After, which counts one kind, it finds
+// the first operation of a workload that a dead device fails, whatever
+// its kind.
+func AfterAny(n int64) Injector {
+	var seen atomic.Int64
+	return Func(func(Op) error {
+		if seen.Add(1)-1 >= n {
 			return ErrInjected
 		}
 		return nil

@@ -1,0 +1,178 @@
+package ext4io
+
+import (
+	"fmt"
+	"io/fs"
+
+	"github.com/ext4io/ext4io/iomap"
+)
+
+// ext4's iomap ops as public values: the ops File's own direct I/O runs on,
+// for callers that drive iomap's iterators (DirectWrite, DirectRead,
+// Fiemap, SeekData, SeekHole) themselves.
+
+// IomapKind names one of ext4's three iomap op variants.
+type IomapKind uint8
+
+const (
+	// IomapNormal is ext4_iomap_ops (File.NormalOps).
+	IomapNormal IomapKind = iota
+	// IomapOverwrite is ext4_iomap_overwrite_ops (File.OverwriteOps).
+	IomapOverwrite
+	// IomapReport is ext4_iomap_report_ops (File.ReportOps).
+	IomapReport
+)
+
+func (k IomapKind) String() string {
+	switch k {
+	case IomapNormal:
+		return "normal"
+	case IomapOverwrite:
+		return "overwrite"
+	case IomapReport:
+		return "report"
+	}
+	return fmt.Sprintf("IomapKind(%d)", uint8(k))
+}
+
+// IomapOps returns the file's ops of the given kind: NormalOps,
+// OverwriteOps or ReportOps.
+func (f *File) IomapOps(kind IomapKind) iomap.Ops {
+	switch kind {
+	case IomapNormal:
+		return f.NormalOps()
+	case IomapOverwrite:
+		return f.OverwriteOps()
+	}
+	return f.ReportOps()
+}
+
+// NormalOps returns the file's normal mapping ops, ext4's ext4_iomap_ops,
+// for iomap.DirectWrite and iomap.DirectRead. The value is the one File's
+// own direct writes use; it is valid while the file is open.
+//
+// Maps: written blocks as Mapped, preallocated blocks as Unwritten, and
+// for reads (no iomap.Write) holes as Hole. Allocates: for a write into a
+// hole Begin allocates a run of blocks (up to 32768, one extent) and
+// returns it Mapped with iomap.MapNew; the completion hook (EndIO, the
+// iomap.Completer DirectWrite calls) maps them in the extent tree once the
+// data is on the device, and End frees the blocks no completed write
+// reached. Unwritten blocks are split off for the write at Begin and
+// converted at completion. Lock: the caller holds File.LockIO(IomapNormal,
+// ...) across the whole iterator call (ext4's exclusive i_rwsem, inside a
+// journal operation). Cannot serve: with iomap.OverwriteOnly a hole, or
+// an unwritten block, gives iomap.ErrNeedNormal; with iomap.NoWait a hole
+// gives iomap.ErrWouldBlock (allocation would start a journal handle).
+// Both NormalOps and OverwriteOps serve direct I/O (and Report) requests
+// only: a buffered request (no iomap.Direct, as from an iomap.PageCache)
+// fails with ErrUnsupported, for the file's page cache has ops of its own
+// (delayed allocation, write-back), which are not public.
+func (f *File) NormalOps() iomap.Ops { return &f.dio[0] }
+
+// OverwriteOps returns the file's overwrite mapping ops, ext4's
+// ext4_iomap_overwrite_ops, for iomap.DirectWrite and iomap.DirectRead:
+// the shared-lock fast path of direct writes. The value is the one File's
+// own shared-lock direct writes use; it is valid while the file is open.
+//
+// Maps: written blocks as Mapped and preallocated blocks as Unwritten
+// (their conversion queued for the extent tree at completion, conv.go, or
+// made then under the inode's data lock), all inside the on-disk size.
+// Allocates: nothing; it takes no journal handle for written blocks.
+// Lock: the caller holds File.LockIO(IomapOverwrite, ...) (the shared
+// inode lock, inside a journal operation) across the iterator call.
+// Cannot serve: a hole, delayed blocks, a range past the on-disk size,
+// and with iomap.OverwriteOnly an unwritten block, give
+// iomap.ErrNeedNormal after the bytes already done: the caller unlocks,
+// takes LockIO(IomapNormal, ...) and writes the rest with NormalOps.
+func (f *File) OverwriteOps() iomap.Ops { return &f.dio[1] }
+
+// EndIO is the ops' direct-write completion hook (iomap.Completer):
+// [off, off+n) of m is on the device.
+func (o *dioOps) EndIO(off, n int64, m iomap.Mapping) error { return o.endIO(off, n, m) }
+
+var _ iomap.Completer = (*dioOps)(nil)
+
+// IOLock is what a File's iomap ops expect their caller to hold, taken by
+// File.LockIO and released by Unlock. An IOLock is used by one goroutine.
+type IOLock struct {
+	f      *File
+	kind   IomapKind
+	stripe int // the inode-lock stripe of a shared lock
+	op     int // the journal-operation stripe
+}
+
+// LockIO takes what the ops of kind expect for I/O on [off, off+length):
+// it writes back dirty cached pages of the range first (direct I/O must
+// not race the page cache), then enters a journal operation and takes
+// the inode lock, exclusive for IomapNormal (and applies the conversions
+// queued by earlier shared writes) or shared for IomapOverwrite. For
+// IomapReport it takes nothing: ReportOps' Begin locks for itself. For
+// the write kinds the file must be writable (an extent-mapped regular
+// file on a writable volume); reads may also use IomapOverwrite's shared
+// lock with either ops.
+func (f *File) LockIO(kind IomapKind, off, length int64) (*IOLock, error) {
+	l := &IOLock{f: f, kind: kind}
+	if kind == IomapReport {
+		return l, nil
+	}
+	if err := f.writable("lock"); err != nil {
+		return nil, err
+	}
+	if err := f.checkRange("lock", off, length); err != nil {
+		return nil, err
+	}
+	for {
+		if err := f.flushCache(off, off+length); err != nil {
+			return nil, &fs.PathError{Op: "lock", Path: f.name, Err: err}
+		}
+		l.op = f.v.beginOpAt(0)
+		if kind == IomapNormal {
+			f.n.mu.Lock()
+		} else {
+			l.stripe = f.n.mu.RLockAt(0)
+		}
+		if f.cacheCleanLocked(off, off+length) {
+			break
+		}
+		l.unlockInode() // a buffered write dirtied the range again
+		if err := f.v.endOpErrAt(l.op, nil); err != nil {
+			return nil, err
+		}
+	}
+	if kind == IomapNormal {
+		if err := f.v.applyConversionsLocked(f.n); err != nil {
+			l.unlockInode()
+			return nil, f.v.endOpErrAt(l.op, err)
+		}
+		f.v.stats.exclusive.Add(1)
+	} else {
+		f.v.touch.stamp(f.n) // the times, as a shared direct write sets them
+	}
+	return l, nil
+}
+
+func (l *IOLock) unlockInode() {
+	if l.kind == IomapNormal {
+		l.f.n.mu.Unlock()
+	} else {
+		l.f.n.mu.RUnlockAt(l.stripe)
+	}
+}
+
+// Unlock releases the lock. off and n are the file range the caller
+// wrote under it (n = 0 if it wrote nothing: reads, refused writes):
+// under IomapNormal a write that ended past the file's size grows it, and
+// the inode is written with the new size and times. err is the I/O's
+// error, returned with Unlock's own: an I/O or corruption error fails the
+// volume as File.WriteAt's would.
+func (l *IOLock) Unlock(off int64, n int, err error) error {
+	f := l.f
+	if l.kind == IomapReport {
+		return err
+	}
+	if l.kind == IomapNormal && n > 0 {
+		err = f.wroteLocked(off, n, err)
+	}
+	l.unlockInode()
+	return f.v.endOpErrAt(l.op, err)
+}
