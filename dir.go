@@ -284,12 +284,28 @@ func (f *File) lookupName(name string) (layout.DirEntry, error) {
 		err = f.scanDir(match)
 	}
 	if errors.Is(err, errStop) {
+		if err := f.v.checkEntryIno(f.ino, found); err != nil {
+			return layout.DirEntry{}, err
+		}
 		return found, nil
 	}
 	if err != nil {
 		return layout.DirEntry{}, err
 	}
 	return layout.DirEntry{}, ErrNotFound
+}
+
+// checkEntryIno refuses an entry of directory dir that names an inode no
+// entry may name, as ext4_lookup does (ext4_valid_inum): a reserved inode
+// other than the root (the resize inode, the journal, ...), or one past
+// the inode count. "." and ".." are checked like any other name.
+func (v *Volume) checkEntryIno(dir uint32, e layout.DirEntry) error {
+	ino := e.Inode
+	if ino == layout.RootIno || ino >= v.sb.FirstInode() && ino <= v.sb.InodesCount {
+		return nil
+	}
+	return &errs.CorruptError{What: "directory entry", Ino: dir, Off: -1,
+		Msg: fmt.Sprintf("entry %q names inode %d, which no entry may name", e.Name, ino)}
 }
 
 // dxLookup walks the htree index to the leaf (and any continuation leaves

@@ -559,3 +559,32 @@ func TestBrokenJournalInodeZone(t *testing.T) {
 		t.Errorf("ReadFile: %q, %v", b, err)
 	}
 }
+
+// TestHostileEntryNamesReservedInode: a directory entry that names the
+// resize inode (7) or the journal (8) is corruption, as ext4_lookup's
+// ext4_valid_inum says: lookups and removals refuse it and the reserved
+// inode is left alone.
+func TestHostileEntryNamesReservedInode(t *testing.T) {
+	for _, ino := range []int{7, 8} {
+		t.Run(fmt.Sprint(ino), func(t *testing.T) {
+			img := filepath.Join(t.TempDir(), "img")
+			e2fs.Mkfs(t, img, "16M", "-b", "1024")
+			e2fs.Debugfs(t, img, true, fmt.Sprintf("ln <%d> victim", ino))
+			before := e2fs.Debugfs(t, img, false, fmt.Sprintf("stat <%d>", ino))
+			v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := v.Stat("victim"); !errors.Is(err, ext4io.ErrCorrupt) {
+				t.Errorf("Stat: %v, want ErrCorrupt", err)
+			}
+			if err := v.Unlink("victim"); !errors.Is(err, ext4io.ErrCorrupt) {
+				t.Errorf("Unlink: %v, want ErrCorrupt", err)
+			}
+			v.Close()
+			if after := e2fs.Debugfs(t, img, false, fmt.Sprintf("stat <%d>", ino)); after != before {
+				t.Errorf("inode %d changed:\n%s\n->\n%s", ino, before, after)
+			}
+		})
+	}
+}
