@@ -35,7 +35,7 @@
 //     round is treated as a crash;
 //   - ENOSPC: the workers fill the volume until ErrNoSpace; after Close the
 //     image must be e2fsck-clean and match the model exactly.
-//   - file (about one round in nine): the device is an image file opened
+//   - file (about one round in eleven): the device is an image file opened
 //     with blockdev.OpenFile, and the contender also opens the file
 //     through a second blockdev.OpenFile, which must be refused too; after
 //     Close the image must be e2fsck-clean and match the model exactly.
@@ -313,6 +313,7 @@ func (r *runner) doRound(seed uint64) ([]*worker, *memdev.Device, error) {
 	err = contend(c, func() error { return runWorkers(ws, r.cfg.CrashEvery/r.cfg.Goroutines, kind == "fault") })
 	r.sum.RefusedOpens += c.refused
 	r.sum.ReadOnlyOpens += c.readOnly
+	fmt.Fprintf(r.cfg.Log, "round %d: refused-opens=%d ro-opens=%d\n", r.round, c.refused, c.readOnly)
 	for _, w := range ws {
 		r.sum.Operations += w.ops
 		r.sum.XattrOps += w.xops
