@@ -2,6 +2,7 @@ package torture
 
 import (
 	"bytes"
+	"maps"
 	"os"
 	"os/exec"
 	"strconv"
@@ -109,6 +110,32 @@ func TestSecondWriterIsReported(t *testing.T) {
 		t.Fatal("a second writer that got in was not reported")
 	}
 	for _, s := range []string{"seed 7", "second writer", "succeeded", "ext4io torture --seed 7"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q lacks %q", err, s)
+		}
+	}
+}
+
+// TestBrokenXattrModelIsReported proves the xattr check can fail: an
+// attribute the model wrongly expects must be reported with the seed.
+func TestBrokenXattrModelIsReported(t *testing.T) {
+	testHookExpectX = func(name string, cands []xset) []xset {
+		for i, c := range cands {
+			c = maps.Clone(c)
+			if c == nil {
+				c = xset{}
+			}
+			c["user.bogus"] = []byte("x")
+			cands[i] = c
+		}
+		return cands
+	}
+	defer func() { testHookExpectX = nil }()
+	_, err := Run(Config{Seed: 7, Duration: 10 * time.Second, Goroutines: 2, DeviceSize: 16 << 20, CrashEvery: 100, Dir: t.TempDir()})
+	if err == nil {
+		t.Fatal("a broken xattr model was not reported")
+	}
+	for _, s := range []string{"seed 7", "extended attributes", "user.bogus", "ext4io torture --seed 7"} {
 		if !strings.Contains(err.Error(), s) {
 			t.Errorf("error %q lacks %q", err, s)
 		}
