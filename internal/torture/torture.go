@@ -209,7 +209,9 @@ func (r *runner) doRound(seed uint64) ([]*worker, *memdev.Device, error) {
 	rng := rand.New(rand.NewPCG(seed, seed>>1))
 	formatted := ""
 	if r.dev == nil || rng.IntN(4) == 0 {
-		r.dev = memdev.NewBlockSize(r.cfg.DeviceSize, 4096)
+		// A logical block no larger than the file system's, as Linux
+		// requires to mount it: Direct writes are block-aligned.
+		r.dev = memdev.NewBlockSize(r.cfg.DeviceSize, min(r.cfg.BlockSize, 4096))
 		formatted = " formatted"
 		if seed>>40&1 == 0 { // not from rng: its draws stay as they were
 			// Random bytes in every block mkfs leaves alone: a stale
