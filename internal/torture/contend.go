@@ -16,10 +16,12 @@ import (
 var testHookSecondWriter func(blockdev.Device) blockdev.Device
 
 // contender opens the round's device beside its writable Volume, from its
-// own goroutine, at random moments: a second writable open must fail with
-// ErrBusy (one writer per image: blockdev.Claim), and must leave the
-// writer undisturbed; a read-only open must work (open, stat the root,
-// close). It is used by one goroutine.
+// own goroutine, at random moments: a second writer (Open with Writable or
+// Replay, Format, and for file-backed rounds Open of another
+// blockdev.OpenFile of the image) must fail with ErrBusy (one writer per
+// image: blockdev.Claim), and must leave the writer undisturbed; a
+// read-only open must work (open, stat the root, close). It is used by one
+// goroutine.
 type contender struct {
 	dev  blockdev.Device // the Device value the writer opened
 	path string          // file-backed rounds: the image file; "": none
@@ -51,10 +53,23 @@ func (c *contender) run(stop <-chan struct{}) {
 
 // once makes one attempt, of a kind drawn at random.
 func (c *contender) once() error {
-	switch k := c.rng.IntN(4); {
-	case k == 0:
+	switch k := c.rng.IntN(8); {
+	case k < 2:
 		return c.readOnlyOpen()
-	case k == 1 && c.path != "":
+	case k == 2:
+		// Replay writes the journal home: it claims the device too.
+		return c.refuse(func() error {
+			v, err := ext4io.Open(c.dev, ext4io.Options{Replay: true})
+			if err == nil {
+				v.Close()
+			}
+			return err
+		}, "Open(Replay) of the writer's device")
+	case k == 3:
+		return c.refuse(func() error {
+			return ext4io.Format(c.dev, ext4io.FormatOptions{BlockSize: 1024})
+		}, "Format of the writer's device")
+	case k == 4 && c.path != "":
 		// Another Device on the same file: the claim is keyed by the
 		// file's identity (and flock), not by the Device value.
 		fdev, err := blockdev.OpenFile(c.path, false)
@@ -73,9 +88,19 @@ func (c *contender) writable(dev blockdev.Device, how string) error {
 	if testHookSecondWriter != nil {
 		dev = testHookSecondWriter(dev)
 	}
-	v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
+	return c.refuse(func() error {
+		v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
+		if err == nil {
+			v.Close()
+		}
+		return err
+	}, how)
+}
+
+// refuse runs call, a second writer, which must fail with ErrBusy.
+func (c *contender) refuse(call func() error, how string) error {
+	err := call()
 	if err == nil {
-		v.Close()
 		return fmt.Errorf("second writer: %s beside the round's writable Volume succeeded", how)
 	}
 	if !errors.Is(err, ext4io.ErrBusy) {
