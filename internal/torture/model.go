@@ -52,6 +52,7 @@ type worker struct {
 	stopped bool            // an I/O error ended the worker's round
 	ops     int
 	xops    int    // xattr calls
+	xsteps  int    // steps that were xattr operations (runWorkers does not count them)
 	shared  []xset // attribute sets shared by the round's workers; immutable
 	log     []string
 	fill    bool // ENOSPC round: end with a fill phase
@@ -264,6 +265,7 @@ func (w *worker) step(faults bool) error {
 	w.ops++
 	m := w.pickFile()
 	if m != nil && w.rng.IntN(100) < 20 {
+		w.xsteps++
 		return w.xattrStep(m, faults)
 	}
 	k := w.rng.IntN(100)
@@ -647,7 +649,9 @@ func readAll(v *ext4io.Volume, name string) ([]byte, error) {
 	return got, nil
 }
 
-// runWorkers runs n ops on each worker concurrently.
+// runWorkers runs n ops on each worker concurrently, xattr operations not
+// counted: they come on top, so that a round does as many data and
+// namespace operations (and syncs) as before they were added.
 func runWorkers(ws []*worker, n int, faults bool) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(ws))
@@ -655,10 +659,14 @@ func runWorkers(ws []*worker, n int, faults bool) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for j := 0; j < n && !w.stopped; j++ {
+			for j := 0; j < n && !w.stopped; {
+				x := w.xsteps
 				if err := w.step(faults); err != nil {
 					errs[i] = err
 					return
+				}
+				if w.xsteps == x {
+					j++
 				}
 			}
 		}()

@@ -35,7 +35,7 @@
 //     round is treated as a crash;
 //   - ENOSPC: the workers fill the volume until ErrNoSpace; after Close the
 //     image must be e2fsck-clean and match the model exactly.
-//   - file (about one round in eleven): the device is an image file opened
+//   - file (about one round in twenty): the device is an image file opened
 //     with blockdev.OpenFile, and the contender also opens the file
 //     through a second blockdev.OpenFile, which must be refused too; after
 //     Close the image must be e2fsck-clean and match the model exactly.
@@ -232,7 +232,7 @@ func (r *runner) doRound(seed uint64) ([]*worker, *memdev.Device, error) {
 	case rng.IntN(8) == 0:
 		kind = "enospc"
 		r.sum.ENOSPCRounds++
-	case seed>>41&7 == 0: // not from rng, as above
+	case seed>>41&15 == 0: // not from rng, as above
 		// On an image file (blockdev.OpenFile), which a second Device on
 		// the same file must not open for writing either; no crash
 		// points (the Recorder sees no writes), a clean Close instead.
