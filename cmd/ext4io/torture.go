@@ -16,7 +16,11 @@ func init() {
 	}
 }
 
-// cmdTorture runs the crash/fault/ENOSPC torture harness (internal/torture).
+// cmdTorture runs the crash/fault/ENOSPC/file-backed torture harness
+// (internal/torture): data, namespace and xattr operations, with a second
+// writer that must be refused (ErrBusy) and read-only opens beside each
+// round's writable Volume. The summary counts them (refused-opens,
+// ro-opens, xattr-ops).
 func cmdTorture(args []string, w io.Writer) error {
 	fs := newFlags("torture")
 	dur := fs.Duration("duration", 30*time.Second, "how long to run")

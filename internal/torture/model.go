@@ -29,6 +29,11 @@ type mfile struct {
 	direct bool
 	data   []byte // current contents
 	synced []byte // contents known durable; nil: nothing known
+	xattrs xset   // current extended attributes; nil: none
+	// xcands holds the attribute sets the file may have after a crash:
+	// the one of its last sync, then each one an operation since set
+	// (xattr operations are atomic). nil: nothing known.
+	xcands []xset
 }
 
 // worker runs random operations in its own directory and models them. It is
@@ -46,6 +51,9 @@ type worker struct {
 	changed map[string]bool // names touched since the last Volume.Sync
 	stopped bool            // an I/O error ended the worker's round
 	ops     int
+	xops    int    // xattr calls
+	xsteps  int    // steps that were xattr operations (runWorkers does not count them)
+	shared  []xset // attribute sets shared by the round's workers; immutable
 	log     []string
 	fill    bool // ENOSPC round: end with a fill phase
 
@@ -108,6 +116,7 @@ type snap struct {
 	synced  map[string]bool   // names at the last Volume.Sync; shared, never mutated
 	changed map[string]bool   // names touched since; a copy
 	content map[string][]byte // name -> durable contents; shared slices, never mutated
+	xattrs  map[string][]xset // name -> possible attribute sets (mfile.xcands); shared, never mutated
 }
 
 func newWorker(v *ext4io.Volume, dir string, seed uint64, bs int) *worker {
@@ -127,14 +136,18 @@ func (w *worker) now() int {
 // uncertain are left out (an operation in flight may change them).
 func (w *worker) snapshot(pre bool, op string, uncertain ...string) snap {
 	s := snap{idx: w.now(), pre: pre, op: op, volSync: w.volSync, synced: w.synced,
-		changed: maps.Clone(w.changed), content: make(map[string][]byte, len(w.files))}
+		changed: maps.Clone(w.changed), content: make(map[string][]byte, len(w.files)), xattrs: map[string][]xset{}}
 	for n, m := range w.files {
 		if m.synced != nil {
 			s.content[n] = m.synced
 		}
+		if m.xcands != nil {
+			s.xattrs[n] = slices.Clip(m.xcands)
+		}
 	}
 	for _, n := range uncertain {
 		delete(s.content, n)
+		delete(s.xattrs, n)
 	}
 	return s
 }
@@ -251,6 +264,10 @@ const maxFile = 256 << 10
 func (w *worker) step(faults bool) error {
 	w.ops++
 	m := w.pickFile()
+	if m != nil && w.rng.IntN(100) < 20 {
+		w.xsteps++
+		return w.xattrStep(m, faults)
+	}
 	k := w.rng.IntN(100)
 	if m == nil || len(w.files) < 2 && k < 50 {
 		k = 0
@@ -330,6 +347,7 @@ func (w *worker) step(faults bool) error {
 		w.logf("%s", op)
 		w.touch(m.name, to)
 		m.synced = nil
+		m.xcands = nil
 		w.pre(op, to)
 		if err = w.v.Rename(path.Join(w.dir, m.name), path.Join(w.dir, to)); err == nil {
 			if o := w.files[to]; o != nil {
@@ -344,6 +362,7 @@ func (w *worker) step(faults bool) error {
 		w.logf("%s", op)
 		w.touch(m.name)
 		m.synced = nil
+		m.xcands = nil
 		w.pre(op)
 		if err = w.v.Unlink(path.Join(w.dir, m.name)); err == nil {
 			m.f.Close()
@@ -383,6 +402,7 @@ func (w *worker) step(faults bool) error {
 			if m.synced == nil {
 				m.synced = []byte{}
 			}
+			m.syncX()
 		}
 	default: // volume sync
 		op = "syncfs"
@@ -412,6 +432,7 @@ func (w *worker) syncAll() {
 		if m.synced == nil {
 			m.synced = []byte{}
 		}
+		m.syncX()
 	}
 	for n := range w.dirs {
 		w.synced[n] = true
@@ -481,10 +502,11 @@ func (w *worker) check(v *ext4io.Volume, durable bool) error {
 	if durable {
 		return w.checkAt(v, w.snapshot(false, "now"))
 	}
-	all := snap{volSync: true, synced: map[string]bool{}, changed: map[string]bool{}, content: map[string][]byte{}}
+	all := snap{volSync: true, synced: map[string]bool{}, changed: map[string]bool{}, content: map[string][]byte{}, xattrs: map[string][]xset{}}
 	for n, m := range w.files {
 		all.synced[n] = true
 		all.content[n] = m.data
+		all.xattrs[n] = []xset{m.xattrs}
 	}
 	for n := range w.dirs {
 		all.synced[n] = true
@@ -546,6 +568,11 @@ func (w *worker) compare(v *ext4io.Volume, s snap, durable bool) error {
 				i++
 			}
 			return fmt.Errorf("%s: contents differ (durable=%v): size %d want %d, first difference at byte %d", name, durable, len(got), len(want), i)
+		}
+	}
+	for _, n := range slices.Sorted(maps.Keys(s.xattrs)) {
+		if err := compareX(v, path.Join(w.dir, n), s.xattrs[n]); err != nil {
+			return fmt.Errorf("durable=%v: %w", durable, err)
 		}
 	}
 	return nil
@@ -622,7 +649,9 @@ func readAll(v *ext4io.Volume, name string) ([]byte, error) {
 	return got, nil
 }
 
-// runWorkers runs n ops on each worker concurrently.
+// runWorkers runs n ops on each worker concurrently, xattr operations not
+// counted: they come on top, so that a round does as many data and
+// namespace operations (and syncs) as before they were added.
 func runWorkers(ws []*worker, n int, faults bool) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(ws))
@@ -630,10 +659,14 @@ func runWorkers(ws []*worker, n int, faults bool) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for j := 0; j < n && !w.stopped; j++ {
+			for j := 0; j < n && !w.stopped; {
+				x := w.xsteps
 				if err := w.step(faults); err != nil {
 					errs[i] = err
 					return
+				}
+				if w.xsteps == x {
+					j++
 				}
 			}
 		}()

@@ -3,6 +3,9 @@ package torture
 import (
 	"bytes"
 	"testing"
+
+	"github.com/ext4io/ext4io"
+	"github.com/ext4io/ext4io/blockdev/memdev"
 )
 
 // TestSnapshotAt: a crash after log entry p sees the state after every
@@ -67,5 +70,51 @@ func TestKnownBlocks(t *testing.T) {
 	}
 	if w.known(w.randBytes(4096)) {
 		t.Error("random data is known")
+	}
+}
+
+// TestCompareX: a file's attributes must equal one of the candidate sets,
+// values included; an extra, a missing or a changed attribute fails.
+func TestCompareX(t *testing.T) {
+	dev := memdev.New(8 << 20)
+	if err := ext4io.Format(dev, ext4io.FormatOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	f, err := v.Create("/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	big := bytes.Repeat([]byte{7}, 2000) // in the external block
+	if err := v.Setxattr("/f", "user.a", []byte("1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Setxattr("/f", "trusted.b", big, 0); err != nil {
+		t.Fatal(err)
+	}
+	have := xset{"user.a": []byte("1"), "trusted.b": big}
+	for _, c := range []struct {
+		name  string
+		cands []xset
+		ok    bool
+	}{
+		{"equal", []xset{have}, true},
+		{"one of several", []xset{{}, {"user.a": []byte("1")}, have}, true},
+		{"none", []xset{nil}, false},
+		{"missing one", []xset{{"user.a": []byte("1")}}, false},
+		{"extra one", []xset{{"user.a": []byte("1"), "trusted.b": big, "user.c": nil}}, false},
+		{"value differs", []xset{{"user.a": []byte("2"), "trusted.b": big}}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := compareX(v, "/f", c.cands)
+			if (err == nil) != c.ok {
+				t.Fatalf("compareX: %v, want ok=%v", err, c.ok)
+			}
+		})
 	}
 }

@@ -5,8 +5,15 @@
 // A round formats a device (half the time filled with random bytes first)
 // or continues on the previous round's recovered image, opens it writable and runs random operations (create, buffered
 // and Direct writes, truncate, every implemented fallocate mode, rename,
-// unlink, mkdir/rmdir, File.Sync, Volume.Sync) from several goroutines, each
-// in its own directory, then closes the volume. Then one of:
+// unlink, mkdir/rmdir, File.Sync, Volume.Sync, and Setxattr (create,
+// replace, plain; values from 0 to about 3000 bytes, in the inode or the
+// external block; whole attribute sets the round's workers share, so that
+// external blocks get h_refcount > 1), Getxattr, Listxattr, Removexattr)
+// from several goroutines, each in its own directory, then closes the
+// volume. Beside the workers a contender goroutine opens the device at
+// random moments: a second writable open must fail with ErrBusy every time
+// and leave the writer undisturbed, and a read-only open (stat of the
+// root) must work. Then one of:
 //
 //   - crash: an errordev.Recorder logged every write, zero-out, discard and
 //     flush of the round (the Open and the Close included); CrashPoints
@@ -28,6 +35,14 @@
 //     round is treated as a crash;
 //   - ENOSPC: the workers fill the volume until ErrNoSpace; after Close the
 //     image must be e2fsck-clean and match the model exactly.
+//   - file (about one round in twenty): the device is an image file opened
+//     with blockdev.OpenFile, and the contender also opens the file
+//     through a second blockdev.OpenFile, which must be refused too; after
+//     Close the image must be e2fsck-clean and match the model exactly.
+//
+// Extended attributes are modeled per file: after a crash, Listxattr and
+// Getxattr must give one of the sets the file had between its last sync
+// (File.Sync or Volume.Sync) and the crash point.
 //
 // Invariants checked: a synced state survives a crash at any point, and no
 // crash exposes stale blocks. Goroutine interleaving is not deterministic,
@@ -91,12 +106,18 @@ type Summary struct {
 	RecoveredByE2fsck, E2fsckRuns int
 	IOErrorsInjected, FaultRounds int
 	ENOSPCRounds, Failures        int
+	// RefusedOpens counts second writable opens beside a round's writer,
+	// each refused with ErrBusy; ReadOnlyOpens the read-only opens beside
+	// it that worked.
+	RefusedOpens, ReadOnlyOpens int
+	FileRounds                  int // rounds on a file-backed device (blockdev.OpenFile)
+	XattrOps                    int // Setxattr, Getxattr, Listxattr, Removexattr calls
 }
 
 func (s Summary) String() string {
-	return fmt.Sprintf("rounds=%d ops=%d device-ops=%d crashes=%d (at a flush %d) recovered(ext4io)=%d recovered(e2fsck)=%d e2fsck-runs=%d fault-rounds=%d io-errors=%d enospc-rounds=%d failures=%d",
-		s.Rounds, s.Operations, s.DeviceOps, s.Crashes, s.CrashPointsAtFlush, s.RecoveredByExt4io, s.RecoveredByE2fsck, s.E2fsckRuns,
-		s.FaultRounds, s.IOErrorsInjected, s.ENOSPCRounds, s.Failures)
+	return fmt.Sprintf("rounds=%d ops=%d xattr-ops=%d device-ops=%d crashes=%d (at a flush %d) recovered(ext4io)=%d recovered(e2fsck)=%d e2fsck-runs=%d fault-rounds=%d io-errors=%d enospc-rounds=%d file-rounds=%d refused-opens=%d ro-opens=%d failures=%d",
+		s.Rounds, s.Operations, s.XattrOps, s.DeviceOps, s.Crashes, s.CrashPointsAtFlush, s.RecoveredByExt4io, s.RecoveredByE2fsck, s.E2fsckRuns,
+		s.FaultRounds, s.IOErrorsInjected, s.ENOSPCRounds, s.FileRounds, s.RefusedOpens, s.ReadOnlyOpens, s.Failures)
 }
 
 // runner is the state of one Run; used by one goroutine.
@@ -188,7 +209,9 @@ func (r *runner) doRound(seed uint64) ([]*worker, *memdev.Device, error) {
 	rng := rand.New(rand.NewPCG(seed, seed>>1))
 	formatted := ""
 	if r.dev == nil || rng.IntN(4) == 0 {
-		r.dev = memdev.NewBlockSize(r.cfg.DeviceSize, 4096)
+		// A logical block no larger than the file system's, as Linux
+		// requires to mount it: Direct writes are block-aligned.
+		r.dev = memdev.NewBlockSize(r.cfg.DeviceSize, min(r.cfg.BlockSize, 4096))
 		formatted = " formatted"
 		if seed>>40&1 == 0 { // not from rng: its draws stay as they were
 			// Random bytes in every block mkfs leaves alone: a stale
@@ -209,6 +232,12 @@ func (r *runner) doRound(seed uint64) ([]*worker, *memdev.Device, error) {
 	case rng.IntN(8) == 0:
 		kind = "enospc"
 		r.sum.ENOSPCRounds++
+	case seed>>41&15 == 0: // not from rng, as above
+		// On an image file (blockdev.OpenFile), which a second Device on
+		// the same file must not open for writing either; no crash
+		// points (the Recorder sees no writes), a clean Close instead.
+		kind = "file"
+		r.sum.FileRounds++
 	}
 	start, err := r.dev.Clone()
 	if err != nil {
@@ -221,8 +250,18 @@ func (r *runner) doRound(seed uint64) ([]*worker, *memdev.Device, error) {
 	toggle := errordev.NewToggle(errordev.Kinds(errordev.Random(seed, 0.002+rng.Float64()*0.02), errordev.Write, errordev.Flush, errordev.ZeroOut))
 	counter := errordev.NewCounter(toggle)
 	var dev blockdev.Device = rec
-	if kind == "fault" {
+	var fdev *blockdev.File
+	var imgPath string
+	switch kind {
+	case "fault":
 		dev = errordev.New(rec, counter)
+	case "file":
+		if fdev, imgPath, err = fileDevice(r.dev); err != nil {
+			return nil, start, err
+		}
+		defer os.Remove(imgPath)
+		defer fdev.Close()
+		dev = fdev
 	}
 	// The write paths for preallocated space: conversions queued for the
 	// next commit (the default), made in the write (split at submission,
@@ -244,8 +283,10 @@ func (r *runner) doRound(seed uint64) ([]*worker, *memdev.Device, error) {
 		return nil, start, fmt.Errorf("open writable: %w", err)
 	}
 	ws := make([]*worker, r.cfg.Goroutines)
+	shared := sharedSets(rand.New(rand.NewPCG(seed, 0x78617474)), 2, r.cfg.BlockSize)
 	for i := range ws {
 		ws[i] = newWorker(v, fmt.Sprintf("/r%dg%d", r.round, i), rng.Uint64(), r.cfg.BlockSize)
+		ws[i].shared = shared
 		ws[i].clock = rec.Len
 		if err := v.Mkdir(ws[i].dir, 0o755); err != nil {
 			if errors.Is(err, ext4io.ErrNoSpace) {
@@ -268,9 +309,16 @@ func (r *runner) doRound(seed uint64) ([]*worker, *memdev.Device, error) {
 	if kind == "fault" {
 		toggle.Enable()
 	}
-	err = runWorkers(ws, r.cfg.CrashEvery/r.cfg.Goroutines, kind == "fault")
+	// A second writer at random moments of the round must be refused,
+	// and read-only opens beside the writer must work.
+	c := &contender{dev: dev, path: imgPath, rng: rand.New(rand.NewPCG(seed, 0x636f6e74))}
+	err = contend(c, func() error { return runWorkers(ws, r.cfg.CrashEvery/r.cfg.Goroutines, kind == "fault") })
+	r.sum.RefusedOpens += c.refused
+	r.sum.ReadOnlyOpens += c.readOnly
+	fmt.Fprintf(r.cfg.Log, "round %d: refused-opens=%d ro-opens=%d\n", r.round, c.refused, c.readOnly)
 	for _, w := range ws {
 		r.sum.Operations += w.ops
+		r.sum.XattrOps += w.xops
 	}
 	r.sum.IOErrorsInjected += int(counter.Failed(errordev.Write) + counter.Failed(errordev.Flush) + counter.Failed(errordev.ZeroOut))
 	if err != nil {
@@ -280,6 +328,9 @@ func (r *runner) doRound(seed uint64) ([]*worker, *memdev.Device, error) {
 	}
 	if kind == "enospc" {
 		return ws, nil, r.enospc(v, ws)
+	}
+	if kind == "file" {
+		return ws, nil, r.fileRound(v, ws, imgPath)
 	}
 	// Close is part of the log: its commit, checkpoint and journal
 	// superblock update are crash points too.
@@ -362,6 +413,56 @@ func (r *runner) enospc(v *ext4io.Volume, ws []*worker) error {
 		}
 	}
 	r.dev = nil // full: format next round
+	return nil
+}
+
+// fileDevice saves img to a temporary file and opens it as a Device.
+func fileDevice(img *memdev.Device) (*blockdev.File, string, error) {
+	f, err := os.CreateTemp("", "torture-file-*.img")
+	if err != nil {
+		return nil, "", err
+	}
+	name := f.Name()
+	f.Close()
+	if err := saveImage(img, name); err != nil {
+		os.Remove(name)
+		return nil, "", err
+	}
+	fdev, err := blockdev.OpenFile(name, false)
+	if err != nil {
+		os.Remove(name)
+		return nil, "", fmt.Errorf("blockdev.OpenFile: %w", err)
+	}
+	return fdev, name, nil
+}
+
+// fileRound closes a file-backed round's volume, copies the image back
+// into r.dev (the Device on it stays open: pwrite went to the host's
+// page cache, which reads see) and checks it: e2fsck-clean and equal to the model.
+func (r *runner) fileRound(v *ext4io.Volume, ws []*worker, name string) error {
+	if err := v.Close(); err != nil && !errors.Is(err, ext4io.ErrNoSpace) {
+		return fmt.Errorf("close: %w", err)
+	}
+	if err := loadImage(r.dev, name); err != nil {
+		return err
+	}
+	img, err := r.dev.Clone()
+	if err != nil {
+		return err
+	}
+	if err := r.fsckN(img); err != nil {
+		return fmt.Errorf("file-backed round: %w", err)
+	}
+	v2, err := ext4io.Open(img, ext4io.Options{})
+	if err != nil {
+		return fmt.Errorf("reopen after a file-backed round: %w", err)
+	}
+	defer v2.Close()
+	for _, w := range ws {
+		if err := w.check(v2, false); err != nil {
+			return fmt.Errorf("file-backed round: %w", err)
+		}
+	}
 	return nil
 }
 

@@ -2,12 +2,16 @@ package torture
 
 import (
 	"bytes"
+	"maps"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ext4io/ext4io/blockdev"
+	"github.com/ext4io/ext4io/blockdev/memdev"
 )
 
 func hasFsck() bool { _, err := exec.LookPath("e2fsck"); return err == nil }
@@ -85,5 +89,55 @@ func TestRoundSeed(t *testing.T) {
 	}
 	if sum.Rounds != 1 || sum.FaultRounds != 1 || !strings.Contains(log.String(), "round 0 seed 16201861495410494537: fault") {
 		t.Fatalf("summary %v, log %q", sum, log.String())
+	}
+}
+
+// TestSecondWriterIsReported proves a second writer that gets in fails the
+// round: the hook points its open at a copy of the device nobody holds.
+func TestSecondWriterIsReported(t *testing.T) {
+	testHookSecondWriter = func(dev blockdev.Device) blockdev.Device {
+		img := memdev.NewBlockSize(dev.Size(), 4096)
+		buf := make([]byte, 1<<20)
+		for off := int64(0); off < dev.Size(); off += int64(len(buf)) {
+			dev.ReadAt(buf, off)
+			img.WriteAt(buf, off)
+		}
+		return img
+	}
+	defer func() { testHookSecondWriter = nil }()
+	_, err := Run(Config{Seed: 7, Duration: 10 * time.Second, Goroutines: 2, DeviceSize: 16 << 20, CrashEvery: 100, Dir: t.TempDir()})
+	if err == nil {
+		t.Fatal("a second writer that got in was not reported")
+	}
+	for _, s := range []string{"seed 7", "second writer", "succeeded", "ext4io torture --seed 7"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q lacks %q", err, s)
+		}
+	}
+}
+
+// TestBrokenXattrModelIsReported proves the xattr check can fail: an
+// attribute the model wrongly expects must be reported with the seed.
+func TestBrokenXattrModelIsReported(t *testing.T) {
+	testHookExpectX = func(name string, cands []xset) []xset {
+		for i, c := range cands {
+			c = maps.Clone(c)
+			if c == nil {
+				c = xset{}
+			}
+			c["user.bogus"] = []byte("x")
+			cands[i] = c
+		}
+		return cands
+	}
+	defer func() { testHookExpectX = nil }()
+	_, err := Run(Config{Seed: 7, Duration: 10 * time.Second, Goroutines: 2, DeviceSize: 16 << 20, CrashEvery: 100, Dir: t.TempDir()})
+	if err == nil {
+		t.Fatal("a broken xattr model was not reported")
+	}
+	for _, s := range []string{"seed 7", "extended attributes", "user.bogus", "ext4io torture --seed 7"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q lacks %q", err, s)
+		}
 	}
 }
