@@ -46,6 +46,7 @@ var commands = map[string]command{
 	"truncate":  {"truncate IMAGE PATH SIZE", cmdTruncate},
 	"getfattr":  {"getfattr [-h] IMAGE PATH [NAME]", cmdGetfattr},
 	"setfattr":  {"setfattr [-h] IMAGE PATH NAME VALUE | setfattr [-h] IMAGE PATH -x NAME", cmdSetfattr},
+	"mount":     {mountUsage, cmdMount},
 }
 
 // errUsage marks errors that should print the usage line.
