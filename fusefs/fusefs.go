@@ -10,12 +10,14 @@
 // the errnos Linux's ext4 returns (errno.go).
 //
 // ext4io's namespace API takes paths, FUSE's takes inodes. Operations on
-// an inode's contents and attributes that ext4io offers per inode (read,
-// write, truncate, fsync, fallocate, lseek, getattr, xattrs) use a File
-// opened by inode number (Volume.OpenIno) and need no path. The others
-// (lookup, create, mkdir, mknod, symlink, link, unlink, rmdir, rename,
-// readdir, readlink, chmod, chown, utimes, O_DIRECT opens) build the path
-// from go-fuse's tree of known inodes.
+// an open file (read, write, fsync, fallocate, lseek, ftruncate) use its
+// File. Getattr, truncate without a handle and the xattr operations use a
+// File opened by inode number (Volume.OpenIno) and need no path. The others
+// (lookup, open, create, mkdir, mknod, symlink, link, unlink, rmdir,
+// rename, readdir, readlink, chmod, chown, utimes) build the path from
+// go-fuse's tree of known inodes. Open goes by path because ext4io counts
+// only Files opened by path as open: an unlinked file stays readable while
+// such a File is open.
 //
 // # Concurrency
 //
@@ -136,8 +138,8 @@ func Mount(v *ext4io.Volume, dir string, o Options) (*Server, error) {
 		MountOptions: mo,
 		EntryTimeout: &et,
 		AttrTimeout:  &at,
-		// Inode numbers are ext4's, not go-fuse's.
-		UID: 0, GID: 0,
+		// Mode 0 is a mode like any other (go-fuse would show 0644).
+		NullPermissions: true,
 	}
 	fi, err := v.Lstat("/")
 	if err != nil {
@@ -879,21 +881,21 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 			return nil, 0, e
 		}
 	}
+	// Files are opened by path: ext4io then counts them as open, and an
+	// unlink of their last name leaves them readable until they close.
+	direct := flags&syscall.O_DIRECT != 0 && n.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFREG
 	var f *ext4io.File
-	if flags&syscall.O_DIRECT != 0 && n.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFREG {
-		e := n.withPath("", func(p string) syscall.Errno {
-			var err error
+	e := n.withPath("", func(p string) syscall.Errno {
+		var err error
+		if direct {
 			f, err = n.s.v.OpenFile(p, ext4io.Direct)
-			return errno(err)
-		})
-		if e != 0 {
-			return nil, 0, e
+		} else {
+			f, err = n.s.v.Open(p)
 		}
-	} else {
-		var e syscall.Errno
-		if f, e = n.openIno(); e != 0 {
-			return nil, 0, e
-		}
+		return errno(err)
+	})
+	if e != 0 {
+		return nil, 0, e
 	}
 	return &handle{f: f}, n.s.openFlags(flags), 0
 }
