@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -266,4 +267,87 @@ func TestMountWorkload(t *testing.T) {
 	if got := tree(t, ldir); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("Linux sees\n%s\n\next4io showed\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
+}
+
+// TestMountIO covers fallocate, SEEK_DATA/SEEK_HOLE, O_DIRECT, fsync and
+// statfs through the kernel.
+func TestMountIO(t *testing.T) {
+	needFUSE(t)
+	img := newImage(t, 64<<20)
+	m := mount(t, img, fusefs.Options{})
+	p := m.path("f")
+	fd, err := unix.Open(p, unix.O_CREAT|unix.O_RDWR, 0o644)
+	check(t, err)
+	defer func() {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}()
+	check(t, unix.Fallocate(fd, 0, 0, 1<<20))
+	var st unix.Stat_t
+	check(t, unix.Fstat(fd, &st))
+	if st.Size != 1<<20 || st.Blocks < (1<<20)/512 {
+		t.Fatalf("fallocate: size %d blocks %d", st.Size, st.Blocks)
+	}
+	data := bytes.Repeat([]byte{0xab}, 8192)
+	if _, err := unix.Pwrite(fd, data, 256<<10); err != nil {
+		t.Fatal(err)
+	}
+	check(t, unix.Fsync(fd))
+	// Unwritten extents count as holes.
+	if off, err := unix.Seek(fd, 0, unix.SEEK_DATA); err != nil || off != 256<<10 {
+		t.Fatalf("SEEK_DATA: %d %v, want %d", off, err, 256<<10)
+	}
+	if off, err := unix.Seek(fd, 256<<10, unix.SEEK_HOLE); err != nil || off != 256<<10+8192 {
+		t.Fatalf("SEEK_HOLE: %d %v, want %d", off, err, 256<<10+8192)
+	}
+	check(t, unix.Fallocate(fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 256<<10, 4096))
+	got := make([]byte, 8192)
+	if _, err := unix.Pread(fd, got, 256<<10); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got[:4096], make([]byte, 4096)) || !bytes.Equal(got[4096:], data[4096:]) {
+		t.Fatal("punch hole: wrong contents")
+	}
+	check(t, unix.Fallocate(fd, unix.FALLOC_FL_KEEP_SIZE, 1<<20, 1<<20))
+	check(t, unix.Fstat(fd, &st))
+	if st.Size != 1<<20 {
+		t.Fatalf("keep-size fallocate changed the size to %d", st.Size)
+	}
+	check(t, unix.Fdatasync(fd))
+	unix.Close(fd)
+	fd = -1
+
+	// O_DIRECT: aligned I/O reaches the image through ext4io's direct path.
+	dfd, err := unix.Open(p, unix.O_RDWR|unix.O_DIRECT, 0)
+	check(t, err)
+	buf := alignedBuf(4096)
+	for i := range buf {
+		buf[i] = byte(i)
+	}
+	if n, err := unix.Pwrite(dfd, buf, 512<<10); err != nil || n != 4096 {
+		t.Fatalf("O_DIRECT write: %d %v", n, err)
+	}
+	rbuf := alignedBuf(4096)
+	if n, err := unix.Pread(dfd, rbuf, 512<<10); err != nil || n != 4096 || !bytes.Equal(rbuf, buf) {
+		t.Fatalf("O_DIRECT read: %d %v", n, err)
+	}
+	if _, err := unix.Pwrite(dfd, buf[:100], 3); err != unix.EINVAL {
+		t.Fatalf("unaligned O_DIRECT write: %v, want EINVAL", err)
+	}
+	unix.Close(dfd)
+
+	var sfs unix.Statfs_t
+	check(t, unix.Statfs(m.dir, &sfs))
+	if sfs.Bsize != 4096 || sfs.Blocks != 16384 || sfs.Bfree == 0 || sfs.Bfree > sfs.Blocks || sfs.Namelen != 255 || sfs.Ffree == 0 {
+		t.Fatalf("statfs: %+v", sfs)
+	}
+	m.unmount()
+	e2fsck(t, img)
+}
+
+func alignedBuf(n int) []byte {
+	b := make([]byte, n+4096)
+	off := 4096 - int(uintptr(unsafe.Pointer(&b[0]))&4095)
+	return b[off : off+n]
 }
