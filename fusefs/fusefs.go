@@ -90,8 +90,8 @@ type Server struct {
 	// package doc): path operations hold it shared, directory renames
 	// exclusively.
 	renameMu sync.RWMutex
-	// renames counts directory renames that returned but whose move in
-	// go-fuse's tree may not be done yet; a path operation that found
+	// renames counts renames that returned in the last 50 ms, whose move
+	// in go-fuse's tree may not be done yet; a path operation that found
 	// nothing retries while it is not zero.
 	renames atomic.Int32
 
@@ -232,9 +232,9 @@ func (n *node) child(name string) (string, bool) {
 }
 
 // withPath runs fn with the path of name in n (n's own path for name ""),
-// holding the rename lock shared. A path that finds nothing while a
-// directory rename is completing is built again, so a concurrent rename
-// of a parent directory does not show as ENOENT.
+// holding the rename lock shared. When fn finds nothing (ENOENT) just after
+// a rename, the path may be stale (see Rename): if the directory the path
+// names no longer is the expected one, the path is built again.
 func (n *node) withPath(name string, fn func(p string) syscall.Errno) syscall.Errno {
 	for try := 0; ; try++ {
 		n.s.renameMu.RLock()
@@ -251,12 +251,32 @@ func (n *node) withPath(name string, fn func(p string) syscall.Errno) syscall.Er
 		} else {
 			e = fn(p)
 		}
+		stale := e == syscall.ENOENT && ok && n.s.renames.Load() != 0 && try < 100 && n.stale(name, p)
 		n.s.renameMu.RUnlock()
-		if e != syscall.ENOENT || n.s.renames.Load() == 0 || try >= 100 {
+		if !stale {
 			return e
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// stale reports whether path p, built for name in n (n itself for name
+// ""), no longer leads to the right directory: the parent for a name, the
+// node itself otherwise.
+func (n *node) stale(name, p string) bool {
+	want := n.ino()
+	if name == "" {
+		p = p[:strings.LastIndexByte(p, '/')+1]
+		_, parent := n.Parent()
+		if parent == nil {
+			return false
+		}
+		want = uint32(parent.StableAttr().Ino)
+	} else {
+		p = p[:strings.LastIndexByte(p, '/')+1]
+	}
+	fi, err := n.s.v.Lstat(p)
+	return err != nil || fi.Ino != want
 }
 
 func (s *Server) writable() syscall.Errno {
@@ -759,15 +779,12 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	if err := n.s.v.Rename(op, npth); err != nil {
 		return errno(err)
 	}
-	if isDir {
-		// go-fuse moves the child in its tree after this returns; until
-		// then paths built from the tree are stale (see withPath).
-		n.s.renames.Add(1)
-		go func() {
-			time.Sleep(50 * time.Millisecond)
-			n.s.renames.Add(-1)
-		}()
-	}
+	// go-fuse moves the child in its tree after this returns; until then
+	// paths built from the tree are stale, and an operation that finds
+	// nothing at one tries again (withPath). The kernel keeps both parents
+	// locked until the reply, so no other entry can take the old name.
+	n.s.renames.Add(1)
+	time.AfterFunc(50*time.Millisecond, func() { n.s.renames.Add(-1) })
 	return 0
 }
 

@@ -351,3 +351,67 @@ func alignedBuf(n int) []byte {
 	off := 4096 - int(uintptr(unsafe.Pointer(&b[0]))&4095)
 	return b[off : off+n]
 }
+
+// TestMountConcurrent runs writers, readers and directory renames at once:
+// each worker owns a directory it keeps renaming while it creates, writes,
+// reads back and removes files in it, so path building races renames.
+func TestMountConcurrent(t *testing.T) {
+	needFUSE(t)
+	img := newImage(t, 128<<20)
+	m := mount(t, img, fusefs.Options{})
+	check(t, os.Mkdir(m.path("top"), 0o755))
+	const workers = 8
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			errs <- func() error {
+				name := fmt.Sprintf("w%d", w)
+				dir := m.path(name)
+				if err := os.Mkdir(dir, 0o755); err != nil {
+					return err
+				}
+				for i := range 60 {
+					data := bytes.Repeat([]byte{byte(w), byte(i)}, 1000*(i%7+1))
+					f := filepath.Join(dir, fmt.Sprintf("f%d", i))
+					if err := os.WriteFile(f, data, 0o644); err != nil {
+						return err
+					}
+					got, err := os.ReadFile(f)
+					if err != nil {
+						return err
+					}
+					if !bytes.Equal(got, data) {
+						return fmt.Errorf("%s: wrong contents", f)
+					}
+					if i%3 == 0 {
+						if err := os.Remove(f); err != nil {
+							return err
+						}
+					}
+					// Move the directory between the root and top/.
+					next := m.path(filepath.Join("top", name))
+					if i%2 == 1 {
+						next = m.path(name)
+					}
+					if err := os.Rename(dir, next); err != nil {
+						return err
+					}
+					dir = next
+				}
+				return nil
+			}()
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	want := tree(t, m.dir)
+	m.unmount()
+	e2fsck(t, img)
+	m2 := mount(t, img, fusefs.Options{ReadOnly: true})
+	if got := tree(t, m2.dir); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("after remount\n%s\nbefore\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
