@@ -11,12 +11,32 @@ import (
 	"github.com/ext4io/ext4io/fusefs"
 )
 
-// pjdSubset lists the pjdfstest files a mount passes in full (see
-// docs/fuse.md for the whole suite's results). The others fail mostly
-// because ext4io cannot make FIFOs, sockets and device nodes yet.
-var pjdSubset = []string{
-	// Filled in from a full run; each entry is a directory or a .t file
-	// under tests/.
+// pjdSubset lists the pjdfstest files a mount passes in full: whole
+// directories (nil) or the numbered .t files of one. It is every file the
+// full suite passed (193 of 238; docs/fuse.md has the results). The other
+// files fail because ext4io cannot make FIFOs, sockets and device nodes
+// yet (mknod), and their later steps fail in turn.
+var pjdSubset = []struct {
+	dir   string
+	files []string
+}{
+	{"chflags", nil},
+	{"chmod", []string{"02", "03", "04", "05", "06", "07", "08", "09", "10", "12"}},
+	{"chown", []string{"02", "03", "04", "05", "06", "08", "09", "10"}},
+	{"ftruncate", nil},
+	{"granular", nil},
+	{"link", []string{"02", "03", "04", "05", "06", "07", "08", "09", "11", "12", "13", "14", "15", "16", "17"}},
+	{"mkdir", []string{"00", "02", "03", "04", "05", "06", "07", "08", "09", "11", "12"}},
+	{"mkfifo", []string{"04", "07", "08", "10", "11", "12"}},
+	{"mknod", []string{"04", "07", "09", "10"}},
+	{"open", []string{"00", "02", "03", "04", "05", "07", "08", "09", "10", "11", "12", "13", "14", "15", "16", "18", "19", "20", "21", "23", "25", "26"}},
+	{"posix_fallocate", nil},
+	{"rename", []string{"01", "02", "03", "04", "05", "06", "07", "08", "11", "15", "16", "17", "18", "19", "21", "22", "24"}},
+	{"rmdir", []string{"00", "02", "03", "04", "05", "07", "08", "09", "10", "11", "12", "13", "14", "15"}},
+	{"symlink", []string{"00", "01", "02", "03", "04", "05", "06", "07", "09", "10", "11", "12"}},
+	{"truncate", nil},
+	{"unlink", []string{"01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "12", "13", "14"}},
+	{"utimensat", []string{"01", "02", "03", "04", "05", "06", "07", "08", "09"}},
 }
 
 // pjdSource finds shared/testdata/pjdfstest by walking up from the
@@ -72,7 +92,12 @@ func TestPjdfstest(t *testing.T) {
 	check(t, os.Mkdir(work, 0o755))
 	args := []string{"-r"}
 	for _, s := range pjdSubset {
-		args = append(args, filepath.Join(pjd, "tests", s))
+		if s.files == nil {
+			args = append(args, filepath.Join(pjd, "tests", s.dir))
+		}
+		for _, f := range s.files {
+			args = append(args, filepath.Join(pjd, "tests", s.dir, f+".t"))
+		}
 	}
 	cmd := exec.Command("prove", args...)
 	cmd.Dir = work
