@@ -7,4 +7,4 @@ require (
 	golang.org/x/sys v0.50.0
 )
 
-require github.com/hanwen/go-fuse/v2 v2.12.1 // indirect
+require github.com/hanwen/go-fuse/v2 v2.12.1
