@@ -299,10 +299,8 @@ func (s *Server) fill(fi *ext4io.FileInfo, a *fuse.Attr) {
 	a.Size = uint64(fi.Size())
 	a.Blocks = fi.Blocks
 	a.Mode = uint32(fi.IMode)
-	a.Nlink = uint32(fi.Nlink)
-	if fi.IsDir() && fi.Nlink == 1 {
-		a.Nlink = 1 // dir_nlink: more than EXT4_LINK_MAX subdirectories
-	}
+	a.Nlink = uint32(fi.Nlink) // 1 for a dir_nlink directory past EXT4_LINK_MAX, as ext4
+	// Rdev stays 0: FileInfo does not carry a device node's number.
 	a.Owner = fuse.Owner{Uid: fi.UID, Gid: fi.GID}
 	a.SetTimes(&fi.Atime, &fi.Mtime, &fi.Ctime)
 	a.Blksize = s.bsize
