@@ -858,7 +858,13 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 		return e
 	}
 	defer f.Close()
-	return errno(f.Setxattr(attr, data, int(flags)))
+	err := f.Setxattr(attr, data, int(flags))
+	if errors.Is(err, ext4io.ErrRange) && len(attr) <= layout.MaxNameLen {
+		// A value that fits neither the inode nor a block: ext4 says
+		// ENOSPC (the VFS refuses longer names and values over 64 KiB).
+		return syscall.ENOSPC
+	}
+	return errno(err)
 }
 
 // Removexattr removes an extended attribute.

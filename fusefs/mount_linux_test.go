@@ -220,6 +220,12 @@ func TestMountWorkload(t *testing.T) {
 	if string(buf[:k]) != "blue" {
 		t.Fatalf("xattr %q, want blue", buf[:k])
 	}
+	if err := unix.Setxattr(m.path("hard"), "user.big", make([]byte, 8000), 0); err != unix.ENOSPC {
+		t.Fatalf("xattr larger than a block: %v, want ENOSPC as ext4", err)
+	}
+	if _, err := unix.Getxattr(m.path("hard"), "user.color", buf[:2]); err != unix.ERANGE {
+		t.Fatalf("getxattr into a short buffer: %v, want ERANGE", err)
+	}
 	if _, err := unix.Getxattr(m.path("hard"), "user.none", buf); err != unix.ENODATA {
 		t.Fatalf("missing xattr: %v, want ENODATA", err)
 	}
