@@ -10,3 +10,5 @@ require (
 )
 
 require go.yaml.in/yaml/v3 v3.0.5 // indirect
+
+require github.com/hanwen/go-fuse/v2 v2.12.1

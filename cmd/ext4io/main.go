@@ -9,6 +9,7 @@
 //	ext4io put, get, mkdir, rm, mv     copy in and out, change the namespace
 //	ext4io create, write, fallocate, truncate   change a file
 //	ext4io getfattr, setfattr          extended attributes, like getfattr and setfattr
+//	ext4io mount [-o OPTIONS] IMAGE DIR  serve the image over FUSE
 //	ext4io journal, recover, bench, torture
 //
 // "ext4io help COMMAND" (or "ext4io COMMAND --help") describes a command
@@ -69,6 +70,9 @@ var commands = map[string]command{
 		help: "Print the extended attributes of PATH (or only NAME), like getfattr -d -m -.", run: cmdGetfattr},
 	"setfattr": {usage: "setfattr [-h] IMAGE PATH NAME VALUE | setfattr [-h] IMAGE PATH -x NAME",
 		help: "Set the extended attribute NAME of PATH to VALUE, or remove it with -x, like setfattr.", run: cmdSetfattr},
+	"mount": {usage: "mount [-o ro,allow_other,default_permissions,direct_io,debug,...] [-d] IMAGE DIR",
+		help: "Serve IMAGE at DIR over FUSE in the foreground until it is unmounted (fusermount3 -u, umount,\n" +
+			"SIGINT or SIGTERM); then write back, commit and mark the file system clean.", run: cmdMount},
 }
 
 var (

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ext4io/ext4io"
+)
+
+// TestMountCommand runs ext4io mount, writes through the mount, unmounts
+// with fusermount3 -u and checks that the command returned after marking
+// the file system clean.
+func TestMountCommand(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mount: not root")
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skip("mount: no /dev/fuse")
+	}
+	if _, err := exec.LookPath("fusermount3"); err != nil {
+		t.Skip("mount: no fusermount3 (Debian package fuse3)")
+	}
+	tmp := t.TempDir()
+	img, dir := filepath.Join(tmp, "img"), filepath.Join(tmp, "mnt")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"mkfs", img, "32M"}, &out, &errb); code != 0 {
+		t.Fatalf("mkfs: %d %s", code, errb.String())
+	}
+	done := make(chan int, 1)
+	var mout, merr bytes.Buffer
+	go func() { done <- run([]string{"mount", "-o", "default_permissions", img, dir}, &mout, &merr) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, _ := os.ReadFile("/proc/self/mounts")
+		if strings.Contains(string(b), " "+dir+" fuse.ext4io ") {
+			break
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("mount exited early: %d %s", code, merr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("not mounted after 10 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "hello"), []byte("hi\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := exec.Command("fusermount3", "-u", dir).CombinedOutput(); err != nil {
+		t.Fatalf("fusermount3 -u: %v %s", err, o)
+	}
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("mount: exit %d: %s", code, merr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("mount did not return after the unmount")
+	}
+	v, err := ext4io.OpenImage(img, ext4io.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	if sb := v.Superblock(); sb.State&1 == 0 {
+		t.Fatalf("superblock state %#x: not clean", sb.State)
+	}
+	f, err := v.Open("hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, 10)
+	n, _ := f.ReadAt(b, 0)
+	if string(b[:n]) != "hi\n" {
+		t.Fatalf("hello holds %q", b[:n])
+	}
+}

@@ -1,0 +1,1038 @@
+// Package fusefs serves an ext4io Volume as a FUSE file system, so that
+// Linux programs use an ext4 image through ext4io as they would a mounted
+// ext4 file system. It is the only package of ext4io that imports a FUSE
+// library (github.com/hanwen/go-fuse/v2, its fs.Inode API).
+//
+// # Mapping
+//
+// FUSE node IDs are go-fuse's; the inode numbers the kernel reports
+// (st_ino) are ext4's, and the generation is i_generation. Errors map to
+// the errnos Linux's ext4 returns (errno.go).
+//
+// ext4io's namespace API takes paths, FUSE's takes inodes. Operations on
+// an open file (read, write, fsync, fallocate, lseek, ftruncate) use its
+// File. Getattr, truncate without a handle and the xattr operations use a
+// File opened by inode number (Volume.OpenIno) and need no path. The others
+// (lookup, open, create, mkdir, mknod, symlink, link, unlink, rmdir,
+// rename, readdir, readlink, chmod, chown, utimes) build the path from
+// go-fuse's tree of known inodes. Open goes by path because ext4io counts
+// only Files opened by path as open: an unlinked file stays readable while
+// such a File is open.
+//
+// # Concurrency
+//
+// go-fuse serves requests concurrently and this layer adds no global lock
+// on the data path: reads, writes and the per-inode operations run in
+// parallel, and ext4io's own locks order them. One exception keeps paths
+// correct: a path built from the tree is only meaningful while no
+// directory above it is being renamed, so operations that use a path hold
+// the Server's rename lock shared, and a rename of a directory holds it
+// exclusively (the role of Linux's s_vfs_rename_mutex). The kernel already
+// serializes operations on the same directory entries (i_rwsem of the
+// parents), so names themselves cannot change under a path operation.
+//
+// # Permissions
+//
+// Mount adds default_permissions: the kernel checks permissions against
+// the mode, owner and group this layer reports, as it does for ext4. POSIX
+// ACLs are stored as xattrs but not enforced by the kernel.
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"io"
+	iofs "io/fs"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/ext4io/ext4io"
+	"github.com/ext4io/ext4io/layout"
+)
+
+// Options configure Mount.
+type Options struct {
+	// ReadOnly mounts read-only (the Volume may still be writable).
+	ReadOnly bool
+	// AllowOther lets users other than the mounting one use the mount.
+	AllowOther bool
+	// NoDefaultPermissions leaves permission checks to nobody: by default
+	// the mount has default_permissions and the kernel checks them.
+	NoDefaultPermissions bool
+	// DirectIO makes every open bypass the kernel's page cache
+	// (FOPEN_DIRECT_IO), as the direct_io mount option of libfuse does.
+	DirectIO bool
+	// Debug logs every FUSE request.
+	Debug bool
+	// FsName is the source shown in /proc/mounts (default "ext4io").
+	FsName string
+	// Extra holds further -o options passed to the kernel as they are.
+	Extra []string
+	// EntryTimeout and AttrTimeout are how long the kernel caches names
+	// and attributes (0: one second, as libfuse; negative: no caching).
+	EntryTimeout, AttrTimeout time.Duration
+}
+
+// Server is a mounted Volume. It is safe for concurrent use.
+type Server struct {
+	v   *ext4io.Volume
+	srv *fuse.Server
+	ro  bool
+	dio bool
+
+	// renameMu orders path building against directory renames (see the
+	// package doc): path operations hold it shared, directory renames
+	// exclusively.
+	renameMu sync.RWMutex
+	// renames counts renames that returned in the last 50 ms, whose move
+	// in go-fuse's tree may not be done yet; a path operation that found
+	// nothing retries while it is not zero.
+	renames atomic.Int32
+
+	bsize uint32
+}
+
+// Mount serves v at dir. The caller keeps v and closes it after Wait
+// returns (Close of a writable volume writes back, commits and marks the
+// file system clean).
+func Mount(v *ext4io.Volume, dir string, o Options) (*Server, error) {
+	s := &Server{v: v, ro: o.ReadOnly || !v.Writable(), dio: o.DirectIO, bsize: uint32(v.BlockSize())}
+	root := &node{s: s}
+	sec := time.Second
+	et, at := sec, sec
+	if o.EntryTimeout != 0 {
+		et = max(o.EntryTimeout, 0)
+	}
+	if o.AttrTimeout != 0 {
+		at = max(o.AttrTimeout, 0)
+	}
+	name := o.FsName
+	if name == "" {
+		name = "ext4io"
+	}
+	mo := fuse.MountOptions{
+		AllowOther: o.AllowOther,
+		FsName:     name,
+		Name:       "ext4io",
+		Debug:      o.Debug,
+		// Let many requests run at once (go-fuse serves each in its own
+		// goroutine); the kernel's default of 12 background requests is
+		// low for parallel I/O.
+		MaxBackground: 64,
+		MaxWrite:      1 << 20,
+	}
+	if !o.NoDefaultPermissions {
+		mo.Options = append(mo.Options, "default_permissions")
+	}
+	if s.ro {
+		mo.Options = append(mo.Options, "ro")
+	}
+	mo.Options = append(mo.Options, o.Extra...)
+	fo := &fs.Options{
+		MountOptions: mo,
+		EntryTimeout: &et,
+		AttrTimeout:  &at,
+		// Mode 0 is a mode like any other (go-fuse would show 0644).
+		NullPermissions: true,
+	}
+	fi, err := v.Lstat("/")
+	if err != nil {
+		return nil, err
+	}
+	fo.RootStableAttr = &fs.StableAttr{Ino: uint64(fi.Ino), Gen: uint64(fi.Generation), Mode: syscall.S_IFDIR}
+	srv, err := fs.Mount(dir, root, fo)
+	if err != nil {
+		return nil, err
+	}
+	s.srv = srv
+	return s, nil
+}
+
+// Wait blocks until the file system is unmounted (fusermount3 -u, umount
+// or Unmount).
+func (s *Server) Wait() { s.srv.Wait() }
+
+// Unmount asks the kernel to unmount the file system.
+func (s *Server) Unmount() error { return s.srv.Unmount() }
+
+// node is one inode the kernel knows.
+type node struct {
+	fs.Inode
+	s *Server
+}
+
+var (
+	_ fs.NodeLookuper      = (*node)(nil)
+	_ fs.NodeGetattrer     = (*node)(nil)
+	_ fs.NodeSetattrer     = (*node)(nil)
+	_ fs.NodeReaddirer     = (*node)(nil)
+	_ fs.NodeOpener        = (*node)(nil)
+	_ fs.NodeCreater       = (*node)(nil)
+	_ fs.NodeMkdirer       = (*node)(nil)
+	_ fs.NodeMknoder       = (*node)(nil)
+	_ fs.NodeRmdirer       = (*node)(nil)
+	_ fs.NodeUnlinker      = (*node)(nil)
+	_ fs.NodeRenamer       = (*node)(nil)
+	_ fs.NodeLinker        = (*node)(nil)
+	_ fs.NodeSymlinker     = (*node)(nil)
+	_ fs.NodeReadlinker    = (*node)(nil)
+	_ fs.NodeGetxattrer    = (*node)(nil)
+	_ fs.NodeSetxattrer    = (*node)(nil)
+	_ fs.NodeListxattrer   = (*node)(nil)
+	_ fs.NodeRemovexattrer = (*node)(nil)
+	_ fs.NodeStatfser      = (*node)(nil)
+	_ fs.NodeFsyncer       = (*node)(nil)
+	_ fs.NodeAllocater     = (*node)(nil)
+	_ fs.NodeLseeker       = (*node)(nil)
+)
+
+func (n *node) ino() uint32 { return uint32(n.StableAttr().Ino) }
+
+// path returns the node's path from the root ("/" for the root) in
+// go-fuse's tree, and false for a node no longer reachable (unlinked).
+// The caller holds s.renameMu shared.
+func (n *node) path() (string, bool) {
+	var segs []string
+	p := &n.Inode
+	for !p.IsRoot() {
+		name, parent := p.Parent()
+		if parent == nil {
+			return "", false
+		}
+		segs = append(segs, name)
+		p = parent
+	}
+	var b strings.Builder
+	for i := len(segs) - 1; i >= 0; i-- {
+		b.WriteByte('/')
+		b.WriteString(segs[i])
+	}
+	if b.Len() == 0 {
+		return "/", true
+	}
+	return b.String(), true
+}
+
+// child returns the path of name in directory n.
+func (n *node) child(name string) (string, bool) {
+	p, ok := n.path()
+	if !ok {
+		return "", false
+	}
+	if p == "/" {
+		return "/" + name, true
+	}
+	return p + "/" + name, true
+}
+
+// withPath runs fn with the path of name in n (n's own path for name ""),
+// holding the rename lock shared. When fn finds nothing (ENOENT) just after
+// a rename, the path may be stale (see Rename): if the directory the path
+// names no longer is the expected one, the path is built again.
+func (n *node) withPath(name string, fn func(p string) syscall.Errno) syscall.Errno {
+	for try := 0; ; try++ {
+		n.s.renameMu.RLock()
+		var p string
+		var ok bool
+		if name == "" {
+			p, ok = n.path()
+		} else {
+			p, ok = n.child(name)
+		}
+		var e syscall.Errno
+		if !ok {
+			e = syscall.ENOENT
+		} else {
+			e = fn(p)
+		}
+		stale := e == syscall.ENOENT && ok && n.s.renames.Load() != 0 && try < 100 && n.stale(name, p)
+		n.s.renameMu.RUnlock()
+		if !stale {
+			return e
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// stale reports whether path p, built for name in n (n itself for name
+// ""), no longer leads to the right directory: the parent for a name, the
+// node itself otherwise.
+func (n *node) stale(name, p string) bool {
+	want := n.ino()
+	if name == "" {
+		p = p[:strings.LastIndexByte(p, '/')+1]
+		_, parent := n.Parent()
+		if parent == nil {
+			return false
+		}
+		want = uint32(parent.StableAttr().Ino)
+	} else {
+		p = p[:strings.LastIndexByte(p, '/')+1]
+	}
+	fi, err := n.s.v.Lstat(p)
+	return err != nil || fi.Ino != want
+}
+
+func (s *Server) writable() syscall.Errno {
+	if s.ro {
+		return syscall.EROFS
+	}
+	return 0
+}
+
+func checkName(name string) syscall.Errno {
+	if len(name) > layout.MaxNameLen {
+		return syscall.ENAMETOOLONG
+	}
+	return 0
+}
+
+// fill copies an inode's metadata into a FUSE attribute.
+func (s *Server) fill(fi *ext4io.FileInfo, a *fuse.Attr) {
+	a.Ino = uint64(fi.Ino)
+	a.Size = uint64(fi.Size())
+	a.Blocks = fi.Blocks
+	a.Mode = uint32(fi.IMode)
+	a.Nlink = uint32(fi.Nlink) // 1 for a dir_nlink directory past EXT4_LINK_MAX, as ext4
+	// Rdev stays 0: FileInfo does not carry a device node's number.
+	a.Owner = fuse.Owner{Uid: fi.UID, Gid: fi.GID}
+	a.SetTimes(&fi.Atime, &fi.Mtime, &fi.Ctime)
+	a.Blksize = s.bsize
+}
+
+func (s *Server) entry(fi *ext4io.FileInfo, out *fuse.EntryOut) {
+	s.fill(fi, &out.Attr)
+	out.Generation = uint64(fi.Generation)
+}
+
+func (n *node) newChild(ctx context.Context, fi *ext4io.FileInfo, out *fuse.EntryOut) *fs.Inode {
+	n.s.entry(fi, out)
+	st := fs.StableAttr{Mode: uint32(fi.IMode) & syscall.S_IFMT, Ino: uint64(fi.Ino), Gen: uint64(fi.Generation)}
+	return n.NewInode(ctx, &node{s: n.s}, st)
+}
+
+// Lookup finds name in directory n.
+func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if e := checkName(name); e != 0 {
+		return nil, e
+	}
+	var fi *ext4io.FileInfo
+	e := n.withPath(name, func(p string) syscall.Errno {
+		var err error
+		fi, err = n.s.v.Lstat(p)
+		return errno(err)
+	})
+	if e != 0 {
+		return nil, e
+	}
+	return n.newChild(ctx, fi, out), 0
+}
+
+// stat returns n's metadata through fh when the kernel names an open file,
+// else through a File opened by inode number.
+func (n *node) stat(fh fs.FileHandle) (*ext4io.FileInfo, syscall.Errno) {
+	if h, ok := fh.(*handle); ok {
+		fi, err := h.f.Stat()
+		if err != nil {
+			return nil, errno(err)
+		}
+		return fi.(*ext4io.FileInfo), 0
+	}
+	f, err := n.s.v.OpenIno(n.ino())
+	if err != nil {
+		return nil, errno(err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, errno(err)
+	}
+	return fi.(*ext4io.FileInfo), 0
+}
+
+// Getattr reports n's attributes.
+func (n *node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	fi, e := n.stat(fh)
+	if e != 0 {
+		return e
+	}
+	n.s.fill(fi, &out.Attr)
+	return 0
+}
+
+// fileMode converts i_mode's permission bits to an fs.FileMode as
+// Volume.Chmod takes it.
+func fileMode(m uint32) iofs.FileMode {
+	fm := iofs.FileMode(m & 0o777)
+	if m&syscall.S_ISUID != 0 {
+		fm |= iofs.ModeSetuid
+	}
+	if m&syscall.S_ISGID != 0 {
+		fm |= iofs.ModeSetgid
+	}
+	if m&syscall.S_ISVTX != 0 {
+		fm |= iofs.ModeSticky
+	}
+	return fm
+}
+
+// Setattr changes size, mode, owner and times, in that order, as
+// notify_change applies them.
+func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if e := n.s.writable(); e != 0 {
+		return e
+	}
+	if size, ok := in.GetSize(); ok {
+		if int64(size) < 0 {
+			return syscall.EFBIG
+		}
+		var f *ext4io.File
+		if h, ok := fh.(*handle); ok {
+			f = h.f
+		} else {
+			var err error
+			if f, err = n.s.v.OpenIno(n.ino()); err != nil {
+				return errno(err)
+			}
+			defer f.Close()
+		}
+		if n.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFDIR {
+			return syscall.EISDIR
+		}
+		if err := f.Truncate(int64(size)); err != nil {
+			return errno(err)
+		}
+	}
+	mode, setMode := in.GetMode()
+	uid, setUID := in.GetUID()
+	gid, setGID := in.GetGID()
+	atime, setA := in.GetATime()
+	mtime, setM := in.GetMTime()
+	if setMode || setUID || setGID || setA || setM {
+		isLink := n.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFLNK
+		e := n.withPath("", func(p string) syscall.Errno {
+			if setUID || setGID {
+				u, g := -1, -1
+				if setUID {
+					u = int(uid)
+				}
+				if setGID {
+					g = int(gid)
+				}
+				if err := n.s.v.Lchown(p, u, g); err != nil {
+					return errno(err)
+				}
+			}
+			if setMode {
+				if isLink {
+					return syscall.EOPNOTSUPP
+				}
+				if err := n.s.v.Chmod(p, fileMode(mode)); err != nil {
+					return errno(err)
+				}
+			}
+			if setA || setM {
+				var a, m time.Time
+				if setA {
+					a = atime
+				}
+				if setM {
+					m = mtime
+				}
+				if err := n.s.v.Lchtimes(p, a, m); err != nil {
+					return errno(err)
+				}
+			}
+			return 0
+		})
+		if e != 0 {
+			return e
+		}
+	}
+	fi, e := n.stat(fh)
+	if e != 0 {
+		return e
+	}
+	n.s.fill(fi, &out.Attr)
+	return 0
+}
+
+var ftMode = [...]uint32{
+	layout.FtRegFile: syscall.S_IFREG,
+	layout.FtDir:     syscall.S_IFDIR,
+	layout.FtChrdev:  syscall.S_IFCHR,
+	layout.FtBlkdev:  syscall.S_IFBLK,
+	layout.FtFifo:    syscall.S_IFIFO,
+	layout.FtSock:    syscall.S_IFSOCK,
+	layout.FtSymlink: syscall.S_IFLNK,
+}
+
+// Readdir lists directory n, with "." and "..".
+func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+	var ents []ext4io.DirEntry
+	e := n.withPath("", func(p string) syscall.Errno {
+		var err error
+		ents, err = n.s.v.ReadDir(p)
+		return errno(err)
+	})
+	if e != 0 {
+		return nil, e
+	}
+	list := make([]fuse.DirEntry, 0, len(ents)+2)
+	list = append(list, fuse.DirEntry{Name: ".", Ino: uint64(n.ino()), Mode: syscall.S_IFDIR})
+	pino := uint64(n.ino())
+	if _, parent := n.Parent(); parent != nil {
+		pino = parent.StableAttr().Ino
+	}
+	list = append(list, fuse.DirEntry{Name: "..", Ino: pino, Mode: syscall.S_IFDIR})
+	for _, d := range ents {
+		var m uint32
+		if int(d.Type) < len(ftMode) {
+			m = ftMode[d.Type]
+		}
+		list = append(list, fuse.DirEntry{Name: d.Name, Ino: uint64(d.Ino), Mode: m})
+	}
+	return fs.NewListDirStream(list), 0
+}
+
+// Readlink returns a symlink's target.
+func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	var t string
+	e := n.withPath("", func(p string) syscall.Errno {
+		var err error
+		t, err = n.s.v.Readlink(p)
+		return errno(err)
+	})
+	if e != 0 {
+		return nil, e
+	}
+	return []byte(t), 0
+}
+
+// owner sets the owner of a new inode at p to the caller, and its group to
+// the caller's or, in a setgid directory, the directory's (as
+// inode_init_owner does). It returns whether the group came from a setgid
+// directory.
+func (n *node) owner(ctx context.Context, p string) (sgid bool, e syscall.Errno) {
+	c, ok := fuse.FromContext(ctx)
+	if !ok {
+		return false, 0
+	}
+	uid, gid := int(c.Uid), int(c.Gid)
+	dp := p[:strings.LastIndexByte(p, '/')]
+	if dp == "" {
+		dp = "/"
+	}
+	if di, err := n.s.v.Lstat(dp); err == nil && di.IMode&syscall.S_ISGID != 0 {
+		gid, sgid = int(di.GID), true
+	}
+	if uid == 0 && gid == 0 {
+		return sgid, 0
+	}
+	return sgid, errno(n.s.v.Lchown(p, uid, gid))
+}
+
+// created finishes a new inode at p: mode, owner, then its entry.
+func (n *node) created(ctx context.Context, p string, mode uint32, setMode bool) (*ext4io.FileInfo, syscall.Errno) {
+	sgid, e := n.owner(ctx, p)
+	if e != 0 {
+		return nil, e
+	}
+	if setMode {
+		m := mode & 0o7777
+		if sgid && mode&syscall.S_IFMT == syscall.S_IFDIR {
+			m |= syscall.S_ISGID
+		}
+		if err := n.s.v.Chmod(p, fileMode(m)); err != nil {
+			return nil, errno(err)
+		}
+	}
+	fi, err := n.s.v.Lstat(p)
+	return fi, errno(err)
+}
+
+// Create makes and opens a regular file.
+func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	if e := n.s.writable(); e != 0 {
+		return nil, nil, 0, e
+	}
+	if e := checkName(name); e != 0 {
+		return nil, nil, 0, e
+	}
+	var fi *ext4io.FileInfo
+	var f *ext4io.File
+	e := n.withPath(name, func(p string) syscall.Errno {
+		var err error
+		if f, err = n.s.v.Create(p); err != nil {
+			return errno(err)
+		}
+		var e syscall.Errno
+		if fi, e = n.created(ctx, p, syscall.S_IFREG|mode, true); e != 0 {
+			return e
+		}
+		if flags&syscall.O_DIRECT != 0 {
+			f.Close()
+			f, err = n.s.v.OpenFile(p, ext4io.Direct)
+		}
+		return errno(err)
+	})
+	if e != 0 {
+		if f != nil {
+			f.Close()
+		}
+		return nil, nil, 0, e
+	}
+	ch := n.newChild(ctx, fi, out)
+	return ch, &handle{f: f}, n.s.openFlags(flags), 0
+}
+
+func (s *Server) openFlags(flags uint32) uint32 {
+	if s.dio || flags&syscall.O_DIRECT != 0 {
+		return fuse.FOPEN_DIRECT_IO | fuse.FOPEN_PARALLEL_DIRECT_WRITES
+	}
+	return 0
+}
+
+// Mkdir makes a directory.
+func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if e := n.s.writable(); e != 0 {
+		return nil, e
+	}
+	if e := checkName(name); e != 0 {
+		return nil, e
+	}
+	var fi *ext4io.FileInfo
+	e := n.withPath(name, func(p string) syscall.Errno {
+		if err := n.s.v.Mkdir(p, fileMode(mode)); err != nil {
+			return errno(err)
+		}
+		var e syscall.Errno
+		fi, e = n.created(ctx, p, syscall.S_IFDIR|mode, true)
+		return e
+	})
+	if e != 0 {
+		return nil, e
+	}
+	return n.newChild(ctx, fi, out), 0
+}
+
+// Mknod makes regular files; ext4io cannot make device, FIFO or socket
+// inodes yet (no Volume.Mknod), so those fail with EOPNOTSUPP.
+func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if e := n.s.writable(); e != 0 {
+		return nil, e
+	}
+	if e := checkName(name); e != 0 {
+		return nil, e
+	}
+	if mode&syscall.S_IFMT != syscall.S_IFREG && mode&syscall.S_IFMT != 0 {
+		return nil, syscall.EOPNOTSUPP
+	}
+	var fi *ext4io.FileInfo
+	e := n.withPath(name, func(p string) syscall.Errno {
+		f, err := n.s.v.Create(p)
+		if err != nil {
+			return errno(err)
+		}
+		f.Close()
+		var e syscall.Errno
+		fi, e = n.created(ctx, p, syscall.S_IFREG|mode, true)
+		return e
+	})
+	if e != 0 {
+		return nil, e
+	}
+	return n.newChild(ctx, fi, out), 0
+}
+
+// Symlink makes a symbolic link.
+func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if e := n.s.writable(); e != 0 {
+		return nil, e
+	}
+	if e := checkName(name); e != 0 {
+		return nil, e
+	}
+	if len(target) >= int(n.s.bsize) {
+		return nil, syscall.ENAMETOOLONG
+	}
+	var fi *ext4io.FileInfo
+	e := n.withPath(name, func(p string) syscall.Errno {
+		if err := n.s.v.Symlink(target, p); err != nil {
+			return errno(err)
+		}
+		var e syscall.Errno
+		fi, e = n.created(ctx, p, syscall.S_IFLNK, false)
+		return e
+	})
+	if e != 0 {
+		return nil, e
+	}
+	return n.newChild(ctx, fi, out), 0
+}
+
+// Link makes name in n another name of target.
+func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if e := n.s.writable(); e != 0 {
+		return nil, e
+	}
+	if e := checkName(name); e != 0 {
+		return nil, e
+	}
+	t := target.(*node)
+	var fi *ext4io.FileInfo
+	e := n.withPath(name, func(p string) syscall.Errno {
+		old, ok := t.path()
+		if !ok {
+			return syscall.ENOENT // linkat of an unlinked file
+		}
+		if err := n.s.v.Link(old, p); err != nil {
+			return errno(err)
+		}
+		var err error
+		fi, err = n.s.v.Lstat(p)
+		return errno(err)
+	})
+	if e != 0 {
+		return nil, e
+	}
+	return n.newChild(ctx, fi, out), 0
+}
+
+// Unlink removes a non-directory's name.
+func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	if e := n.s.writable(); e != 0 {
+		return e
+	}
+	if e := checkName(name); e != 0 {
+		return e
+	}
+	return n.withPath(name, func(p string) syscall.Errno { return errno(n.s.v.Unlink(p)) })
+}
+
+// Rmdir removes an empty directory.
+func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	if e := n.s.writable(); e != 0 {
+		return e
+	}
+	if e := checkName(name); e != 0 {
+		return e
+	}
+	return n.withPath(name, func(p string) syscall.Errno { return errno(n.s.v.Rmdir(p)) })
+}
+
+// Rename flags (renameat2).
+const (
+	renameNoReplace = 1 << 0
+	renameExchange  = 1 << 1
+	renameWhiteout  = 1 << 2
+)
+
+// Rename moves name in n to newName in newParent. RENAME_NOREPLACE is
+// checked here (the kernel holds both parents' locks, so nothing can take
+// the new name between the check and the rename); RENAME_EXCHANGE and
+// RENAME_WHITEOUT need library support ext4io does not have yet.
+func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	if e := n.s.writable(); e != 0 {
+		return e
+	}
+	if e := checkName(newName); e != 0 {
+		return e
+	}
+	if flags&(renameExchange|renameWhiteout) != 0 || flags&^(renameNoReplace|renameExchange|renameWhiteout) != 0 {
+		if flags&^(renameNoReplace|renameExchange|renameWhiteout) != 0 {
+			return syscall.EINVAL
+		}
+		return syscall.EOPNOTSUPP
+	}
+	np := newParent.(*node)
+	// A directory's rename changes the paths of everything under it.
+	ch := n.GetChild(name)
+	isDir := ch == nil || ch.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFDIR
+	if isDir {
+		n.s.renameMu.Lock()
+		defer n.s.renameMu.Unlock()
+	} else {
+		n.s.renameMu.RLock()
+		defer n.s.renameMu.RUnlock()
+	}
+	op, ok1 := n.child(name)
+	npth, ok2 := np.child(newName)
+	if !ok1 || !ok2 {
+		return syscall.ENOENT
+	}
+	if flags&renameNoReplace != 0 {
+		if _, err := n.s.v.Lstat(npth); err == nil {
+			return syscall.EEXIST
+		} else if e := errno(err); e != syscall.ENOENT {
+			return e
+		}
+	}
+	if err := n.s.v.Rename(op, npth); err != nil {
+		return errno(err)
+	}
+	// go-fuse moves the child in its tree after this returns; until then
+	// paths built from the tree are stale, and an operation that finds
+	// nothing at one tries again (withPath). The kernel keeps both parents
+	// locked until the reply, so no other entry can take the old name.
+	n.s.renames.Add(1)
+	time.AfterFunc(50*time.Millisecond, func() { n.s.renames.Add(-1) })
+	return 0
+}
+
+// Statfs reports the file system's size and free space.
+func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	sb := n.s.v.Superblock()
+	out.Bsize = n.s.bsize
+	out.Frsize = n.s.bsize
+	out.NameLen = layout.MaxNameLen
+	out.Blocks = sb.BlocksCount
+	out.Bfree = sb.FreeBlocksCount
+	out.Files = uint64(sb.InodesCount)
+	out.Ffree = uint64(sb.FreeInodesCount)
+	if a := n.s.v.Allocator(); a != nil {
+		out.Bfree = a.FreeBlocks()
+		out.Ffree = a.FreeInodes()
+	}
+	out.Bavail = out.Bfree - min(out.Bfree, sb.RBlocksCount)
+	return 0
+}
+
+// openIno opens n by inode number for an operation without a handle.
+func (n *node) openIno() (*ext4io.File, syscall.Errno) {
+	f, err := n.s.v.OpenIno(n.ino())
+	return f, errno(err)
+}
+
+// Getxattr reads an extended attribute.
+func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	f, e := n.openIno()
+	if e != 0 {
+		return 0, e
+	}
+	defer f.Close()
+	val, err := f.Getxattr(attr)
+	if err != nil {
+		return 0, errno(err)
+	}
+	if len(dest) < len(val) {
+		return uint32(len(val)), syscall.ERANGE
+	}
+	return uint32(copy(dest, val)), 0
+}
+
+// Listxattr lists extended attribute names, NUL-terminated.
+func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	f, e := n.openIno()
+	if e != 0 {
+		return 0, e
+	}
+	defer f.Close()
+	names, err := f.Listxattr()
+	if err != nil {
+		return 0, errno(err)
+	}
+	var b []byte
+	for _, nm := range names {
+		b = append(append(b, nm...), 0)
+	}
+	if len(dest) < len(b) {
+		return uint32(len(b)), syscall.ERANGE
+	}
+	return uint32(copy(dest, b)), 0
+}
+
+// Setxattr sets an extended attribute (flags XATTR_CREATE, XATTR_REPLACE).
+func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	if e := n.s.writable(); e != 0 {
+		return e
+	}
+	f, e := n.openIno()
+	if e != 0 {
+		return e
+	}
+	defer f.Close()
+	err := f.Setxattr(attr, data, int(flags))
+	if errors.Is(err, ext4io.ErrRange) && len(attr) <= layout.MaxNameLen {
+		// A value that fits neither the inode nor a block: ext4 says
+		// ENOSPC (the VFS refuses longer names and values over 64 KiB).
+		return syscall.ENOSPC
+	}
+	return errno(err)
+}
+
+// Removexattr removes an extended attribute.
+func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	if e := n.s.writable(); e != 0 {
+		return e
+	}
+	f, e := n.openIno()
+	if e != 0 {
+		return e
+	}
+	defer f.Close()
+	return errno(f.Removexattr(attr))
+}
+
+// handle is an open file.
+type handle struct {
+	f *ext4io.File
+}
+
+var (
+	_ fs.FileReader   = (*handle)(nil)
+	_ fs.FileWriter   = (*handle)(nil)
+	_ fs.FileReleaser = (*handle)(nil)
+	_ fs.FileFlusher  = (*handle)(nil)
+	_ fs.FileFsyncer  = (*handle)(nil)
+)
+
+// Open opens n. O_DIRECT opens use the library's direct I/O (the kernel
+// passes aligned requests through; unaligned ones fail with EINVAL as
+// ext4's do).
+func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0 {
+		if e := n.s.writable(); e != 0 {
+			return nil, 0, e
+		}
+	}
+	// Files are opened by path: ext4io then counts them as open, and an
+	// unlink of their last name leaves them readable until they close.
+	direct := flags&syscall.O_DIRECT != 0 && n.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFREG
+	var f *ext4io.File
+	e := n.withPath("", func(p string) syscall.Errno {
+		var err error
+		if direct {
+			f, err = n.s.v.OpenFile(p, ext4io.Direct)
+		} else {
+			f, err = n.s.v.Open(p)
+		}
+		return errno(err)
+	})
+	if e != 0 {
+		return nil, 0, e
+	}
+	return &handle{f: f}, n.s.openFlags(flags), 0
+}
+
+// Read reads file data.
+func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	k, err := h.f.ReadAt(dest, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, errno(err)
+	}
+	return fuse.ReadResultData(dest[:k]), 0
+}
+
+// Write writes file data.
+func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	k, err := h.f.WriteAt(data, off)
+	if err != nil && k == 0 {
+		return 0, errno(err)
+	}
+	return uint32(k), 0
+}
+
+// Flush does nothing, as ext4's flush (close does not write back).
+func (h *handle) Flush(ctx context.Context) syscall.Errno { return 0 }
+
+// Fsync is fsync, or fdatasync with FUSE_FSYNC_FDATASYNC.
+func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	if flags&1 != 0 {
+		return errno(h.f.Datasync())
+	}
+	return errno(h.f.Sync())
+}
+
+// Release closes the file; the last close of an unlinked file frees it.
+func (h *handle) Release(ctx context.Context) syscall.Errno {
+	return errno(h.f.Close())
+}
+
+// Fsync on a node without a handle (fsyncdir and handle-less fsync).
+func (n *node) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno {
+	if h, ok := fh.(*handle); ok {
+		return h.Fsync(ctx, flags)
+	}
+	f, e := n.openIno()
+	if e != 0 {
+		return e
+	}
+	defer f.Close()
+	if flags&1 != 0 {
+		return errno(f.Datasync())
+	}
+	return errno(f.Sync())
+}
+
+// fallocate modes (linux/falloc.h).
+const (
+	fallocKeepSize      = 0x01
+	fallocPunchHole     = 0x02
+	fallocCollapseRange = 0x08
+	fallocZeroRange     = 0x10
+	fallocInsertRange   = 0x20
+	fallocWriteZeroes   = 0x80
+)
+
+// Allocate is fallocate for the modes FUSE forwards.
+func (n *node) Allocate(ctx context.Context, fh fs.FileHandle, off, size uint64, mode uint32) syscall.Errno {
+	if e := n.s.writable(); e != 0 {
+		return e
+	}
+	var m ext4io.FallocMode
+	switch mode {
+	case 0:
+		m = ext4io.FallocAllocate
+	case fallocKeepSize:
+		m = ext4io.FallocKeepSize
+	case fallocPunchHole | fallocKeepSize:
+		m = ext4io.FallocPunchHole
+	case fallocZeroRange:
+		m = ext4io.FallocZeroRange
+	case fallocCollapseRange:
+		m = ext4io.FallocCollapseRange
+	case fallocInsertRange:
+		m = ext4io.FallocInsertRange
+	case fallocWriteZeroes:
+		m = ext4io.FallocWriteZeroes
+	default:
+		return syscall.EOPNOTSUPP // zero-range with keep-size, among others
+	}
+	h, ok := fh.(*handle)
+	if !ok {
+		return syscall.EBADF
+	}
+	return errno(h.f.Fallocate(m, int64(off), int64(size)))
+}
+
+// Lseek serves SEEK_DATA and SEEK_HOLE (the kernel does the others).
+func (n *node) Lseek(ctx context.Context, fh fs.FileHandle, off uint64, whence uint32) (uint64, syscall.Errno) {
+	h, ok := fh.(*handle)
+	if !ok {
+		return 0, syscall.EBADF
+	}
+	if int64(off) < 0 || int64(off) >= h.f.Size() {
+		return 0, syscall.ENXIO
+	}
+	var r int64
+	var err error
+	switch whence {
+	case 3: // SEEK_DATA
+		r, err = h.f.SeekData(int64(off))
+	case 4: // SEEK_HOLE
+		r, err = h.f.SeekHole(int64(off))
+	default:
+		return 0, syscall.EINVAL
+	}
+	if err != nil {
+		return 0, errno(err)
+	}
+	return uint64(r), 0
+}
