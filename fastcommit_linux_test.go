@@ -609,8 +609,8 @@ func fcWalk(t *testing.T, v *ext4io.Volume) map[string]fcEntry {
 // fcKernelWalk mounts img, lists it as fcWalk does and unmounts it.
 func fcKernelWalk(t *testing.T, img string) map[string]fcEntry {
 	t.Helper()
-	mnt := filepath.Join(filepath.Dir(img), "kmnt")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
+	mnt, err := os.MkdirTemp(filepath.Dir(img), "kmnt")
+	if err != nil {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command("mount", "-o", "loop", "-t", "ext4", img, mnt).CombinedOutput(); err != nil {
@@ -618,7 +618,7 @@ func fcKernelWalk(t *testing.T, img string) map[string]fcEntry {
 	}
 	defer umount(t, mnt, img)
 	out := map[string]fcEntry{}
-	err := filepath.WalkDir(mnt, func(path string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(mnt, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -821,6 +821,12 @@ func TestFastCommitReplayLinux(t *testing.T) {
 				t.Fatal(err)
 			}
 			wTree := fcWalk(t, wv)
+			wv.Close()
+			// Linux mounts what ext4io replayed and sees the same tree.
+			fcCompareTrees(t, "Linux on ext4io's writable replay", fcKernelWalk(t, w), wTree)
+			if wv, err = ext4io.OpenImage(w, ext4io.Options{}); err != nil {
+				t.Fatal(err)
+			}
 			fcCompareTrees(t, "writable replay vs Linux", vsLinux(wTree), kernelTree)
 			if tc.e2fsck {
 				fcCompareTrees(t, "writable replay vs e2fsck", wTree, wantTree)
