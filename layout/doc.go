@@ -32,6 +32,10 @@
 //	L4 with 64bit, 64 <= s_desc_size <= 1024, power of two
 //	L5 the superblock checksum matches when metadata_csum is set
 //	L6 every group descriptor's table locations lie inside the filesystem
+//
+// Fast-commit tags (the records ext4 writes to the jbd2 fast-commit area)
+// are in fastcommit.go with their byte diagram and the invariants FC1, FC2
+// of a valid fast commit.
 package layout
 
 import "github.com/ext4io/ext4io/internal/errs"
