@@ -294,8 +294,9 @@ func dirScenario(t *testing.T, mnt string, rng *rand.Rand) map[string][]byte {
 }
 
 // randomScenario runs random fsynced operations on files in three
-// directories: create, overwrite, append, truncate (down, up, to zero),
-// hard link, rename within and across directories, unlink.
+// directories and the subdirectories it makes: create, overwrite, append,
+// truncate (down, up, to zero), hard link, rename within and across
+// directories, unlink, mkdir, rmdir.
 func randomScenario(t *testing.T, mnt string, rng *rand.Rand) map[string][]byte {
 	want := map[string][]byte{}
 	p := func(s string) string { return filepath.Join(mnt, s) }
@@ -316,7 +317,7 @@ func randomScenario(t *testing.T, mnt string, rng *rand.Rand) map[string][]byte 
 		return n[rng.IntN(len(n))], true
 	}
 	fresh := func() string {
-		return fmt.Sprintf("%s/f%03d", dirs[rng.IntN(3)], rng.IntN(1000))
+		return fmt.Sprintf("%s/f%03d", dirs[rng.IntN(len(dirs))], rng.IntN(1000))
 	}
 	// linksOf returns the names sharing name's inode.
 	same := func(a, b string) bool {
@@ -331,8 +332,56 @@ func randomScenario(t *testing.T, mnt string, rng *rand.Rand) map[string][]byte 
 		}
 		want[name] = data
 	}
+	// subdirs made by the scenario and the files in them.
+	subdirs := map[string]bool{}
+	isEmpty := func(d string) bool {
+		for k := range want {
+			if strings.HasPrefix(k, d+"/") {
+				return false
+			}
+		}
+		return true
+	}
 	for range 150 {
-		switch op := rng.IntN(10); {
+		switch op := rng.IntN(12); {
+		case op == 10: // mkdir, made durable with a file created in it
+			d := fmt.Sprintf("%s/s%02d", dirs[rng.IntN(3)], rng.IntN(100))
+			if subdirs[d] || strings.Count(d, "/") > 2 {
+				continue
+			}
+			if err := os.Mkdir(p(d), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			subdirs[d] = true
+			dirs = append(dirs, d)
+			name := d + "/first"
+			data := randBytes(rng, rng.IntN(5000))
+			writeSync(t, p(name), data, os.O_TRUNC)
+			want[name] = data
+		case op == 11: // rmdir of an empty subdir, made durable by another fsync
+			var empty []string
+			for d := range subdirs {
+				if isEmpty(d) {
+					empty = append(empty, d)
+				}
+			}
+			sort.Strings(empty)
+			if len(empty) == 0 {
+				continue
+			}
+			d := empty[rng.IntN(len(empty))]
+			if err := os.Remove(p(d)); err != nil {
+				t.Fatal(err)
+			}
+			delete(subdirs, d)
+			for i, x := range dirs {
+				if x == d {
+					dirs = append(dirs[:i], dirs[i+1:]...)
+					break
+				}
+			}
+			writeSync(t, p("d3/log"), []byte{1}, os.O_APPEND)
+			want["d3/log"] = append(want["d3/log"], 1)
 		case op < 3: // create or overwrite whole
 			name := fresh()
 			if _, ok := want[name]; ok {
@@ -560,8 +609,8 @@ func fcWalk(t *testing.T, v *ext4io.Volume) map[string]fcEntry {
 // fcKernelWalk mounts img, lists it as fcWalk does and unmounts it.
 func fcKernelWalk(t *testing.T, img string) map[string]fcEntry {
 	t.Helper()
-	mnt := filepath.Join(filepath.Dir(img), "kmnt")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
+	mnt, err := os.MkdirTemp(filepath.Dir(img), "kmnt")
+	if err != nil {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command("mount", "-o", "loop", "-t", "ext4", img, mnt).CombinedOutput(); err != nil {
@@ -569,7 +618,7 @@ func fcKernelWalk(t *testing.T, img string) map[string]fcEntry {
 	}
 	defer umount(t, mnt, img)
 	out := map[string]fcEntry{}
-	err := filepath.WalkDir(mnt, func(path string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(mnt, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -664,11 +713,11 @@ func TestFastCommitReplayLinux(t *testing.T) {
 		{"bigdir-4k", "4096", bigDirScenario, false, 1, false},
 		{"ops-4k", "4096", opsScenario, false, 1, false},
 		{"dirs-4k", "4096", dirScenario, false, 1, true},
-		{"random-4k-1", "4096", randomScenario, false, 1, false},
-		{"random-4k-2", "4096", randomScenario, false, 2, false},
-		{"random-4k-3", "4096", randomScenario, false, 3, false},
-		{"random-1k-1", "1024", randomScenario, false, 1, false},
-		{"random-1k-2", "1024", randomScenario, false, 2, false},
+		{"random-4k-1", "4096", randomScenario, false, 1, true},
+		{"random-4k-2", "4096", randomScenario, false, 2, true},
+		{"random-4k-3", "4096", randomScenario, false, 3, true},
+		{"random-1k-1", "1024", randomScenario, false, 1, true},
+		{"random-1k-2", "1024", randomScenario, false, 2, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			img, want := makeFastCommitCrash(t, tc.bs, tc.sc, tc.seed)
@@ -772,6 +821,12 @@ func TestFastCommitReplayLinux(t *testing.T) {
 				t.Fatal(err)
 			}
 			wTree := fcWalk(t, wv)
+			wv.Close()
+			// Linux mounts what ext4io replayed and sees the same tree.
+			fcCompareTrees(t, "Linux on ext4io's writable replay", fcKernelWalk(t, w), wTree)
+			if wv, err = ext4io.OpenImage(w, ext4io.Options{}); err != nil {
+				t.Fatal(err)
+			}
 			fcCompareTrees(t, "writable replay vs Linux", vsLinux(wTree), kernelTree)
 			if tc.e2fsck {
 				fcCompareTrees(t, "writable replay vs e2fsck", wTree, wantTree)

@@ -11,11 +11,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ext4io/ext4io"
 	"github.com/ext4io/ext4io/blockdev/errordev"
@@ -28,7 +31,7 @@ import (
 
 // fcCommitBlock encodes one fast commit into one block: the records, then
 // a TAIL padded to the block end with the crc of everything before it.
-func fcCommitBlock(t *testing.T, bs int, tid uint32, tags ...layout.FCTag) []byte {
+func fcCommitBlock(t testing.TB, bs int, tid uint32, tags ...layout.FCTag) []byte {
 	t.Helper()
 	var b []byte
 	var crc uint32
@@ -46,9 +49,20 @@ func fcCommitBlock(t *testing.T, bs int, tid uint32, tags ...layout.FCTag) []byt
 	return layout.FCTag{Tag: layout.FCTagTail, Value: v}.Encode(b)
 }
 
+// fcSpot says where makeSyntheticFC put things.
+type fcSpot struct {
+	bs          int
+	tid         uint32
+	area        int64 // device offset of the first fast-commit block
+	old, sub    uint32
+	ino         uint32 // the inode the fast commits create
+	pblk        uint64 // its data
+	fcInodeSize int
+}
+
 // makeSyntheticFC builds the image and returns it with a check of the
 // replayed state.
-func makeSyntheticFC(t *testing.T) (string, func(string, *ext4io.Volume)) {
+func makeSyntheticFC(t testing.TB) (string, func(string, *ext4io.Volume), fcSpot) {
 	t.Helper()
 	dir := t.TempDir()
 	src := filepath.Join(dir, "src")
@@ -161,6 +175,8 @@ func makeSyntheticFC(t *testing.T) (string, func(string, *ext4io.Volume)) {
 	fc3 := fcCommitBlock(t, bs, tid-1,
 		layout.EncodeFCDentry(layout.FCTagUnlink, layout.FCDentry{Parent: layout.RootIno, Ino: ino, Name: []byte("synth-link")}))
 	fcFirst := jsb.MaxLen - jsb.NumFastCommitBlocks() + 1
+	spot := fcSpot{bs: bs, tid: tid, area: jmap(fcFirst), old: oldInfo.Ino, sub: subInfo.Ino, ino: ino, pblk: pblk,
+		fcInodeSize: sb.InodeSizeBytes()}
 	write(fc1, jmap(fcFirst))
 	write(fc2, jmap(fcFirst+1))
 	write(fc3, jmap(fcFirst+2))
@@ -176,6 +192,7 @@ func makeSyntheticFC(t *testing.T) (string, func(string, *ext4io.Volume)) {
 	f.Close()
 
 	check := func(what string, v *ext4io.Volume) {
+		t.Helper()
 		for _, name := range []string{"sub/synth", "synth-link"} {
 			fi, err := v.Lstat(name)
 			if err != nil {
@@ -202,11 +219,11 @@ func makeSyntheticFC(t *testing.T) (string, func(string, *ext4io.Volume)) {
 		}
 	}
 
-	return img, check
+	return img, check, spot
 }
 
 func TestFastCommitReplaySynthetic(t *testing.T) {
-	img, check := makeSyntheticFC(t)
+	img, check, _ := makeSyntheticFC(t)
 	before, _ := os.ReadFile(img)
 	rv, err := ext4io.OpenImage(img, ext4io.Options{})
 	if err != nil {
@@ -244,7 +261,7 @@ func TestFastCommitReplaySynthetic(t *testing.T) {
 // idempotent); e2fsck -fy then repairs whatever the interrupted replay
 // marked as in error.
 func TestFastCommitReplayInterrupted(t *testing.T) {
-	img, check := makeSyntheticFC(t)
+	img, check, _ := makeSyntheticFC(t)
 	orig, err := os.ReadFile(img)
 	if err != nil {
 		t.Fatal(err)
@@ -304,4 +321,72 @@ func TestFastCommitReplayInterrupted(t *testing.T) {
 		t.Fatalf("only %d writes before the replay finished", failed)
 	}
 	t.Logf("%d write failures tried", failed)
+}
+
+// FuzzFastCommitReplay replays fuzzed fast commits (one commit of fuzzed
+// records, with a valid HEAD and TAIL around them) on the synthetic image,
+// read-only and writable: decoding and replay must not panic whatever the
+// records say, and whatever a read-only open accepts must be readable.
+func FuzzFastCommitReplay(f *testing.F) {
+	img, _, spot := makeSyntheticFC(f)
+	orig, err := os.ReadFile(img)
+	if err != nil {
+		f.Fatal(err)
+	}
+	in := &layout.Inode{Mode: layout.ModeReg | 0o640, LinksCount: 1, Size: 3000,
+		Flags: layout.InodeFlagExtents, ExtraIsize: 32, Block: extent.EmptyRoot()}
+	seed := func(tags ...layout.FCTag) []byte {
+		var b []byte
+		for _, t := range tags {
+			b = t.Encode(b)
+		}
+		return b
+	}
+	f.Add(seed(layout.EncodeFCInode(layout.FCInode{Ino: spot.ino, Raw: in.Encode(spot.fcInodeSize)}),
+		layout.EncodeFCRange(layout.FCRange{Ino: spot.ino, Len: 3, Pblk: spot.pblk}, true),
+		layout.EncodeFCDentry(layout.FCTagCreat, layout.FCDentry{Parent: spot.sub, Ino: spot.ino, Name: []byte("n")})))
+	f.Add(seed(layout.EncodeFCDentry(layout.FCTagUnlink, layout.FCDentry{Parent: layout.RootIno, Ino: spot.old, Name: []byte("old")}),
+		layout.EncodeFCRange(layout.FCRange{Ino: spot.old, Lblk: 2, Len: 100}, false)))
+	f.Add(seed(layout.EncodeFCDentry(layout.FCTagLink, layout.FCDentry{Parent: spot.sub, Ino: spot.sub, Name: []byte("loop")}),
+		layout.EncodeFCRange(layout.FCRange{Ino: spot.old, Lblk: 7, Len: 32768, Pblk: 1}, true)))
+	f.Fuzz(func(t *testing.T, recs []byte) {
+		wd := time.AfterFunc(20*time.Second, func() { panic(fmt.Sprintf("slow input %x", recs)) })
+		defer wd.Stop()
+		tags, _ := layout.DecodeFCBlock(recs, 0)
+		all := append([]layout.FCTag{layout.EncodeFCHead(layout.FCHead{Tid: spot.tid})}, tags...)
+		size := 0
+		for _, tg := range all {
+			size += layout.FCTagBaseLen + len(tg.Value)
+		}
+		if size+layout.FCTagBaseLen+8 > spot.bs {
+			return
+		}
+		blk := fcCommitBlock(t, spot.bs, spot.tid, all...)
+		for _, writable := range []bool{false, true} {
+			d := memdev.NewBlockSize(int64(len(orig)), 512)
+			d.WriteAt(orig, 0)
+			d.WriteAt(make([]byte, 3*spot.bs), spot.area)
+			d.WriteAt(blk, spot.area)
+			v, err := ext4io.Open(d, ext4io.Options{Writable: writable})
+			if err != nil {
+				continue
+			}
+			if !writable {
+				n := 0
+				fs.WalkDir(v.FS(), ".", func(path string, de fs.DirEntry, err error) error {
+					if n++; n > 1000 || strings.Count(path, "/") > 10 {
+						return fs.SkipAll // a cycle the replay let through
+					}
+					if err == nil && de.Type().IsRegular() {
+						if fl, err := v.Open(path); err == nil {
+							io.Copy(io.Discard, io.NewSectionReader(fl, 0, fl.Size()))
+							fl.Close()
+						}
+					}
+					return nil
+				})
+			}
+			v.Close()
+		}
+	})
 }

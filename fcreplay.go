@@ -767,9 +767,24 @@ func (r *fcReplay) link(d layout.FCDentry, creat bool) error {
 	if !r.v.sb.HasIncompat(layout.IncompatFiletype) {
 		ft = 0
 	}
+	if in.IsDir() && (!creat || d.Ino == layout.RootIno) {
+		// Directories have one name: a LINK of one (or a CREAT of the
+		// root) would make a cycle.
+		return &errs.CorruptError{What: "fast commit", Ino: d.Ino, Off: -1, Msg: fmt.Sprintf("%s of directory %d", map[bool]string{true: "CREAT", false: "LINK"}[creat], d.Ino)}
+	}
 	exists, err := r.dirHas(d.Parent, d.Name)
 	if err != nil {
 		return err
+	}
+	if creat && in.IsDir() && !exists {
+		// A directory created by this commit has no block yet (Linux logs
+		// none); one with blocks is an existing directory that would get
+		// a second name.
+		if mapped, err := r.hasBlock0(d.Ino, in); err != nil {
+			return err
+		} else if mapped {
+			return &errs.CorruptError{What: "fast commit", Ino: d.Ino, Off: -1, Msg: fmt.Sprintf("CREAT of directory %d, which already has blocks", d.Ino)}
+		}
 	}
 	if !exists {
 		if err := r.dirAdd(d.Parent, d.Name, d.Ino, ft); err != nil {
@@ -791,6 +806,19 @@ func (r *fcReplay) link(d layout.FCDentry, creat bool) error {
 		return err
 	}
 	return r.markInode(d.Ino, true)
+}
+
+// hasBlock0 reports whether inode ino maps logical block 0.
+func (r *fcReplay) hasBlock0(ino uint32, in *layout.Inode) (bool, error) {
+	if in.Flags&layout.InodeFlagExtents == 0 {
+		return false, fmt.Errorf("ext4io: fast-commit CREAT of block-mapped directory %d: %w", ino, ErrUnsupported)
+	}
+	t, err := r.tree(ino, in)
+	if err != nil {
+		return false, err
+	}
+	_, mapped, _, err := t.Lookup(0)
+	return mapped, err
 }
 
 // creatDir finishes the CREAT of directory d.Ino, as the kernel's
