@@ -46,14 +46,14 @@ func (v *Volume) create(name string, mode uint16) (*File, error) {
 		return nil, fmt.Errorf("bad file name %q: %w", base, ErrInvalid)
 	}
 	if len(base) > layout.MaxNameLen {
-		return nil, fmt.Errorf("name longer than %d bytes: %w", layout.MaxNameLen, ErrInvalid)
+		return nil, ErrNameTooLong
 	}
 	dir, err := v.resolve(dirName, true)
 	if err != nil {
 		return nil, err
 	}
 	if !dir.in.IsDir() {
-		return nil, fmt.Errorf("%s: not a directory: %w", dirName, ErrInvalid)
+		return nil, ErrNotDir
 	}
 	dir.n.mu.Lock()
 	defer dir.n.mu.Unlock()

@@ -442,10 +442,10 @@ func (v *Volume) resolveFrom(start uint32, name string, followLast bool, hops *i
 	}
 	for i, p := range parts {
 		if !dir.in.IsDir() {
-			return nil, fmt.Errorf("%s: not a directory: %w", path.Join(parts[:i]...), ErrNotFound)
+			return nil, ErrNotDir
 		}
 		if len(p) > layout.MaxNameLen {
-			return nil, fmt.Errorf("name %.20q... longer than %d bytes: %w", p, layout.MaxNameLen, ErrInvalid)
+			return nil, ErrNameTooLong
 		}
 		// Lookups share the directory's lock with each other and exclude
 		// inserts, removals and htree splits, which change several blocks
@@ -454,9 +454,6 @@ func (v *Volume) resolveFrom(start uint32, name string, followLast bool, hops *i
 		e, err := dir.lookupName(p)
 		dir.n.mu.RUnlock()
 		if err != nil {
-			if errors.Is(err, ErrNotFound) && i < len(parts)-1 {
-				return nil, fmt.Errorf("%s: %w", path.Join(parts[:i+1]...), ErrNotFound)
-			}
 			return nil, err
 		}
 		child, err := v.openInode(e.Inode, p)
@@ -467,7 +464,7 @@ func (v *Volume) resolveFrom(start uint32, name string, followLast bool, hops *i
 		if child.in.IsSymlink() && (!last || followLast) {
 			*hops++
 			if *hops > maxSymlinkHops {
-				return nil, fmt.Errorf("%s: too many levels of symbolic links: %w", name, ErrInvalid)
+				return nil, errLoop
 			}
 			target, err := child.readlink()
 			if err != nil {
@@ -572,7 +569,7 @@ func (f *File) readDirAll() ([]DirEntry, error) {
 	f.n.mu.RLock()
 	defer f.n.mu.RUnlock()
 	if !f.in.IsDir() {
-		return nil, fmt.Errorf("not a directory: %w", ErrInvalid)
+		return nil, ErrNotDir
 	}
 	var out []DirEntry
 	err := f.scanDir(func(e layout.DirEntry) error {

@@ -7,6 +7,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/ext4io/ext4io"
 	"github.com/ext4io/ext4io/blockdev"
@@ -432,7 +433,7 @@ func Example_errors() {
 	fmt.Println(errors.Is(err, ext4io.ErrExist), errors.Is(err, fs.ErrExist))
 
 	err = v.Unlink("d") // a directory: use Rmdir
-	fmt.Println(errors.Is(err, ext4io.ErrIsDir), errors.Is(err, ext4io.ErrInvalid))
+	fmt.Println(errors.Is(err, ext4io.ErrIsDir), errors.Is(err, syscall.EISDIR))
 
 	v.Close()
 	_, err = v.Open("d")

@@ -364,7 +364,7 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 	}
 	defer f.n.mu.RUnlockAt(f.n.mu.RLockAt(stripe.OfBuf(p)))
 	if f.in.IsDir() {
-		return 0, &fs.PathError{Op: "read", Path: f.name, Err: fmt.Errorf("is a directory: %w", ErrInvalid)}
+		return 0, &fs.PathError{Op: "read", Path: f.name, Err: ErrIsDir}
 	}
 	size := int64(f.in.Size)
 	if off >= size {

@@ -2,7 +2,6 @@ package ext4io
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"path"
@@ -137,7 +136,7 @@ func (f *File) ReadDir(n int) ([]fs.DirEntry, error) {
 		return nil, &fs.PathError{Op: "readdir", Path: f.name, Err: ErrClosed}
 	}
 	if !f.in.IsDir() {
-		return nil, &fs.PathError{Op: "readdir", Path: f.name, Err: fmt.Errorf("not a directory: %w", ErrInvalid)}
+		return nil, &fs.PathError{Op: "readdir", Path: f.name, Err: ErrNotDir}
 	}
 	if f.dir == nil {
 		ents, err := f.fsDirEntries()

@@ -9,9 +9,11 @@ import (
 	"path"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/ext4io/ext4io/extent"
+	"github.com/ext4io/ext4io/internal/errs"
 	"github.com/ext4io/ext4io/iomap"
 	"github.com/ext4io/ext4io/layout"
 )
@@ -37,19 +39,21 @@ import (
 //     done, so nothing half-created is left behind.
 
 // Errors of namespace operations, in addition to the package sentinels.
+// Each matches the syscall.Errno os would report (errors.Is(err,
+// syscall.ENOTDIR)); see oserrors.go.
 var (
-	// ErrNotEmpty: Rmdir, or Rename over a directory, found entries other
-	// than "." and "..".
-	ErrNotEmpty = errors.New("ext4io: directory not empty")
-	// ErrIsDir: a file operation (Unlink, Link, Rename of a file over a
-	// directory) named a directory. It wraps ErrInvalid.
-	ErrIsDir = fmt.Errorf("is a directory: %w", ErrInvalid)
+	// ErrNotEmpty: Rmdir, Remove or Rename over a directory found entries
+	// other than "." and ".." (ENOTEMPTY).
+	ErrNotEmpty = errs.ErrNotEmpty
+	// ErrIsDir: a file operation (Unlink, Rename of a file over a
+	// directory, a write open of a directory) named a directory (EISDIR).
+	ErrIsDir = errs.ErrIsDir
 	// ErrNotDir: a directory operation or a path component named
-	// something that is not a directory. It wraps ErrInvalid.
-	ErrNotDir = fmt.Errorf("not a directory: %w", ErrInvalid)
+	// something that is not a directory (ENOTDIR).
+	ErrNotDir = errs.ErrNotDir
 	// ErrTooManyLinks: Link or Mkdir would take i_links_count past
-	// EXT4_LINK_MAX. It wraps ErrNoSpace.
-	ErrTooManyLinks = fmt.Errorf("too many links: %w", ErrNoSpace)
+	// EXT4_LINK_MAX (EMLINK). It matches ErrNoSpace too.
+	ErrTooManyLinks error = &errs.Errno{Msg: "too many links", Errno: syscall.EMLINK, Also: ErrNoSpace}
 )
 
 // linkMax is EXT4_LINK_MAX: the most names of a file, and subdirectories
@@ -73,7 +77,7 @@ func checkName(base string) error {
 		return fmt.Errorf("bad file name %q: %w", base, ErrInvalid)
 	}
 	if len(base) > layout.MaxNameLen {
-		return fmt.Errorf("name %.20q... longer than %d bytes: %w", base, layout.MaxNameLen, ErrInvalid)
+		return ErrNameTooLong
 	}
 	return nil
 }
@@ -101,7 +105,7 @@ func (v *Volume) parentDir(name string) (*File, string, error) {
 		return nil, "", err
 	}
 	if !dir.in.IsDir() {
-		return nil, "", fmt.Errorf("%s: %w", dirName, ErrNotDir)
+		return nil, "", ErrNotDir
 	}
 	if dir.m == nil || dir.m.tree == nil {
 		return nil, "", fmt.Errorf("directory %s (inode %d) is not extent-mapped: %w", dirName, dir.ino, ErrUnsupported)
@@ -508,7 +512,7 @@ func (v *Volume) link(oldname, newname string) error {
 		return err
 	}
 	if src.in.IsDir() {
-		return ErrIsDir
+		return ErrPermission // link(2): EPERM for a directory
 	}
 	dir, base, err := v.parentDir(newname)
 	if err != nil {
