@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io/fs"
 	"path"
 	"strings"
 	"time"
@@ -15,24 +14,6 @@ import (
 	"github.com/ext4io/ext4io/internal/errs"
 	"github.com/ext4io/ext4io/layout"
 )
-
-// Create makes a new empty regular file at name (mode 0644) in an existing
-// directory and opens it. It fails with ErrExist if the name is taken.
-//
-// Inserts into linear directories take the first block with room; a
-// full single-block directory is converted to an htree when dir_index is
-// on, and inserts into htree directories split leaves and index nodes as
-// Linux does (see htree.go).
-func (v *Volume) Create(name string) (*File, error) {
-	v.beginOp()
-	f, err := v.create(name, layout.ModeReg|0o644)
-	err = v.endOpErr(err)
-	if err != nil {
-		return nil, &fs.PathError{Op: "create", Path: name, Err: err}
-	}
-	v.trackFile(f)
-	return f, nil
-}
 
 func (v *Volume) create(name string, mode uint16) (*File, error) {
 	if err := v.checkOpen(); err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
 	"strings"
 
@@ -502,18 +503,11 @@ func (f *File) readlink() (string, error) {
 	return string(b), nil
 }
 
-// Open opens the file at name (symlinks followed). Paths are slash
-// separated, relative to the root; a leading slash is allowed.
+// Open opens the file at name (symlinks followed) for reading, as
+// os.Open does: OpenFile(name, os.O_RDONLY, 0). Paths are slash separated,
+// relative to the root; a leading slash is allowed.
 func (v *Volume) Open(name string) (*File, error) {
-	f, err := v.resolve(name, true)
-	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
-	}
-	if f.name == "/" {
-		f.name = path.Base("/" + name)
-	}
-	v.trackFile(f)
-	return f, nil
+	return v.OpenFile(name, os.O_RDONLY, 0)
 }
 
 // Stat returns metadata of the file at name, following symlinks.
@@ -549,20 +543,6 @@ func (v *Volume) Readlink(name string) (string, error) {
 		return "", &fs.PathError{Op: "readlink", Path: name, Err: err}
 	}
 	return t, nil
-}
-
-// ReadDir returns the entries of the directory at name in on-disk order,
-// without "." and "..".
-func (v *Volume) ReadDir(name string) ([]DirEntry, error) {
-	f, err := v.resolve(name, true)
-	if err != nil {
-		return nil, &fs.PathError{Op: "readdir", Path: name, Err: err}
-	}
-	ents, err := f.readDirAll()
-	if err != nil {
-		return nil, &fs.PathError{Op: "readdir", Path: name, Err: err}
-	}
-	return ents, nil
 }
 
 func (f *File) readDirAll() ([]DirEntry, error) {

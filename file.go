@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
+	"path"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,7 +26,8 @@ type File struct {
 	v    *Volume
 	n    *inode // shared by every File of this inode
 	ino  uint32
-	name string        // base name, for Stat
+	name string        // the path it was opened with, as given (Name); Stat takes its base
+	flag int           // os.OpenFile flags (osfile.go); O_RDWR for internal Files
 	in   *layout.Inode // == n.in; fields guarded by n.mu
 	m    *mapper       // == n.m; nil for inline data
 	inl  []byte        // inline data (inline-data files, fast symlinks)
@@ -222,7 +225,7 @@ func (n *inode) setSizeLocked(size uint64) {
 
 // newFile returns a File of inode n.
 func newFile(v *Volume, n *inode, ino uint32, name string) *File {
-	f := &File{v: v, n: n, ino: ino, name: name, in: n.in, m: n.m, inl: n.inl}
+	f := &File{v: v, n: n, ino: ino, name: name, flag: os.O_RDWR, in: n.in, m: n.m, inl: n.inl}
 	f.dio = [2]dioOps{{f: f}, {f: f, shared: true}}
 	return f
 }
@@ -299,6 +302,9 @@ func (v *Volume) getInode(ino uint32) (*inode, error) {
 		n.inl, err = v.inlineData(ino, in)
 	case in.IsSymlink() && isFastSymlink(v.sb, in):
 		n.inl = append([]byte(nil), in.Block[:min(int(in.Size), layout.InodeBlockSize)]...)
+	case isSpecial(in):
+		// Devices, fifos and sockets map no blocks: i_block holds a
+		// device number (mknod.go) or nothing.
 	default:
 		n.m, err = v.newMapper(n)
 		if err == nil && in.IsDir() {
@@ -349,6 +355,9 @@ func (f *File) Size() int64 {
 func (f *File) ReadAt(p []byte, off int64) (int, error) {
 	if err := f.v.checkOpen(); err != nil {
 		return 0, err
+	}
+	if f.flag&accMode == os.O_WRONLY {
+		return 0, &fs.PathError{Op: "read", Path: f.name, Err: ErrBadFile}
 	}
 	if off < 0 {
 		return 0, &fs.PathError{Op: "read", Path: f.name, Err: fmt.Errorf("negative offset %d: %w", off, ErrInvalid)}
@@ -516,7 +525,7 @@ func (f *File) Stat() (fs.FileInfo, error) { return f.info(), nil }
 
 // info returns the file's metadata as a *FileInfo.
 func (f *File) info() *FileInfo {
-	fi, _ := f.v.liveInfo(f.n, f.ino, f.name, false)
+	fi, _ := f.v.liveInfo(f.n, f.ino, path.Base(f.name), false)
 	return fi
 }
 
@@ -555,6 +564,7 @@ type FileInfo struct {
 	Crtime     time.Time // zero when the inode has no crtime field
 	Flags      uint32
 	Generation uint32
+	Rdev       uint64 // device number of a character or block device, as unix.Mkdev encodes it
 }
 
 func newFileInfo(v *Volume, name string, ino uint32, in *layout.Inode) *FileInfo {
@@ -562,7 +572,7 @@ func newFileInfo(v *Volume, name string, ino uint32, in *layout.Inode) *FileInfo
 		name: name, Ino: ino, IMode: in.Mode, Nlink: in.LinksCount, UID: in.UID, GID: in.GID,
 		size: int64(in.Size), Blocks: in.Blocks(v.sb),
 		Atime: in.Atime.Time(), Mtime: in.Mtime.Time(), Ctime: in.Ctime.Time(),
-		Flags: in.Flags, Generation: in.Generation,
+		Flags: in.Flags, Generation: in.Generation, Rdev: inodeRdev(in),
 	}
 	if in.ExtraIsize >= 24 {
 		fi.Crtime = in.Crtime.Time()

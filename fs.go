@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"os"
 	"path"
 	"slices"
 	"strings"
@@ -46,7 +47,7 @@ func (fsys FS) Open(name string) (fs.File, error) {
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
 	}
-	f.name = path.Base(name)
+	f.name, f.flag = name, os.O_RDONLY
 	return f, nil
 }
 

@@ -100,7 +100,7 @@ func TestFsx(t *testing.T) {
 			direct := make([]*ext4io.File, nfiles) // the same files opened with Direct
 			openDirect := func() {
 				for i := range direct {
-					if direct[i], err = v.OpenFile(models[i].name, ext4io.Direct); err != nil {
+					if direct[i], err = v.OpenFile(models[i].name, os.O_RDWR|ext4io.O_DIRECT, 0); err != nil {
 						t.Fatal(err)
 					}
 				}

@@ -637,13 +637,15 @@ func (v *Volume) cachedInode(ino uint32) *inode {
 // counts. Renaming a name onto another name of the same inode does
 // nothing, as rename(2) does.
 func (v *Volume) Rename(oldname, newname string) error {
-	if err := v.op(func() error { return v.rename(oldname, newname) }); err != nil {
+	if err := v.op(func() error { return v.rename(oldname, newname, false) }); err != nil {
 		return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: err}
 	}
 	return nil
 }
 
-func (v *Volume) rename(oldname, newname string) error {
+// rename renames oldname; with noReplace an existing newname fails with
+// ErrExist (RENAME_NOREPLACE).
+func (v *Volume) rename(oldname, newname string, noReplace bool) error {
 	if err := v.writableNS(); err != nil {
 		return err
 	}
@@ -682,17 +684,17 @@ func (v *Volume) rename(oldname, newname string) error {
 	srcDir := src.in.IsDir()
 	var dst *File
 	if e, err := ndir.lookupName(nbase); err == nil {
+		if noReplace {
+			return ErrExist
+		}
 		if e.Inode == src.ino {
 			return nil
 		}
 		if dst, err = v.inodeFile(e.Inode, nbase); err != nil {
 			return err
 		}
-		if dst.n == odir.n { // "a/b/x" over "a/b"
-			if srcDir {
-				return ErrNotEmpty
-			}
-			return ErrIsDir
+		if dst.n == odir.n { // "a/b/x" over "a/b": ENOTEMPTY, as Linux's lock_rename trap
+			return ErrNotEmpty
 		}
 	} else if !isNotExist(err) {
 		return err

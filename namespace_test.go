@@ -114,7 +114,7 @@ func checkVolume(t *testing.T, v *ext4io.Volume, m *nsModel, seed uint64) {
 	t.Helper()
 	var walk func(dir *mInode, p string)
 	walk = func(dir *mInode, p string) {
-		ents, err := v.ReadDir(p)
+		ents, err := v.DirEntries(p)
 		if err != nil {
 			t.Fatalf("seed %d: ReadDir %s: %v", seed, p, err)
 		}
@@ -251,7 +251,7 @@ func (r *nsRunner) step() {
 			}
 		}
 		f.Close()
-		m.lookup(d).children[path.Base(p)] = &mInode{kind: 'f', data: data, perm: 0o644, names: 1}
+		m.lookup(d).children[path.Base(p)] = &mInode{kind: 'f', data: data, perm: 0o666, names: 1}
 	case op < 40: // mkdir
 		d := r.randomDir()
 		p := path.Join(d, r.name(false))
@@ -398,7 +398,7 @@ func TestNamespaceErrors(t *testing.T) {
 	is(v.Symlink("", "a/s"), ext4io.ErrInvalid)
 	is(v.Symlink(strings.Repeat("x", 1024), "a/s"), ext4io.ErrInvalid)
 	_, err = v.Create("a/..")
-	is(err, ext4io.ErrInvalid)
+	is(err, ext4io.ErrIsDir)
 	must(v.Symlink(strings.Repeat("y", 59), "a/fast"))
 	must(v.Symlink(strings.Repeat("z", 60), "a/slow"))
 	must(v.Mkdir("a/b/c", 0o700))
@@ -488,7 +488,7 @@ func TestNamespaceModel(t *testing.T) {
 			t.Fatalf("seed %d: create big/%s (#%d): %v", seed, n, i, err)
 		}
 		f.Close()
-		bd.children[n] = &mInode{kind: 'f', perm: 0o644, names: 1}
+		bd.children[n] = &mInode{kind: 'f', perm: 0o666, names: 1}
 		bigNames = append(bigNames, n)
 	}
 	t.Logf("%d creates in one directory: %v", big, time.Since(start).Round(time.Millisecond))

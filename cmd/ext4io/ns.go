@@ -235,7 +235,7 @@ func exportTree(v *ext4io.Volume, src, dst string) error {
 			return err
 		}
 		for _, e := range ents {
-			if err := exportTree(v, path.Join(src, e.Name), filepath.Join(dst, e.Name)); err != nil {
+			if err := exportTree(v, path.Join(src, e.Name()), filepath.Join(dst, e.Name())); err != nil {
 				return err
 			}
 		}

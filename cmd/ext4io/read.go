@@ -100,11 +100,11 @@ func cmdLs(args []string, w io.Writer) error {
 		return err
 	}
 	for _, e := range ents {
-		efi, err := v.Lstat(strings.TrimSuffix(path, "/") + "/" + e.Name)
+		efi, err := v.Lstat(strings.TrimSuffix(path, "/") + "/" + e.Name())
 		if err != nil {
 			return err
 		}
-		line(e.Name, efi)
+		line(e.Name(), efi)
 	}
 	return tw.Flush()
 }

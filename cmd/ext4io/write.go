@@ -58,7 +58,7 @@ func cmdWrite(args []string, w io.Writer) error {
 	}
 	return withWritable(fs.Arg(0), func(v *ext4io.Volume) error {
 		name := fs.Arg(1)
-		f, err := v.Open(name)
+		f, err := v.OpenFile(name, os.O_RDWR, 0)
 		if errors.Is(err, ext4io.ErrNotFound) {
 			f, err = v.Create(name)
 		}
@@ -74,7 +74,7 @@ func cmdWrite(args []string, w io.Writer) error {
 			fmt.Fprintf(w, "wrote %d bytes at %d\n", n, *offset)
 			return nil
 		}
-		d, err := v.OpenFile(name, ext4io.Direct)
+		d, err := v.OpenFile(name, os.O_RDWR|ext4io.O_DIRECT, 0)
 		if err != nil {
 			return err
 		}
@@ -139,7 +139,7 @@ func cmdFallocate(args []string, w io.Writer) error {
 		return err
 	}
 	return withWritable(fs.Arg(0), func(v *ext4io.Volume) error {
-		f, err := v.Open(fs.Arg(1))
+		f, err := v.OpenFile(fs.Arg(1), os.O_RDWR, 0)
 		if err != nil {
 			return err
 		}
@@ -156,7 +156,7 @@ func cmdTruncate(args []string, w io.Writer) error {
 		return err
 	}
 	return withWritable(args[0], func(v *ext4io.Volume) error {
-		f, err := v.Open(args[1])
+		f, err := v.OpenFile(args[1], os.O_RDWR, 0)
 		if err != nil {
 			return err
 		}

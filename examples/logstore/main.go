@@ -81,7 +81,7 @@ func Create(v *ext4io.Volume, name string) (*Store, error) {
 
 // Open opens an existing log and rebuilds the index by scanning it.
 func Open(v *ext4io.Volume, name string) (*Store, error) {
-	f, err := v.OpenFile(name, ext4io.Direct)
+	f, err := v.OpenFile(name, os.O_RDWR|ext4io.O_DIRECT, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	"path"
 	"sort"
 	"strings"
@@ -135,7 +136,7 @@ func (w *worker) step(faults bool) error {
 		f, err = w.v.Create(path.Join(w.dir, name))
 		if err == nil && direct {
 			f.Close()
-			f, err = w.v.OpenFile(path.Join(w.dir, name), ext4io.Direct)
+			f, err = w.v.OpenFile(path.Join(w.dir, name), os.O_RDWR|ext4io.O_DIRECT, 0)
 		}
 		if err == nil {
 			w.files[name] = &mfile{name: name, f: f, direct: direct}
@@ -337,10 +338,10 @@ func (w *worker) check(v *ext4io.Volume, durable bool) error {
 		}
 		have := map[string]bool{}
 		for _, e := range ents {
-			if e.Name == "." || e.Name == ".." {
+			if e.Name() == "." || e.Name() == ".." {
 				continue
 			}
-			have[e.Name] = true
+			have[e.Name()] = true
 		}
 		want := w.synced
 		if !durable {

@@ -1,0 +1,275 @@
+package ext4io
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+
+	"github.com/ext4io/ext4io/layout"
+)
+
+// The os.File surface of File: a file position shared by Read, Write and
+// Seek; O_APPEND and O_SYNC; io.ReaderFrom and io.WriterTo so that io.Copy
+// moves data in large chunks (aligned ones on direct files).
+
+var (
+	_ io.Reader       = (*File)(nil)
+	_ io.Writer       = (*File)(nil)
+	_ io.StringWriter = (*File)(nil)
+	_ io.ReaderAt     = (*File)(nil)
+	_ io.WriterAt     = (*File)(nil)
+	_ io.Seeker       = (*File)(nil)
+	_ io.ReaderFrom   = (*File)(nil)
+	_ io.WriterTo     = (*File)(nil)
+	_ io.Closer       = (*File)(nil)
+	_ fs.File         = (*File)(nil)
+	_ fs.ReadDirFile  = (*File)(nil)
+)
+
+// accMode masks the access mode of os.OpenFile flags (O_ACCMODE).
+const accMode = os.O_RDONLY | os.O_WRONLY | os.O_RDWR
+
+// copyChunk is the buffer size of ReadFrom and WriteTo.
+const copyChunk = 1 << 20
+
+// errAppendWriteAt is os's error for WriteAt on an O_APPEND file.
+var errAppendWriteAt = errors.New("invalid use of WriteAt on file opened with O_APPEND")
+
+// checkWriteMode refuses writes through a File opened without write
+// access: EBADF as write(2) reports it, EINVAL for ftruncate(2).
+func (f *File) checkWriteMode(op string) error {
+	if f.flag&accMode != os.O_RDONLY {
+		return nil
+	}
+	if op == "truncate" {
+		return &fs.PathError{Op: op, Path: f.name, Err: ErrInvalid}
+	}
+	return &fs.PathError{Op: op, Path: f.name, Err: ErrBadFile}
+}
+
+// Name returns the path the file was opened with, as given (os.File.Name).
+func (f *File) Name() string { return f.name }
+
+// WriteAt writes len(p) bytes at off, allocating blocks for holes and
+// converting unwritten extents it covers; it does not move the file
+// position. The file grows when the write ends past its size. Unaligned
+// writes into new or unwritten blocks zero the rest of those blocks. As
+// with os.File, a file opened with O_APPEND refuses WriteAt, and one opened
+// with O_SYNC is synced (File.Sync) before WriteAt returns.
+func (f *File) WriteAt(p []byte, off int64) (int, error) {
+	if f.flag&os.O_APPEND != 0 {
+		return 0, &fs.PathError{Op: "writeat", Path: f.name, Err: errAppendWriteAt}
+	}
+	if off < 0 {
+		return 0, &fs.PathError{Op: "writeat", Path: f.name, Err: fmt.Errorf("negative offset: %w", ErrInvalid)}
+	}
+	return f.writeSync(p, off)
+}
+
+// writeSync is pwrite, then Sync for O_SYNC files.
+func (f *File) writeSync(p []byte, off int64) (int, error) {
+	n, err := f.pwrite(p, off)
+	if err == nil && f.flag&os.O_SYNC != 0 {
+		if err = f.Sync(); err != nil {
+			err = &fs.PathError{Op: "sync", Path: f.name, Err: err}
+		}
+	}
+	return n, err
+}
+
+// Write writes p at the file position and moves it past what was
+// written; with O_APPEND it writes at the end of the file first. On a
+// direct file p and the position must be aligned (see O_DIRECT).
+func (f *File) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return 0, &fs.PathError{Op: "write", Path: f.name, Err: ErrClosed}
+	}
+	return f.writePosLocked(p)
+}
+
+// writePosLocked is Write with f.mu held.
+func (f *File) writePosLocked(p []byte) (int, error) {
+	if f.flag&os.O_APPEND != 0 {
+		f.off = f.Size()
+	}
+	n, err := f.writeSync(p, f.off)
+	f.off += int64(n)
+	return n, err
+}
+
+// WriteString is Write of the bytes of s.
+func (f *File) WriteString(s string) (int, error) { return f.Write([]byte(s)) }
+
+// ReadFrom copies r into the file from the file position until r reports
+// io.EOF (io.ReaderFrom, used by io.Copy), moving the position past what
+// was written. A direct file is written in aligned chunks of whole
+// blocks; a head up to the first aligned offset and the last partial
+// block go through the page cache, as O_DIRECT programs do.
+func (f *File) ReadFrom(r io.Reader) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return 0, &fs.PathError{Op: "write", Path: f.name, Err: ErrClosed}
+	}
+	buf := make([]byte, copyChunk)
+	var done int64
+	for {
+		want := buf
+		if f.direct && f.flag&os.O_APPEND == 0 {
+			if head := f.off % f.v.lbs; head != 0 {
+				want = buf[:f.v.lbs-head] // a buffered head up to alignment
+			}
+		}
+		k, rerr := io.ReadFull(r, want)
+		if k > 0 {
+			n, err := f.writeChunk(want[:k])
+			done += int64(n)
+			if err != nil {
+				return done, err
+			}
+		}
+		switch {
+		case rerr == io.EOF || rerr == io.ErrUnexpectedEOF:
+			return done, nil
+		case rerr != nil:
+			return done, rerr
+		}
+	}
+}
+
+// writeChunk writes p at the position (f.mu held): on a direct file the
+// whole aligned blocks directly and the rest through a buffered twin.
+func (f *File) writeChunk(p []byte) (int, error) {
+	if !f.direct || f.flag&os.O_APPEND != 0 {
+		return f.writePosLocked(p)
+	}
+	a := f.v.lbs
+	if f.off%a != 0 || int64(len(p)) < a {
+		return f.bufferedTwin().writeAtPos(f, p)
+	}
+	whole := int64(len(p)) / a * a
+	n, err := f.writePosLocked(p[:whole])
+	if err != nil || whole == int64(len(p)) {
+		return n, err
+	}
+	k, err := f.bufferedTwin().writeAtPos(f, p[whole:])
+	return n + k, err
+}
+
+// bufferedTwin returns a File of f's inode without direct I/O, for the
+// unaligned pieces of ReadFrom and WriteTo on a direct file. Its name and
+// flags are f's.
+func (f *File) bufferedTwin() *File {
+	g := newFile(f.v, f.n, f.ino, f.name)
+	g.flag = f.flag
+	return g
+}
+
+// writeAtPos writes p through g at pos's position and moves it.
+func (g *File) writeAtPos(pos *File, p []byte) (int, error) {
+	n, err := g.writeSync(p, pos.off)
+	pos.off += int64(n)
+	return n, err
+}
+
+// WriteTo copies the file from the file position to its end into w
+// (io.WriterTo, used by io.Copy), moving the position to the end. A
+// direct file is read in aligned chunks; a head up to alignment and the
+// last partial block are read through the page cache.
+func (f *File) WriteTo(w io.Writer) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return 0, &fs.PathError{Op: "read", Path: f.name, Err: ErrClosed}
+	}
+	buf := make([]byte, copyChunk)
+	var done int64
+	for {
+		g, p := f, buf
+		if f.direct {
+			a := f.v.lbs
+			size := f.Size()
+			switch {
+			case f.off%a != 0:
+				g, p = f.bufferedTwin(), buf[:a-f.off%a]
+			case size-f.off < int64(len(buf)):
+				if whole := (size - f.off) / a * a; whole > 0 {
+					p = buf[:whole]
+				} else {
+					g = f.bufferedTwin()
+				}
+			}
+		}
+		k, rerr := g.ReadAt(p, f.off)
+		f.off += int64(k)
+		if k > 0 {
+			m, err := w.Write(p[:k])
+			done += int64(m)
+			if err != nil {
+				return done, err
+			}
+			if m < k {
+				return done, io.ErrShortWrite
+			}
+		}
+		if rerr == io.EOF {
+			return done, nil
+		}
+		if rerr != nil {
+			return done, rerr
+		}
+	}
+}
+
+// Chmod sets the file's permission bits (and setuid, setgid, sticky), as
+// os.File.Chmod does.
+func (f *File) Chmod(mode fs.FileMode) error {
+	return f.setattr("chmod", func(in *layout.Inode) {
+		in.Mode = in.Mode&layout.ModeFmt | unixMode(mode)
+	})
+}
+
+// Chown sets the file's owner and group; a negative id leaves that one
+// unchanged (os.File.Chown).
+func (f *File) Chown(uid, gid int) error {
+	return f.setattr("chown", func(in *layout.Inode) {
+		if uid >= 0 {
+			in.UID = uint32(uid)
+		}
+		if gid >= 0 {
+			in.GID = uint32(gid)
+		}
+	})
+}
+
+// setattr changes f's inode with fn in one operation.
+func (f *File) setattr(op string, fn func(*layout.Inode)) error {
+	f.mu.Lock()
+	closed := f.closed
+	f.mu.Unlock()
+	if closed {
+		return &fs.PathError{Op: op, Path: f.name, Err: ErrClosed}
+	}
+	v := f.v
+	v.beginOp()
+	err := v.writableNS()
+	if err == nil {
+		f.n.mu.Lock()
+		if f.n.freed {
+			err = ErrNotFound
+		} else {
+			fn(f.n.in)
+			f.n.in.Ctime = now()
+			err = v.writeInodeLocked(f.n)
+		}
+		f.n.mu.Unlock()
+	}
+	if err = v.endOpErr(err); err != nil {
+		return &fs.PathError{Op: op, Path: f.name, Err: err}
+	}
+	return nil
+}
