@@ -444,7 +444,7 @@ func (f *File) Read(p []byte) (int, error) {
 	if f.closed {
 		return 0, &fs.PathError{Op: "read", Path: f.name, Err: ErrClosed}
 	}
-	n, err := f.ReadAt(p, f.off)
+	n, err := f.readPos(p) // osfile.go
 	f.off += int64(n)
 	if errors.Is(err, io.EOF) && n > 0 {
 		err = nil

@@ -693,8 +693,18 @@ func (v *Volume) rename(oldname, newname string, noReplace bool) error {
 		if dst, err = v.inodeFile(e.Inode, nbase); err != nil {
 			return err
 		}
-		if dst.n == odir.n { // "a/b/x" over "a/b": ENOTEMPTY, as Linux's lock_rename trap
-			return ErrNotEmpty
+		if dst.in.IsDir() {
+			// newname is an ancestor of oldname ("a/b/x" over "a"):
+			// ENOTEMPTY whatever oldname is, as Linux's lock_rename trap.
+			under := dst.n == odir.n
+			if !under {
+				if under, err = v.isUnder(odir.ino, dst.ino); err != nil {
+					return err
+				}
+			}
+			if under {
+				return ErrNotEmpty
+			}
 		}
 	} else if !isNotExist(err) {
 		return err

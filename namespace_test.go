@@ -318,6 +318,8 @@ func (r *nsRunner) step() {
 		case d == s:
 		case s.kind == 'd' && isUnder(dd, s):
 			want = ext4io.ErrInvalid
+		case d != nil && d.kind == 'd' && isUnder(sd, d):
+			want = ext4io.ErrNotEmpty // dst is an ancestor of src
 		case d != nil && s.kind == 'd' && d.kind != 'd':
 			want = ext4io.ErrNotDir
 		case d != nil && s.kind != 'd' && d.kind == 'd':

@@ -81,17 +81,20 @@ func (f *File) writeSync(p []byte, off int64) (int, error) {
 
 // Write writes p at the file position and moves it past what was
 // written; with O_APPEND it writes at the end of the file first. On a
-// direct file p and the position must be aligned (see O_DIRECT).
+// direct file (O_DIRECT) the whole aligned blocks of p go to the device
+// directly and an unaligned head or tail through the page cache, so that
+// streams of any length can be written (WriteAt stays strict).
 func (f *File) Write(p []byte) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
 		return 0, &fs.PathError{Op: "write", Path: f.name, Err: ErrClosed}
 	}
-	return f.writePosLocked(p)
+	return f.writeChunk(p)
 }
 
-// writePosLocked is Write with f.mu held.
+// writePosLocked writes p at the position (the end with O_APPEND) and
+// moves it; f.mu is held.
 func (f *File) writePosLocked(p []byte) (int, error) {
 	if f.flag&os.O_APPEND != 0 {
 		f.off = f.Size()
@@ -106,9 +109,9 @@ func (f *File) WriteString(s string) (int, error) { return f.Write([]byte(s)) }
 
 // ReadFrom copies r into the file from the file position until r reports
 // io.EOF (io.ReaderFrom, used by io.Copy), moving the position past what
-// was written. A direct file is written in aligned chunks of whole
-// blocks; a head up to the first aligned offset and the last partial
-// block go through the page cache, as O_DIRECT programs do.
+// was written. A direct file is written as Write writes it: whole aligned
+// blocks directly, an unaligned head and the last partial block through
+// the page cache, as O_DIRECT programs do.
 func (f *File) ReadFrom(r io.Reader) (int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -118,15 +121,9 @@ func (f *File) ReadFrom(r io.Reader) (int64, error) {
 	buf := make([]byte, copyChunk)
 	var done int64
 	for {
-		want := buf
-		if f.direct && f.flag&os.O_APPEND == 0 {
-			if head := f.off % f.v.lbs; head != 0 {
-				want = buf[:f.v.lbs-head] // a buffered head up to alignment
-			}
-		}
-		k, rerr := io.ReadFull(r, want)
+		k, rerr := io.ReadFull(r, buf)
 		if k > 0 {
-			n, err := f.writeChunk(want[:k])
+			n, err := f.writeChunk(buf[:k])
 			done += int64(n)
 			if err != nil {
 				return done, err
@@ -148,16 +145,31 @@ func (f *File) writeChunk(p []byte) (int, error) {
 		return f.writePosLocked(p)
 	}
 	a := f.v.lbs
-	if f.off%a != 0 || int64(len(p)) < a {
-		return f.bufferedTwin().writeAtPos(f, p)
+	done := 0
+	for done < len(p) {
+		q := p[done:]
+		var n int
+		var err error
+		if head := f.off % a; head != 0 || int64(len(q)) < a {
+			n, err = f.bufferedTwin().writeAtPos(f, q[:min(int64(len(q)), a-head)])
+		} else {
+			n, err = f.writePosLocked(q[:int64(len(q))/a*a])
+		}
+		done += n
+		if err != nil {
+			return done, err
+		}
 	}
-	whole := int64(len(p)) / a * a
-	n, err := f.writePosLocked(p[:whole])
-	if err != nil || whole == int64(len(p)) {
-		return n, err
+	return done, nil
+}
+
+// readPos reads at the position for Read (f.mu held): on a direct file an
+// unaligned read goes through the page cache, as Write's pieces do.
+func (f *File) readPos(p []byte) (int, error) {
+	if f.direct && (f.off%f.v.lbs != 0 || int64(len(p))%f.v.lbs != 0) {
+		return f.bufferedTwin().ReadAt(p, f.off)
 	}
-	k, err := f.bufferedTwin().writeAtPos(f, p[whole:])
-	return n + k, err
+	return f.ReadAt(p, f.off)
 }
 
 // bufferedTwin returns a File of f's inode without direct I/O, for the
