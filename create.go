@@ -6,8 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"path"
-	"strings"
 	"time"
 
 	"github.com/ext4io/ext4io/extent"
@@ -22,19 +20,9 @@ func (v *Volume) create(name string, mode uint16) (*File, error) {
 	if v.alloc == nil {
 		return nil, ErrReadOnly
 	}
-	dirName, base := path.Split(strings.TrimRight(name, "/"))
-	if base == "" || base == "." || base == ".." || strings.ContainsRune(base, 0) {
-		return nil, fmt.Errorf("bad file name %q: %w", base, ErrInvalid)
-	}
-	if len(base) > layout.MaxNameLen {
-		return nil, ErrNameTooLong
-	}
-	dir, err := v.resolve(dirName, true)
+	dir, base, err := v.parentDir(name) // the parent's errors before the name's, as Linux
 	if err != nil {
 		return nil, err
-	}
-	if !dir.in.IsDir() {
-		return nil, ErrNotDir
 	}
 	dir.n.mu.Lock()
 	defer dir.n.mu.Unlock()
@@ -48,6 +36,7 @@ func (v *Volume) create(name string, mode uint16) (*File, error) {
 		return nil, err
 	}
 	in := v.newInode(mode)
+	inheritGroup(dir, in)
 	if err := v.writeInode(ino, in); err != nil {
 		v.alloc.FreeInode(ino, false)
 		return nil, err

@@ -95,6 +95,7 @@ func (v *Volume) mknod(name string, mode fs.FileMode, dev uint64) error {
 		return err
 	}
 	in := v.newInode(ft | unixMode(mode))
+	inheritGroup(dir, in)
 	in.Flags &^= layout.InodeFlagExtents
 	in.Block = [layout.InodeBlockSize]byte{}
 	if ft == layout.ModeChr || ft == layout.ModeBlk {

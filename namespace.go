@@ -96,10 +96,18 @@ func (v *Volume) writableNS() error {
 // parentDir resolves the directory holding name and returns it with the
 // last component.
 func (v *Volume) parentDir(name string) (*File, string, error) {
-	dirName, base := path.Split(strings.TrimRight(name, "/"))
-	if err := checkName(base); err != nil {
-		return nil, "", err
+	dir, base, err := v.parentOnly(name)
+	if err == nil {
+		err = checkName(base)
 	}
+	return dir, base, err
+}
+
+// parentOnly is parentDir without checking the last component: the
+// parent's errors come first, as Linux resolves parents before it looks
+// at the last name (rename resolves both parents first).
+func (v *Volume) parentOnly(name string) (*File, string, error) {
+	dirName, base := path.Split(strings.TrimRight(name, "/"))
 	dir, err := v.resolve(dirName, true)
 	if err != nil {
 		return nil, "", err
@@ -238,6 +246,7 @@ func (v *Volume) mkdir(name string, perm fs.FileMode) error {
 		return err
 	}
 	in := v.newInode(layout.ModeDir | unixMode(perm))
+	inheritGroup(dir, in)
 	in.LinksCount = 2
 	if err := v.writeInode(ino, in); err != nil {
 		v.alloc.FreeInode(ino, true)
@@ -511,9 +520,6 @@ func (v *Volume) link(oldname, newname string) error {
 	if err != nil {
 		return err
 	}
-	if src.in.IsDir() {
-		return ErrPermission // link(2): EPERM for a directory
-	}
 	dir, base, err := v.parentDir(newname)
 	if err != nil {
 		return err
@@ -524,6 +530,9 @@ func (v *Volume) link(oldname, newname string) error {
 		return ErrExist
 	} else if !isNotExist(err) {
 		return err
+	}
+	if src.in.IsDir() {
+		return ErrPermission // link(2): EPERM for a directory, after the new name's checks
 	}
 	src.n.mu.Lock()
 	defer src.n.mu.Unlock()
@@ -577,6 +586,7 @@ func (v *Volume) symlink(target, name string) error {
 		return err
 	}
 	in := v.newInode(layout.ModeLnk | 0o777)
+	inheritGroup(dir, in)
 	in.Size = uint64(len(target))
 	fast := len(target) < layout.InodeBlockSize
 	if fast {
@@ -651,11 +661,11 @@ func (v *Volume) rename(oldname, newname string, noReplace bool) error {
 	}
 	renameMu.Lock()
 	defer renameMu.Unlock()
-	odir, obase, err := v.parentDir(oldname)
+	odir, obase, err := v.parentOnly(oldname)
 	if err != nil {
 		return err
 	}
-	ndir, nbase, err := v.parentDir(newname)
+	ndir, nbase, err := v.parentOnly(newname)
 	if err != nil {
 		return err
 	}
@@ -677,8 +687,14 @@ func (v *Volume) rename(oldname, newname string, noReplace bool) error {
 		second.n.mu.Lock()
 		defer second.n.mu.Unlock()
 	}
+	if err := checkName(obase); err != nil {
+		return err
+	}
 	src, err := odir.lookupChild(obase)
 	if err != nil {
+		return err
+	}
+	if err := checkName(nbase); err != nil {
 		return err
 	}
 	srcDir := src.in.IsDir()

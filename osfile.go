@@ -34,8 +34,9 @@ const accMode = os.O_RDONLY | os.O_WRONLY | os.O_RDWR
 // copyChunk is the buffer size of ReadFrom and WriteTo.
 const copyChunk = 1 << 20
 
-// errAppendWriteAt is os's error for WriteAt on an O_APPEND file.
-var errAppendWriteAt = errors.New("invalid use of WriteAt on file opened with O_APPEND")
+// errAppendWriteAt is returned, bare as os returns its own, for WriteAt on
+// an O_APPEND file.
+var errAppendWriteAt = errors.New("ext4io: invalid use of WriteAt on file opened with O_APPEND")
 
 // checkWriteMode refuses writes through a File opened without write
 // access: EBADF as write(2) reports it, EINVAL for ftruncate(2).
@@ -60,7 +61,7 @@ func (f *File) Name() string { return f.name }
 // with O_SYNC is synced (File.Sync) before WriteAt returns.
 func (f *File) WriteAt(p []byte, off int64) (int, error) {
 	if f.flag&os.O_APPEND != 0 {
-		return 0, &fs.PathError{Op: "writeat", Path: f.name, Err: errAppendWriteAt}
+		return 0, errAppendWriteAt
 	}
 	if off < 0 {
 		return 0, &fs.PathError{Op: "writeat", Path: f.name, Err: fmt.Errorf("negative offset: %w", ErrInvalid)}
@@ -96,11 +97,14 @@ func (f *File) Write(p []byte) (int, error) {
 // writePosLocked writes p at the position (the end with O_APPEND) and
 // moves it; f.mu is held.
 func (f *File) writePosLocked(p []byte) (int, error) {
+	off := f.off
 	if f.flag&os.O_APPEND != 0 {
-		f.off = f.Size()
+		off = f.Size()
 	}
-	n, err := f.writeSync(p, f.off)
-	f.off += int64(n)
+	n, err := f.writeSync(p, off)
+	if err == nil || n > 0 {
+		f.off = off + int64(n) // a failed write leaves the position
+	}
 	return n, err
 }
 
@@ -271,11 +275,12 @@ func (f *File) setattr(op string, fn func(*layout.Inode)) error {
 	err := v.writableNS()
 	if err == nil {
 		f.n.mu.Lock()
-		if f.n.freed {
-			err = ErrNotFound
-		} else {
-			fn(f.n.in)
-			f.n.in.Ctime = now()
+		fn(f.n.in)
+		f.n.in.Ctime = now()
+		if !f.n.freed {
+			// A freed inode (a removed directory still open) changes
+			// in memory only, as an unlinked inode's would until its
+			// last close on Linux.
 			err = v.writeInodeLocked(f.n)
 		}
 		f.n.mu.Unlock()

@@ -6,7 +6,10 @@ import (
 	"io/fs"
 	"os"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/ext4io/ext4io/internal/errs"
 )
 
 // FileSystem is the os package as a value: the functions of os that work
@@ -25,7 +28,9 @@ import (
 // and Symlink) naming the op and the path as the caller gave it, matching
 // fs.ErrNotExist, fs.ErrExist, fs.ErrPermission, ErrNotDir, ErrIsDir,
 // ErrNotEmpty, ErrNameTooLong, ErrNoSpace and ErrReadOnly with errors.Is
-// whichever implementation made them (they match the syscall.Errno too).
+// whichever implementation made them (they match the syscall.Errno too:
+// OSFileSystem's errors wrap the host's Errno together with the ext4io
+// sentinel for it).
 type FileSystem interface {
 	Create(name string) (FileHandle, error)
 	Open(name string) (FileHandle, error)
@@ -133,8 +138,37 @@ func (h hostFS) fix(err error, names ...string) error {
 	case err == nil:
 	case errors.As(err, &pe):
 		pe.Path = h.unpath(pe.Path, names)
+		pe.Err = hostErrno(pe.Err)
 	case errors.As(err, &le):
 		le.Old, le.New = h.unpath(le.Old, names), h.unpath(le.New, names)
+		le.Err = hostErrno(le.Err)
+	}
+	return err
+}
+
+// hostErr is a host's syscall.Errno that also matches the ext4io
+// sentinel for it, so that errors.Is(err, ErrNotDir) holds on both
+// FileSystems. errors.As still finds the Errno.
+type hostErr struct {
+	errno    syscall.Errno
+	sentinel error
+}
+
+func (e *hostErr) Error() string   { return e.errno.Error() }
+func (e *hostErr) Unwrap() []error { return []error{e.errno, e.sentinel} }
+
+// hostErrno wraps err in a hostErr if it is an Errno ext4io has a
+// sentinel for.
+func hostErrno(err error) error {
+	errno, ok := err.(syscall.Errno)
+	if !ok {
+		return err
+	}
+	for _, s := range []error{ErrNotFound, ErrExist, ErrNotDir, ErrIsDir, ErrNotEmpty, ErrNameTooLong,
+		ErrNoSpace, ErrReadOnly, ErrPermission, ErrBadFile, ErrInvalid, ErrTooManyLinks, errLoop} {
+		if s.(*errs.Errno).Errno == errno {
+			return &hostErr{errno, s}
+		}
 	}
 	return err
 }
@@ -191,6 +225,7 @@ func (h hostFS) Symlink(oldname, newname string) error {
 	var le *os.LinkError
 	if errors.As(err, &le) {
 		le.New = newname
+		le.Err = hostErrno(le.Err)
 	}
 	return err
 }

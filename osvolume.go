@@ -70,13 +70,21 @@ func (v *Volume) openFile(name string, flag int, perm fs.FileMode, hops int) (*F
 		return nil, err
 	}
 	write := flag&accMode != os.O_RDONLY
+	if flag&(os.O_CREATE|os.O_EXCL) == os.O_CREATE|os.O_EXCL {
+		// O_EXCL: any name there, a symlink (even a loop) too, is EEXIST.
+		if _, err := v.resolve(name, false); err == nil {
+			return nil, ErrExist
+		} else if !errors.Is(err, ErrNotFound) {
+			return nil, err
+		}
+	}
 	for {
 		f, err := v.resolve(name, true)
 		if err == nil {
 			switch {
 			case flag&(os.O_CREATE|os.O_EXCL) == os.O_CREATE|os.O_EXCL:
 				return nil, ErrExist
-			case f.in.IsDir() && (write || flag&os.O_CREATE != 0):
+			case f.in.IsDir() && (write || flag&(os.O_CREATE|os.O_TRUNC) != 0):
 				return nil, ErrIsDir
 			case strings.HasSuffix(name, "/") && !f.in.IsDir():
 				return nil, ErrNotDir
@@ -311,4 +319,17 @@ func (v *Volume) DirEntries(name string) ([]DirEntry, error) {
 		return nil, &fs.PathError{Op: "readdirent", Path: name, Err: err}
 	}
 	return ents, nil
+}
+
+// inheritGroup gives a new inode in directory dir (lock held) the
+// directory's group when the directory is setgid, and a new directory the
+// setgid bit too, as Linux's inode_init_owner does (BSD group semantics).
+func inheritGroup(dir *File, in *layout.Inode) {
+	if dir.in.Mode&0o2000 == 0 {
+		return
+	}
+	in.GID = dir.in.GID
+	if in.IsDir() {
+		in.Mode |= 0o2000
+	}
 }

@@ -48,11 +48,11 @@ func (v *Volume) exchange(oldname, newname string) error {
 	}
 	renameMu.Lock()
 	defer renameMu.Unlock()
-	odir, obase, err := v.parentDir(oldname)
+	odir, obase, err := v.parentOnly(oldname)
 	if err != nil {
 		return err
 	}
-	ndir, nbase, err := v.parentDir(newname)
+	ndir, nbase, err := v.parentOnly(newname)
 	if err != nil {
 		return err
 	}
@@ -73,8 +73,14 @@ func (v *Volume) exchange(oldname, newname string) error {
 		second.n.mu.Lock()
 		defer second.n.mu.Unlock()
 	}
+	if err := checkName(obase); err != nil {
+		return err
+	}
 	a, err := odir.lookupChild(obase)
 	if err != nil {
+		return err
+	}
+	if err := checkName(nbase); err != nil {
 		return err
 	}
 	b, err := ndir.lookupChild(nbase)
