@@ -244,7 +244,7 @@ func TestFsx(t *testing.T) {
 						t.Fatal(err)
 					}
 					for j := range files {
-						if files[j], err = v.Open(models[j].name); err != nil {
+						if files[j], err = v.OpenFile(models[j].name, os.O_RDWR, 0); err != nil {
 							t.Fatal(err)
 						}
 					}

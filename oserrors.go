@@ -23,5 +23,6 @@ var (
 	ErrBadFile = errs.ErrBadFile
 )
 
-// errLoop: too many symlinks on a path (ELOOP).
-var errLoop error = &errs.Errno{Msg: "too many levels of symbolic links", Errno: syscall.ELOOP}
+// errLoop: too many symlinks on a path (ELOOP). It matches ErrInvalid too,
+// as symlink loops did before they matched ELOOP.
+var errLoop error = &errs.Errno{Msg: "too many levels of symbolic links", Errno: syscall.ELOOP, Also: ErrInvalid}

@@ -343,7 +343,7 @@ func TestZeroOutChunkModel(t *testing.T) {
 			if v, err = ext4io.OpenImage(img, opts); err != nil {
 				t.Fatal(err)
 			}
-			if f, err = v.Open("f"); err != nil {
+			if f, err = v.OpenFile("f", os.O_RDWR, 0); err != nil {
 				t.Fatal(err)
 			}
 			if d, err = v.OpenFile("f", os.O_RDWR|ext4io.O_DIRECT, 0); err != nil {
