@@ -20,8 +20,8 @@ import (
 // File is an open file on a Volume.
 //
 // ReadAt (and, on writable volumes, WriteAt, Truncate and Fallocate) are
-// safe for concurrent use; Read and Seek share an offset and must not be
-// used concurrently with each other.
+// safe for concurrent use. Read, Write and Seek share one position, as an
+// os.File's (osfile.go).
 type File struct {
 	v    *Volume
 	n    *inode // shared by every File of this inode
