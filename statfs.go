@@ -8,7 +8,7 @@ type Statfs struct {
 	BlockSize   int64  // f_bsize: the file system block size
 	Blocks      uint64 // f_blocks: s_blocks_count, all blocks (as mount -o minixdf counts them)
 	BlocksFree  uint64 // f_bfree: free blocks
-	BlocksAvail uint64 // f_bavail: free blocks less the root-reserved ones
+	BlocksAvail uint64 // f_bavail: free blocks less the root-reserved ones and ext4's reserved clusters
 	Files       uint64 // f_files: inodes
 	FilesFree   uint64 // f_ffree: free inodes
 	NameMax     int64  // f_namelen: the longest name, 255
@@ -49,8 +49,15 @@ func (v *Volume) Statfs() (Statfs, error) {
 			st.FilesFree += uint64(gd.FreeInodesCount)
 		}
 	}
-	if st.BlocksFree > sb.RBlocksCount {
-		st.BlocksAvail = st.BlocksFree - sb.RBlocksCount
+	// Available: free less the root-reserved blocks and, with extents,
+	// ext4's reserved clusters (ext4_calculate_resv_clusters: 2% of the
+	// blocks, at most 4096), as ext4_statfs reports f_bavail.
+	held := sb.RBlocksCount
+	if sb.HasIncompat(layout.IncompatExtents) {
+		held += min(sb.BlocksCount/50, 4096)
+	}
+	if st.BlocksFree > held {
+		st.BlocksAvail = st.BlocksFree - held
 	}
 	return st, nil
 }
