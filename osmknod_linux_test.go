@@ -94,7 +94,50 @@ func TestOSMknodRename2(t *testing.T) {
 	}
 	var sfs syscall.Statfs_t
 	must(syscall.Statfs(mnt, &sfs))
-	if int64(sfs.Bsize) != st.BlockSize || sfs.Files != st.Files || sfs.Ffree != st.FilesFree || sfs.Bfree != st.BlocksFree || sfs.Bavail != st.BlocksAvail {
+	if int64(sfs.Bsize) != st.BlockSize || sfs.Blocks != st.Blocks || sfs.Files != st.Files || sfs.Ffree != st.FilesFree || sfs.Bfree != st.BlocksFree || sfs.Bavail != st.BlocksAvail {
 		t.Errorf("statfs: Linux %+v, ext4io %+v", sfs, st)
+	}
+}
+
+// TestOSStatfs: Statfs of images mkfs.ext4 made (many groups, sparse
+// superblock backups, reserved GDT blocks, meta_bg) equals what Linux's
+// statfs reports once the image is mounted.
+func TestOSStatfs(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"1k", []string{"-b", "1024"}},
+		{"4k", []string{"-b", "4096"}},
+		{"meta_bg", []string{"-b", "1024", "-O", "meta_bg,^resize_inode"}},
+		{"no-journal", []string{"-b", "4096", "-O", "^has_journal"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			img := filepath.Join(t.TempDir(), "mkfs.img")
+			e2fs.Mkfs(t, img, "300M", tc.args...)
+			for _, writable := range []bool{false, true} {
+				v, err := ext4io.OpenImage(img, ext4io.Options{Writable: writable})
+				if err != nil {
+					t.Fatal(err)
+				}
+				st, err := v.Statfs()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := v.Close(); err != nil {
+					t.Fatal(err)
+				}
+				mnt := mountLoop(t, img)
+				var sfs syscall.Statfs_t
+				if err := syscall.Statfs(mnt, &sfs); err != nil {
+					t.Fatal(err)
+				}
+				umount(t, mnt, img)
+				if sfs.Blocks != st.Blocks || sfs.Bfree != st.BlocksFree || sfs.Bavail != st.BlocksAvail || sfs.Files != st.Files || sfs.Ffree != st.FilesFree {
+					t.Errorf("writable %v: Linux blocks %d free %d avail %d files %d ffree %d; ext4io %+v",
+						writable, sfs.Blocks, sfs.Bfree, sfs.Bavail, sfs.Files, sfs.Ffree, st)
+				}
+			}
+		})
 	}
 }

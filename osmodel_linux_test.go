@@ -550,7 +550,7 @@ func TestOSModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sa.BlockSize != sb.BlockSize || sa.Files != sb.Files || sa.FilesFree != sb.FilesFree || sa.BlocksFree != sb.BlocksFree || sa.BlocksAvail != sb.BlocksAvail || sa.NameMax != sb.NameMax {
+	if sa.BlockSize != sb.BlockSize || sa.Blocks != sb.Blocks || sa.Files != sb.Files || sa.FilesFree != sb.FilesFree || sa.BlocksFree != sb.BlocksFree || sa.BlocksAvail != sb.BlocksAvail || sa.NameMax != sb.NameMax {
 		t.Errorf("statfs: ext4io %+v, Linux %+v", sa, sb)
 	}
 }
