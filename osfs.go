@@ -122,8 +122,9 @@ func (v volumeFS) Lstat(name string) (fs.FileInfo, error) { return asFileInfo(v.
 // call) on dir + "/" + name, and reports errors with the name as given.
 // It is meant for tests that run the same code on an image and on the
 // host. Symlinks are resolved by the host: an absolute or escaping target
-// leaves dir (use relative targets that stay inside). Mknod, Rename2 and
-// Statfs are Linux-only (ErrUnsupported elsewhere).
+// leaves dir (use relative targets that stay inside). Rename is rename(2)
+// (os.Rename refuses to replace a directory). Mknod, Rename2 and Statfs
+// are Linux-only (ErrUnsupported elsewhere).
 func OSFileSystem(dir string) FileSystem { return hostFS{strings.TrimRight(dir, "/") + "/"} }
 
 type hostFS struct{ root string }
@@ -209,8 +210,10 @@ func (h hostFS) MkdirAll(name string, perm fs.FileMode) error {
 }
 func (h hostFS) Remove(name string) error    { return h.fix(os.Remove(h.path(name)), name) }
 func (h hostFS) RemoveAll(name string) error { return h.fix(os.RemoveAll(h.path(name)), name) }
+// Rename is rename(2), as Volume.Rename: it replaces an empty directory,
+// where os.Rename refuses to (EEXIST, a check Go adds for portability).
 func (h hostFS) Rename(oldname, newname string) error {
-	return h.fix(os.Rename(h.path(oldname), h.path(newname)), oldname, newname)
+	return h.fix(hostRename2(h.path(oldname), h.path(newname), 0), oldname, newname)
 }
 func (h hostFS) Rename2(oldname, newname string, flags uint) error {
 	return h.fix(hostRename2(h.path(oldname), h.path(newname), flags), oldname, newname)

@@ -9,7 +9,7 @@ import (
 
 func hostRename2(oldpath, newpath string, flags uint) error {
 	if flags == 0 {
-		return os.Rename(oldpath, newpath)
+		return os.Rename(oldpath, newpath) // Go's rename: a directory is not replaced
 	}
 	return &os.LinkError{Op: "rename", Old: oldpath, New: newpath, Err: ErrUnsupported}
 }

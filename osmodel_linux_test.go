@@ -325,7 +325,11 @@ func (m *osModel) step() {
 		case 1:
 			flags = ext4io.RENAME_EXCHANGE
 		}
-		m.do(fmt.Sprintf("rename %s %s %d", p, q, flags), func(_ int, fsys ext4io.FileSystem) string {
+		plain := flags == 0 && rng.IntN(2) == 0
+		m.do(fmt.Sprintf("rename %s %s %d %v", p, q, flags, plain), func(_ int, fsys ext4io.FileSystem) string {
+			if plain {
+				return errSig(fsys.Rename(p, q), true)
+			}
 			return errSig(fsys.Rename2(p, q, flags), true)
 		})
 	case op < 66: // link

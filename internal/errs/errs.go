@@ -37,7 +37,8 @@ var (
 	// returned when a path or inode does not exist.
 	ErrNotFound error = &Errno{Msg: "no such file or directory", Errno: syscall.ENOENT}
 	// ErrClosed (which matches fs.ErrClosed) is returned by operations on a closed object.
-	ErrClosed = fmt.Errorf("ext4: %w", fs.ErrClosed)
+	// Its message is fs.ErrClosed's, as os's: "read f: file already closed".
+	ErrClosed = fmt.Errorf("%w", fs.ErrClosed)
 	// ErrExist (which matches fs.ErrExist and syscall.EEXIST) is returned
 	// when a name to be created already exists.
 	ErrExist error = &Errno{Msg: "file exists", Errno: syscall.EEXIST}
