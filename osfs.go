@@ -210,6 +210,7 @@ func (h hostFS) MkdirAll(name string, perm fs.FileMode) error {
 }
 func (h hostFS) Remove(name string) error    { return h.fix(os.Remove(h.path(name)), name) }
 func (h hostFS) RemoveAll(name string) error { return h.fix(os.RemoveAll(h.path(name)), name) }
+
 // Rename is rename(2), as Volume.Rename: it replaces an empty directory,
 // where os.Rename refuses to (EEXIST, a check Go adds for portability).
 func (h hostFS) Rename(oldname, newname string) error {
