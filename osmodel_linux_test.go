@@ -493,11 +493,18 @@ func TestOSModel(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("mknod of devices and mode-independent access need root")
 	}
-	ops := nsEnv("EXT4IO_OS_OPS", 2000)
-	seed := nsSeed(t)
 	old := syscall.Umask(0)
 	defer syscall.Umask(old)
-	img := formatImage(t, 64<<20, ext4io.FormatOptions{BlockSize: 1024})
+	for _, bs := range []int{1024, 4096} {
+		t.Run(fmt.Sprintf("%dk", bs/1024), func(t *testing.T) { runOSModel(t, bs) })
+	}
+}
+
+// runOSModel is TestOSModel on an image of block size bs.
+func runOSModel(t *testing.T, bs int) {
+	ops := nsEnv("EXT4IO_OS_OPS", 2000)
+	seed := nsSeed(t)
+	img := formatImage(t, 64<<20, ext4io.FormatOptions{BlockSize: bs})
 	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
 	if err != nil {
 		t.Fatal(err)
