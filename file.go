@@ -356,11 +356,14 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 	if err := f.v.checkOpen(); err != nil {
 		return 0, err
 	}
-	if f.flag&accMode == os.O_WRONLY {
-		return 0, &fs.PathError{Op: "read", Path: f.name, Err: ErrBadFile}
-	}
 	if off < 0 {
 		return 0, &fs.PathError{Op: "read", Path: f.name, Err: fmt.Errorf("negative offset %d: %w", off, ErrInvalid)}
+	}
+	if len(p) == 0 {
+		return 0, nil // as os.File's: no read, no error
+	}
+	if f.flag&accMode == os.O_WRONLY {
+		return 0, &fs.PathError{Op: "read", Path: f.name, Err: ErrBadFile}
 	}
 	if err := f.checkDirect("read", p, off); err != nil {
 		return 0, err
