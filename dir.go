@@ -551,6 +551,9 @@ func (f *File) readDirAll() ([]DirEntry, error) {
 	if !f.in.IsDir() {
 		return nil, ErrNotDir
 	}
+	if f.n.freed {
+		return nil, ErrNotFound // a removed directory still open: ENOENT, as Linux's iterate_dir
+	}
 	var out []DirEntry
 	err := f.scanDir(func(e layout.DirEntry) error {
 		if n := string(e.Name); n != "." && n != ".." {

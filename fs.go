@@ -139,6 +139,12 @@ func (f *File) ReadDir(n int) ([]fs.DirEntry, error) {
 	if !f.in.IsDir() {
 		return nil, &fs.PathError{Op: "readdir", Path: f.name, Err: ErrNotDir}
 	}
+	f.n.mu.RLock()
+	freed := f.n.freed
+	f.n.mu.RUnlock()
+	if freed {
+		return nil, &fs.PathError{Op: "readdir", Path: f.name, Err: ErrNotFound} // removed since opened
+	}
 	if f.dir == nil {
 		ents, err := f.fsDirEntries()
 		if err != nil {

@@ -976,26 +976,12 @@ func (v *Volume) Chmod(name string, mode fs.FileMode) error {
 // Chown sets the owner and group of the file at name, following symlinks.
 // A negative id leaves that one unchanged.
 func (v *Volume) Chown(name string, uid, gid int) error {
-	return v.setattr("chown", name, func(in *layout.Inode) {
-		if uid >= 0 {
-			in.UID = uint32(uid)
-		}
-		if gid >= 0 {
-			in.GID = uint32(gid)
-		}
-	})
+	return v.setattr("chown", name, chown(uid, gid))
 }
 
 // Lchown is Chown without following a final symlink.
 func (v *Volume) Lchown(name string, uid, gid int) error {
-	return v.setattrNoFollow("lchown", name, func(in *layout.Inode) {
-		if uid >= 0 {
-			in.UID = uint32(uid)
-		}
-		if gid >= 0 {
-			in.GID = uint32(gid)
-		}
-	})
+	return v.setattrNoFollow("lchown", name, chown(uid, gid))
 }
 
 // Chtimes sets the access and modification times (nanoseconds kept) of

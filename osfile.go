@@ -252,14 +252,7 @@ func (f *File) Chmod(mode fs.FileMode) error {
 // Chown sets the file's owner and group; a negative id leaves that one
 // unchanged (os.File.Chown).
 func (f *File) Chown(uid, gid int) error {
-	return f.setattr("chown", func(in *layout.Inode) {
-		if uid >= 0 {
-			in.UID = uint32(uid)
-		}
-		if gid >= 0 {
-			in.GID = uint32(gid)
-		}
-	})
+	return f.setattr("chown", chown(uid, gid))
 }
 
 // setattr changes f's inode with fn in one operation.
@@ -289,4 +282,25 @@ func (f *File) setattr(op string, fn func(*layout.Inode)) error {
 		return &fs.PathError{Op: op, Path: f.name, Err: err}
 	}
 	return nil
+}
+
+// chown returns the inode change of Chown and Lchown: the ids (negative
+// ones unchanged) and, on a non-directory, setuid and a group-executable
+// setgid cleared, as Linux's chown_common asks notify_change to do for
+// every caller, root too.
+func chown(uid, gid int) func(*layout.Inode) {
+	return func(in *layout.Inode) {
+		if uid >= 0 {
+			in.UID = uint32(uid)
+		}
+		if gid >= 0 {
+			in.GID = uint32(gid)
+		}
+		if !in.IsDir() {
+			in.Mode &^= 0o4000
+			if in.Mode&0o2010 == 0o2010 {
+				in.Mode &^= 0o2000
+			}
+		}
+	}
 }

@@ -73,17 +73,18 @@ func errSig(err error, paths bool) string {
 // are left out (the host's directories grow as they please).
 func fiSig(fi fs.FileInfo, name bool) string {
 	var nlink, rdev uint64
+	var uid, gid uint32
 	switch s := fi.Sys().(type) {
 	case *syscall.Stat_t:
-		nlink, rdev = uint64(s.Nlink), s.Rdev
+		nlink, rdev, uid, gid = uint64(s.Nlink), s.Rdev, s.Uid, s.Gid
 	case *ext4io.FileInfo:
-		nlink, rdev = uint64(s.Nlink), s.Rdev
+		nlink, rdev, uid, gid = uint64(s.Nlink), s.Rdev, s.UID, s.GID
 	}
 	size := fi.Size()
 	if fi.IsDir() {
 		size = -1
 	}
-	s := fmt.Sprintf("%v size %d nlink %d rdev %#x", fi.Mode(), size, nlink, rdev)
+	s := fmt.Sprintf("%v size %d nlink %d rdev %#x owner %d:%d", fi.Mode(), size, nlink, rdev, uid, gid)
 	if name {
 		s = fi.Name() + " " + s
 	}
@@ -281,7 +282,32 @@ func (m *osModel) step() {
 			m.files[s][slot] = nil
 			return errSig(terr, false) + "; " + errSig(cerr, false) + "; " + st
 		})
-	case op < 35: // truncate by name
+	case op < 33: // io.Copy in (ReadFrom) and out (WriteTo); ReadDir(-1) of a File
+		data := m.data()
+		m.do(fmt.Sprintf("copy slot %d len %d", slot, len(data)), func(s int, _ ext4io.FileSystem) string {
+			f := m.files[s][slot]
+			if f == nil {
+				return "no file"
+			}
+			n, err := io.Copy(f, bytes.NewReader(data))
+			var out bytes.Buffer
+			var k int64
+			var rerr error
+			if fi, err := f.Stat(); err == nil && !fi.IsDir() {
+				// os's WriteTo of a directory fails with sendfile's
+				// EINVAL, ext4io's with a read's EISDIR.
+				k, rerr = io.Copy(&out, f)
+			}
+			ents, derr := f.ReadDir(-1)
+			slices.SortFunc(ents, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+			return fmt.Sprintf("in %d %s; out %d %x %s; readdir %s %s", n, errSig(err, false), k, out.Bytes(), errSig(rerr, false), direntsSig(ents), errSig(derr, false))
+		})
+	case op < 35: // chown, lchown
+		uid, gid := rng.IntN(3)-1, rng.IntN(3)-1
+		m.do(fmt.Sprintf("chown %s %d %d", p, uid, gid), func(_ int, fsys ext4io.FileSystem) string {
+			return errSig(fsys.Chown(p, uid+1000, gid+1000), true) + "; " + errSig(fsys.Lchown(q, uid, gid), true)
+		})
+	case op < 36: // truncate by name
 		if m.special(p) {
 			return
 		}

@@ -114,7 +114,10 @@ func (v *Volume) openFile(name string, flag int, perm fs.FileMode, hops int) (*F
 				return nil, err
 			}
 			if !path.IsAbs(target) {
-				target = path.Join(path.Dir(strings.TrimRight(name, "/")), target)
+				// Relative to the link's directory, walked as given:
+				// cleaning "d/b/../a" would skip a symlink d/b.
+				dir, _ := path.Split(strings.TrimRight(name, "/"))
+				target = dir + target
 			}
 			return v.openFile(target, flag, perm, hops)
 		}
