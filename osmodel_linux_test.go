@@ -581,6 +581,25 @@ func runOSModel(t *testing.T, bs int) {
 		t.Fatal(err)
 	}
 	e2fs.Fsck(t, img)
+	ro, err := ext4io.OpenImage(img, ext4io.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	compareTrees(t, "read-only ext4io vs os", ro.FileSystem(), m.fs[1])
+	rofs := ro.FileSystem()
+	for _, err := range []error{
+		rofs.WriteFile(osModelRoot+"new", nil, 0o644),
+		rofs.Mkdir(osModelRoot+"new", 0o755),
+		rofs.RemoveAll(osModelRoot),
+		rofs.Rename(osModelRoot, "x"),
+	} {
+		if !errors.Is(err, syscall.EROFS) || !errors.Is(err, ext4io.ErrReadOnly) {
+			t.Errorf("read-only volume: %v, want EROFS", err)
+		}
+	}
+	if err := ro.Close(); err != nil {
+		t.Fatal(err)
+	}
 	mnt := mountLoop(t, img)
 	compareTrees(t, "Linux vs os", ext4io.OSFileSystem(mnt), m.fs[1])
 	sb, err := ext4io.OSFileSystem(mnt).Statfs()
