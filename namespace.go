@@ -504,7 +504,8 @@ func (v *Volume) unlink(name string) error {
 
 // Link makes newname another name of the non-directory at oldname (a
 // final symlink is not followed, as with linkat without
-// AT_SYMLINK_FOLLOW).
+// AT_SYMLINK_FOLLOW). A directory fails with ErrPermission (EPERM), as
+// link(2) fails.
 func (v *Volume) Link(oldname, newname string) error {
 	if err := v.op(func() error { return v.link(oldname, newname) }); err != nil {
 		return &os.LinkError{Op: "link", Old: oldname, New: newname, Err: err}
@@ -645,7 +646,12 @@ func (v *Volume) cachedInode(ino uint32) *inode {
 // file replaces a non-directory, a directory an empty directory. Moving a
 // directory to another parent updates its ".." and both parents' link
 // counts. Renaming a name onto another name of the same inode does
-// nothing, as rename(2) does.
+// nothing, as rename(2) does. These are rename(2)'s semantics, which
+// os.Rename narrows (it refuses to replace a directory); errors are
+// rename(2)'s too: a directory over a non-directory is ErrNotDir, a
+// non-directory over a directory ErrIsDir, over a non-empty directory or
+// an ancestor of oldname ErrNotEmpty, into its own subtree ErrInvalid.
+// Rename2 adds RENAME_NOREPLACE and RENAME_EXCHANGE.
 func (v *Volume) Rename(oldname, newname string) error {
 	if err := v.op(func() error { return v.rename(oldname, newname, false) }); err != nil {
 		return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: err}
