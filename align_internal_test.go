@@ -2,6 +2,7 @@ package ext4io
 
 import (
 	"bytes"
+	"os"
 	"testing"
 )
 
@@ -32,16 +33,16 @@ func TestAlignedPlacement(t *testing.T) {
 			data[i] = byte(i*7 + i>>12)
 		}
 		for _, name := range []string{"/buffered", "/direct"} {
-			var flags OpenFlag
+			flags := os.O_RDWR
 			if name == "/direct" {
-				flags = Direct
+				flags |= O_DIRECT
 			}
 			if f, err := v.Create(name); err != nil {
 				t.Fatal(err)
 			} else {
 				f.Close()
 			}
-			f, err := v.OpenFile(name, flags)
+			f, err := v.OpenFile(name, flags, 0)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
@@ -409,7 +410,7 @@ func TestNoSpaceRetriesAfterCommit(t *testing.T) {
 		}
 		if direct {
 			f.Close()
-			if f, err = v.OpenFile(name, ext4io.Direct); err != nil {
+			if f, err = v.OpenFile(name, os.O_RDWR|ext4io.O_DIRECT, 0); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -514,7 +515,7 @@ func TestDatasync(t *testing.T) {
 	if err := f.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	d, err := v.OpenFile("f", ext4io.Direct)
+	d, err := v.OpenFile("f", os.O_RDWR|ext4io.O_DIRECT, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -572,7 +573,7 @@ func TestSharedWriteTimes(t *testing.T) {
 	if err := f.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	d, err := v.OpenFile("f", ext4io.Direct)
+	d, err := v.OpenFile("f", os.O_RDWR|ext4io.O_DIRECT, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -739,7 +740,7 @@ func TestDirectReadCachedFile(t *testing.T) {
 	if _, err := f.WriteAt(data, 0); err != nil {
 		t.Fatal(err)
 	}
-	d, err := v.OpenFile("f", ext4io.Direct)
+	d, err := v.OpenFile("f", os.O_RDWR|ext4io.O_DIRECT, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

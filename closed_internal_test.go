@@ -2,6 +2,7 @@ package ext4io
 
 import (
 	"errors"
+	"os"
 	"testing"
 	"time"
 
@@ -44,9 +45,9 @@ func TestClosedCheckedUnderInodeLock(t *testing.T) {
 			}
 			f.Close()
 			if direct {
-				f, err = v.OpenFile("f", Direct)
+				f, err = v.OpenFile("f", os.O_RDWR|O_DIRECT, 0)
 			} else {
-				f, err = v.Open("f")
+				f, err = v.OpenFile("f", os.O_RDWR, 0)
 			}
 			if err != nil {
 				t.Fatal(err)

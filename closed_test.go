@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -46,7 +47,7 @@ var volumeCalls = []struct {
 	call func(v *ext4io.Volume) error
 }{
 	{"Open", func(v *ext4io.Volume) error { _, err := v.Open("f"); return err }},
-	{"OpenFile", func(v *ext4io.Volume) error { _, err := v.OpenFile("f", ext4io.Direct); return err }},
+	{"OpenFile", func(v *ext4io.Volume) error { _, err := v.OpenFile("f", os.O_RDWR|ext4io.O_DIRECT, 0); return err }},
 	{"OpenIno", func(v *ext4io.Volume) error { _, err := v.OpenIno(2); return err }},
 	{"Create", func(v *ext4io.Volume) error { _, err := v.Create("g"); return err }},
 	{"Stat", func(v *ext4io.Volume) error { _, err := v.Stat("f"); return err }},
@@ -264,11 +265,11 @@ func TestCloseRacesIO(t *testing.T) {
 			img, v, f := openWritableWithFile(t)
 			f.Close()
 			for round := 0; round < 20; round++ {
-				var flags ext4io.OpenFlag
+				flags := os.O_RDWR
 				if direct {
-					flags = ext4io.Direct
+					flags |= ext4io.O_DIRECT
 				}
-				f, err := v.OpenFile("f", flags)
+				f, err := v.OpenFile("f", flags, 0)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -253,7 +253,7 @@ func preallocated(t testing.TB, v *Volume, name string, size int64) (f, d *File)
 	if err := f.Fallocate(FallocAllocate, 0, size); err != nil {
 		t.Fatal(err)
 	}
-	if d, err = v.OpenFile(name, Direct); err != nil {
+	if d, err = v.OpenFile(name, os.O_RDWR|O_DIRECT, 0); err != nil {
 		t.Fatal(err)
 	}
 	return f, d

@@ -1,6 +1,7 @@
 package ext4io
 
 import (
+	"os"
 	"testing"
 
 	"github.com/ext4io/ext4io/iomap"
@@ -55,7 +56,7 @@ func TestValidityCookie(t *testing.T) {
 	if ops.Valid(m) {
 		t.Fatalf("mapping %v still valid after truncate", m)
 	}
-	d, err := v.OpenFile("f", Direct)
+	d, err := v.OpenFile("f", os.O_RDWR|O_DIRECT, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,33 +6,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io/fs"
-	"path"
-	"strings"
 	"time"
 
 	"github.com/ext4io/ext4io/extent"
 	"github.com/ext4io/ext4io/internal/errs"
 	"github.com/ext4io/ext4io/layout"
 )
-
-// Create makes a new empty regular file at name (mode 0644) in an existing
-// directory and opens it. It fails with ErrExist if the name is taken.
-//
-// Inserts into linear directories take the first block with room; a
-// full single-block directory is converted to an htree when dir_index is
-// on, and inserts into htree directories split leaves and index nodes as
-// Linux does (see htree.go).
-func (v *Volume) Create(name string) (*File, error) {
-	v.beginOp()
-	f, err := v.create(name, layout.ModeReg|0o644)
-	err = v.endOpErr(err)
-	if err != nil {
-		return nil, &fs.PathError{Op: "create", Path: name, Err: err}
-	}
-	v.trackFile(f)
-	return f, nil
-}
 
 func (v *Volume) create(name string, mode uint16) (*File, error) {
 	if err := v.checkOpen(); err != nil {
@@ -41,19 +20,9 @@ func (v *Volume) create(name string, mode uint16) (*File, error) {
 	if v.alloc == nil {
 		return nil, ErrReadOnly
 	}
-	dirName, base := path.Split(strings.TrimRight(name, "/"))
-	if base == "" || base == "." || base == ".." || strings.ContainsRune(base, 0) {
-		return nil, fmt.Errorf("bad file name %q: %w", base, ErrInvalid)
-	}
-	if len(base) > layout.MaxNameLen {
-		return nil, fmt.Errorf("name longer than %d bytes: %w", layout.MaxNameLen, ErrInvalid)
-	}
-	dir, err := v.resolve(dirName, true)
+	dir, base, err := v.parentDir(name) // the parent's errors before the name's, as Linux
 	if err != nil {
 		return nil, err
-	}
-	if !dir.in.IsDir() {
-		return nil, fmt.Errorf("%s: not a directory: %w", dirName, ErrInvalid)
 	}
 	dir.n.mu.Lock()
 	defer dir.n.mu.Unlock()
@@ -67,6 +36,7 @@ func (v *Volume) create(name string, mode uint16) (*File, error) {
 		return nil, err
 	}
 	in := v.newInode(mode)
+	inheritGroup(dir, in)
 	if err := v.writeInode(ino, in); err != nil {
 		v.alloc.FreeInode(ino, false)
 		return nil, err

@@ -870,7 +870,7 @@ func crashWithJournal(t *testing.T, raw []byte) []byte {
 	must("rmdir", v.Rmdir("jgone"))
 	must("unlink", v.Unlink("d2/f6"))
 	must("sync", v.Sync())
-	f, err := v.Open("jw5")
+	f, err := v.OpenFile("jw5", os.O_RDWR, 0)
 	must("open jw5", err)
 	must("truncate", f.Truncate(5000))
 	must("close", f.Close())
@@ -1190,7 +1190,7 @@ func damageWrite(t *testing.T, label string, dev *boundsDev, base *sweepBase, se
 	}
 	withFile := func(name string, fn func(f *ext4io.File) error) func() error {
 		return func() error {
-			f, err := v.Open(name)
+			f, err := v.OpenFile(name, os.O_RDWR, 0)
 			if err != nil {
 				return err
 			}

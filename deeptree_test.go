@@ -3,6 +3,7 @@ package ext4io_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"github.com/ext4io/ext4io"
@@ -114,7 +115,7 @@ func TestDeepTreesWithAlloc(t *testing.T) {
 				if v, err = ext4io.OpenImage(img, ext4io.Options{Writable: true}); err != nil {
 					t.Fatal(err)
 				}
-				if f, err = v.Open("frag"); err != nil {
+				if f, err = v.OpenFile("frag", os.O_RDWR, 0); err != nil {
 					t.Fatal(err)
 				}
 			}

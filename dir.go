@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
 	"strings"
 
@@ -458,10 +459,10 @@ func (v *Volume) resolveFrom(start uint32, name string, followLast bool, hops *i
 	}
 	for i, p := range parts {
 		if !dir.in.IsDir() {
-			return nil, fmt.Errorf("%s: not a directory: %w", path.Join(parts[:i]...), ErrNotFound)
+			return nil, ErrNotDir
 		}
 		if len(p) > layout.MaxNameLen {
-			return nil, fmt.Errorf("name %.20q... longer than %d bytes: %w", p, layout.MaxNameLen, ErrInvalid)
+			return nil, ErrNameTooLong
 		}
 		// Lookups share the directory's lock with each other and exclude
 		// inserts, removals and htree splits, which change several blocks
@@ -470,9 +471,6 @@ func (v *Volume) resolveFrom(start uint32, name string, followLast bool, hops *i
 		e, err := dir.lookupName(p)
 		dir.n.mu.RUnlock()
 		if err != nil {
-			if errors.Is(err, ErrNotFound) && i < len(parts)-1 {
-				return nil, fmt.Errorf("%s: %w", path.Join(parts[:i+1]...), ErrNotFound)
-			}
 			return nil, err
 		}
 		child, err := v.openInode(e.Inode, p)
@@ -483,7 +481,7 @@ func (v *Volume) resolveFrom(start uint32, name string, followLast bool, hops *i
 		if child.in.IsSymlink() && (!last || followLast) {
 			*hops++
 			if *hops > maxSymlinkHops {
-				return nil, fmt.Errorf("%s: too many levels of symbolic links: %w", name, ErrInvalid)
+				return nil, errLoop
 			}
 			target, err := child.readlink()
 			if err != nil {
@@ -521,18 +519,11 @@ func (f *File) readlink() (string, error) {
 	return string(b), nil
 }
 
-// Open opens the file at name (symlinks followed). Paths are slash
-// separated, relative to the root; a leading slash is allowed.
+// Open opens the file at name (symlinks followed) for reading, as
+// os.Open does: OpenFile(name, os.O_RDONLY, 0). Paths are slash separated,
+// relative to the root; a leading slash is allowed.
 func (v *Volume) Open(name string) (*File, error) {
-	f, err := v.resolve(name, true)
-	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
-	}
-	if f.name == "/" {
-		f.name = path.Base("/" + name)
-	}
-	v.trackFile(f)
-	return f, nil
+	return v.OpenFile(name, os.O_RDONLY, 0)
 }
 
 // Stat returns metadata of the file at name, following symlinks.
@@ -570,25 +561,14 @@ func (v *Volume) Readlink(name string) (string, error) {
 	return t, nil
 }
 
-// ReadDir returns the entries of the directory at name in on-disk order,
-// without "." and "..".
-func (v *Volume) ReadDir(name string) ([]DirEntry, error) {
-	f, err := v.resolve(name, true)
-	if err != nil {
-		return nil, &fs.PathError{Op: "readdir", Path: name, Err: err}
-	}
-	ents, err := f.readDirAll()
-	if err != nil {
-		return nil, &fs.PathError{Op: "readdir", Path: name, Err: err}
-	}
-	return ents, nil
-}
-
 func (f *File) readDirAll() ([]DirEntry, error) {
 	f.n.mu.RLock()
 	defer f.n.mu.RUnlock()
 	if !f.in.IsDir() {
-		return nil, fmt.Errorf("not a directory: %w", ErrInvalid)
+		return nil, ErrNotDir
+	}
+	if f.n.freed {
+		return nil, ErrNotFound // a removed directory still open: ENOENT, as Linux's iterate_dir
 	}
 	var out []DirEntry
 	err := f.scanDir(func(e layout.DirEntry) error {

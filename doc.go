@@ -11,6 +11,17 @@
 // is an io/fs view, so fs.WalkDir, http.FS and testing/fstest work on an
 // image. [Format] creates a new filesystem.
 //
+// Volume and File follow the os package: [Volume.OpenFile] takes os's
+// flags (and [O_DIRECT]), [Volume.Create] truncates, Remove, RemoveAll,
+// MkdirAll, ReadFile and WriteFile do what os's do, and a File has a
+// position shared by Read, Write and Seek, ReadFrom and WriteTo for
+// io.Copy, Name, Chmod and Chown. Errors are os's: an *fs.PathError with
+// the op and the path as given, matching the syscall.Errno os would report
+// (errors.Is(err, syscall.ENOTDIR), errors.Is(err, fs.ErrNotExist)).
+// [FileSystem] is that surface as an interface, implemented by
+// [Volume.FileSystem] and, on a host directory, by [OSFileSystem], so one
+// test runs on both.
+//
 // # Basics
 //
 // The library is a stack of packages, each usable on its own:
@@ -45,7 +56,7 @@
 // are placed on blocks aligned as their logical blocks (up to 1 MiB), and
 // write-back cuts its runs at 1 MiB of the file, so large files reach the
 // device in aligned runs. Direct I/O (Volume.OpenFile with
-// Direct) goes to the device through iomap ops with ext4's fast paths:
+// O_DIRECT) goes to the device through iomap ops with ext4's fast paths:
 // overwrites take the inode lock shared, no journal handle and not even
 // the transaction gate (a device error fails such a write alone: no
 // metadata changed, so the volume stays writable), and defer the mtime
@@ -135,10 +146,14 @@
 //
 // Errors wrap one of the sentinels ErrCorrupt, ErrNoSpace, ErrReadOnly,
 // ErrUnsupported, ErrIO, ErrInvalid, ErrNotFound, ErrExist, ErrClosed,
-// ErrBusy and ErrNotExt4 (which also matches ErrCorrupt), and, for
-// extended attributes, ErrNoAttr and ErrRange;
-// corrupt metadata is reported as a *CorruptError naming the structure,
-// inode, block and byte offset.
+// ErrNotDir, ErrIsDir, ErrNotEmpty, ErrNameTooLong, ErrPermission,
+// ErrBadFile, ErrBusy and ErrNotExt4 (which also matches ErrCorrupt), and,
+// for extended attributes, ErrNoAttr and ErrRange; corrupt metadata is
+// reported as a *CorruptError naming the structure, inode, block and byte
+// offset. The sentinels of conditions os reports with an errno match that
+// syscall.Errno too, and carry its text ("no such file or directory"): the
+// *fs.PathError around them names the operation, so a message has one
+// prefix per layer ("open a/b: not a directory").
 //
 // Everything read from an image is untrusted: a crafted one gets
 // ErrCorrupt, never a panic, a hang or a write outside the file asked for.

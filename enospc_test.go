@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"github.com/ext4io/ext4io"
@@ -37,7 +38,7 @@ func fullVolume(t *testing.T, opts ext4io.Options) (img string, v *ext4io.Volume
 	// Direct writes allocate as they go: the file's tree blocks too, so
 	// that the filler leaves no write-back to fail for them at Close
 	// (with ReservedPool -1 there is no pool for it).
-	fill, err := v.OpenFile("fill", ext4io.Direct)
+	fill, err := v.OpenFile("fill", os.O_RDWR|ext4io.O_DIRECT, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +70,7 @@ func TestConversionsAtFullVolume(t *testing.T) {
 		t.Run(fmt.Sprintf("defer=%v", deferSplits), func(t *testing.T) {
 			img, v := fullVolume(t, ext4io.Options{DeferSplits: deferSplits})
 			const preSize = 4 << 20
-			d, err := v.OpenFile("prealloc", ext4io.Direct)
+			d, err := v.OpenFile("prealloc", os.O_RDWR|ext4io.O_DIRECT, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -118,7 +119,7 @@ func TestSplitsWithoutReservedPool(t *testing.T) {
 	for _, deferSplits := range []bool{false, true} {
 		t.Run(fmt.Sprintf("defer=%v", deferSplits), func(t *testing.T) {
 			img, v := fullVolume(t, ext4io.Options{DeferSplits: deferSplits, ReservedPool: -1})
-			d, err := v.OpenFile("prealloc", ext4io.Direct)
+			d, err := v.OpenFile("prealloc", os.O_RDWR|ext4io.O_DIRECT, 0)
 			if err != nil {
 				t.Fatal(err)
 			}

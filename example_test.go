@@ -7,13 +7,13 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/ext4io/ext4io"
 	"github.com/ext4io/ext4io/blockdev"
 	"github.com/ext4io/ext4io/blockdev/errordev"
 	"github.com/ext4io/ext4io/blockdev/memdev"
 	"github.com/ext4io/ext4io/iomap"
-	"github.com/ext4io/ext4io/layout"
 )
 
 // Format makes an empty ext4 filesystem, here on a sparse in-memory
@@ -180,7 +180,7 @@ func ExampleVolume_Mkdir() {
 		log.Fatal(err)
 	}
 	for _, e := range entries {
-		fmt.Println(e.Name, e.Type == layout.FtDir)
+		fmt.Println(e.Name(), e.IsDir())
 	}
 	fi, err := v.Stat("logs/old")
 	if err != nil {
@@ -383,7 +383,7 @@ func ExampleVolume_OpenFile() {
 	}
 	f.Close()
 
-	d, err := v.OpenFile("data", ext4io.Direct)
+	d, err := v.OpenFile("data", os.O_RDWR|ext4io.O_DIRECT, 0)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -432,7 +432,7 @@ func Example_errors() {
 	fmt.Println(errors.Is(err, ext4io.ErrExist), errors.Is(err, fs.ErrExist))
 
 	err = v.Unlink("d") // a directory: use Rmdir
-	fmt.Println(errors.Is(err, ext4io.ErrIsDir), errors.Is(err, ext4io.ErrInvalid))
+	fmt.Println(errors.Is(err, ext4io.ErrIsDir), errors.Is(err, syscall.EISDIR))
 
 	v.Close()
 	_, err = v.Open("d")

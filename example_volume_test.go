@@ -109,7 +109,7 @@ func ExampleVolume_Counters() {
 	if err := f.Fallocate(ext4io.FallocWriteZeroes, 0, 1<<20); err != nil {
 		log.Fatal(err)
 	}
-	d, err := v.OpenFile("table", ext4io.Direct)
+	d, err := v.OpenFile("table", os.O_RDWR|ext4io.O_DIRECT, 0)
 	if err != nil {
 		log.Fatal(err)
 	}

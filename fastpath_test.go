@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"testing"
 
@@ -41,11 +42,11 @@ func TestFastPathCounters(t *testing.T) {
 	if err := g.Fallocate(ext4io.FallocAllocate, 0, size); err != nil {
 		t.Fatal(err)
 	}
-	df, err := v.OpenFile("over", ext4io.Direct)
+	df, err := v.OpenFile("over", os.O_RDWR|ext4io.O_DIRECT, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dg, err := v.OpenFile("prealloc", ext4io.Direct)
+	dg, err := v.OpenFile("prealloc", os.O_RDWR|ext4io.O_DIRECT, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +183,7 @@ func concurrentDirectWrites(t *testing.T, opts ext4io.Options) {
 		go func(w int) {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(w), 99))
-			df, err := v.OpenFile("shared", ext4io.Direct)
+			df, err := v.OpenFile("shared", os.O_RDWR|ext4io.O_DIRECT, 0)
 			if err != nil {
 				errc <- err
 				return
@@ -285,7 +286,7 @@ func TestSharedVersusExclusive(t *testing.T) {
 	if err := f.Fallocate(ext4io.FallocWriteZeroes, 0, base); err != nil {
 		t.Fatal(err)
 	}
-	df, err := v.OpenFile("f", ext4io.Direct)
+	df, err := v.OpenFile("f", os.O_RDWR|ext4io.O_DIRECT, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

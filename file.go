@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
+	"path"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,17 +20,18 @@ import (
 // File is an open file on a Volume.
 //
 // ReadAt (and, on writable volumes, WriteAt, Truncate and Fallocate) are
-// safe for concurrent use; Read and Seek share an offset and must not be
-// used concurrently with each other. Close may run concurrently with any
-// of them: each either completes as if before Close or fails with
-// ErrClosed. After Close every method that returns an error returns one
-// matching ErrClosed (and fs.ErrClosed), an *fs.PathError naming the
-// file; the zero File is not open, and its methods return ErrInvalid.
+// safe for concurrent use. Read, Write and Seek share one position, as an
+// os.File's (osfile.go). Close may run concurrently with any of them: each
+// either completes as if before Close or fails with ErrClosed. After Close
+// every method that returns an error returns one matching ErrClosed (and
+// fs.ErrClosed), an *fs.PathError naming the file; the zero File is not
+// open, and its methods return ErrInvalid.
 type File struct {
 	v    *Volume
 	n    *inode // shared by every File of this inode
 	ino  uint32
-	name string        // base name, for Stat
+	name string        // the path it was opened with, as given (Name); Stat takes its base
+	flag int           // os.OpenFile flags (osfile.go); O_RDWR for internal Files
 	in   *layout.Inode // == n.in; fields guarded by n.mu
 	m    *mapper       // == n.m; nil for inline data
 	inl  []byte        // inline data (inline-data files, fast symlinks)
@@ -262,7 +265,7 @@ func (n *inode) setSizeLocked(size uint64) {
 
 // newFile returns a File of inode n.
 func newFile(v *Volume, n *inode, ino uint32, name string) *File {
-	f := &File{v: v, n: n, ino: ino, name: name, in: n.in, m: n.m, inl: n.inl}
+	f := &File{v: v, n: n, ino: ino, name: name, flag: os.O_RDWR, in: n.in, m: n.m, inl: n.inl}
 	f.dio = [2]dioOps{{f: f}, {f: f, shared: true}}
 	return f
 }
@@ -339,6 +342,9 @@ func (v *Volume) getInode(ino uint32) (*inode, error) {
 		n.inl, err = v.inlineData(ino, in)
 	case in.IsSymlink() && isFastSymlink(v.sb, in):
 		n.inl = append([]byte(nil), in.Block[:min(int(in.Size), layout.InodeBlockSize)]...)
+	case isSpecial(in):
+		// Devices, fifos and sockets map no blocks: i_block holds a
+		// device number (mknod.go) or nothing.
 	default:
 		n.m, err = v.newMapper(n)
 		if err == nil && in.IsDir() {
@@ -402,6 +408,12 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, &fs.PathError{Op: "read", Path: f.name, Err: fmt.Errorf("negative offset %d: %w", off, ErrInvalid)}
 	}
+	if len(p) == 0 {
+		return 0, nil // as os.File's: no read, no error
+	}
+	if f.flag&accMode == os.O_WRONLY {
+		return 0, &fs.PathError{Op: "read", Path: f.name, Err: ErrBadFile}
+	}
 	if err := f.checkDirect("read", p, off); err != nil {
 		return 0, err
 	}
@@ -416,7 +428,7 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 		return 0, &fs.PathError{Op: "read", Path: f.name, Err: err}
 	}
 	if f.in.IsDir() {
-		return 0, &fs.PathError{Op: "read", Path: f.name, Err: fmt.Errorf("is a directory: %w", ErrInvalid)}
+		return 0, &fs.PathError{Op: "read", Path: f.name, Err: ErrIsDir}
 	}
 	size := int64(f.in.Size)
 	if off >= size {
@@ -487,7 +499,7 @@ func (f *File) Read(p []byte) (int, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	n, err := f.ReadAt(p, f.off)
+	n, err := f.readPos(p) // osfile.go
 	f.off += int64(n)
 	if errors.Is(err, io.EOF) && n > 0 {
 		err = nil
@@ -588,7 +600,7 @@ func (f *File) Stat() (fs.FileInfo, error) {
 
 // info returns the file's metadata as a *FileInfo.
 func (f *File) info() *FileInfo {
-	fi, _ := f.v.liveInfo(f.n, f.ino, f.name, false)
+	fi, _ := f.v.liveInfo(f.n, f.ino, path.Base(f.name), false)
 	return fi
 }
 
@@ -627,6 +639,7 @@ type FileInfo struct {
 	Crtime     time.Time // zero when the inode has no crtime field
 	Flags      uint32
 	Generation uint32
+	Rdev       uint64 // device number of a character or block device, as unix.Mkdev encodes it
 }
 
 func newFileInfo(v *Volume, name string, ino uint32, in *layout.Inode) *FileInfo {
@@ -634,7 +647,7 @@ func newFileInfo(v *Volume, name string, ino uint32, in *layout.Inode) *FileInfo
 		name: name, Ino: ino, IMode: in.Mode, Nlink: in.LinksCount, UID: in.UID, GID: in.GID,
 		size: int64(in.Size), Blocks: in.Blocks(v.sb),
 		Atime: in.Atime.Time(), Mtime: in.Mtime.Time(), Ctime: in.Ctime.Time(),
-		Flags: in.Flags, Generation: in.Generation,
+		Flags: in.Flags, Generation: in.Generation, Rdev: inodeRdev(in),
 	}
 	if in.ExtraIsize >= 24 {
 		fi.Crtime = in.Crtime.Time()

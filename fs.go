@@ -2,9 +2,9 @@ package ext4io
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"path"
 	"slices"
 	"strings"
@@ -47,7 +47,7 @@ func (fsys FS) Open(name string) (fs.File, error) {
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
 	}
-	f.name = path.Base(name)
+	f.name, f.flag = name, os.O_RDONLY
 	return f, nil
 }
 
@@ -137,7 +137,13 @@ func (f *File) ReadDir(n int) ([]fs.DirEntry, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.in.IsDir() {
-		return nil, &fs.PathError{Op: "readdir", Path: f.name, Err: fmt.Errorf("not a directory: %w", ErrInvalid)}
+		return nil, &fs.PathError{Op: "readdir", Path: f.name, Err: ErrNotDir}
+	}
+	f.n.mu.RLock()
+	freed := f.n.freed
+	f.n.mu.RUnlock()
+	if freed {
+		return nil, &fs.PathError{Op: "readdir", Path: f.name, Err: ErrNotFound} // removed since opened
 	}
 	if f.dir == nil {
 		ents, err := f.fsDirEntries()

@@ -100,7 +100,7 @@ func TestFsx(t *testing.T) {
 			direct := make([]*ext4io.File, nfiles) // the same files opened with Direct
 			openDirect := func() {
 				for i := range direct {
-					if direct[i], err = v.OpenFile(models[i].name, ext4io.Direct); err != nil {
+					if direct[i], err = v.OpenFile(models[i].name, os.O_RDWR|ext4io.O_DIRECT, 0); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -244,7 +244,7 @@ func TestFsx(t *testing.T) {
 						t.Fatal(err)
 					}
 					for j := range files {
-						if files[j], err = v.Open(models[j].name); err != nil {
+						if files[j], err = v.OpenFile(models[j].name, os.O_RDWR, 0); err != nil {
 							t.Fatal(err)
 						}
 					}

@@ -312,7 +312,7 @@ func TestHostileInodeBitmap(t *testing.T) {
 				// other orphan: on disk it then looks deleted (links 0,
 				// dtime set), and only the inode cache knows it is live.
 				for _, name := range []string{"dir/other", "dir/victim"} {
-					f, err := v.Open(name)
+					f, err := v.OpenFile(name, os.O_RDWR, 0)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -459,7 +459,7 @@ func TestHostileExtentIntoMetadata(t *testing.T) {
 				fn   func() error
 			}{
 				{"ReadAt", func() error {
-					f, err := v.Open("dir/victim")
+					f, err := v.OpenFile("dir/victim", os.O_RDWR, 0)
 					if err != nil {
 						return err
 					}
@@ -472,7 +472,7 @@ func TestHostileExtentIntoMetadata(t *testing.T) {
 					return err
 				}},
 				{"Fiemap", func() error {
-					f, err := v.Open("dir/victim")
+					f, err := v.OpenFile("dir/victim", os.O_RDWR, 0)
 					if err != nil {
 						return err
 					}
@@ -480,7 +480,7 @@ func TestHostileExtentIntoMetadata(t *testing.T) {
 					return f.Fiemap(0, 1<<30, func(iomap.Extent) error { return nil })
 				}},
 				{"WriteAt", func() error {
-					f, err := v.OpenFile("dir/victim", 0)
+					f, err := v.OpenFile("dir/victim", os.O_RDWR, 0)
 					if err != nil {
 						return err
 					}
@@ -491,7 +491,7 @@ func TestHostileExtentIntoMetadata(t *testing.T) {
 					return f.Sync()
 				}},
 				{"direct WriteAt", func() error {
-					f, err := v.OpenFile("dir/victim", ext4io.Direct)
+					f, err := v.OpenFile("dir/victim", os.O_RDWR|ext4io.O_DIRECT, 0)
 					if err != nil {
 						return err
 					}
@@ -500,7 +500,7 @@ func TestHostileExtentIntoMetadata(t *testing.T) {
 					return err
 				}},
 				{"direct ReadAt", func() error {
-					f, err := v.OpenFile("dir/victim", ext4io.Direct)
+					f, err := v.OpenFile("dir/victim", os.O_RDWR|ext4io.O_DIRECT, 0)
 					if err != nil {
 						return err
 					}

@@ -51,7 +51,7 @@ func directFile(b testing.TB, v *ext4io.Volume, name string, mode ext4io.FallocM
 	if err := f.Fallocate(mode, 0, size); err != nil {
 		b.Fatal(err)
 	}
-	d, err := v.OpenFile(name, ext4io.Direct)
+	d, err := v.OpenFile(name, os.O_RDWR|ext4io.O_DIRECT, 0)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func BenchmarkFileIO(b *testing.B) {
 	if err := cachedf.Sync(); err != nil {
 		b.Fatal(err)
 	}
-	cached, err := v.OpenFile("cached", ext4io.Direct)
+	cached, err := v.OpenFile("cached", os.O_RDWR|ext4io.O_DIRECT, 0)
 	if err != nil {
 		b.Fatal(err)
 	}

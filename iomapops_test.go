@@ -3,6 +3,7 @@ package ext4io_test
 import (
 	"bytes"
 	"errors"
+	"os"
 	"syscall"
 	"testing"
 
@@ -25,7 +26,7 @@ func TestPublicIomapOps(t *testing.T) {
 	require.NoError(t, err)
 	f, err := v.Create("blob")
 	require.NoError(t, err)
-	d, err := v.OpenFile("blob", ext4io.Direct)
+	d, err := v.OpenFile("blob", os.O_RDWR|ext4io.O_DIRECT, 0)
 	require.NoError(t, err)
 
 	const bs = 4096

@@ -251,9 +251,9 @@ func TestLinuxWrittenFiles(t *testing.T) {
 			}
 			var names []string
 			for _, e := range got {
-				names = append(names, e.Name)
-				if _, err := v.Lstat("big/" + e.Name); err != nil {
-					t.Fatalf("lookup big/%s: %v", e.Name, err)
+				names = append(names, e.Name())
+				if _, err := v.Lstat("big/" + e.Name()); err != nil {
+					t.Fatalf("lookup big/%s: %v", e.Name(), err)
 				}
 			}
 			sort.Strings(names)

@@ -9,9 +9,11 @@ import (
 	"path"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/ext4io/ext4io/extent"
+	"github.com/ext4io/ext4io/internal/errs"
 	"github.com/ext4io/ext4io/iomap"
 	"github.com/ext4io/ext4io/layout"
 )
@@ -37,19 +39,21 @@ import (
 //     done, so nothing half-created is left behind.
 
 // Errors of namespace operations, in addition to the package sentinels.
+// Each matches the syscall.Errno os would report (errors.Is(err,
+// syscall.ENOTDIR)); see oserrors.go.
 var (
-	// ErrNotEmpty: Rmdir, or Rename over a directory, found entries other
-	// than "." and "..".
-	ErrNotEmpty = errors.New("ext4io: directory not empty")
-	// ErrIsDir: a file operation (Unlink, Link, Rename of a file over a
-	// directory) named a directory. It wraps ErrInvalid.
-	ErrIsDir = fmt.Errorf("is a directory: %w", ErrInvalid)
+	// ErrNotEmpty: Rmdir, Remove or Rename over a directory found entries
+	// other than "." and ".." (ENOTEMPTY).
+	ErrNotEmpty = errs.ErrNotEmpty
+	// ErrIsDir: a file operation (Unlink, Rename of a file over a
+	// directory, a write open of a directory) named a directory (EISDIR).
+	ErrIsDir = errs.ErrIsDir
 	// ErrNotDir: a directory operation or a path component named
-	// something that is not a directory. It wraps ErrInvalid.
-	ErrNotDir = fmt.Errorf("not a directory: %w", ErrInvalid)
+	// something that is not a directory (ENOTDIR).
+	ErrNotDir = errs.ErrNotDir
 	// ErrTooManyLinks: Link or Mkdir would take i_links_count past
-	// EXT4_LINK_MAX. It wraps ErrNoSpace.
-	ErrTooManyLinks = fmt.Errorf("too many links: %w", ErrNoSpace)
+	// EXT4_LINK_MAX (EMLINK). It matches ErrNoSpace too.
+	ErrTooManyLinks error = &errs.Errno{Msg: "too many links", Errno: syscall.EMLINK, Also: ErrNoSpace}
 )
 
 // linkMax is EXT4_LINK_MAX: the most names of a file, and subdirectories
@@ -73,7 +77,7 @@ func checkName(base string) error {
 		return fmt.Errorf("bad file name %q: %w", base, ErrInvalid)
 	}
 	if len(base) > layout.MaxNameLen {
-		return fmt.Errorf("name %.20q... longer than %d bytes: %w", base, layout.MaxNameLen, ErrInvalid)
+		return ErrNameTooLong
 	}
 	return nil
 }
@@ -92,16 +96,24 @@ func (v *Volume) writableNS() error {
 // parentDir resolves the directory holding name and returns it with the
 // last component.
 func (v *Volume) parentDir(name string) (*File, string, error) {
-	dirName, base := path.Split(strings.TrimRight(name, "/"))
-	if err := checkName(base); err != nil {
-		return nil, "", err
+	dir, base, err := v.parentOnly(name)
+	if err == nil {
+		err = checkName(base)
 	}
+	return dir, base, err
+}
+
+// parentOnly is parentDir without checking the last component: the
+// parent's errors come first, as Linux resolves parents before it looks
+// at the last name (rename resolves both parents first).
+func (v *Volume) parentOnly(name string) (*File, string, error) {
+	dirName, base := path.Split(strings.TrimRight(name, "/"))
 	dir, err := v.resolve(dirName, true)
 	if err != nil {
 		return nil, "", err
 	}
 	if !dir.in.IsDir() {
-		return nil, "", fmt.Errorf("%s: %w", dirName, ErrNotDir)
+		return nil, "", ErrNotDir
 	}
 	if dir.m == nil || dir.m.tree == nil {
 		return nil, "", fmt.Errorf("directory %s (inode %d) is not extent-mapped: %w", dirName, dir.ino, ErrUnsupported)
@@ -234,6 +246,7 @@ func (v *Volume) mkdir(name string, perm fs.FileMode) error {
 		return err
 	}
 	in := v.newInode(layout.ModeDir | unixMode(perm))
+	inheritGroup(dir, in)
 	in.LinksCount = 2
 	if err := v.writeInode(ino, in); err != nil {
 		v.alloc.FreeInode(ino, true)
@@ -494,7 +507,8 @@ func (v *Volume) unlink(name string) error {
 
 // Link makes newname another name of the non-directory at oldname (a
 // final symlink is not followed, as with linkat without
-// AT_SYMLINK_FOLLOW).
+// AT_SYMLINK_FOLLOW). A directory fails with ErrPermission (EPERM), as
+// link(2) fails.
 func (v *Volume) Link(oldname, newname string) error {
 	if err := v.op(func() error { return v.link(oldname, newname) }); err != nil {
 		return &os.LinkError{Op: "link", Old: oldname, New: newname, Err: err}
@@ -510,9 +524,6 @@ func (v *Volume) link(oldname, newname string) error {
 	if err != nil {
 		return err
 	}
-	if src.in.IsDir() {
-		return ErrIsDir
-	}
 	dir, base, err := v.parentDir(newname)
 	if err != nil {
 		return err
@@ -523,6 +534,9 @@ func (v *Volume) link(oldname, newname string) error {
 		return ErrExist
 	} else if !isNotExist(err) {
 		return err
+	}
+	if src.in.IsDir() {
+		return ErrPermission // link(2): EPERM for a directory, after the new name's checks
 	}
 	src.n.mu.Lock()
 	defer src.n.mu.Unlock()
@@ -576,6 +590,7 @@ func (v *Volume) symlink(target, name string) error {
 		return err
 	}
 	in := v.newInode(layout.ModeLnk | 0o777)
+	inheritGroup(dir, in)
 	in.Size = uint64(len(target))
 	fast := len(target) < layout.InodeBlockSize
 	if fast {
@@ -634,25 +649,32 @@ func (v *Volume) cachedInode(ino uint32) *inode {
 // file replaces a non-directory, a directory an empty directory. Moving a
 // directory to another parent updates its ".." and both parents' link
 // counts. Renaming a name onto another name of the same inode does
-// nothing, as rename(2) does.
+// nothing, as rename(2) does. These are rename(2)'s semantics, which
+// os.Rename narrows (it refuses to replace a directory); errors are
+// rename(2)'s too: a directory over a non-directory is ErrNotDir, a
+// non-directory over a directory ErrIsDir, over a non-empty directory or
+// an ancestor of oldname ErrNotEmpty, into its own subtree ErrInvalid.
+// Rename2 adds RENAME_NOREPLACE and RENAME_EXCHANGE.
 func (v *Volume) Rename(oldname, newname string) error {
-	if err := v.op(func() error { return v.rename(oldname, newname) }); err != nil {
+	if err := v.op(func() error { return v.rename(oldname, newname, false) }); err != nil {
 		return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: err}
 	}
 	return nil
 }
 
-func (v *Volume) rename(oldname, newname string) error {
+// rename renames oldname; with noReplace an existing newname fails with
+// ErrExist (RENAME_NOREPLACE).
+func (v *Volume) rename(oldname, newname string, noReplace bool) error {
 	if err := v.writableNS(); err != nil {
 		return err
 	}
 	renameMu.Lock()
 	defer renameMu.Unlock()
-	odir, obase, err := v.parentDir(oldname)
+	odir, obase, err := v.parentOnly(oldname)
 	if err != nil {
 		return err
 	}
-	ndir, nbase, err := v.parentDir(newname)
+	ndir, nbase, err := v.parentOnly(newname)
 	if err != nil {
 		return err
 	}
@@ -674,24 +696,40 @@ func (v *Volume) rename(oldname, newname string) error {
 		second.n.mu.Lock()
 		defer second.n.mu.Unlock()
 	}
+	if err := checkName(obase); err != nil {
+		return err
+	}
 	src, err := odir.lookupChild(obase)
 	if err != nil {
+		return err
+	}
+	if err := checkName(nbase); err != nil {
 		return err
 	}
 	srcDir := src.in.IsDir()
 	var dst *File
 	if e, err := ndir.lookupName(nbase); err == nil {
+		if noReplace {
+			return ErrExist
+		}
 		if e.Inode == src.ino {
 			return nil
 		}
 		if dst, err = v.inodeFile(e.Inode, nbase); err != nil {
 			return err
 		}
-		if dst.n == odir.n { // "a/b/x" over "a/b"
-			if srcDir {
+		if dst.in.IsDir() {
+			// newname is an ancestor of oldname ("a/b/x" over "a"):
+			// ENOTEMPTY whatever oldname is, as Linux's lock_rename trap.
+			under := dst.n == odir.n
+			if !under {
+				if under, err = v.isUnder(odir.ino, dst.ino); err != nil {
+					return err
+				}
+			}
+			if under {
 				return ErrNotEmpty
 			}
-			return ErrIsDir
 		}
 	} else if !isNotExist(err) {
 		return err
@@ -947,26 +985,12 @@ func (v *Volume) Chmod(name string, mode fs.FileMode) error {
 // Chown sets the owner and group of the file at name, following symlinks.
 // A negative id leaves that one unchanged.
 func (v *Volume) Chown(name string, uid, gid int) error {
-	return v.setattr("chown", name, func(in *layout.Inode) {
-		if uid >= 0 {
-			in.UID = uint32(uid)
-		}
-		if gid >= 0 {
-			in.GID = uint32(gid)
-		}
-	})
+	return v.setattr("chown", name, chown(uid, gid))
 }
 
 // Lchown is Chown without following a final symlink.
 func (v *Volume) Lchown(name string, uid, gid int) error {
-	return v.setattrNoFollow("lchown", name, func(in *layout.Inode) {
-		if uid >= 0 {
-			in.UID = uint32(uid)
-		}
-		if gid >= 0 {
-			in.GID = uint32(gid)
-		}
-	})
+	return v.setattrNoFollow("lchown", name, chown(uid, gid))
 }
 
 // Chtimes sets the access and modification times (nanoseconds kept) of

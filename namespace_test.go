@@ -114,7 +114,7 @@ func checkVolume(t *testing.T, v *ext4io.Volume, m *nsModel, seed uint64) {
 	t.Helper()
 	var walk func(dir *mInode, p string)
 	walk = func(dir *mInode, p string) {
-		ents, err := v.ReadDir(p)
+		ents, err := v.DirEntries(p)
 		if err != nil {
 			t.Fatalf("seed %d: ReadDir %s: %v", seed, p, err)
 		}
@@ -251,7 +251,7 @@ func (r *nsRunner) step() {
 			}
 		}
 		f.Close()
-		m.lookup(d).children[path.Base(p)] = &mInode{kind: 'f', data: data, perm: 0o644, names: 1}
+		m.lookup(d).children[path.Base(p)] = &mInode{kind: 'f', data: data, perm: 0o666, names: 1}
 	case op < 40: // mkdir
 		d := r.randomDir()
 		p := path.Join(d, r.name(false))
@@ -318,6 +318,8 @@ func (r *nsRunner) step() {
 		case d == s:
 		case s.kind == 'd' && isUnder(dd, s):
 			want = ext4io.ErrInvalid
+		case d != nil && d.kind == 'd' && isUnder(sd, d):
+			want = ext4io.ErrNotEmpty // dst is an ancestor of src
 		case d != nil && s.kind == 'd' && d.kind != 'd':
 			want = ext4io.ErrNotDir
 		case d != nil && s.kind != 'd' && d.kind == 'd':
@@ -384,13 +386,13 @@ func TestNamespaceErrors(t *testing.T) {
 	f.Close()
 	is(v.Mkdir("a", 0o755), ext4io.ErrExist)
 	is(v.Mkdir("nope/x", 0o755), ext4io.ErrNotFound)
-	is(v.Mkdir("a/f/x", 0o755), ext4io.ErrInvalid)
-	is(v.Mkdir("a/"+strings.Repeat("x", 256), 0o755), ext4io.ErrInvalid)
+	is(v.Mkdir("a/f/x", 0o755), ext4io.ErrNotDir)
+	is(v.Mkdir("a/"+strings.Repeat("x", 256), 0o755), ext4io.ErrNameTooLong)
 	is(v.Rmdir("a"), ext4io.ErrNotEmpty)
 	is(v.Rmdir("a/f"), ext4io.ErrNotDir)
 	is(v.Unlink("a/b"), ext4io.ErrIsDir)
 	is(v.Unlink("a/zz"), ext4io.ErrNotFound)
-	is(v.Link("a/b", "a/c"), ext4io.ErrIsDir)
+	is(v.Link("a/b", "a/c"), ext4io.ErrPermission)
 	is(v.Link("a/f", "a/b"), ext4io.ErrExist)
 	is(v.Rename("a", "a/b/c"), ext4io.ErrInvalid)
 	is(v.Rename("a/f", "a/b"), ext4io.ErrIsDir)
@@ -398,7 +400,7 @@ func TestNamespaceErrors(t *testing.T) {
 	is(v.Symlink("", "a/s"), ext4io.ErrInvalid)
 	is(v.Symlink(strings.Repeat("x", 1024), "a/s"), ext4io.ErrInvalid)
 	_, err = v.Create("a/..")
-	is(err, ext4io.ErrInvalid)
+	is(err, ext4io.ErrIsDir)
 	must(v.Symlink(strings.Repeat("y", 59), "a/fast"))
 	must(v.Symlink(strings.Repeat("z", 60), "a/slow"))
 	must(v.Mkdir("a/b/c", 0o700))
@@ -488,7 +490,7 @@ func TestNamespaceModel(t *testing.T) {
 			t.Fatalf("seed %d: create big/%s (#%d): %v", seed, n, i, err)
 		}
 		f.Close()
-		bd.children[n] = &mInode{kind: 'f', perm: 0o644, names: 1}
+		bd.children[n] = &mInode{kind: 'f', perm: 0o666, names: 1}
 		bigNames = append(bigNames, n)
 	}
 	t.Logf("%d creates in one directory: %v", big, time.Since(start).Round(time.Millisecond))

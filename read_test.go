@@ -176,7 +176,7 @@ func compareTree(t *testing.T, v *ext4io.Volume, root string, paths []string) {
 				a = append(a, e.Name())
 			}
 			for _, e := range ents {
-				b = append(b, e.Name)
+				b = append(b, e.Name())
 			}
 			sort.Strings(b)
 			if strings.Join(a, "/") != strings.Join(b, "/") {

@@ -35,6 +35,9 @@ func (f *File) writable(op string) error {
 	if f.v.alloc == nil {
 		return &fs.PathError{Op: op, Path: f.name, Err: ErrReadOnly}
 	}
+	if err := f.checkWriteMode(op); err != nil {
+		return err
+	}
 	if err := f.v.failed(); err != nil {
 		return &fs.PathError{Op: op, Path: f.name, Err: fmt.Errorf("%w after an earlier error: %w", ErrReadOnly, err)}
 	}
@@ -52,11 +55,11 @@ func (f *File) checkRange(op string, off, n int64) error {
 	return nil
 }
 
-// WriteAt writes len(p) bytes at off, allocating blocks for holes and
-// converting unwritten extents it covers. The file grows when the write
-// ends past its size. Unaligned writes into new or unwritten blocks zero
-// the rest of those blocks.
-func (f *File) WriteAt(p []byte, off int64) (int, error) {
+// pwrite is WriteAt without O_SYNC and O_APPEND (osfile.go): it allocates
+// blocks for holes and converts unwritten extents it covers. The file
+// grows when the write ends past its size. Unaligned writes into new or
+// unwritten blocks zero the rest of those blocks.
+func (f *File) pwrite(p []byte, off int64) (int, error) {
 	if err := f.writable("write"); err != nil {
 		return 0, err
 	}
@@ -780,29 +783,4 @@ func (f *File) sync(times bool) error {
 		}
 	}
 	return f.v.flushDev()
-}
-
-// OpenFlag modifies Volume.OpenFile.
-type OpenFlag int
-
-const (
-	// Direct makes ReadAt and WriteAt direct I/O: offsets and lengths must
-	// be multiples of the device's logical block size (ErrInvalid
-	// otherwise), and data moves between the caller's buffer and the
-	// device without the page cache (dirty cached pages of the range are
-	// written back first; reads of a file with cached pages copy them).
-	Direct OpenFlag = 1 << iota
-)
-
-// OpenFile opens the file at name with flags.
-func (v *Volume) OpenFile(name string, flags OpenFlag) (*File, error) {
-	f, err := v.Open(name)
-	if err != nil {
-		return nil, err
-	}
-	f.direct = flags&Direct != 0
-	if f.direct {
-		f.n.mu.share() // direct I/O takes the inode lock shared from many goroutines
-	}
-	return f, nil
 }

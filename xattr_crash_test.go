@@ -57,8 +57,8 @@ func TestXattrCrashPoints(t *testing.T) {
 		}
 		var names []string
 		for _, e := range ents {
-			if e.Name != "lost+found" {
-				names = append(names, e.Name)
+			if e.Name() != "lost+found" {
+				names = append(names, e.Name())
 			}
 		}
 		return ext4ioXattrs(t, v, names).String()

@@ -306,7 +306,7 @@ func TestXattrConcurrentIO(t *testing.T) {
 	if err := f.Fallocate(ext4io.FallocWriteZeroes, 0, 1<<20); err != nil {
 		t.Fatal(err)
 	}
-	d, err := v.OpenFile("f", ext4io.Direct)
+	d, err := v.OpenFile("f", os.O_RDWR|ext4io.O_DIRECT, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

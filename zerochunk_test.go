@@ -65,7 +65,7 @@ func TestZeroOutChunk(t *testing.T) {
 	}
 	fillPhysical(t, f, raw)
 	raw.Close()
-	d, err := v.OpenFile("f", ext4io.Direct)
+	d, err := v.OpenFile("f", os.O_RDWR|ext4io.O_DIRECT, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func preallocCrash(t *testing.T, opts ext4io.Options) {
 	if err := v.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	d, err := v.OpenFile("f", ext4io.Direct)
+	d, err := v.OpenFile("f", os.O_RDWR|ext4io.O_DIRECT, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +267,7 @@ func TestZeroOutChunkModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := v.OpenFile("f", ext4io.Direct)
+	d, err := v.OpenFile("f", os.O_RDWR|ext4io.O_DIRECT, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,10 +343,10 @@ func TestZeroOutChunkModel(t *testing.T) {
 			if v, err = ext4io.OpenImage(img, opts); err != nil {
 				t.Fatal(err)
 			}
-			if f, err = v.Open("f"); err != nil {
+			if f, err = v.OpenFile("f", os.O_RDWR, 0); err != nil {
 				t.Fatal(err)
 			}
-			if d, err = v.OpenFile("f", ext4io.Direct); err != nil {
+			if d, err = v.OpenFile("f", os.O_RDWR|ext4io.O_DIRECT, 0); err != nil {
 				t.Fatal(err)
 			}
 		}

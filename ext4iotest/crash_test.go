@@ -3,6 +3,7 @@ package ext4iotest_test
 import (
 	"bytes"
 	"io"
+	"os"
 	"testing"
 
 	"github.com/ext4io/ext4io"
@@ -47,7 +48,7 @@ func TestCrashSweepSyncedFile(t *testing.T) {
 	checked := ext4iotest.CrashSweep(t, start, workload, func(t *testing.T, dev *memdev.Device, rep errordev.CrashReport) {
 		v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1})
 		require.NoError(t, err, "open after the crash")
-		if f, err := v.OpenFile("gen", 0); err == nil {
+		if f, err := v.OpenFile("gen", os.O_RDONLY, 0); err == nil {
 			got, err := io.ReadAll(io.NewSectionReader(f, 0, f.Size()))
 			require.NoError(t, err)
 			if len(got) > 0 {

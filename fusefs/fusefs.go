@@ -43,6 +43,7 @@ import (
 	"errors"
 	"io"
 	iofs "io/fs"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -478,7 +479,7 @@ func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 	var ents []ext4io.DirEntry
 	e := n.withPath("", func(p string) syscall.Errno {
 		var err error
-		ents, err = n.s.v.ReadDir(p)
+		ents, err = n.s.v.DirEntries(p)
 		return errno(err)
 	})
 	if e != 0 {
@@ -578,7 +579,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		}
 		if flags&syscall.O_DIRECT != 0 {
 			f.Close()
-			f, err = n.s.v.OpenFile(p, ext4io.Direct)
+			f, err = n.s.v.OpenFile(p, os.O_RDWR|ext4io.O_DIRECT, 0)
 		}
 		return errno(err)
 	})
@@ -908,11 +909,18 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	var f *ext4io.File
 	e := n.withPath("", func(p string) syscall.Errno {
 		var err error
-		if direct {
-			f, err = n.s.v.OpenFile(p, ext4io.Direct)
-		} else {
-			f, err = n.s.v.Open(p)
+		// The kernel checks each request against the open's access
+		// mode; the File is read-write whenever the volume is, so
+		// that write-back of the kernel's cache through any handle
+		// of a regular file goes through.
+		mode := os.O_RDONLY
+		if n.s.v.Writable() && n.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFREG {
+			mode = os.O_RDWR
 		}
+		if direct {
+			mode |= ext4io.O_DIRECT
+		}
+		f, err = n.s.v.OpenFile(p, mode, 0)
 		return errno(err)
 	})
 	if e != 0 {

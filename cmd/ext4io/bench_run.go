@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	"reflect"
 	"sort"
 	"strings"
@@ -48,7 +49,7 @@ type workload struct {
 	IOSize int
 	Prep   prepKind
 	Op     opKind
-	Direct bool // open the file with ext4io.Direct
+	Direct bool // open the file with ext4io.O_DIRECT
 	Sync   bool // a final Sync, timed (buffered writes)
 	// fio describes the same job for --kernel.
 	fio fioJob
@@ -353,11 +354,11 @@ func (r *benchRun) prepareEngine(w workload) (engineSide, error) {
 		}
 		r.vPrep = w.Prep
 	}
-	var flags ext4io.OpenFlag
+	flags := os.O_RDWR
 	if w.Direct {
-		flags |= ext4io.Direct
+		flags |= ext4io.O_DIRECT
 	}
-	f, err := r.v.OpenFile(benchFile, flags)
+	f, err := r.v.OpenFile(benchFile, flags, 0)
 	if err != nil {
 		return engineSide{}, err
 	}

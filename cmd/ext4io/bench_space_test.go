@@ -124,7 +124,7 @@ func TestBenchSmallFilesReuse(t *testing.T) {
 	}
 	small := 0
 	for _, d := range ents {
-		if strings.HasPrefix(d.Name, "small-") {
+		if strings.HasPrefix(d.Name(), "small-") {
 			small++
 		}
 	}

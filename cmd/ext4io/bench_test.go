@@ -257,7 +257,7 @@ func testBenchPrepAnyOrder(t *testing.T, atRegion bool) {
 			if onFile := raw.ext != nil; onFile != (!atRegion && w.Prep != prepFresh) {
 				t.Fatalf("%s: raw at the file's blocks %v", w.Name, onFile)
 			}
-			f, err := r.v.OpenFile(benchFile, 0)
+			f, err := r.v.OpenFile(benchFile, os.O_RDWR, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -351,7 +351,7 @@ func TestBenchRawAtFile(t *testing.T) {
 			if r.fsWin.c.snap() != fsBefore || r.rawWin.c.snap() != rawBefore {
 				t.Fatal("raw's writes were counted on the engine's or the raw region's window")
 			}
-			f, err := r.v.OpenFile(benchFile, ext4io.Direct)
+			f, err := r.v.OpenFile(benchFile, os.O_RDWR|ext4io.O_DIRECT, 0)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -212,7 +212,7 @@ func (e *exporter) xattrsDir(r *os.Root, src, name string) error {
 
 // fill copies the entries of the image directory src into r.
 func (e *exporter) fill(r *os.Root, src string, depth int) error {
-	ents, err := e.v.ReadDir(src)
+	ents, err := e.v.DirEntries(src)
 	if err != nil {
 		return err
 	}

@@ -7,7 +7,6 @@ import (
 	iofs "io/fs"
 	"os"
 	"path"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -139,14 +138,13 @@ func cmdLs(args []string, w io.Writer) error {
 	}
 	list := make([]lsEntry, len(ents))
 	for i, e := range ents {
-		p := path.Join(dir, e.Name)
-		list[i] = lsEntry{name: e.Name, path: p}
+		p := path.Join(dir, e.Name())
+		list[i] = lsEntry{name: e.Name(), path: p}
 		if *long || *inum {
 			list[i].fi, list[i].err = v.Lstat(p)
 		}
 	}
-	// Sorted by name, as ls does by default.
-	sort.Slice(list, func(i, j int) bool { return list[i].name < list[j].name })
+	// ReadDir sorts by name, as ls does by default.
 	return lsLines(w, v, list, *long, *inum)
 }
 

@@ -111,7 +111,7 @@ func TestCraftedImages(t *testing.T) {
 		for _, d := range []string{"/", "/a", "/a/b", "/a/many"} {
 			fi, _ := v.Lstat(d)
 			bi.inos = append(bi.inos, fi.Ino)
-			des, _ := v.ReadDir(d)
+			des, _ := v.DirEntries(d)
 			for i, de := range des {
 				if d == "/a/many" && i%10 != 0 {
 					continue

@@ -80,7 +80,7 @@ func cmdWrite(args []string, w io.Writer) error {
 	var tail int
 	err = withWritable(args[0], func(v *ext4io.Volume) (err error) {
 		name := args[1]
-		f, err := v.Open(name)
+		f, err := v.OpenFile(name, os.O_RDWR, 0)
 		if errors.Is(err, ext4io.ErrNotFound) {
 			f, err = v.Create(name)
 		}
@@ -94,7 +94,7 @@ func cmdWrite(args []string, w io.Writer) error {
 			}
 			return f.Sync()
 		}
-		d, err := v.OpenFile(name, ext4io.Direct)
+		d, err := v.OpenFile(name, os.O_RDWR|ext4io.O_DIRECT, 0)
 		if err != nil {
 			return err
 		}
@@ -169,7 +169,7 @@ func cmdFallocate(args []string, w io.Writer) error {
 		return err
 	}
 	return withWritable(args[0], func(v *ext4io.Volume) (err error) {
-		f, err := v.Open(args[1])
+		f, err := v.OpenFile(args[1], os.O_RDWR, 0)
 		if err != nil {
 			return err
 		}
@@ -191,7 +191,7 @@ func cmdTruncate(args []string, w io.Writer) error {
 		return err
 	}
 	return withWritable(args[0], func(v *ext4io.Volume) (err error) {
-		f, err := v.Open(args[1])
+		f, err := v.OpenFile(args[1], os.O_RDWR, 0)
 		if err != nil {
 			return err
 		}

@@ -54,7 +54,7 @@ func run(w io.Writer, writes int) error {
 
 	// Direct: offsets and lengths must be multiples of the device's
 	// logical block size.
-	df, err := v.OpenFile("/data", ext4io.Direct)
+	df, err := v.OpenFile("/data", os.O_RDWR|ext4io.O_DIRECT, 0)
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,7 @@
 //   - The log file is preallocated with FallocWriteZeroes, so appends are
 //     overwrites of written blocks: no metadata changes, no conversions.
 //   - Records are padded to the filesystem block size (4 KiB) and written
-//     with direct I/O (ext4io.Direct). Block-aligned writes inside EOF over
+//     with direct I/O (ext4io.O_DIRECT). Block-aligned writes inside EOF over
 //     allocated blocks take ext4io's shared-lock overwrite path and change
 //     no metadata; a sub-block write would take the exclusive path and
 //     rewrite the inode every time (try recAlign = 512 and watch the
@@ -81,7 +81,7 @@ func Create(v *ext4io.Volume, name string) (*Store, error) {
 
 // Open opens an existing log and rebuilds the index by scanning it.
 func Open(v *ext4io.Volume, name string) (*Store, error) {
-	f, err := v.OpenFile(name, ext4io.Direct)
+	f, err := v.OpenFile(name, os.O_RDWR|ext4io.O_DIRECT, 0)
 	if err != nil {
 		return nil, err
 	}

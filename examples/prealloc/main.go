@@ -64,7 +64,7 @@ func try(w io.Writer, v *ext4io.Volume, mode ext4io.FallocMode, writes int) erro
 	prep := time.Since(t0)
 	// Direct I/O: each write goes to the device now (buffered writes would
 	// wait in the page cache for write-back).
-	df, err := v.OpenFile("/"+mode.String(), ext4io.Direct)
+	df, err := v.OpenFile("/"+mode.String(), os.O_RDWR|ext4io.O_DIRECT, 0)
 	if err != nil {
 		return err
 	}

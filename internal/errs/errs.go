@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"syscall"
 )
 
 var (
@@ -17,28 +18,52 @@ var (
 	// range or structural check.
 	ErrCorrupt = errors.New("ext4: corrupt metadata")
 	// ErrNoSpace is returned when an allocation cannot be satisfied. Nothing
-	// was changed when it is returned.
-	ErrNoSpace = errors.New("ext4: no space left on device")
+	// was changed when it is returned. It matches syscall.ENOSPC.
+	ErrNoSpace error = &Errno{Msg: "no space left on device", Errno: syscall.ENOSPC}
 	// ErrReadOnly is returned for a write to a volume or device opened
-	// read-only, or one turned read-only after an error.
-	ErrReadOnly = errors.New("ext4: read-only")
+	// read-only, or one turned read-only after an error. It matches
+	// syscall.EROFS.
+	ErrReadOnly error = &Errno{Msg: "read-only file system", Errno: syscall.EROFS}
 	// ErrUnsupported is returned for a feature or operation ext4io does not
 	// implement (for example an unknown incompat feature flag).
 	ErrUnsupported = errors.New("ext4: unsupported")
 	// ErrIO wraps an error from the underlying device.
 	ErrIO = errors.New("ext4: I/O error")
-	// ErrInvalid (which matches fs.ErrInvalid) is returned for arguments that can never succeed:
-	// negative or overflowing offsets, misaligned direct I/O, bad options.
-	ErrInvalid = fmt.Errorf("ext4: %w", fs.ErrInvalid)
-	// ErrNotFound (which matches fs.ErrNotExist) is returned when a path or inode does not exist.
-	ErrNotFound = fmt.Errorf("ext4: %w", fs.ErrNotExist)
+	// ErrInvalid (which matches fs.ErrInvalid and syscall.EINVAL) is
+	// returned for arguments that can never succeed: negative or
+	// overflowing offsets, misaligned direct I/O, bad options.
+	ErrInvalid error = &Errno{Msg: "invalid argument", Errno: syscall.EINVAL, Also: fs.ErrInvalid}
+	// ErrNotFound (which matches fs.ErrNotExist and syscall.ENOENT) is
+	// returned when a path or inode does not exist.
+	ErrNotFound error = &Errno{Msg: "no such file or directory", Errno: syscall.ENOENT}
 	// ErrClosed (which matches fs.ErrClosed) is returned by operations on a closed object.
-	ErrClosed = fmt.Errorf("ext4: %w", fs.ErrClosed)
-	// ErrExist is returned when a name to be created already exists.
-	ErrExist = fmt.Errorf("ext4: %w", fs.ErrExist)
+	// Its message is fs.ErrClosed's, as os's: "read f: file already closed".
+	ErrClosed = fmt.Errorf("%w", fs.ErrClosed)
+	// ErrExist (which matches fs.ErrExist and syscall.EEXIST) is returned
+	// when a name to be created already exists.
+	ErrExist error = &Errno{Msg: "file exists", Errno: syscall.EEXIST}
+	// ErrNotDir matches syscall.ENOTDIR: a path component or a directory
+	// operation's target is not a directory.
+	ErrNotDir error = &Errno{Msg: "not a directory", Errno: syscall.ENOTDIR}
+	// ErrIsDir matches syscall.EISDIR: a file operation named a directory.
+	ErrIsDir error = &Errno{Msg: "is a directory", Errno: syscall.EISDIR}
+	// ErrNotEmpty matches syscall.ENOTEMPTY: a directory to be removed or
+	// replaced has entries.
+	ErrNotEmpty error = &Errno{Msg: "directory not empty", Errno: syscall.ENOTEMPTY}
+	// ErrNameTooLong matches syscall.ENAMETOOLONG: a path component is
+	// longer than 255 bytes.
+	ErrNameTooLong error = &Errno{Msg: "file name too long", Errno: syscall.ENAMETOOLONG}
+	// ErrPermission matches fs.ErrPermission and syscall.EPERM: an
+	// operation the file system never allows (a hard link to a directory).
+	ErrPermission error = &Errno{Msg: "operation not permitted", Errno: syscall.EPERM}
+	// ErrBadFile matches syscall.EBADF: a write to a File opened read-only,
+	// or a read from one opened write-only, as os reports it.
+	ErrBadFile error = &Errno{Msg: "bad file descriptor", Errno: syscall.EBADF}
 	// ErrBusy is returned when a writable open finds the image in use: held
-	// by another writer (in this process or another) or mounted by Linux.
-	ErrBusy = errors.New("ext4: device busy")
+	// by another writer (in this process or another), mounted by Linux, or
+	// in use by another node (multiple mount protection). It matches
+	// syscall.EBUSY.
+	ErrBusy error = &Errno{Msg: "device or resource busy", Errno: syscall.EBUSY}
 	// ErrNotExt4 is returned when a device holds no ext4 file system: bad
 	// superblock magic, or too small to hold a superblock. The error also
 	// matches ErrCorrupt (it is a *CorruptError wrapping ErrNotExt4):
@@ -46,6 +71,25 @@ var (
 	// callers that treat a bad superblock as corruption keep working.
 	ErrNotExt4 = errors.New("ext4: not an ext4 file system")
 )
+
+// Errno is a sentinel error that matches a syscall.Errno as the os
+// package's errors do: errors.Is(err, syscall.ENOTDIR) holds for an error
+// wrapping ErrNotDir, and so does errors.Is(err, fs.ErrNotExist) for one
+// wrapping ErrNotFound (through syscall.Errno's own Is). Its message is the
+// Errno's, without a prefix: it is always wrapped in an error (usually an
+// *fs.PathError) that names the operation.
+type Errno struct {
+	Msg   string
+	Errno syscall.Errno
+	Also  error // another error it matches (fs.ErrInvalid), or nil
+}
+
+func (e *Errno) Error() string { return e.Msg }
+
+// Is reports whether target is e's Errno or an error the Errno matches.
+func (e *Errno) Is(target error) bool {
+	return target == e.Errno || e.Errno.Is(target) || (e.Also != nil && target == e.Also)
+}
 
 // CorruptError describes corrupt metadata and where it was found. It wraps
 // ErrCorrupt (and Err, when set).

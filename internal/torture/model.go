@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"math/rand/v2"
+	"os"
 	"path"
 	"slices"
 	"sort"
@@ -287,7 +288,7 @@ func (w *worker) step(faults bool) error {
 		f, err = w.v.Create(path.Join(w.dir, name))
 		if err == nil && direct {
 			f.Close()
-			f, err = w.v.OpenFile(path.Join(w.dir, name), ext4io.Direct)
+			f, err = w.v.OpenFile(path.Join(w.dir, name), os.O_RDWR|ext4io.O_DIRECT, 0)
 		}
 		if err == nil {
 			w.files[name] = &mfile{name: name, f: f, direct: direct}
@@ -535,10 +536,10 @@ func (w *worker) compare(v *ext4io.Volume, s snap, durable bool) error {
 		}
 		have := map[string]bool{}
 		for _, e := range ents {
-			if e.Name == "." || e.Name == ".." {
+			if e.Name() == "." || e.Name() == ".." {
 				continue
 			}
-			have[e.Name] = true
+			have[e.Name()] = true
 		}
 		for n := range s.synced {
 			if !have[n] && (!durable || !s.changed[n]) {
@@ -583,7 +584,7 @@ func (w *worker) compare(v *ext4io.Volume, s snap, durable bool) error {
 // files had. Random contents make a stale block (another file's, an earlier
 // round's) fail this.
 func (w *worker) checkStale(v *ext4io.Volume) error {
-	ents, err := v.ReadDir(w.dir)
+	ents, err := v.DirEntries(w.dir)
 	if err != nil {
 		return fmt.Errorf("readdir %s: %w", w.dir, err)
 	}

@@ -1,0 +1,338 @@
+package ext4io
+
+import (
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/ext4io/ext4io/layout"
+)
+
+// The os surface of Volume: OpenFile with os's flags, Create that
+// truncates, Remove, RemoveAll, MkdirAll, ReadFile, WriteFile, Truncate
+// and ReadDir sorted by name, each failing as the os function does (an
+// *fs.PathError with the op and the path as given, wrapping an error
+// that matches the syscall.Errno os would report).
+//
+// ext4io applies no umask: a mode passed in is the mode the inode gets
+// (os's are masked by the process umask).
+
+// OpenFile opens the file at name as os.OpenFile does. flag combines one
+// of os.O_RDONLY, os.O_WRONLY and os.O_RDWR with os.O_CREATE, os.O_EXCL,
+// os.O_TRUNC, os.O_APPEND, os.O_SYNC and O_DIRECT; perm is the mode of a
+// file O_CREATE makes (no umask applies). A final symlink is followed,
+// also to create its missing target (without O_EXCL, as open(2) does).
+//
+// Writes through a File opened O_RDONLY fail with ErrBadFile (EBADF),
+// reads through one opened O_WRONLY too. Opening a directory for writing
+// fails with ErrIsDir; opening for writing on a read-only volume with
+// ErrReadOnly.
+//
+// O_DIRECT makes ReadAt and WriteAt (and Read and Write) direct I/O:
+// offsets and lengths must be multiples of the device's logical block size
+// (ErrInvalid otherwise), and data moves between the caller's buffer and
+// the device without the page cache (dirty cached pages of the range are
+// written back first; reads of a file with cached pages copy them).
+// ReadFrom and WriteTo, which io.Copy uses, align by themselves.
+func (v *Volume) OpenFile(name string, flag int, perm fs.FileMode) (*File, error) {
+	f, err := v.openFile(name, flag, perm, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
+	}
+	f.name, f.flag = name, flag&^O_DIRECT
+	if flag&O_DIRECT != 0 && f.in.IsReg() {
+		f.direct = true
+		f.n.mu.share() // direct I/O takes the inode lock shared from many goroutines
+	}
+	if flag&os.O_TRUNC != 0 && f.in.IsReg() {
+		t := f.bufferedTwin()
+		t.flag = os.O_RDWR
+		if err := t.Truncate(0); err != nil {
+			var pe *fs.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err
+			}
+			return nil, &fs.PathError{Op: "open", Path: name, Err: err}
+		}
+	}
+	v.trackFile(f)
+	return f, nil
+}
+
+// openFile resolves (or with O_CREATE creates) the file OpenFile opens.
+// hops counts the dangling symlinks followed to create their targets.
+func (v *Volume) openFile(name string, flag int, perm fs.FileMode, hops int) (*File, error) {
+	if err := v.checkOpen(); err != nil {
+		return nil, err
+	}
+	write := flag&accMode != os.O_RDONLY
+	if flag&(os.O_CREATE|os.O_EXCL) == os.O_CREATE|os.O_EXCL {
+		// O_EXCL: any name there, a symlink (even a loop) too, is EEXIST.
+		if _, err := v.resolve(name, false); err == nil {
+			return nil, ErrExist
+		} else if !errors.Is(err, ErrNotFound) {
+			return nil, err
+		}
+	}
+	for {
+		f, err := v.resolve(name, true)
+		if err == nil {
+			switch {
+			case flag&(os.O_CREATE|os.O_EXCL) == os.O_CREATE|os.O_EXCL:
+				return nil, ErrExist
+			case f.in.IsDir() && (write || flag&(os.O_CREATE|os.O_TRUNC) != 0):
+				return nil, ErrIsDir
+			case strings.HasSuffix(name, "/") && !f.in.IsDir():
+				return nil, ErrNotDir
+			case (write || flag&os.O_TRUNC != 0) && v.alloc == nil:
+				return nil, ErrReadOnly
+			}
+			return f, nil
+		}
+		if flag&os.O_CREATE == 0 || !errors.Is(err, ErrNotFound) {
+			return nil, err
+		}
+		if strings.HasSuffix(name, "/") {
+			return nil, ErrIsDir
+		}
+		// A missing name, or a dangling symlink whose target O_CREATE
+		// makes.
+		l, lerr := v.resolve(name, false)
+		if lerr == nil && l.in.IsSymlink() {
+			if flag&os.O_EXCL != 0 {
+				return nil, ErrExist
+			}
+			if hops++; hops > maxSymlinkHops {
+				return nil, errLoop
+			}
+			target, err := l.readlink()
+			if err != nil {
+				return nil, err
+			}
+			if !path.IsAbs(target) {
+				// Relative to the link's directory, walked as given:
+				// cleaning "d/b/../a" would skip a symlink d/b.
+				dir, _ := path.Split(strings.TrimRight(name, "/"))
+				target = dir + target
+			}
+			return v.openFile(target, flag, perm, hops)
+		}
+		if lerr != nil && !errors.Is(lerr, ErrNotFound) {
+			return nil, lerr
+		}
+		if v.alloc == nil {
+			return nil, ErrReadOnly
+		}
+		v.beginOp()
+		f, err = v.create(name, layout.ModeReg|unixMode(perm))
+		err = v.endOpErr(err)
+		if errors.Is(err, ErrExist) && flag&os.O_EXCL == 0 {
+			continue // created meanwhile: open it
+		}
+		return f, err
+	}
+}
+
+// Create creates or truncates the file at name, as os.Create does:
+// OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o666).
+//
+// Inserts into linear directories take the first block with room; a
+// full single-block directory is converted to an htree when dir_index is
+// on, and inserts into htree directories split leaves and index nodes as
+// Linux does (see htree.go).
+func (v *Volume) Create(name string) (*File, error) {
+	return v.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o666)
+}
+
+// Remove removes the file or empty directory at name, as os.Remove does.
+func (v *Volume) Remove(name string) error {
+	err := v.op(func() error { return v.unlink(name) })
+	if err == nil {
+		return nil
+	}
+	err1 := v.op(func() error { return v.rmdir(name) })
+	if err1 == nil {
+		return nil
+	}
+	// Both failed: report the error that says more, as os.Remove does.
+	if !errors.Is(err1, ErrNotDir) {
+		err = err1
+	}
+	return &fs.PathError{Op: "remove", Path: name, Err: err}
+}
+
+// RemoveAll removes name and everything it contains, as os.RemoveAll
+// does: a missing name is no error, and the first error met is returned.
+func (v *Volume) RemoveAll(name string) error {
+	if name == "" {
+		return nil
+	}
+	if name == "." || strings.HasSuffix(name, "/.") {
+		return &fs.PathError{Op: "RemoveAll", Path: name, Err: ErrInvalid}
+	}
+	err := v.Remove(name)
+	if err == nil || errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	fi, serr := v.Lstat(name)
+	if serr != nil {
+		if errors.Is(serr, fs.ErrNotExist) {
+			return nil
+		}
+		return serr
+	}
+	if !fi.IsDir() {
+		return err
+	}
+	ents, rerr := v.ReadDir(name)
+	if rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+		return rerr
+	}
+	var first error
+	for _, e := range ents {
+		if err := v.RemoveAll(strings.TrimRight(name, "/") + "/" + e.Name()); err != nil && first == nil {
+			first = err
+		}
+	}
+	err = v.Remove(name)
+	if err == nil || errors.Is(err, fs.ErrNotExist) {
+		return first
+	}
+	if first != nil {
+		return first
+	}
+	return err
+}
+
+// MkdirAll makes the directory name and every missing parent with mode
+// perm, as os.MkdirAll does. An existing directory is no error; an
+// existing non-directory fails with ErrNotDir.
+func (v *Volume) MkdirAll(name string, perm fs.FileMode) error {
+	if fi, err := v.Stat(name); err == nil {
+		if fi.IsDir() {
+			return nil
+		}
+		return &fs.PathError{Op: "mkdir", Path: name, Err: ErrNotDir}
+	}
+	i := len(name)
+	for i > 0 && name[i-1] == '/' {
+		i--
+	}
+	j := i
+	for j > 0 && name[j-1] != '/' {
+		j--
+	}
+	if j > 1 {
+		if err := v.MkdirAll(name[:j-1], perm); err != nil {
+			return err
+		}
+	}
+	if err := v.Mkdir(name, perm); err != nil {
+		if fi, err1 := v.Lstat(name); err1 == nil && fi.IsDir() {
+			return nil
+		}
+		return err
+	}
+	return nil
+}
+
+// ReadFile returns the contents of the file at name, as os.ReadFile does.
+func (v *Volume) ReadFile(name string) ([]byte, error) {
+	f, err := v.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var buf []byte
+	if size := f.Size(); size > 0 && size < 1<<30 {
+		buf = make([]byte, 0, size+1)
+	}
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := f.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+}
+
+// WriteFile writes data to the file at name, creating it with perm or
+// truncating it first, as os.WriteFile does.
+func (v *Volume) WriteFile(name string, data []byte, perm fs.FileMode) error {
+	f, err := v.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err1 := f.Close(); err1 != nil && err == nil {
+		err = err1
+	}
+	return err
+}
+
+// Truncate changes the size of the file at name, as os.Truncate does.
+func (v *Volume) Truncate(name string, size int64) error {
+	f, err := v.OpenFile(name, os.O_WRONLY, 0)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			pe.Op = "truncate"
+		}
+		return err
+	}
+	defer f.Close()
+	return f.Truncate(size)
+}
+
+// ReadDir returns the entries of the directory at name sorted by name,
+// without "." and "..", as os.ReadDir does. Each entry's Info().Sys() is a
+// *FileInfo (inode number and raw mode).
+func (v *Volume) ReadDir(name string) ([]fs.DirEntry, error) {
+	f, err := v.resolve(name, true)
+	if err == nil {
+		var ents []fs.DirEntry
+		if ents, err = f.fsDirEntries(); err == nil {
+			slices.SortFunc(ents, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+			return ents, nil
+		}
+	}
+	return nil, &fs.PathError{Op: "open", Path: name, Err: err}
+}
+
+// DirEntries returns the entries of the directory at name in on-disk
+// order, without "." and "..", with their inode numbers and on-disk file
+// types (what ReadDir returned before it sorted like os.ReadDir).
+func (v *Volume) DirEntries(name string) ([]DirEntry, error) {
+	f, err := v.resolve(name, true)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
+	}
+	ents, err := f.readDirAll()
+	if err != nil {
+		return nil, &fs.PathError{Op: "readdirent", Path: name, Err: err}
+	}
+	return ents, nil
+}
+
+// inheritGroup gives a new inode in directory dir (lock held) the
+// directory's group when the directory is setgid, and a new directory the
+// setgid bit too, as Linux's inode_init_owner does (BSD group semantics).
+func inheritGroup(dir *File, in *layout.Inode) {
+	if dir.in.Mode&0o2000 == 0 {
+		return
+	}
+	in.GID = dir.in.GID
+	if in.IsDir() {
+		in.Mode |= 0o2000
+	}
+}
