@@ -60,6 +60,9 @@ func (f *File) Name() string { return f.name }
 // with os.File, a file opened with O_APPEND refuses WriteAt, and one opened
 // with O_SYNC is synced (File.Sync) before WriteAt returns.
 func (f *File) WriteAt(p []byte, off int64) (int, error) {
+	if err := f.checkOpen("write"); err != nil { // os.File.WriteAt says "write" too
+		return 0, err
+	}
 	if f.flag&os.O_APPEND != 0 {
 		return 0, errAppendWriteAt
 	}

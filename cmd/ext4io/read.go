@@ -7,6 +7,7 @@ import (
 	iofs "io/fs"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -132,19 +133,22 @@ func cmdLs(args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ents, err := v.ReadDir(dir)
+	// DirEntries reads only the entries (os's ReadDir would stat each),
+	// so an entry that cannot be stat'ed is reported and ls goes on.
+	ents, err := v.DirEntries(dir)
 	if err != nil {
 		return err
 	}
 	list := make([]lsEntry, len(ents))
 	for i, e := range ents {
-		p := path.Join(dir, e.Name())
-		list[i] = lsEntry{name: e.Name(), path: p}
+		p := path.Join(dir, e.Name)
+		list[i] = lsEntry{name: e.Name, path: p}
 		if *long || *inum {
 			list[i].fi, list[i].err = v.Lstat(p)
 		}
 	}
-	// ReadDir sorts by name, as ls does by default.
+	// Sorted by name, as ls does by default.
+	slices.SortFunc(list, func(a, b lsEntry) int { return strings.Compare(a.name, b.name) })
 	return lsLines(w, v, list, *long, *inum)
 }
 
