@@ -545,17 +545,27 @@ func (n *node) created(ctx context.Context, p string, mode uint32, setMode bool)
 	if e != 0 {
 		return nil, e
 	}
+	fi, err := n.s.v.Lstat(p)
+	if err != nil {
+		return nil, errno(err)
+	}
 	if setMode {
 		m := mode & 0o7777
 		if sgid && mode&syscall.S_IFMT == syscall.S_IFDIR {
 			m |= syscall.S_ISGID
 		}
-		if err := n.s.v.Chmod(p, fileMode(m)); err != nil {
-			return nil, errno(err)
+		// Most new inodes already have their mode (Mkdir takes it, Create
+		// makes 0644): then the inode is complete in one transaction.
+		if uint32(fi.IMode)&0o7777 != m {
+			if err := n.s.v.Chmod(p, fileMode(m)); err != nil {
+				return nil, errno(err)
+			}
+			if fi, err = n.s.v.Lstat(p); err != nil {
+				return nil, errno(err)
+			}
 		}
 	}
-	fi, err := n.s.v.Lstat(p)
-	return fi, errno(err)
+	return fi, 0
 }
 
 // Create makes and opens a regular file.
