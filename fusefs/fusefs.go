@@ -41,6 +41,7 @@ package fusefs
 import (
 	"context"
 	"errors"
+	"golang.org/x/sys/unix"
 	"io"
 	iofs "io/fs"
 	"os"
@@ -301,7 +302,7 @@ func (s *Server) fill(fi *ext4io.FileInfo, a *fuse.Attr) {
 	a.Blocks = fi.Blocks
 	a.Mode = uint32(fi.IMode)
 	a.Nlink = uint32(fi.Nlink) // 1 for a dir_nlink directory past EXT4_LINK_MAX, as ext4
-	// Rdev stays 0: FileInfo does not carry a device node's number.
+	a.Rdev = uint32(fi.Rdev)   // Linux's dev_t; FUSE takes its low 32 bits
 	a.Owner = fuse.Owner{Uid: fi.UID, Gid: fi.GID}
 	a.SetTimes(&fi.Atime, &fi.Mtime, &fi.Ctime)
 	a.Blksize = s.bsize
@@ -633,8 +634,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	return n.newChild(ctx, fi, out), 0
 }
 
-// Mknod makes regular files; ext4io cannot make device, FIFO or socket
-// inodes yet (no Volume.Mknod), so those fail with EOPNOTSUPP.
+// Mknod makes a regular file, fifo, socket or device node.
 func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	if e := n.s.writable(); e != 0 {
 		return nil, e
@@ -642,18 +642,29 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 	if e := checkName(name); e != 0 {
 		return nil, e
 	}
-	if mode&syscall.S_IFMT != syscall.S_IFREG && mode&syscall.S_IFMT != 0 {
-		return nil, syscall.EOPNOTSUPP
+	typ := fileMode(mode)
+	switch mode & syscall.S_IFMT {
+	case 0, syscall.S_IFREG:
+		mode |= syscall.S_IFREG
+	case syscall.S_IFIFO:
+		typ |= iofs.ModeNamedPipe
+	case syscall.S_IFSOCK:
+		typ |= iofs.ModeSocket
+	case syscall.S_IFCHR:
+		typ |= iofs.ModeDevice | iofs.ModeCharDevice
+	case syscall.S_IFBLK:
+		typ |= iofs.ModeDevice
+	default:
+		return nil, syscall.EINVAL
 	}
 	var fi *ext4io.FileInfo
 	e := n.withPath(name, func(p string) syscall.Errno {
-		f, err := n.s.v.Create(p)
-		if err != nil {
+		rdev := ext4io.Mkdev(unix.Major(uint64(dev)), unix.Minor(uint64(dev)))
+		if err := n.s.v.Mknod(p, typ, rdev); err != nil {
 			return errno(err)
 		}
-		f.Close()
 		var e syscall.Errno
-		fi, e = n.created(ctx, p, syscall.S_IFREG|mode, true)
+		fi, e = n.created(ctx, p, mode, true)
 		return e
 	})
 	if e != 0 {
@@ -745,10 +756,9 @@ const (
 	renameWhiteout  = 1 << 2
 )
 
-// Rename moves name in n to newName in newParent. RENAME_NOREPLACE is
-// checked here (the kernel holds both parents' locks, so nothing can take
-// the new name between the check and the rename); RENAME_EXCHANGE and
-// RENAME_WHITEOUT need library support ext4io does not have yet.
+// Rename moves name in n to newName in newParent, with
+// RENAME_NOREPLACE and RENAME_EXCHANGE as Volume.Rename2 does them;
+// RENAME_WHITEOUT (overlayfs) is not supported.
 func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
 	if e := n.s.writable(); e != 0 {
 		return e
@@ -756,16 +766,21 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	if e := checkName(newName); e != 0 {
 		return e
 	}
-	if flags&(renameExchange|renameWhiteout) != 0 || flags&^(renameNoReplace|renameExchange|renameWhiteout) != 0 {
-		if flags&^(renameNoReplace|renameExchange|renameWhiteout) != 0 {
-			return syscall.EINVAL
-		}
+	if flags&^(renameNoReplace|renameExchange|renameWhiteout) != 0 {
+		return syscall.EINVAL
+	}
+	if flags&renameWhiteout != 0 {
 		return syscall.EOPNOTSUPP
 	}
 	np := newParent.(*node)
 	// A directory's rename changes the paths of everything under it.
 	ch := n.GetChild(name)
 	isDir := ch == nil || ch.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFDIR
+	if flags&renameExchange != 0 {
+		// The other side moves too, and may be a directory.
+		other := np.GetChild(newName)
+		isDir = isDir || other == nil || other.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFDIR
+	}
 	if isDir {
 		n.s.renameMu.Lock()
 		defer n.s.renameMu.Unlock()
@@ -778,14 +793,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	if !ok1 || !ok2 {
 		return syscall.ENOENT
 	}
-	if flags&renameNoReplace != 0 {
-		if _, err := n.s.v.Lstat(npth); err == nil {
-			return syscall.EEXIST
-		} else if e := errno(err); e != syscall.ENOENT {
-			return e
-		}
-	}
-	if err := n.s.v.Rename(op, npth); err != nil {
+	if err := n.s.v.Rename2(op, npth, uint(flags&(renameNoReplace|renameExchange))); err != nil {
 		return errno(err)
 	}
 	// go-fuse moves the child in its tree after this returns; until then
@@ -797,21 +805,21 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	return 0
 }
 
-// Statfs reports the file system's size and free space.
+// Statfs reports the file system's size and free space, as statfs(2)
+// on a mounted ext4 does (Volume.Statfs).
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
-	sb := n.s.v.Superblock()
-	out.Bsize = n.s.bsize
-	out.Frsize = n.s.bsize
-	out.NameLen = layout.MaxNameLen
-	out.Blocks = sb.BlocksCount
-	out.Bfree = sb.FreeBlocksCount
-	out.Files = uint64(sb.InodesCount)
-	out.Ffree = uint64(sb.FreeInodesCount)
-	if a := n.s.v.Allocator(); a != nil {
-		out.Bfree = a.FreeBlocks()
-		out.Ffree = a.FreeInodes()
+	st, err := n.s.v.Statfs()
+	if err != nil {
+		return errno(err)
 	}
-	out.Bavail = out.Bfree - min(out.Bfree, sb.RBlocksCount)
+	out.Bsize = uint32(st.BlockSize)
+	out.Frsize = uint32(st.BlockSize)
+	out.NameLen = uint32(st.NameMax)
+	out.Blocks = st.Blocks
+	out.Bfree = st.BlocksFree
+	out.Bavail = st.BlocksAvail
+	out.Files = st.Files
+	out.Ffree = st.FilesFree
 	return 0
 }
 

@@ -11,11 +11,9 @@ import (
 	"github.com/ext4io/ext4io/fusefs"
 )
 
-// pjdSubset lists the pjdfstest files a mount passes in full: whole
-// directories (nil) or the numbered .t files of one. It is every file the
-// full suite passed (193 of 238; docs/fuse.md has the results). The other
-// files fail because ext4io cannot make FIFOs, sockets and device nodes
-// yet (mknod), and their later steps fail in turn.
+// pjdSubset lists the pjdfstest files CI runs in a mount: whole
+// directories (nil) or the numbered .t files of one. The full suite passes
+// (docs/fuse.md); the subset keeps CI's time down under -race.
 var pjdSubset = []struct {
 	dir   string
 	files []string
@@ -27,11 +25,11 @@ var pjdSubset = []struct {
 	{"granular", nil},
 	{"link", []string{"02", "03", "04", "05", "06", "07", "08", "09", "11", "12", "13", "14", "15", "16", "17"}},
 	{"mkdir", []string{"00", "02", "03", "04", "05", "06", "07", "08", "09", "11", "12"}},
-	{"mkfifo", []string{"04", "07", "08", "10", "11", "12"}},
-	{"mknod", []string{"04", "07", "09", "10"}},
+	{"mkfifo", nil},
+	{"mknod", nil},
 	{"open", []string{"00", "02", "03", "04", "05", "07", "08", "09", "10", "11", "12", "13", "14", "15", "16", "18", "19", "20", "21", "23", "25", "26"}},
 	{"posix_fallocate", nil},
-	{"rename", []string{"01", "02", "03", "04", "05", "06", "07", "08", "11", "15", "16", "17", "18", "19", "21", "22", "24"}},
+	{"rename", nil},
 	{"rmdir", []string{"00", "02", "03", "04", "05", "07", "08", "09", "10", "11", "12", "13", "14", "15"}},
 	{"symlink", []string{"00", "01", "02", "03", "04", "05", "06", "07", "09", "10", "11", "12"}},
 	{"truncate", nil},
