@@ -1,9 +1,12 @@
 package nbd_test
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"syscall"
 	"testing"
@@ -77,6 +80,9 @@ func TestServerStalled(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.cmd.Process.Signal(syscall.SIGCONT)
+	// The signal is delivered asynchronously: requests sent before every
+	// thread of the server has stopped could still be served.
+	waitStopped(t, s.cmd.Process.Pid)
 	// Several requests in flight on every connection, writes large enough
 	// to fill the socket buffers.
 	var wg sync.WaitGroup
@@ -110,6 +116,32 @@ func TestServerStalled(t *testing.T) {
 	if err := within(t, time.Second, "read after the stall", readErr(d, 0)); !errors.Is(err, blockdev.ErrIO) {
 		t.Errorf("read after the stall = %v, want ErrIO", err)
 	}
+}
+
+// waitStopped waits until every thread of process pid is stopped (state
+// T in /proc/PID/task/*/stat; elsewhere a pause), failing t after 5 s.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		time.Sleep(200 * time.Millisecond) // no /proc task states to read
+		return
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+		stopped := len(tasks) > 0
+		for _, p := range tasks {
+			b, err := os.ReadFile(p)
+			// The state follows the command name, which is in parentheses.
+			if i := bytes.LastIndexByte(b, ')'); err != nil || i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+				stopped = false
+				break
+			}
+		}
+		if stopped {
+			return
+		}
+	}
+	t.Fatalf("process %d did not stop within 5 s of SIGSTOP", pid)
 }
 
 // TestServerSlow: nbdkit's delay filter holds reads for 5 s; with a
