@@ -144,7 +144,7 @@ func TestBenchFailedWorkloadReported(t *testing.T) {
 		return nil
 	}
 	defer func() { failWorkloadHook = nil }()
-	args := []string{"bench", "--backend", "memory", "--size", "96M", "--runtime", "60ms", "--workloads", "overwrite-2,randread-2,seqwrite-1m"}
+	args := []string{"bench", "--backend", "memory", "--size", "96M", "--runtime", "300ms", "--workloads", "overwrite-2,randread-2,seqwrite-1m"}
 	out, errOut, code := runCmd(t, args...)
 	if code != 1 || !strings.Contains(errOut, "1 of 3 workloads failed: randread-2") {
 		t.Fatalf("exit %d: %s", code, errOut)
