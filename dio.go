@@ -291,17 +291,13 @@ func (f *File) directWrite(p []byte, off int64) (int, error) {
 //
 // It is the shared Begin's mapped case (dioOps.Begin: no handle, no
 // allocation) folded into the write, as readAt is for reads: one lookup
-// and one device write, without iomap's iterator, whose Begin looked the
-// range up a second time and whose cursor, End and counters were two
-// thirds of the engine's cost of an overwrite (BenchmarkEngineOverwrite:
-// 106-107 ns through iomap, 36-40 without). Unifying it with the public
-// OverwriteOps (iomap.DirectWrite with OverwriteOnly, ErrNeedNormal meaning
-// "not an overwrite") was measured again when those ops became public:
-// 160-220 ns per overwrite against 38-67 ns here (BenchmarkEngineOverwrite/
-// overwrite, three alternating runs each on a shared 2-CPU machine), so
-// this path stays: it is OverwriteOps' mapped case, the same lookup and
-// the same device write, without the iterator around them. The
-// mapping needs no cookie: it is used under the inode lock it was looked
+// and one device write, without iomap's iterator, whose Begin would look
+// the range up a second time and whose cursor, End and counters cost
+// more than the rest of the overwrite (docs/performance.md has the
+// BenchmarkEngineOverwrite figures, with and without the iterator and
+// through the public OverwriteOps). This path is OverwriteOps' mapped
+// case, the same lookup and the same device write, without the iterator
+// around them. The mapping needs no cookie: it is used under the inode lock it was looked
 // up under, and nothing that holds that lock shared unmaps or moves
 // written blocks.
 func (f *File) directOverwrite(p []byte, off int64) (n int, err error, ok bool) {

@@ -26,9 +26,8 @@ func mustPlan(t *testing.T, size int64, bs int) *spacePlan {
 }
 
 // TestBenchSpacePlanDefault: the default run's plan holds for runtimes of
-// 1 s to 60 s at 8 GB/s of engine writes, far above any disk of this
-// machine class, because every workload's peak is bounded by its budget
-// and not by runtime × rate. The same for the memory backend's default,
+// 1 s to 60 s at 8 GB/s of engine writes, because every workload's peak
+// is bounded by its budget and not by runtime × rate. The same for the memory backend's default,
 // the smallest device the bench accepts, and --size 8G.
 func TestBenchSpacePlanDefault(t *testing.T) {
 	const rate = 8e9 // bytes per second
