@@ -662,6 +662,34 @@ func (v *Volume) Rename(oldname, newname string) error {
 	return nil
 }
 
+// lockRenameDirs finds the parent directories of oldname and newname and
+// locks them, an ancestor before its descendant (one lock when they are
+// the same); unlock releases them. The caller holds renameMu, which keeps
+// the ancestry stable.
+func (v *Volume) lockRenameDirs(oldname, newname string) (odir *File, obase string, ndir *File, nbase string, unlock func(), err error) {
+	if odir, obase, err = v.parentOnly(oldname); err != nil {
+		return nil, "", nil, "", nil, err
+	}
+	if ndir, nbase, err = v.parentOnly(newname); err != nil {
+		return nil, "", nil, "", nil, err
+	}
+	first, second := odir, ndir
+	if odir.n == ndir.n {
+		first.n.mu.Lock()
+		return odir, obase, ndir, nbase, first.n.mu.Unlock, nil
+	}
+	under, err := v.isUnder(odir.ino, ndir.ino)
+	if err != nil {
+		return nil, "", nil, "", nil, err
+	}
+	if under { // odir lies below ndir
+		first, second = ndir, odir
+	}
+	first.n.mu.Lock()
+	second.n.mu.Lock()
+	return odir, obase, ndir, nbase, func() { second.n.mu.Unlock(); first.n.mu.Unlock() }, nil
+}
+
 // rename renames oldname; with noReplace an existing newname fails with
 // ErrExist (RENAME_NOREPLACE).
 func (v *Volume) rename(oldname, newname string, noReplace bool) error {
@@ -670,32 +698,12 @@ func (v *Volume) rename(oldname, newname string, noReplace bool) error {
 	}
 	renameMu.Lock()
 	defer renameMu.Unlock()
-	odir, obase, err := v.parentOnly(oldname)
+	odir, obase, ndir, nbase, unlock, err := v.lockRenameDirs(oldname, newname)
 	if err != nil {
 		return err
 	}
-	ndir, nbase, err := v.parentOnly(newname)
-	if err != nil {
-		return err
-	}
+	defer unlock()
 	same := odir.n == ndir.n
-	// Lock the directories, an ancestor before its descendant.
-	first, second := odir, ndir
-	if !same {
-		under, err := v.isUnder(odir.ino, ndir.ino)
-		if err != nil {
-			return err
-		}
-		if under { // odir lies below ndir
-			first, second = ndir, odir
-		}
-	}
-	first.n.mu.Lock()
-	defer first.n.mu.Unlock()
-	if !same {
-		second.n.mu.Lock()
-		defer second.n.mu.Unlock()
-	}
 	if err := checkName(obase); err != nil {
 		return err
 	}

@@ -48,31 +48,12 @@ func (v *Volume) exchange(oldname, newname string) error {
 	}
 	renameMu.Lock()
 	defer renameMu.Unlock()
-	odir, obase, err := v.parentOnly(oldname)
+	odir, obase, ndir, nbase, unlock, err := v.lockRenameDirs(oldname, newname)
 	if err != nil {
 		return err
 	}
-	ndir, nbase, err := v.parentOnly(newname)
-	if err != nil {
-		return err
-	}
+	defer unlock()
 	same := odir.n == ndir.n
-	first, second := odir, ndir
-	if !same {
-		under, err := v.isUnder(odir.ino, ndir.ino)
-		if err != nil {
-			return err
-		}
-		if under {
-			first, second = ndir, odir
-		}
-	}
-	first.n.mu.Lock()
-	defer first.n.mu.Unlock()
-	if !same {
-		second.n.mu.Lock()
-		defer second.n.mu.Unlock()
-	}
 	if err := checkName(obase); err != nil {
 		return err
 	}
