@@ -15,6 +15,7 @@ import (
 	"path"
 	"path/filepath"
 	"runtime/debug"
+	"runtime/metrics"
 	"sort"
 	"strings"
 	"testing"
@@ -39,7 +40,8 @@ const sweepCmdTimeout = 20 * time.Second
 // block checksum fixed): names, sizes, modes, flags, extent words, link
 // counts, entries' inode numbers and record lengths. Each round drives the
 // read commands, get and the write commands through run and requires no
-// panic, no command running longer than sweepCmdTimeout, and nothing
+// panic, no command running longer than sweepCmdTimeout, a live heap under
+// sweepHeapLimit, and nothing
 // created outside get's destination. Failures log the seed and the edits;
 // -crafted.seed replays a run.
 func TestCraftedImages(t *testing.T) {
@@ -310,6 +312,7 @@ func sweepRun(t *testing.T, in []byte, args ...string) int {
 	done := make(chan result, 1)
 	old := stdin
 	stdin = bytes.NewReader(in)
+	peak := watchHeap()
 	go func() {
 		defer func() {
 			if r := recover(); r != nil {
@@ -322,6 +325,9 @@ func sweepRun(t *testing.T, in []byte, args ...string) int {
 	select {
 	case r := <-done:
 		stdin = old
+		if p := peak(); p > sweepHeapLimit {
+			t.Fatalf("%q: the heap reached %d MiB (limit %d MiB)", args, p>>20, sweepHeapLimit>>20)
+		}
 		if r.stack != "" {
 			t.Fatalf("%q panicked: %s", args, r.stack)
 		}
@@ -333,6 +339,34 @@ func sweepRun(t *testing.T, in []byte, args ...string) int {
 		t.Fatalf("%q: still running after %v", args, sweepCmdTimeout)
 	}
 	return -1
+}
+
+// sweepHeapLimit bounds the live heap while one command runs on a crafted
+// image (4 MiB images; the volume's caches are bounded by their budgets).
+const sweepHeapLimit = 512 << 20
+
+// watchHeap samples the heap's live objects every 5 ms until the returned
+// function is called, which reports the largest sample.
+func watchHeap() (peak func() uint64) {
+	stop := make(chan struct{})
+	res := make(chan uint64, 1)
+	go func() {
+		sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+		var top uint64
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			metrics.Read(sample)
+			top = max(top, sample[0].Value.Uint64())
+			select {
+			case <-stop:
+				res <- top
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() uint64 { close(stop); return <-res }
 }
 
 // TestHugeDirectorySize: a directory whose i_size claims 2^63 bytes (the
