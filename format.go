@@ -1,6 +1,7 @@
 package ext4io
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/ext4io/ext4io/blockdev"
@@ -26,10 +27,20 @@ type FormatOptions = mkfs.Options
 // Unsupported feature requests fail with ErrUnsupported and bad options with
 // ErrInvalid; the device is then untouched.
 func Format(dev blockdev.Device, opts FormatOptions) error {
+	return FormatContext(context.Background(), dev, opts)
+}
+
+// FormatContext is Format that stops when ctx is done, with an error
+// wrapping ctx.Err(), between the steps that write metadata (group by
+// group). Format invalidates the device's primary superblock before it
+// writes anything else and writes it last, so a cancelled (or crashed)
+// Format leaves a device that Open refuses with ErrNotExt4, never a
+// mixture of the old filesystem and the new one.
+func FormatContext(ctx context.Context, dev blockdev.Device, opts FormatOptions) error {
 	release, err := blockdev.Claim(dev) // one writer: not beside a writable Volume, nor mounted
 	if err != nil {
 		return fmt.Errorf("ext4io: format: %w", err)
 	}
 	defer release()
-	return mkfs.Format(dev, opts)
+	return mkfs.FormatContext(ctx, dev, opts)
 }

@@ -487,6 +487,16 @@ func (v *Volume) stopJournal() error {
 // Sync makes every change made so far durable, like syncfs: deferred inode
 // updates are written, the journal commits and the device is flushed.
 func (v *Volume) Sync() error {
+	return v.SyncContext(context.Background())
+}
+
+// SyncContext is Sync that stops when ctx is done, with an error wrapping
+// ctx.Err(): between files of the write-back and every 64 MiB of one, and
+// before the commit. What it wrote back by then is mapped and committed as
+// any write-back is (the image stays consistent); the rest stays dirty in
+// the page cache, and nothing is durable until a Sync returns nil. A
+// commit already started is waited for.
+func (v *Volume) SyncContext(ctx context.Context) error {
 	if err := v.checkOpen(); err != nil {
 		return err
 	}
@@ -494,9 +504,12 @@ func (v *Volume) Sync() error {
 		return nil
 	}
 	if v.pc != nil {
-		if err := v.pc.Sync(); err != nil {
+		if err := v.pc.SyncContext(ctx); err != nil {
 			return fmt.Errorf("ext4io: sync: write-back: %w", err)
 		}
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("ext4io: sync: %w", err)
 	}
 	if err := v.writeDirtyInodes(); err != nil {
 		return err

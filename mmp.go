@@ -32,6 +32,7 @@ package ext4io
 // MMP for read-only mounts either.
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -132,7 +133,7 @@ func mmpBusy(blk uint64, m *layout.MMP, what string) error {
 // startMMP runs the open protocol on a volume with the mmp feature that is
 // about to be written, and starts the updater. It does nothing for other
 // volumes.
-func (v *Volume) startMMP() error {
+func (v *Volume) startMMP(ctx context.Context) error {
 	sb := v.sb
 	if !sb.HasIncompat(layout.IncompatMMP) {
 		return nil
@@ -170,7 +171,9 @@ func (v *Volume) startMMP() error {
 			// e2fsprogs refuses it (the kernel waits and re-reads).
 			return mmpBusy(blk, m, fmt.Sprintf("unknown sequence %#x", seq))
 		}
-		time.Sleep(wait)
+		if err := sleepContext(ctx, wait); err != nil {
+			return fmt.Errorf("ext4io: multiple mount protection: %w", err)
+		}
 		if m, _, err = h.read(); err != nil {
 			return err
 		}
@@ -183,6 +186,7 @@ func (v *Volume) startMMP() error {
 	if err != nil {
 		return err
 	}
+	prev := m.Seq
 	seq := rand.Uint32N(layout.MMPSeqMax + 1)
 	host, _ := os.Hostname()
 	m.Seq = seq
@@ -191,7 +195,14 @@ func (v *Volume) startMMP() error {
 	if err := h.write(); err != nil {
 		return err
 	}
-	time.Sleep(wait)
+	if err := sleepContext(ctx, wait); err != nil {
+		// Give the block back as it was, unless someone else wrote it.
+		if got, _, rerr := h.read(); rerr == nil && got.Seq == seq {
+			h.m.Seq = prev
+			_ = h.write()
+		}
+		return fmt.Errorf("ext4io: multiple mount protection: %w", err)
+	}
 	got, _, err := h.read()
 	if err != nil {
 		return err
@@ -292,4 +303,16 @@ func (v *Volume) stopMMP() error {
 		return nil
 	}
 	return v.mmp.stop()
+}
+
+// sleepContext waits for d or until ctx is done, returning ctx.Err() then.
+func sleepContext(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -1,6 +1,7 @@
 package ext4io
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -57,7 +58,7 @@ func (v *Volume) journalConfig() (journal.Config, error) {
 // clears the flag and recomputes the free counts from the group
 // descriptors, as ext4 does at mount. Read-only opens replay into an
 // in-memory overlay of the device.
-func (v *Volume) recover() error {
+func (v *Volume) recover(ctx context.Context) error {
 	if !v.opts.Writable && !v.opts.Replay {
 		v.dev = newOverlay(v.dev)
 	}
@@ -73,7 +74,7 @@ func (v *Volume) recover() error {
 	if err != nil {
 		return fmt.Errorf("ext4io: opening the journal: %w", err)
 	}
-	info, rerr := j.Recover()
+	info, rerr := j.RecoverContext(ctx)
 	if cerr := j.Close(); rerr == nil && cerr != nil {
 		rerr = cerr
 	}

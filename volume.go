@@ -1,6 +1,7 @@
 package ext4io
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -225,7 +226,20 @@ type Volume struct {
 // O_EXCL for block devices) or when Linux has it mounted (the message
 // names the mount point). Read-only opens take no claim and work beside
 // a writer.
-func Open(dev blockdev.Device, opts Options) (v *Volume, err error) {
+func Open(dev blockdev.Device, opts Options) (*Volume, error) {
+	return OpenContext(context.Background(), dev, opts)
+}
+
+// OpenContext is Open that gives up when ctx is done, with an error
+// wrapping ctx.Err(): while it waits for multiple mount protection (11 s or
+// more), and between the journal replay's steps. A cancelled open leaves the
+// image as consistent as it found it: the journal still needs recovery
+// (the next open replays all of it again) and the MMP block holds the
+// sequence it had.
+func OpenContext(ctx context.Context, dev blockdev.Device, opts Options) (v *Volume, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("ext4io: open: %w", err)
+	}
 	if opts.Writable || opts.Replay {
 		release, cerr := blockdev.Claim(dev)
 		if cerr != nil {
@@ -239,10 +253,10 @@ func Open(dev blockdev.Device, opts Options) (v *Volume, err error) {
 			}
 		}()
 	}
-	return open(dev, opts)
+	return open(ctx, dev, opts)
 }
 
-func open(dev blockdev.Device, opts Options) (*Volume, error) {
+func open(ctx context.Context, dev blockdev.Device, opts Options) (*Volume, error) {
 	if size := dev.Size(); size < layout.SuperblockOffset+layout.SuperblockSize {
 		return nil, &errs.CorruptError{What: "superblock", Off: -1, Err: ErrNotExt4,
 			Msg: fmt.Sprintf("a device of %d bytes is too small for one", size)}
@@ -283,7 +297,7 @@ func open(dev blockdev.Device, opts Options) (*Volume, error) {
 	// Multiple mount protection comes before anything is written (the
 	// journal replay included), as in Linux's mount.
 	if opts.Writable || opts.Replay {
-		if err := v.startMMP(); err != nil {
+		if err := v.startMMP(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -295,7 +309,7 @@ func open(dev blockdev.Device, opts Options) (*Volume, error) {
 	}()
 	if sb.HasIncompat(layout.IncompatRecover) {
 		if !opts.NoRecovery || opts.Writable || opts.Replay {
-			if err := v.recover(); err != nil {
+			if err := v.recover(ctx); err != nil {
 				return nil, err
 			}
 		}

@@ -1,6 +1,7 @@
 package iomap
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -610,6 +611,18 @@ func (c *PageCache) Writeback(key Key, from, to int64) error {
 
 // Sync writes back every file (Writeback of the whole of each).
 func (c *PageCache) Sync() error {
+	return c.SyncContext(context.Background())
+}
+
+// syncChunk is how much of a file SyncContext writes back between checks
+// of its context.
+const syncChunk = 64 << 20
+
+// SyncContext is Sync that stops when ctx is done, returning an error
+// wrapping ctx.Err(). It checks ctx before each file and every syncChunk
+// bytes of one: what was written back by then stays written back, the rest
+// stays dirty.
+func (c *PageCache) SyncContext(ctx context.Context) error {
 	c.mu.Lock()
 	keys := make([]Key, 0, len(c.mu.files))
 	for k, f := range c.mu.files {
@@ -620,6 +633,32 @@ func (c *PageCache) Sync() error {
 	c.mu.Unlock()
 	var errs []error
 	for _, k := range keys {
+		c.mu.Lock()
+		var dirty []int64
+		if f := c.mu.files[k]; f != nil && ctx.Done() != nil { // a context that can end
+			for idx, pg := range f.pages {
+				if pg.dirty || pg.wb {
+					dirty = append(dirty, idx)
+				}
+			}
+		}
+		c.mu.Unlock()
+		slices.Sort(dirty)
+		// The chunks holding dirty pages, then the whole file once more,
+		// which also collects an earlier write-back error.
+		for i := 0; i < len(dirty); {
+			if err := ctx.Err(); err != nil {
+				return errors.Join(append(errs, fmt.Errorf("iomap: sync cancelled: %w", err))...)
+			}
+			from := dirty[i] << c.shift / syncChunk * syncChunk
+			errs = append(errs, c.Writeback(k, from, from+syncChunk))
+			for i < len(dirty) && dirty[i]<<c.shift < from+syncChunk {
+				i++
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return errors.Join(append(errs, fmt.Errorf("iomap: sync cancelled: %w", err))...)
+		}
 		errs = append(errs, c.Writeback(k, 0, math.MaxInt64))
 	}
 	return errors.Join(errs...)

@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -47,6 +48,7 @@ func tidGEQ(x, y uint32) bool { return int32(x-y) >= 0 }
 // recovery carries state between the three passes.
 type recovery struct {
 	j      *Journal
+	ctx    context.Context // checked before each descriptor block
 	info   RecoveryInfo
 	endSet bool              // info.EndSeq is known (jbd2 tests end_transaction != 0)
 	revoke map[uint64]uint32 // block -> newest revoking tid
@@ -84,6 +86,15 @@ func (j *Journal) NeedsRecovery() bool {
 // (s_start == 0) it returns a zero RecoveryInfo with NextSeq = s_sequence+1.
 // Recover must be called before any transaction is started.
 func (j *Journal) Recover() (RecoveryInfo, error) {
+	return j.RecoverContext(context.Background())
+}
+
+// RecoverContext is Recover that stops when ctx is done, between
+// descriptor blocks of its passes and before the fast-commit replay, with
+// an error wrapping ctx.Err(). The log is left as it was (s_start set), so
+// a later recovery replays it from the start: replaying a logged block
+// again writes the same bytes.
+func (j *Journal) RecoverContext(ctx context.Context) (RecoveryInfo, error) {
 	j.mu.Lock()
 	busy := j.mu.running != nil || j.mu.committing != nil || len(j.mu.checkpoint) > 0
 	j.mu.Unlock()
@@ -96,7 +107,7 @@ func (j *Journal) Recover() (RecoveryInfo, error) {
 	if sb.Start == 0 {
 		return RecoveryInfo{StartSeq: sb.SeqTail, EndSeq: sb.SeqTail, NextSeq: sb.SeqTail + 1}, nil
 	}
-	r := &recovery{j: j, revoke: map[uint64]uint32{}}
+	r := &recovery{j: j, ctx: ctx, revoke: map[uint64]uint32{}}
 	err := r.pass(&sb, passScan)
 	if err == nil {
 		err = r.pass(&sb, passRevoke)
@@ -107,6 +118,9 @@ func (j *Journal) Recover() (RecoveryInfo, error) {
 	r.info.Transactions = int(r.info.EndSeq - r.info.StartSeq)
 	if err != nil {
 		return r.info, j.recoveryFailed(err)
+	}
+	if err := ctx.Err(); err != nil {
+		return r.info, j.recoveryFailed(fmt.Errorf("journal: recovery cancelled: %w", err))
 	}
 	if err := j.replayFastCommits(&r.info); err != nil {
 		return r.info, j.recoveryFailed(err)
@@ -194,6 +208,9 @@ loop:
 		}
 		switch h.BlockType {
 		case BlockTypeDescriptor:
+			if err := r.ctx.Err(); err != nil {
+				return fmt.Errorf("journal: recovery cancelled: %w", err)
+			}
 			if !f.blockTailOK(buf) {
 				if pass != passScan {
 					return errs.Corruptf("journal descriptor", uint64(at), len(buf)-tailSize,

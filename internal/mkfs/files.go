@@ -278,6 +278,9 @@ func (f *formatter) writeMetadata() error {
 	zeroed := f.o.ZeroInodeTables || !p.csum
 	if zeroed {
 		for g := uint64(0); g < p.groups; g++ {
+			if err := f.cancelled(); err != nil {
+				return err
+			}
 			if err := f.dev.ZeroOut(int64(p.descs[g].InodeTable*p.bs), int64(p.itb*p.bs)); err != nil {
 				return fmt.Errorf("mkfs: zeroing inode table of group %d: %w", g, err)
 			}
@@ -298,6 +301,11 @@ func (f *formatter) writeMetadata() error {
 
 	var freeBlocks, freeInodes uint64
 	for g := uint64(0); g < p.groups; g++ {
+		if g%64 == 0 {
+			if err := f.cancelled(); err != nil {
+				return err
+			}
+		}
 		d := p.descs[g]
 		d.FreeBlocksCount = uint32(p.freeBlocks(g))
 		used := uint32(0)
@@ -360,13 +368,22 @@ func (f *formatter) writeMetadata() error {
 			}
 		}
 	}
+	if err := f.cancelled(); err != nil {
+		return err
+	}
+	// The backups, a flush, and the primary last: until it is on the
+	// device, the device holds no filesystem (invalidateSuper).
 	sb.KbytesWritten = (f.written + uint64(len(backups))*layout.SuperblockSize) / 1024
-	for _, g := range backups {
+	for i := len(backups) - 1; i >= 0; i-- {
+		g := backups[i]
 		c := *sb
 		c.BlockGroupNr = uint16(g)
 		blk, off := sb.GroupFirstBlock(g), 0
 		if g == 0 {
 			blk, off = 0, layout.SuperblockOffset
+			if err := f.dev.Flush(); err != nil {
+				return fmt.Errorf("mkfs: flush: %w", err)
+			}
 		}
 		if err := f.write(c.Encode(), blk, off); err != nil {
 			return err

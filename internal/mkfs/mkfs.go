@@ -34,6 +34,7 @@
 package mkfs
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
@@ -247,6 +248,7 @@ type formatter struct {
 	dev     blockdev.Device
 	o       Options
 	sb      *layout.Superblock
+	ctx     context.Context // checked between steps and groups
 	p       *plan
 	seed    uint32
 	written uint64 // bytes written, for s_kbytes_written
@@ -256,17 +258,35 @@ type formatter struct {
 
 // Format creates an ext4 filesystem covering the whole of dev.
 func Format(dev blockdev.Device, opts Options) error {
-	f := &formatter{dev: dev, o: opts, inodes: map[uint32]*layout.Inode{}}
+	return FormatContext(context.Background(), dev, opts)
+}
+
+// FormatContext is Format that stops when ctx is done, with an error
+// wrapping ctx.Err(), between steps and between groups. Before it writes
+// anything else it zeroes the primary superblock (and flushes), and it
+// writes the primary superblock last, after a flush of everything else: a
+// device whose format was cancelled or crashed holds no filesystem.
+func FormatContext(ctx context.Context, dev blockdev.Device, opts Options) error {
+	f := &formatter{ctx: ctx, dev: dev, o: opts, inodes: map[uint32]*layout.Inode{}}
 	if err := f.o.defaults(); err != nil {
 		return err
 	}
 	if err := f.buildSuper(); err != nil {
 		return err
 	}
+	if err := f.cancelled(); err != nil {
+		return err
+	}
+	if err := f.invalidateSuper(); err != nil {
+		return err
+	}
 	if !f.o.NoDiscard {
 		if err := dev.Discard(0, dev.Size()); err != nil && !errors.Is(err, ErrUnsupported) {
 			return fmt.Errorf("mkfs: discard: %w", err)
 		}
+	}
+	if err := f.cancelled(); err != nil {
+		return err
 	}
 	if err := f.makeFiles(); err != nil {
 		return err
@@ -275,6 +295,26 @@ func Format(dev blockdev.Device, opts Options) error {
 		return err
 	}
 	return f.writeMetadata()
+}
+
+// cancelled returns an error wrapping ctx.Err() once f's context is done.
+func (f *formatter) cancelled() error {
+	if err := f.ctx.Err(); err != nil {
+		return fmt.Errorf("mkfs: cancelled: %w", err)
+	}
+	return nil
+}
+
+// invalidateSuper zeroes the primary superblock and flushes, so that no
+// filesystem is found on the device until writeMetadata writes the new one.
+func (f *formatter) invalidateSuper() error {
+	if _, err := f.dev.WriteAt(make([]byte, layout.SuperblockSize), layout.SuperblockOffset); err != nil {
+		return fmt.Errorf("mkfs: clearing the old superblock: %w", err)
+	}
+	if err := f.dev.Flush(); err != nil {
+		return fmt.Errorf("mkfs: flush: %w", err)
+	}
+	return nil
 }
 
 func (f *formatter) buildSuper() error {
