@@ -47,16 +47,18 @@
 // the background every Options.CommitInterval), and data reaches the device
 // before the metadata that maps it. After a crash, Open, e2fsck or Linux
 // replays the journal and finds the filesystem as a commit left it, never
-// exposing blocks whose data was not written.
+// exposing blocks whose data was not written (an overwrite in place may be
+// partly on disk, as on Linux). Without a journal, run e2fsck after a
+// crash.
 //
 // One writer: a writable Open and Format claim the device until Close and
 // fail with ErrBusy while another Volume, process or Linux mount holds it
 // (with the mmp feature, as Linux does, across nodes too). Read-only opens
-// take no claim. A Volume and its Files are safe for concurrent use.
+// take no claim and may see a writer's changes half done. A Volume and its Files are safe for concurrent use.
 //
 // Errors match sentinels (ErrCorrupt, ErrNoSpace, ErrNotFound, ...) with
-// errors.Is, and the syscall.Errno os would report; File and namespace
-// methods return an *fs.PathError, as os does. Images are untrusted: a
+// errors.Is, and the syscall.Errno os would report, if any; File and
+// namespace methods return an *fs.PathError, as os does. Images are untrusted: a
 // crafted one gets ErrCorrupt (a *CorruptError names the structure, inode,
 // block and offset), never a panic or a hang. After an I/O error or
 // corruption in a metadata change nothing more commits (as Linux's
