@@ -56,14 +56,11 @@ import (
 
 // convQueueMax is the length at which a write applies its inode's queue.
 // 8192 runs (128 KiB of queue per inode) share the tree blocks they change
-// several times over in a file of a few hundred thousand extents: on disk,
-// 4 KiB random writes into a fallocated 1 GiB file ran at 0.84-0.89 of
-// raw overwrites with batches of 512, 0.91-0.93 with 4096 and 0.93-0.95
-// with 8192, where the engine's overwrites ran at 0.94-1.02 (BenchmarkConvertScattered
-// shows the same trend in memory). The price is a longer batch: at the
-// 1-5 µs per run measured (in memory, and under the bench's I/O load), the
-// write that fills the queue, or a commit, takes some 10-40 ms to apply
-// it.
+// several times over in a file of a few hundred thousand extents, so
+// longer batches made random writes into a fallocated file faster, up to
+// this length. The price is a longer batch: the write that fills the
+// queue, or a commit, applies all of it (docs/performance.md, "Writes
+// into fallocated (unwritten) space", has the figures).
 const convQueueMax = 8192
 
 // convRun is one completed write's conversion: logical blocks [lblk,

@@ -21,7 +21,7 @@ import (
 //
 // ReadAt (and, on writable volumes, WriteAt, Truncate and Fallocate) are
 // safe for concurrent use. Read, Write and Seek share one position, as an
-// os.File's (osfile.go). Close may run concurrently with any of them: each
+// os.File's. Close may run concurrently with any of them: each
 // either completes as if before Close or fails with ErrClosed. After Close
 // every method that returns an error returns one matching ErrClosed (and
 // fs.ErrClosed), an *fs.PathError naming the file; the zero File is not

@@ -75,8 +75,8 @@ func (f *File) NormalOps() iomap.Ops { return &f.dio[0] }
 // own shared-lock direct writes use; it is valid while the file is open.
 //
 // Maps: written blocks as Mapped and preallocated blocks as Unwritten
-// (their conversion queued for the extent tree at completion, conv.go, or
-// made then under the inode's data lock), all inside the on-disk size.
+// (their conversion queued for the extent tree at completion, or made
+// then under the inode's data lock), all inside the on-disk size.
 // Allocates: nothing; it takes no journal handle for written blocks.
 // Lock: the caller holds File.LockIO(IomapOverwrite, ...) (the shared
 // inode lock, inside a journal operation) across the iterator call.

@@ -40,7 +40,7 @@ import (
 
 // Errors of namespace operations, in addition to the package sentinels.
 // Each matches the syscall.Errno os would report (errors.Is(err,
-// syscall.ENOTDIR)); see oserrors.go.
+// syscall.ENOTDIR)).
 var (
 	// ErrNotEmpty: Rmdir, Remove or Rename over a directory found entries
 	// other than "." and ".." (ENOTEMPTY).
@@ -467,7 +467,7 @@ func (f *File) checkEmpty() error {
 }
 
 // Unlink removes the name of a non-directory. The inode is freed with its
-// last name, or when its last open File closes (see orphan.go).
+// last name, or when its last open File closes.
 func (v *Volume) Unlink(name string) error {
 	if err := v.op(func() error { return v.unlink(name) }); err != nil {
 		return &fs.PathError{Op: "unlink", Path: name, Err: err}

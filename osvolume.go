@@ -143,7 +143,7 @@ func (v *Volume) openFile(name string, flag int, perm fs.FileMode, hops int) (*F
 // Inserts into linear directories take the first block with room; a
 // full single-block directory is converted to an htree when dir_index is
 // on, and inserts into htree directories split leaves and index nodes as
-// Linux does (see htree.go).
+// Linux does.
 func (v *Volume) Create(name string) (*File, error) {
 	return v.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o666)
 }

@@ -8,8 +8,8 @@ import (
 
 // touchClock stamps the times of shared-lock direct writes without reading
 // the clock in each write. Reading it (time.Since on the monotonic clock)
-// was the largest single cost of an overwrite: ~30 ns of the ~125 ns the
-// engine adds (BenchmarkEngineOverwrite). ext4 takes these times from the
+// was the largest single cost of an overwrite (BenchmarkEngineOverwrite;
+// docs/performance.md, "The touch clock"). ext4 takes these times from the
 // kernel's coarse clock, a memory load; this is the same idea with a bound
 // that the coarse clock does not give: a file's time is never before the
 // start of its last write.
@@ -43,16 +43,10 @@ type touchClock struct {
 // touchTick is the length of an epoch: a time is at most about this much
 // after its write started. Linux's coarse clock, which ext4 stamps with,
 // moves every jiffy (4 ms at HZ=250), and its times are up to that much
-// before the write. A tick of 1 ms cost the writes: 4 KiB direct writes
-// into the host's page cache (ext4io bench --backend file --image on
-// disk, overwrite-16 and fallocated-16, GOMAXPROCS 16 on 2 CPUs) had a
-// p99 of 48-143 µs against raw's 25-34 and ran at 0.94-0.97 of raw, in
-// four runs; the ticker goroutine's 1,000 wake-ups a second took the CPUs
-// from running writers. With 4 ms the p99 was 36-113 µs against 25-36
-// (two runs); with 10 ms it was raw's (28-42 against 27-40) and the
-// writes ran at 0.97-1.04 of raw (four runs). The writes' CPU per
-// operation was the same in all. Taking the mutex out of register (a
-// lock-free push) did not help: p99 48-201 µs at 1 ms.
+// before the write. Shorter ticks cost the writes: the ticker goroutine's
+// wake-ups take the CPUs from running writers and raise their tail
+// latency, which a lock-free register did not cure (docs/performance.md,
+// "The touch clock", has the runs with 1, 4 and 10 ms).
 const (
 	touchTick      = 10 * time.Millisecond
 	touchIdleTicks = 16

@@ -29,7 +29,7 @@ type Options struct {
 	// writable. Features ext4io cannot keep consistent when writing
 	// (unknown ro_compat or incompat bits, inline_data, ...) make Open
 	// fail with ErrUnsupported naming them. With the mmp feature Open
-	// first runs multiple mount protection (see mmp.go): it waits at least
+	// first runs multiple mount protection, as Linux does: it waits at least
 	// 11 s and fails with ErrBusy while another node, Linux or e2fsck
 	// uses the filesystem.
 	Writable bool
@@ -73,8 +73,7 @@ type Options struct {
 	// 4096); negative: none).
 	ReservedPool int64
 	// DeferSplits postpones the extent split a direct write into
-	// preallocated (unwritten) space needs until its I/O completes, as
-	// the seed thread's "postpone split" variant of ext4 does: one
+	// preallocated (unwritten) space needs until its I/O completes: one
 	// metadata update per write instead of two. By default the unwritten
 	// extent is split when the write is submitted (ext4's
 	// EXT4_GET_BLOCKS_PRE_IO), so each in-flight write owns its own
@@ -94,9 +93,8 @@ type Options struct {
 	// the first write into a ZeroOutChunk-aligned chunk writes zeroes to
 	// the chunk's unwritten blocks and converts them to written in one
 	// metadata update, then writes its data as an overwrite, and every
-	// later write into the chunk is a plain overwrite. This is the seed
-	// thread's "zero-out instead of conversion": fewer metadata updates
-	// and far fewer extents (each write into preallocated space otherwise
+	// later write into the chunk is a plain overwrite. Zeroing instead of
+	// converting gives fewer metadata updates and far fewer extents (each write into preallocated space otherwise
 	// splits an extent into up to three) for extra zero writes, at most
 	// one chunk's worth per chunk. The zeroes are written with ordinary
 	// writes, not the device's ZeroOut: on a file-backed image ZeroOut
@@ -113,7 +111,7 @@ type Options struct {
 	// split at submission, convert at completion, both under the inode's
 	// data lock, as Linux does. By default the completion only queues the
 	// conversion, and the tree takes queued conversions in batches, at
-	// the latest with the next journal commit (see conv.go). Either way a
+	// the latest with the next journal commit. Either way a
 	// write's conversion is durable after Sync, and reads see the data as
 	// soon as the write returns. DeferSplits and ZeroOutChunk imply it,
 	// as do volumes without a journal.
@@ -553,8 +551,8 @@ func (v *Volume) loadGroups() error {
 }
 
 // CacheStats returns the extent-status cache's counters, summed over its
-// stripes (see escset.go; Inodes counts per-stripe trees, up to 8 per
-// inode).
+// stripes (the cache is striped by file region; Inodes counts per-stripe
+// trees, up to 8 per inode).
 func (v *Volume) CacheStats() esc.Stats {
 	if v == nil || v.cache == nil {
 		return esc.Stats{}
@@ -725,9 +723,10 @@ func (v *Volume) inodeGoal(ino uint32) uint64 {
 // Counters are the write path's event counts, for benchmarks and for tests
 // that prove the fast paths are taken.
 type Counters struct {
-	// MetaUpdates counts metadata updates (inode, tree, bitmap changes
-	// written together); each becomes one journal handle once the journal
-	// is wired into the volume. Overwrites of written blocks make none.
+	// MetaUpdates counts metadata updates: inode writes (with the tree
+	// and bitmap changes made with them) and extended-attribute block writes,
+	// each logged in the running journal transaction on a volume with a
+	// journal. Overwrites of written blocks make none.
 	MetaUpdates uint64
 	// SharedLocks and ExclusiveLocks count writes by inode lock mode.
 	SharedLocks, ExclusiveLocks uint64

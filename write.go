@@ -315,10 +315,9 @@ func (f *File) writeUnwritten(p []byte, pos int64, m blockMap, nblk uint64) (int
 // A large file written in aligned runs (write-back cuts its runs at 1 MiB
 // boundaries) then writes the device in aligned runs: disks and RAID
 // stripes prefer them, and a host's page cache holds an image file in
-// larger folios (random 4 KiB preads from host-cached 1 MiB runs
-// misaligned by 231 blocks ran about 4% slower than from aligned ones on
-// the test VM). The cost is the free space skipped before aligned runs,
-// which later allocations fill: more extents on a nearly full volume.
+// larger folios (docs/performance.md, "Aligned allocation"). The cost
+// is the free space skipped before aligned runs, which later allocations
+// fill: more extents on a nearly full volume.
 // With 1 KiB blocks the groups start at block 1, so a run across a
 // group's start splits.
 func (f *File) allocRequest(lblk, n uint64) alloc.Request {

@@ -27,8 +27,7 @@ type Options struct {
 	// price of a LookupFunc call on every miss.
 	SkipInRoot bool
 	// PrecacheLimit bounds how many on-disk extents Precache loads; 0
-	// means 64. The mapping layer calls Precache on open for trees it
-	// deems small.
+	// means 64.
 	PrecacheLimit int
 }
 

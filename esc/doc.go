@@ -9,6 +9,18 @@
 // esc never reads the disk; callers pass callbacks (LookupFunc, WalkFunc)
 // that do.
 //
+// # Filling
+//
+// The cache holds what its callers put there. Tree.Fill answers a miss
+// with one LookupFunc call and caches the whole extent or hole it returns;
+// with Options.SkipInRoot it does not cache answers from an extent root
+// stored in the inode itself, which cost no block read to find again.
+// Tree.Precache loads a small tree whole (up to Options.PrecacheLimit
+// extents), for callers that want that, for example when they open a
+// file. Neither happens on its own: the ext4io package fills on misses
+// only, caches in-root answers too (SkipInRoot off) and does not call
+// Precache.
+//
 // # Entry layout
 //
 // Each cached range is one 16-byte btree item (entry), ordered by lblk:
@@ -20,7 +32,7 @@
 //	                     Unwritten; 0 otherwise); bits 60..63: Status
 //
 // With btree degree 18 an entry costs 26 to 39 bytes including the tree's
-// nodes (measured by TestBytesPerEntry and BenchmarkBytesPerExtent).
+// nodes (TestBytesPerEntry keeps it under 64).
 //
 // # Invariants (checked by Tree.check in tests)
 //

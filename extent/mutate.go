@@ -449,8 +449,7 @@ func (t *Tree) checkExtent(e Extent) error {
 // Insert maps e, which must not overlap a mapped block (ErrInvalid
 // otherwise). It merges e with a physically contiguous neighbour of the
 // same state within the maximum lengths, and splits full nodes or grows the
-// tree as needed. On any error the tree is unchanged (see the staging note
-// at the top of mutate.go): new tree blocks are allocated before the nodes
+// tree as needed. On any error the tree is unchanged: new tree blocks are allocated before the nodes
 // they relieve are changed, and a failed allocation undoes the step.
 func (t *Tree) Insert(e Extent) error { return t.insert(e, false) }
 

@@ -7,7 +7,7 @@
 //
 // FUSE node IDs are go-fuse's; the inode numbers the kernel reports
 // (st_ino) are ext4's, and the generation is i_generation. Errors map to
-// the errnos Linux's ext4 returns (errno.go).
+// the errnos Linux's ext4 returns.
 //
 // ext4io's namespace API takes paths, FUSE's takes inodes. Operations on
 // an open file (read, write, fsync, fallocate, lseek, ftruncate) use its

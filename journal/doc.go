@@ -37,7 +37,7 @@
 //	s_maxlen); a transaction is [revoke blocks][descriptor, data...]...[commit]
 //	and may wrap. With fast_commit (incompat 0x20) the log ends at
 //	s_maxlen - s_num_fc_blks (256 when 0) and ext4's fast commits use
-//	[s_maxlen - s_num_fc_blks + 1, s_maxlen): see fastcommit.go.
+//	[s_maxlen - s_num_fc_blks + 1, s_maxlen): see FastCommitArea.
 //
 // Invariants:
 //   - A transaction is durable exactly when its commit block is: the commit
@@ -48,7 +48,12 @@
 //   - Home locations hold committed contents only; until a transaction is
 //     checkpointed its blocks are read through Journal.Lookup.
 //
+// Journal.Scan lists the log as debugfs's logdump does: every descriptor,
+// data, revoke and commit block from the tail, one LogBlock each, stopping
+// where recovery's scan would; it only reads (the ext4io command's
+// "journal" subcommand prints it).
+//
 // Fast commits are replayed by the file system through Config.FastCommit
-// (journal/fastcommit.go); writing them is not done. Not done either:
-// external-journal tests, the logdump-style listing.
+// (see FastCommitArea); this package does not write them. External
+// journals (on a device of their own) are not tested.
 package journal

@@ -39,7 +39,7 @@ type Config struct {
 	// FastCommit, when set, is called by Recover on a journal with the
 	// fast_commit feature, after the log's blocks are written home and
 	// before the journal superblock is emptied (as jbd2 calls
-	// j_fc_replay_callback at the end of PASS_REPLAY); see fastcommit.go.
+	// j_fc_replay_callback at the end of PASS_REPLAY).
 	FastCommit FastCommitReplayer
 }
 

@@ -37,11 +37,12 @@
 //	   (DirBlock, CheckDirName)
 //
 // Extended attributes (in-inode and block formats, hashes, checksum;
-// invariants X1-X4) are drawn in xattr.go, POSIX ACL forms in acl.go.
+// invariants X1-X4) are drawn in the source beside the Xattr constants
+// (XattrMagic), POSIX ACL forms beside ACLEntry.
 //
 // Fast-commit tags (the records ext4 writes to the jbd2 fast-commit area)
-// are in fastcommit.go with their byte diagram and the invariants FC1, FC2
-// of a valid fast commit.
+// are drawn beside the FCTag constants, with the invariants FC1, FC2 of a
+// valid fast commit that ScanFastCommits checks.
 package layout
 
 import "github.com/ext4io/ext4io/internal/errs"

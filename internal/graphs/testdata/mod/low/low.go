@@ -1,0 +1,3 @@
+package low
+
+const X = 1

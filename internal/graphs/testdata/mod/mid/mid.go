@@ -1,0 +1,5 @@
+package mid
+
+import "example.com/m/low"
+
+const Y = low.X

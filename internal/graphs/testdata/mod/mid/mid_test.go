@@ -1,0 +1,3 @@
+package mid_test
+
+import _ "example.com/m"

@@ -1,0 +1,3 @@
+package t
+
+import _ "example.com/m"

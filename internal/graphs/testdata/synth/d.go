@@ -1,0 +1,3 @@
+package synth
+
+type I interface{ M() int8 }
