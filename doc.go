@@ -35,6 +35,9 @@
 // Aligned I/O on files opened with O_DIRECT goes to the device at once;
 // other writes go through a bounded page cache, written back on Sync,
 // after Options.WritebackAge, under memory pressure and at Close.
+// [OpenContext], [Volume.SyncContext] and [FormatContext] give up when
+// their context ends (during multiple mount protection's wait, a journal
+// replay, a long write-back or a format), leaving the image consistent.
 //
 // # Guarantees
 //
@@ -54,12 +57,13 @@
 // One writer: a writable Open and Format claim the device until Close and
 // fail with ErrBusy while another Volume, process or Linux mount holds it
 // (with the mmp feature, as Linux does, across nodes too). Read-only opens
-// take no claim and may see a writer's changes half done. A Volume and its Files are safe for concurrent use.
+// take no claim and may see a writer's changes half done. A Volume and its
+// Files are safe for concurrent use.
 //
 // Errors match sentinels (ErrCorrupt, ErrNoSpace, ErrNotFound, ...) with
 // errors.Is, and the syscall.Errno os would report, if any; File and
-// namespace methods return an *fs.PathError, as os does. Images are untrusted: a
-// crafted one gets ErrCorrupt (a *CorruptError names the structure, inode,
+// namespace methods return an *fs.PathError, as os does. Images are
+// untrusted: a crafted one gets ErrCorrupt (a *CorruptError names the structure, inode,
 // block and offset), never a panic or a hang. After an I/O error or
 // corruption in a metadata change nothing more commits (as Linux's
 // errors=remount-ro) and writes fail with ErrReadOnly; after Close, with
