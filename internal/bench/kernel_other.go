@@ -1,6 +1,6 @@
 //go:build !linux
 
-package main
+package bench
 
 import (
 	"context"
@@ -13,11 +13,11 @@ type fioJob struct{}
 // kernelEnv is never set up off Linux: startKernel says why.
 type kernelEnv struct{}
 
-func startKernel(context.Context, string, int64) (*kernelEnv, kernelInfo) {
-	return nil, kernelInfo{Skipped: "the Linux ext4 column needs Linux (loop devices, mount, fio)"}
+func startKernel(context.Context, string, int64) (*kernelEnv, KernelInfo) {
+	return nil, KernelInfo{Skipped: "the Linux ext4 column needs Linux (loop devices, mount, fio)"}
 }
 
-func (*kernelEnv) run(context.Context, *benchConfig, workload, int) (*measure, string, error) {
+func (*kernelEnv) run(context.Context, *config, workload, int) (*Measure, string, error) {
 	return nil, "", errors.New("no Linux ext4 column off Linux")
 }
 
