@@ -23,10 +23,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// fioJob is reserved for per-workload fio overrides; the mapping lives in
-// fioArgs.
-type fioJob struct{}
-
 // kernelEnv is a mounted kernel ext4 for the run.
 type kernelEnv struct {
 	backing, loop, mnt string

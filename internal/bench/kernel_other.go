@@ -7,9 +7,6 @@ import (
 	"errors"
 )
 
-// fioJob is unused off Linux.
-type fioJob struct{}
-
 // kernelEnv is never set up off Linux: startKernel says why.
 type kernelEnv struct{}
 

@@ -51,8 +51,6 @@ type workload struct {
 	Op     opKind
 	Direct bool // open the file with ext4io.O_DIRECT
 	Sync   bool // a final Sync, timed (buffered writes)
-	// fio describes the same job for --kernel.
-	fio fioJob
 }
 
 // allWorkloads in run order; neighbours sharing prepWritten reuse the
