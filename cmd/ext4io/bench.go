@@ -23,7 +23,7 @@ import (
 
 func init() {
 	commands["bench"] = command{
-		usage: "bench [--backend file|direct|mmap|memory] [--image PATH] [--size N] [--runtime 5s] [--repeat N] [--goroutines N] [--gomaxprocs N] " +
+		usage: "bench [--backend file|direct|mmap|memory|nbd] [--image PATH|URI] [--size N] [--runtime 5s] [--repeat N] [--goroutines N] [--gomaxprocs N] " +
 			"[--block-size N] [--workloads a,b] [--raw-at file|region] [--json] [--svg FILE] [--kernel] [--dir DIR] [--eager-conversions] [--defer-splits] [--zeroout-chunk N] [--cpuprofile FILE] [--mutexprofile FILE] [--blockprofile FILE] [--trace FILE]",
 		run: cmdBench,
 	}
@@ -48,7 +48,7 @@ func parseBenchFlags(args []string) (*benchFlags, error) {
 	c := &f.cfg
 	var size, names string
 	fs.StringVar(&c.Backend, "backend", "file", strings.Join(bench.Backends, "|"))
-	fs.StringVar(&c.Image, "image", "", "image file or block device (overwritten!)")
+	fs.StringVar(&c.Image, "image", "", "image file or block device, or NBD URI for --backend nbd (overwritten!)")
 	fs.StringVar(&c.Dir, "dir", os.TempDir(), "directory for the temporary image")
 	fs.StringVar(&size, "size", "", "device size (default: a few GiB, less if disk is short)")
 	fs.DurationVar(&c.Runtime, "runtime", bench.DefaultRuntime, "time per workload, engine and raw each")

@@ -60,6 +60,8 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"bench", "--workloads", ","},
 		{"bench", "--backend", "tape"},
 		{"bench", "--backend", "memory", "--image", "x"},
+		{"bench", "--backend", "nbd"},
+		{"bench", "--backend", "nbd", "--image", "x.img"},
 		{"bench", "--runtime", "0s"},
 		{"bench", "--repeat", "0"},
 		{"bench", "--raw-at", "middle"},

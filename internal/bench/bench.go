@@ -12,6 +12,7 @@ import (
 
 	"github.com/ext4io/ext4io/blockdev"
 	"github.com/ext4io/ext4io/blockdev/memdev"
+	"github.com/ext4io/ext4io/blockdev/nbd"
 )
 
 const (
@@ -31,18 +32,21 @@ const (
 )
 
 // Backends are the values of Config.Backend.
-var Backends = []string{"file", "direct", "mmap", "memory"}
+var Backends = []string{"file", "direct", "mmap", "memory", "nbd"}
 
 // Config is what a run does. Zero fields take the defaults their
 // comments give; Runtime has none and must be positive.
 type Config struct {
 	// Backend is the device backend: "file" (pread/pwrite, the
-	// default), "direct" (O_DIRECT), "mmap" or "memory" (a memdev).
+	// default), "direct" (O_DIRECT), "mmap", "memory" (a memdev) or
+	// "nbd" (a blockdev/nbd client on the export Image names).
 	Backend string
 	// Image is the image file or block device to use; the run
 	// overwrites it, and creates it at the chosen size if it does not
 	// exist. "" uses a temporary image file in Dir, removed at the end.
-	// It must be "" for the memory backend.
+	// It must be "" for the memory backend, and an NBD URI
+	// (nbd://host/export, nbd+unix:///export?socket=PATH) for nbd, whose
+	// export the run overwrites.
 	Image string
 	// Dir is where the temporary image and the Kernel column's backing
 	// file go (default os.TempDir()).
@@ -120,12 +124,15 @@ func newConfig(c Config) (*config, error) {
 // fields with a default are valid.
 func (c Config) Validate() error {
 	switch c.Backend {
-	case "", "file", "direct", "mmap", "memory":
+	case "", "file", "direct", "mmap", "memory", "nbd":
 	default:
 		return fmt.Errorf("unknown backend %q", c.Backend)
 	}
 	if c.Backend == "memory" && c.Image != "" {
 		return errors.New("an image makes no sense with the memory backend")
+	}
+	if c.Backend == "nbd" && !nbd.IsURI(c.Image) {
+		return fmt.Errorf("the nbd backend needs an NBD URI as its image (nbd://HOST/EXPORT or nbd+unix:///EXPORT?socket=PATH), not %q", c.Image)
 	}
 	if c.Runtime <= 0 || c.Repeat < 0 || c.Goroutines < 0 || c.Size < 0 || c.BlockSize < 0 || c.ZeroOutChunk < 0 {
 		return errors.New("the runtime must be positive, and the repeat count, goroutines, sizes and zero-out chunk non-negative")
@@ -207,6 +214,19 @@ func openBacking(c *config) (*backing, error) {
 			return nil, err
 		}
 		return &backing{dev: memdev.New(size), desc: fmt.Sprintf("memdev, %d MiB", size>>20)}, nil
+	}
+	if c.Backend == "nbd" {
+		// Both windows go through the same connections: engine and raw
+		// pay the same round trips.
+		d, err := nbd.Open(c.Image, nbd.Options{})
+		if err != nil {
+			return nil, err
+		}
+		conns := fmt.Sprintf("%d connections", d.Conns())
+		if d.Conns() == 1 {
+			conns = "1 connection"
+		}
+		return &backing{dev: d, desc: fmt.Sprintf("NBD export %s (%d MiB, %s)", c.Image, d.Size()>>20, conns)}, nil
 	}
 	b := &backing{path: c.Image}
 	if b.path == "" {

@@ -219,6 +219,10 @@ func notesFor(c *config) []string {
 	if c.RawAtRegion {
 		raw = "raw = the same backend doing the same offsets with pread/pwrite on a region of the same device (--raw-at region); it is the ceiling"
 	}
+	if c.Backend == "nbd" {
+		// Not pread/pwrite: NBD requests, on the connections the engine uses.
+		raw = strings.Replace(raw, "with pread/pwrite on", "with NBD reads and writes over the same connections to", 1)
+	}
 	return append(append([]string(nil), engineVersionNotes...), raw, split)
 }
 
