@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -123,9 +124,7 @@ func newConfig(c Config) (*config, error) {
 // Validate reports the first field of c that Run would refuse. Zero
 // fields with a default are valid.
 func (c Config) Validate() error {
-	switch c.Backend {
-	case "", "file", "direct", "mmap", "memory", "nbd":
-	default:
+	if c.Backend != "" && !slices.Contains(Backends, c.Backend) {
 		return fmt.Errorf("unknown backend %q", c.Backend)
 	}
 	if c.Backend == "memory" && c.Image != "" {
@@ -170,7 +169,7 @@ func (rep *Report) Err() error {
 // backing is the device under the bench and how to get rid of it.
 type backing struct {
 	dev       blockdev.Device
-	path      string // "" for memory
+	path      string // "" for memory and nbd
 	temporary bool   // path is ours: removed by close
 	desc      string
 }
