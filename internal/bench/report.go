@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"fmt"
@@ -26,19 +26,22 @@ var engineVersionNotes = []string{
 	"metadata is journaled (jbd2): operations batch into commits (Counters.JournalCommits); Sync waits for a commit",
 }
 
-// benchReport is the --json document (schema ext4io-bench/1).
-type benchReport struct {
+// Report is a run's results. Its JSON form (schema ext4io-bench/1) is
+// what "ext4io bench --json" writes. It is not safe for concurrent use.
+type Report struct {
 	Schema    string           `json:"schema"`
 	Started   time.Time        `json:"started"`
-	Machine   machineInfo      `json:"machine"`
-	Config    reportConfig     `json:"config"`
+	Machine   MachineInfo      `json:"machine"`
+	Config    ReportConfig     `json:"config"`
 	Notes     []string         `json:"engine_version_notes"`
-	Workloads []workloadResult `json:"workloads"`
-	Ratios    []workloadRatio  `json:"workload_ratios,omitempty"`
-	Kernel    kernelInfo       `json:"kernel"`
+	Workloads []WorkloadResult `json:"workloads"`
+	Ratios    []WorkloadRatio  `json:"workload_ratios,omitempty"`
+	Kernel    KernelInfo       `json:"kernel"`
 }
 
-type machineInfo struct {
+// MachineInfo is the machine a run measured, and its load before and
+// after.
+type MachineInfo struct {
 	OS         string `json:"os"`
 	Arch       string `json:"arch"`
 	CPUs       int    `json:"cpus"`
@@ -51,7 +54,8 @@ type machineInfo struct {
 	LoadAfter  string `json:"loadavg_after"`
 }
 
-type reportConfig struct {
+// ReportConfig is the run's configuration as the report gives it.
+type ReportConfig struct {
 	Backend        string  `json:"backend"`
 	Device         string  `json:"device"`
 	DeviceBytes    int64   `json:"device_bytes"`
@@ -65,8 +69,8 @@ type reportConfig struct {
 	Space          string  `json:"space_plan"` // spacePlan.summary
 }
 
-// measure is one side's figures for a workload.
-type measure struct {
+// Measure is one side's figures for a workload.
+type Measure struct {
 	Ops     int64   `json:"ops"`
 	Seconds float64 `json:"seconds"`
 	IOPS    float64 `json:"iops"`
@@ -75,7 +79,7 @@ type measure struct {
 	P99us   float64 `json:"p99_us"`
 	MaxUs   float64 `json:"max_us,omitempty"`
 	// Device operations per workload operation (engine and raw sides).
-	Device     *devPerOp `json:"device_per_op,omitempty"`
+	Device     *DevPerOp `json:"device_per_op,omitempty"`
 	PrepSecond float64   `json:"prep_seconds,omitempty"`
 	// CPUus is the process's CPU time (user and system, every thread)
 	// per operation during the phases: the I/O path's own CPU and the
@@ -94,7 +98,7 @@ type measure struct {
 	// (Linux, image on a block device; nil otherwise). With the file and
 	// mmap backends it tells whether the phases reached the disk or ran
 	// in the host's page cache, whose own write-back it also counts.
-	Disk *diskPerOp `json:"host_disk_per_op,omitempty"`
+	Disk *DiskPerOp `json:"host_disk_per_op,omitempty"`
 	// Wraps counts the times the side started its file over at the
 	// space plan's budget (sequential writes) or reused a small file's
 	// name (fsync-small).
@@ -105,33 +109,37 @@ type measure struct {
 	faults int64         // the page faults behind Faults
 }
 
-type devPerOp struct {
+// DevPerOp is the device operations (and bytes) a side issued per
+// workload operation, counted by its window.
+type DevPerOp struct {
 	Reads, Writes, Flushes, ZeroOuts, Discards float64
 	ReadBytes, WriteBytes                      float64
 }
 
-type workloadResult struct {
+// WorkloadResult is one workload's row: each side's figures combined
+// over the rounds, their ratios, and each round's figures.
+type WorkloadResult struct {
 	Name           string             `json:"name"`
 	Title          string             `json:"title"`
 	Jobs           int                `json:"jobs"`
 	IOSize         int                `json:"io_size"`
 	Prep           string             `json:"prep"`
-	Engine         measure            `json:"engine"`
-	Raw            measure            `json:"raw"`
-	Kernel         *measure           `json:"kernel,omitempty"`
+	Engine         Measure            `json:"engine"`
+	Raw            Measure            `json:"raw"`
+	Kernel         *Measure           `json:"kernel,omitempty"`
 	EngineOverRaw  float64            `json:"engine_over_raw"`
 	EngineOverKern *float64           `json:"engine_over_kernel,omitempty"`
 	KernelOverRaw  *float64           `json:"kernel_over_raw,omitempty"`
 	KernelNote     string             `json:"kernel_note,omitempty"`
 	Failed         string             `json:"failed,omitempty"` // the error, one line; the figures are of the rounds that did not fail
 	Counters       map[string]float64 `json:"engine_counters,omitempty"`
-	Rounds         []roundResult      `json:"rounds"`
+	Rounds         []RoundResult      `json:"rounds"`
 	gauges         map[string]bool    // the keys of Counters that are gauges
 }
 
-// roundResult is a workload's figures in one --repeat round. Ratios
+// RoundResult is a workload's figures in one round (Config.Repeat). Ratios
 // between workloads divide figures of the same round.
-type roundResult struct {
+type RoundResult struct {
 	Round          int      `json:"round"`    // from 1
 	Position       int      `json:"position"` // from 1, in the order the round ran
 	EngineIOPS     float64  `json:"engine_iops"`
@@ -145,10 +153,10 @@ type roundResult struct {
 	KernelOverRaw  *float64 `json:"kernel_over_raw,omitempty"`
 }
 
-// workloadRatio is one workload's figure over another's, per side: the
+// WorkloadRatio is one workload's figure over another's, per side: the
 // median of the per-round ratios, and those (null where a side did not
 // measure both in that round).
-type workloadRatio struct {
+type WorkloadRatio struct {
 	Name         string     `json:"name"` // "num/den"
 	Engine       float64    `json:"engine"`
 	Raw          float64    `json:"raw"`
@@ -173,8 +181,8 @@ var workloadPairs = [][2]string{
 	{"writezeroes-2", "overwrite-2"},
 }
 
-// kernelInfo says whether the --kernel column ran, and why not.
-type kernelInfo struct {
+// KernelInfo says whether the Linux column (Config.Kernel) ran, and why not.
+type KernelInfo struct {
 	Ran     bool     `json:"ran"`
 	Skipped string   `json:"skipped,omitempty"`
 	Backing string   `json:"backing,omitempty"`
@@ -182,43 +190,52 @@ type kernelInfo struct {
 	Notes   []string `json:"notes,omitempty"`
 }
 
-func newReport(c *benchConfig, desc string, size, region int64) *benchReport {
-	return &benchReport{
-		Schema:  benchSchema,
+func newReport(c *config, desc string, size, region int64) *Report {
+	return &Report{
+		Schema:  Schema,
 		Started: time.Now().UTC().Truncate(time.Second),
-		Machine: machineInfo{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
+		Machine: MachineInfo{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
 			CPUModel: procField("/proc/cpuinfo", "model name"), MemTotal: procField("/proc/meminfo", "MemTotal"),
 			Kernel: strings.TrimSpace(readSmall("/proc/sys/kernel/osrelease")), GoVersion: runtime.Version(), LoadBefore: loadAvg()},
-		Config: reportConfig{Backend: c.backend, Device: desc, DeviceBytes: size, RegionBytes: region, RawAt: rawAtName(c),
-			RuntimeSeconds: c.runtime.Seconds(), Rounds: benchRounds, Repeat: c.repeat, BlockSize: c.blockSize, Seed: c.seed},
+		Config: ReportConfig{Backend: c.Backend, Device: desc, DeviceBytes: size, RegionBytes: region, RawAt: rawAtName(c),
+			RuntimeSeconds: c.Runtime.Seconds(), Rounds: benchRounds, Repeat: c.Repeat, BlockSize: c.BlockSize, Seed: c.Seed},
 		Notes: notesFor(c),
 	}
 }
 
 // notesFor returns the engine notes with the split mode the run used.
-func notesFor(c *benchConfig) []string {
+func notesFor(c *config) []string {
 	split := "direct writes into unwritten extents leave the extent tree alone: the completion marks the blocks written beside the extent-status cache and queues the conversion, which the tree takes in sorted batches (at the latest with the next journal commit)"
-	if c.eagerConv {
+	if c.EagerConversions {
 		split = "--eager-conversions: direct writes into unwritten extents split them at submission (each in-flight write owns its extent) and convert at completion (Options.EagerConversions)"
 	}
-	if c.deferSplits {
+	if c.DeferSplits {
 		split = "--defer-splits: direct writes into unwritten extents split and convert at I/O completion (Options.DeferSplits)"
 	}
-	if c.zeroChunk > 0 {
-		split += fmt.Sprintf("; --zeroout-chunk %d: the first direct write into each %d-byte chunk of preallocated space zeroes and converts the chunk, later ones are overwrites (Options.ZeroOutChunk)", c.zeroChunk, c.zeroChunk)
+	if c.ZeroOutChunk > 0 {
+		split += fmt.Sprintf("; --zeroout-chunk %d: the first direct write into each %d-byte chunk of preallocated space zeroes and converts the chunk, later ones are overwrites (Options.ZeroOutChunk)", c.ZeroOutChunk, c.ZeroOutChunk)
 	}
 	raw := "raw = the same backend doing the same offsets with pread/pwrite on the same device, at the device blocks of the engine's file for workloads on a prepared file (a binary search of its extents per I/O, 5-14 ns in BenchmarkRawSideAt; a write-zeroes file's blocks are zeroed again before each phase, raw's and the engine's), in a region of its own for fresh-file workloads; it is the ceiling"
-	if c.rawAtRegion {
+	if c.RawAtRegion {
 		raw = "raw = the same backend doing the same offsets with pread/pwrite on a region of the same device (--raw-at region); it is the ceiling"
+	}
+	if c.Backend == "nbd" {
+		// Not pread/pwrite: NBD requests, on the connections the engine uses.
+		raw = strings.Replace(raw, "with pread/pwrite on", "with NBD reads and writes over the same connections to", 1)
 	}
 	return append(append([]string(nil), engineVersionNotes...), raw, split)
 }
 
-func rawAtName(c *benchConfig) string {
-	if c.rawAtRegion {
+func rawAtName(c *config) string {
+	if c.RawAtRegion {
 		return "region"
 	}
 	return "file"
+}
+
+// oneLine is err's message on one line.
+func oneLine(err error) string {
+	return strings.ReplaceAll(err.Error(), "\n", " ")
 }
 
 func readSmall(path string) string {
@@ -237,8 +254,8 @@ func procField(path, key string) string {
 	return ""
 }
 
-func makeMeasure(t *phaseTotals, ioSize int) measure {
-	m := measure{Ops: t.ops, Seconds: t.elapsed.Seconds(), PrepSecond: t.prep.Seconds(), Wraps: t.wraps, dev: t.dev, cpu: t.cpu, faults: t.faults}
+func makeMeasure(t *phaseTotals, ioSize int) Measure {
+	m := Measure{Ops: t.ops, Seconds: t.elapsed.Seconds(), PrepSecond: t.prep.Seconds(), Wraps: t.wraps, dev: t.dev, cpu: t.cpu, faults: t.faults}
 	m.CPUus = cpuPerOp(t.cpu, t.ops)
 	m.Faults = faultsPerOp(t.faults, t.ops)
 	if t.diskOK {
@@ -272,17 +289,17 @@ func cpuPerOp(d time.Duration, ops int64) float64 {
 }
 
 // perOp divides device operations by workload operations; nil for none.
-func perOp(d devSnap, ops int64) *devPerOp {
+func perOp(d devSnap, ops int64) *DevPerOp {
 	if ops <= 0 {
 		return nil
 	}
 	n := float64(ops)
-	return &devPerOp{float64(d.Reads) / n, float64(d.Writes) / n, float64(d.Flushes) / n,
+	return &DevPerOp{float64(d.Reads) / n, float64(d.Writes) / n, float64(d.Flushes) / n,
 		float64(d.ZeroOuts) / n, float64(d.Discards) / n, float64(d.ReadBytes) / n, float64(d.WriteBytes) / n}
 }
 
-func makeResult(w workload, jobs int, eng, raw *phaseTotals) workloadResult {
-	r := workloadResult{Name: w.Name, Title: w.Title, Jobs: jobs, IOSize: w.IOSize, Prep: prepNames[w.Prep],
+func makeResult(w workload, jobs int, eng, raw *phaseTotals) WorkloadResult {
+	r := WorkloadResult{Name: w.Name, Title: w.Title, Jobs: jobs, IOSize: w.IOSize, Prep: prepNames[w.Prep],
 		Engine: makeMeasure(eng, w.IOSize), Raw: makeMeasure(raw, w.IOSize), Counters: eng.counters, gauges: eng.gauges}
 	if r.Raw.IOPS > 0 {
 		r.EngineOverRaw = r.Engine.IOPS / r.Raw.IOPS
@@ -291,8 +308,8 @@ func makeResult(w workload, jobs int, eng, raw *phaseTotals) workloadResult {
 }
 
 // failedResult is w's result when it failed with err: no figures.
-func failedResult(w workload, jobs int, err error) workloadResult {
-	return workloadResult{Name: w.Name, Title: w.Title, Jobs: jobs, IOSize: w.IOSize, Prep: prepNames[w.Prep],
+func failedResult(w workload, jobs int, err error) WorkloadResult {
+	return WorkloadResult{Name: w.Name, Title: w.Title, Jobs: jobs, IOSize: w.IOSize, Prep: prepNames[w.Prep],
 		Failed: oneLine(err)}
 }
 
@@ -300,19 +317,19 @@ func failedResult(w workload, jobs int, err error) workloadResult {
 // position (from 1) in that round's order.
 type roundSample struct {
 	round, pos int
-	res        workloadResult
+	res        WorkloadResult
 }
 
 // combineRounds reduces each workload's rounds (samples[i], in round
 // order) to one result, and computes workloadPairs over the same rounds.
-func combineRounds(samples [][]roundSample) ([]workloadResult, []workloadRatio) {
-	out := make([]workloadResult, len(samples))
+func combineRounds(samples [][]roundSample) ([]WorkloadResult, []WorkloadRatio) {
+	out := make([]WorkloadResult, len(samples))
 	byName := map[string][]roundSample{}
 	for i, ss := range samples {
 		out[i] = combineWorkload(ss)
 		byName[out[i].Name] = ss
 	}
-	var ratios []workloadRatio
+	var ratios []WorkloadRatio
 	for _, p := range workloadPairs {
 		if num, den := byName[p[0]], byName[p[1]]; num != nil && den != nil {
 			ratios = append(ratios, pairRatio(p[0]+"/"+p[1], num, den))
@@ -326,11 +343,11 @@ func combineRounds(samples [][]roundSample) ([]workloadResult, []workloadRatio) 
 // and engine counters are summed (gauges: the last round's), so their per-op
 // values are pooled over the rounds. The ratios are medians of the ratios
 // within each round, not ratios of the medians.
-func combineWorkload(ss []roundSample) workloadResult {
+func combineWorkload(ss []roundSample) WorkloadResult {
 	f := &ss[0].res
-	out := workloadResult{Name: f.Name, Title: f.Title, Jobs: f.Jobs, IOSize: f.IOSize, Prep: f.Prep}
+	out := WorkloadResult{Name: f.Name, Title: f.Title, Jobs: f.Jobs, IOSize: f.IOSize, Prep: f.Prep}
 	u := f.unit()
-	var eng, raw, kern []measure
+	var eng, raw, kern []Measure
 	var eor []float64
 	var eok, kor []*float64
 	var notes, failed []string
@@ -344,7 +361,7 @@ func combineWorkload(ss []roundSample) workloadResult {
 			failed = append(failed, f)
 			continue
 		}
-		rr := roundResult{Round: s.round, Position: s.pos, EngineIOPS: r.Engine.IOPS, EngineMBps: r.Engine.MBps,
+		rr := RoundResult{Round: s.round, Position: s.pos, EngineIOPS: r.Engine.IOPS, EngineMBps: r.Engine.MBps,
 			RawIOPS: r.Raw.IOPS, RawMBps: r.Raw.MBps, EngineOverRaw: r.EngineOverRaw}
 		eng, raw = append(eng, r.Engine), append(raw, r.Raw)
 		if r.Raw.IOPS > 0 {
@@ -398,8 +415,8 @@ func combineWorkload(ss []roundSample) workloadResult {
 }
 
 // combineMeasures reduces one side's rounds as combineWorkload says.
-func combineMeasures(ms []measure) measure {
-	var c measure
+func combineMeasures(ms []Measure) Measure {
+	var c Measure
 	if len(ms) == 0 {
 		return c // every round failed
 	}
@@ -435,8 +452,8 @@ func combineMeasures(ms []measure) measure {
 }
 
 // pairRatio divides num's figures by den's round by round, per side.
-func pairRatio(name string, num, den []roundSample) workloadRatio {
-	wr := workloadRatio{Name: name}
+func pairRatio(name string, num, den []roundSample) WorkloadRatio {
+	wr := WorkloadRatio{Name: name}
 	kernel := false
 	for k := range min(len(num), len(den)) {
 		a, b := &num[k].res, &den[k].res
@@ -506,14 +523,14 @@ func median(xs []float64) float64 {
 }
 
 // unit is the figure a workload is read by.
-func (r *workloadResult) unit() string {
+func (r *WorkloadResult) unit() string {
 	if r.IOSize >= 1<<20 || r.Name == "buffered-4k" {
 		return "MB/s"
 	}
 	return "IOPS"
 }
 
-func (m *measure) figure(unit string) float64 {
+func (m *Measure) figure(unit string) float64 {
 	if m == nil {
 		return math.NaN()
 	}
@@ -523,7 +540,9 @@ func (m *measure) figure(unit string) float64 {
 	return m.IOPS
 }
 
-func writeBenchText(w io.Writer, rep *benchReport) {
+// WriteText writes the report for people: header, engine notes, the
+// table, per-operation figures, the Linux column's notes and the verdict.
+func (rep *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "ext4io bench (%s)\n", rep.Schema)
 	fmt.Fprintf(w, "machine: %s/%s, %d CPUs %s, %s, Linux %s, %s, GOMAXPROCS %d; load %s before, %s after\n",
 		rep.Machine.OS, rep.Machine.Arch, rep.Machine.CPUs, rep.Machine.CPUModel, rep.Machine.MemTotal,
@@ -617,7 +636,7 @@ func verdictWord(x float64) string {
 
 // writeVerdict ends the report with one line per workload: the engine
 // against raw (the ceiling) and against Linux when measured.
-func writeVerdict(w io.Writer, rep *benchReport) {
+func writeVerdict(w io.Writer, rep *Report) {
 	fmt.Fprintln(w, "verdict (engine against raw, the ceiling, and against Linux when measured; on par = within 5%):")
 	for i := range rep.Workloads {
 		r := &rep.Workloads[i]
@@ -638,7 +657,7 @@ func writeVerdict(w io.Writer, rep *benchReport) {
 }
 
 // writeRatios prints the ratios between workloads, each round's in brackets.
-func writeRatios(w io.Writer, ratios []workloadRatio, kern bool) {
+func writeRatios(w io.Writer, ratios []WorkloadRatio, kern bool) {
 	fmt.Fprintln(w, "ratios between workloads (median of per-round ratios; rounds 1, 2, ... in brackets; eng/raw: the engine's ratio over raw's, which takes out the device's drift between the two workloads):")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, r := range ratios {
@@ -674,9 +693,9 @@ func us(v float64) string {
 	return fmt.Sprintf("%.1f", v)
 }
 
-func perOpLine(r *workloadResult) string {
+func perOpLine(r *WorkloadResult) string {
 	var b strings.Builder
-	dev := func(d *devPerOp) string {
+	dev := func(d *DevPerOp) string {
 		if d == nil {
 			return "-"
 		}
@@ -707,7 +726,7 @@ func perOpLine(r *workloadResult) string {
 		fmt.Fprintf(&b, "  %s %.2f", strings.TrimPrefix(k, "Counters."), r.Counters[k]/float64(max(r.Engine.Ops, 1)))
 	}
 	if r.Engine.Wraps > 0 || r.Raw.Wraps > 0 {
-		// Started over at the space plan's budget (see bench_space.go).
+		// Started over at the space plan's budget (see space.go).
 		fmt.Fprintf(&b, "  wraps %d/%d", r.Engine.Wraps, r.Raw.Wraps)
 	}
 	fmt.Fprintf(&b, "  prep %.1fs/%.1fs", r.Engine.PrepSecond, r.Raw.PrepSecond)
@@ -724,7 +743,9 @@ func counterIsEvent(k string) bool {
 	return true
 }
 
-func writeBenchSVG(path string, rep *benchReport) error {
+// WriteSVG writes the report as an SVG bar chart: each workload's
+// figures, and its ratios to raw on one scale.
+func (rep *Report) WriteSVG(w io.Writer) error {
 	series := []string{"ext4io engine", "raw device"}
 	if rep.Kernel.Ran {
 		series = append(series, "Linux ext4 (fio, loop)")
@@ -762,15 +783,7 @@ func writeBenchSVG(path string, rep *benchReport) error {
 		ch.Groups = append(ch.Groups, benchstat.Group{Label: label, Unit: u, Values: vals})
 		ch.Ratios = append(ch.Ratios, benchstat.Group{Label: fmt.Sprintf("%s: %s", r.Name, verdictWord(ratios[0])), Values: ratios})
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := ch.WriteSVG(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return ch.WriteSVG(w)
 }
 
 // progress draws a carriage-return-updated status line on stderr while a
@@ -792,7 +805,8 @@ type progress struct {
 	}
 }
 
-func newProgress(w io.Writer, on bool) *progress { return &progress{w: w, on: on} }
+// newProgress returns the progress line on w; nil draws nothing.
+func newProgress(w io.Writer) *progress { return &progress{w: w, on: w != nil} }
 
 func (p *progress) set(side, label string, start time.Time, base int64) {
 	if !p.on {

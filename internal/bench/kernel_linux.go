@@ -1,12 +1,12 @@
 //go:build linux
 
-package main
+package bench
 
-// --kernel: the same jobs with fio on Linux's ext4, mounted from a loop
-// device (losetup --direct-io=on) over a backing file of the same kind as
-// the bench's (same directory; /dev/shm for the memory backend). It is set
-// up once and serves every --repeat round. The loop device, mount and file
-// are always cleaned up.
+// Config.Kernel: the same jobs with fio on Linux's ext4, mounted from a
+// loop device (losetup --direct-io=on) over a backing file of the same
+// kind as the bench's (same directory; /dev/shm for the memory backend).
+// It is set up once and serves every round (Config.Repeat). The loop
+// device, mount and file are always cleaned up.
 
 import (
 	"context"
@@ -23,10 +23,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// fioJob is reserved for per-workload fio overrides; the mapping lives in
-// fioArgs.
-type fioJob struct{}
-
 // kernelEnv is a mounted kernel ext4 for the run.
 type kernelEnv struct {
 	backing, loop, mnt string
@@ -39,8 +35,8 @@ type kernelEnv struct {
 // startKernel checks that the kernel column can run and sets it up. env
 // is nil when it cannot, info.Skipped saying why; the caller tears down a
 // non-nil env.
-func startKernel(ctx context.Context, dir string, region int64) (*kernelEnv, kernelInfo) {
-	info := kernelInfo{Backing: dir}
+func startKernel(ctx context.Context, dir string, region int64) (*kernelEnv, KernelInfo) {
+	info := KernelInfo{Backing: dir}
 	if os.Geteuid() != 0 {
 		info.Skipped = "not root: loop devices and mount need root"
 		return nil, info
@@ -182,8 +178,8 @@ func fillZero(f *os.File, n int64) error {
 
 // fioArgs maps a workload onto fio options: psync, time_based, the same
 // region, I/O size and job count.
-func (e *kernelEnv) fioArgs(c *benchConfig, w workload, jobs int) []string {
-	secs := strconv.FormatFloat(c.runtime.Seconds(), 'f', 3, 64)
+func (e *kernelEnv) fioArgs(c *config, w workload, jobs int) []string {
+	secs := strconv.FormatFloat(c.Runtime.Seconds(), 'f', 3, 64)
 	a := []string{"--name=" + w.Name, "--ioengine=psync", "--group_reporting=1", "--output-format=json",
 		"--bs=" + strconv.Itoa(w.IOSize), "--numjobs=" + strconv.Itoa(jobs), "--runtime=" + secs + "s",
 		"--fallocate=none", "--randrepeat=0", "--norandommap=1"}
@@ -230,7 +226,7 @@ type fioDir struct {
 	} `json:"clat_ns"`
 }
 
-func (e *kernelEnv) run(ctx context.Context, c *benchConfig, w workload, jobs int) (*measure, string, error) {
+func (e *kernelEnv) run(ctx context.Context, c *config, w workload, jobs int) (*Measure, string, error) {
 	t0 := time.Now()
 	note, err := e.prepare(w)
 	if err != nil {
@@ -256,7 +252,7 @@ func (e *kernelEnv) run(ctx context.Context, c *benchConfig, w workload, jobs in
 	if w.Op == opRandRead {
 		d = fo.Jobs[0].Read
 	}
-	m := &measure{Ops: d.TotalIOs, Seconds: float64(d.Runtime) / 1e3, IOPS: d.IOPS, MBps: d.BwBytes / 1e6,
+	m := &Measure{Ops: d.TotalIOs, Seconds: float64(d.Runtime) / 1e3, IOPS: d.IOPS, MBps: d.BwBytes / 1e6,
 		P50us: d.ClatNs.Percentile["50.000000"] / 1e3, P99us: d.ClatNs.Percentile["99.000000"] / 1e3, PrepSecond: prep.Seconds()}
 	if w.Op == opSmallFsync {
 		note = strings.TrimPrefix(note+"; fio counts files/s as write IOPS; its latency excludes the fsync", "; ")

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"fmt"
@@ -21,18 +21,18 @@ func (s diskSnap) sub(o diskSnap) diskSnap {
 	return diskSnap{s.Reads - o.Reads, s.Writes - o.Writes, s.ReadBytes - o.ReadBytes, s.WriteBytes - o.WriteBytes}
 }
 
-// diskPerOp is a diskSnap per workload operation.
-type diskPerOp struct {
+// DiskPerOp is a diskSnap per workload operation.
+type DiskPerOp struct {
 	Reads, Writes         float64
 	ReadBytes, WriteBytes float64
 }
 
-func diskPer(s diskSnap, ops int64) *diskPerOp {
+func diskPer(s diskSnap, ops int64) *DiskPerOp {
 	if ops <= 0 {
-		return &diskPerOp{}
+		return &DiskPerOp{}
 	}
 	n := float64(ops)
-	return &diskPerOp{float64(s.Reads) / n, float64(s.Writes) / n, float64(s.ReadBytes) / n, float64(s.WriteBytes) / n}
+	return &DiskPerOp{float64(s.Reads) / n, float64(s.Writes) / n, float64(s.ReadBytes) / n, float64(s.WriteBytes) / n}
 }
 
 // hostDisk reads the I/O counters of the host block device that holds

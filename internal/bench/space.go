@@ -1,4 +1,4 @@
-package main
+package bench
 
 // The space plan: what each workload may hold on the engine's filesystem
 // at its peak, bounded by design and not by runtime × rate. A sequential

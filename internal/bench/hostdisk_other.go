@@ -1,6 +1,6 @@
 //go:build !linux
 
-package main
+package bench
 
 // openHostDisk is Linux only: elsewhere the bench reports no host disk
 // counters.

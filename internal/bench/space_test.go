@@ -1,12 +1,13 @@
-package main
+package bench
 
 import (
-	"encoding/json"
+	"context"
 	"errors"
 	"fmt"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ext4io/ext4io"
 	"github.com/ext4io/ext4io/blockdev/memdev"
@@ -63,8 +64,8 @@ func TestBenchSpacePlanDefault(t *testing.T) {
 	}
 	// The default image is the default: what a first run gets with room
 	// on disk.
-	c := &benchConfig{backend: "file", dir: t.TempDir()}
-	if free, err := freeBytes(c.dir); err == nil && free >= 3*defaultImageSize {
+	c := &config{Config: Config{Backend: "file", Dir: t.TempDir()}}
+	if free, err := freeBytes(c.Dir); err == nil && free >= 3*defaultImageSize {
 		if got, err := chooseSize(c); err != nil || got != defaultImageSize {
 			t.Fatalf("chooseSize = %d, %v; want %d", got, err, int64(defaultImageSize))
 		}
@@ -77,13 +78,8 @@ func TestBenchSpacePlanDefault(t *testing.T) {
 // wrap (and the commit after its truncate) they end in ENOSPC, or in the
 // raw window's bounds check.
 func TestBenchWrapsWithinBudget(t *testing.T) {
-	out, errOut, code := runCmd(t, "bench", "--backend", "memory", "--size", "64M", "--runtime", "1s",
-		"--workloads", "seqwrite-1m,buffered-4k", "--json")
-	if code != 0 {
-		t.Fatalf("exit %d: %s\n%s", code, errOut, out)
-	}
-	var rep benchReport
-	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+	rep, err := Run(context.Background(), mem(64<<20, time.Second, "seqwrite-1m", "buffered-4k"))
+	if err != nil {
 		t.Fatal(err)
 	}
 	fsBytes := rep.Config.DeviceBytes - rep.Config.RegionBytes
@@ -143,11 +139,17 @@ func TestBenchFailedWorkloadReported(t *testing.T) {
 		return nil
 	}
 	defer func() { failWorkloadHook = nil }()
-	args := []string{"bench", "--backend", "memory", "--size", "96M", "--runtime", "300ms", "--workloads", "overwrite-2,randread-2,seqwrite-1m"}
-	out, errOut, code := runCmd(t, args...)
-	if code != 1 || !strings.Contains(errOut, "1 of 3 workloads failed: randread-2") {
-		t.Fatalf("exit %d: %s", code, errOut)
+	c := mem(96<<20, 300*time.Millisecond, "overwrite-2", "randread-2", "seqwrite-1m")
+	rep, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
 	}
+	if err := rep.Err(); err == nil || err.Error() != "1 of 3 workloads failed: randread-2" {
+		t.Fatalf("Err() = %v", err)
+	}
+	var b strings.Builder
+	rep.WriteText(&b)
+	out := b.String()
 	for _, want := range []string{"FAILED: injected failure second line", "overwrite-2     ", "seqwrite-1m     "} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("report lacks %q:\n%s", want, out)
@@ -159,13 +161,12 @@ func TestBenchFailedWorkloadReported(t *testing.T) {
 			t.Fatalf("no verdict for %s:\n%s", name, verdict)
 		}
 	}
-	out, _, code = runCmd(t, append(args, "--json", "--repeat", "2")...)
-	if code != 1 {
-		t.Fatalf("--json exit %d", code)
-	}
-	var rep benchReport
-	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+	c.Repeat = 2
+	if rep, err = Run(context.Background(), c); err != nil {
 		t.Fatal(err)
+	}
+	if rep.Err() == nil {
+		t.Fatal("Err() = nil after two failed rounds")
 	}
 	for _, r := range rep.Workloads {
 		if (r.Failed != "") != (r.Name == "randread-2") || r.Name != "randread-2" && r.Engine.Ops == 0 {

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -51,8 +51,6 @@ type workload struct {
 	Op     opKind
 	Direct bool // open the file with ext4io.O_DIRECT
 	Sync   bool // a final Sync, timed (buffered writes)
-	// fio describes the same job for --kernel.
-	fio fioJob
 }
 
 // allWorkloads in run order; neighbours sharing prepWritten reuse the
@@ -71,12 +69,23 @@ var allWorkloads = []workload{
 	{Name: "fsync-small", Title: "small files: create, 4k write, fsync", Jobs: 4, IOSize: 4096, Prep: prepFresh, Op: opSmallFsync},
 }
 
-func selectWorkloads(list string) ([]workload, error) {
-	if list == "" {
+// WorkloadNames returns the names of the workloads, in run order.
+func WorkloadNames() []string {
+	names := make([]string, len(allWorkloads))
+	for i, w := range allWorkloads {
+		names[i] = w.Name
+	}
+	return names
+}
+
+// selectWorkloads returns the workloads named (blank names ignored) in
+// run order; nil names all of them.
+func selectWorkloads(names []string) ([]workload, error) {
+	if names == nil {
 		return append([]workload(nil), allWorkloads...), nil
 	}
 	want := map[string]bool{}
-	for _, n := range strings.Split(list, ",") {
+	for _, n := range names {
 		if n = strings.TrimSpace(n); n != "" {
 			want[n] = true
 		}
@@ -89,15 +98,12 @@ func selectWorkloads(list string) ([]workload, error) {
 		}
 	}
 	if len(want) > 0 {
-		var bad, names []string
+		var bad []string
 		for n := range want {
 			bad = append(bad, n)
 		}
-		for _, w := range allWorkloads {
-			names = append(names, w.Name)
-		}
 		sort.Strings(bad)
-		return nil, fmt.Errorf("unknown workload %s (have %s)", strings.Join(bad, ","), strings.Join(names, ","))
+		return nil, fmt.Errorf("unknown workload %s (have %s)", strings.Join(bad, ","), strings.Join(WorkloadNames(), ","))
 	}
 	if len(out) == 0 {
 		return nil, errors.New("empty workload list")
@@ -107,9 +113,9 @@ func selectWorkloads(list string) ([]workload, error) {
 
 // jobs returns the goroutines w runs with. Sequential workloads always
 // use one: a single stream is what they measure.
-func (c *benchConfig) jobs(w workload) int {
-	if c.goroutines > 0 && w.Op != opSeqWrite {
-		return c.goroutines
+func (c *config) jobs(w workload) int {
+	if c.Goroutines > 0 && w.Op != opSeqWrite {
+		return c.Goroutines
 	}
 	return w.Jobs
 }
@@ -133,7 +139,7 @@ type side interface {
 
 // rawSide is raw I/O on a device window: at the same offsets in the raw
 // window, or, with ext set, at the device addresses the engine's file
-// maps those offsets to (--raw-at file).
+// maps those offsets to (the default; not Config.RawAtRegion).
 type rawSide struct {
 	dev    blockdev.Device
 	region int64
@@ -276,7 +282,7 @@ func (e engineSide) SmallFile(n int64, p []byte) error {
 // benchRun is the state of a bench across workloads. It is used by one
 // goroutine (phases start their own workers).
 type benchRun struct {
-	cfg           *benchConfig
+	cfg           *config
 	fsWin, rawWin *window
 	fsDev, rawDev blockdev.Device
 	rawFileWin    *window         // the filesystem's bytes, for raw at the file's blocks
@@ -323,10 +329,10 @@ func (r *benchRun) prepareEngine(w workload) (engineSide, error) {
 		if err := r.closeEngine(); err != nil {
 			return engineSide{}, err
 		}
-		if err := ext4io.Format(r.fsDev, ext4io.FormatOptions{BlockSize: r.cfg.blockSize, NoDiscard: true}); err != nil {
+		if err := ext4io.Format(r.fsDev, ext4io.FormatOptions{BlockSize: r.cfg.BlockSize, NoDiscard: true}); err != nil {
 			return engineSide{}, fmt.Errorf("format: %w", err)
 		}
-		v, err := ext4io.Open(r.fsDev, ext4io.Options{Writable: true, DeferSplits: r.cfg.deferSplits, ZeroOutChunk: r.cfg.zeroChunk, EagerConversions: r.cfg.eagerConv})
+		v, err := ext4io.Open(r.fsDev, ext4io.Options{Writable: true, DeferSplits: r.cfg.DeferSplits, ZeroOutChunk: r.cfg.ZeroOutChunk, EagerConversions: r.cfg.EagerConversions})
 		if err != nil {
 			return engineSide{}, err
 		}
@@ -381,10 +387,8 @@ func fillSeq(w io.WriterAt, n int64) error {
 // data, as reused blocks of a disk do, and the device holds them as it
 // holds raw's region, which is written. Otherwise a RAM-backed image (a
 // sparse file in /dev/shm) faults in each block on the engine's first
-// write into it, 3-13 µs per 4 KiB page on this VM, while raw's region
-// is resident: a single fallocated-16 run on the mmap backend measured
-// 0.49 of raw that way, with the converting writes' device copies taking
-// half the engine's time.
+// write into it while raw's region is resident (docs/bench.md has the
+// figures).
 func fillPreallocated(f *ext4io.File, dev io.WriterAt, bs int64) error {
 	exts, err := f.Extents()
 	if err != nil {
@@ -449,10 +453,10 @@ func (r *benchRun) prepareRaw(w workload, eng engineSide) (rawSide, *window, err
 }
 
 // rawAtFile reports whether raw does w's I/O at the engine file's blocks:
-// unless --raw-at region, for every workload on a prepared file. Fresh
+// unless Config.RawAtRegion, for every workload on a prepared file. Fresh
 // files have no blocks before the run.
 func (r *benchRun) rawAtFile(w workload) bool {
-	return !r.cfg.rawAtRegion && w.Prep != prepFresh
+	return !r.cfg.RawAtRegion && w.Prep != prepFresh
 }
 
 // rezero zeroes the device blocks under a write-zeroes file again before
@@ -479,9 +483,9 @@ type phaseTotals struct {
 	ops      int64
 	elapsed  time.Duration
 	dev      devSnap
-	cpu      time.Duration // process CPU time (see measure.CPUus)
-	faults   int64         // process page faults (see measure.Faults)
-	disk     diskSnap      // host disk I/O (see measure.Disk)
+	cpu      time.Duration // process CPU time (see Measure.CPUus)
+	faults   int64         // process page faults (see Measure.Faults)
+	disk     diskSnap      // host disk I/O (see Measure.Disk)
 	diskOK   bool          // disk holds every phase's counts
 	phases   int
 	counters map[string]float64 // engine only: deltas of uint64 counters, last value of gauges
@@ -498,14 +502,14 @@ type seqState struct{ off int64 }
 // for, after their preparation.
 var failWorkloadHook func(w workload) error
 
-func (r *benchRun) runWorkload(ctx context.Context, w workload) (workloadResult, error) {
+func (r *benchRun) runWorkload(ctx context.Context, w workload) (WorkloadResult, error) {
 	jobs := r.cfg.jobs(w)
 	var rawT, engT phaseTotals
 	t0 := time.Now()
 	r.prog.set("engine", "preparing", time.Time{}, 0)
 	eng, err := r.prepareEngine(w)
 	if err != nil {
-		return workloadResult{}, err
+		return WorkloadResult{}, err
 	}
 	defer func() {
 		if eng.f != nil {
@@ -517,17 +521,17 @@ func (r *benchRun) runWorkload(ctx context.Context, w workload) (workloadResult,
 	r.prog.set("raw", "preparing", time.Time{}, 0)
 	raw, rawWin, err := r.prepareRaw(w, eng)
 	if err != nil {
-		return workloadResult{}, err
+		return WorkloadResult{}, err
 	}
 	rawT.prep = time.Since(t0)
 	if failWorkloadHook != nil {
 		if err := failWorkloadHook(w); err != nil {
-			return workloadResult{}, err
+			return WorkloadResult{}, err
 		}
 	}
 	var rawSeq, engSeq seqState
 	var rawSmall, engSmall atomic.Int64
-	per := r.cfg.runtime / benchRounds
+	per := r.cfg.Runtime / benchRounds
 	// The phases run raw, engine, engine, raw (ABBA): with the same seeds
 	// the second side of a round rewrites the blocks the first has just
 	// written, and a disk's drift over the workload, if linear, cancels.
@@ -536,17 +540,17 @@ func (r *benchRun) runWorkload(ctx context.Context, w workload) (workloadResult,
 		rawFirst := round%2 == 0
 		for i := range 2 {
 			if err := r.rezero(w, raw); err != nil {
-				return workloadResult{}, err
+				return WorkloadResult{}, err
 			}
 			if (i == 0) == rawFirst {
 				if err := r.phase(ctx, w, jobs, round, raw, rawWin, &rawSeq, &rawSmall, per, &rawT, "raw", label); err != nil {
-					return workloadResult{}, fmt.Errorf("raw: %w", err)
+					return WorkloadResult{}, fmt.Errorf("raw: %w", err)
 				}
 				continue
 			}
 			before := engineCounters(r.v)
 			if err := r.phase(ctx, w, jobs, round, eng, r.fsWin, &engSeq, &engSmall, per, &engT, "engine", label); err != nil {
-				return workloadResult{}, fmt.Errorf("engine: %w", err)
+				return WorkloadResult{}, fmt.Errorf("engine: %w", err)
 			}
 			after := engineCounters(r.v)
 			engT.counters = addCounterDelta(engT.counters, before, after)
@@ -598,7 +602,7 @@ func (r *benchRun) phase(ctx context.Context, w workload, jobs, round int, s sid
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rng := rand.New(rand.NewPCG(r.cfg.seed, uint64(round)<<32|uint64(g)))
+			rng := rand.New(rand.NewPCG(r.cfg.Seed, uint64(round)<<32|uint64(g)))
 			buf := pattern(w.IOSize, byte(g))
 			h := &hists[g]
 			for !stop.Load() {

@@ -1,0 +1,21 @@
+//go:build !linux
+
+package bench
+
+import (
+	"context"
+	"errors"
+)
+
+// kernelEnv is never set up off Linux: startKernel says why.
+type kernelEnv struct{}
+
+func startKernel(context.Context, string, int64) (*kernelEnv, KernelInfo) {
+	return nil, KernelInfo{Skipped: "the Linux ext4 column needs Linux (loop devices, mount, fio)"}
+}
+
+func (*kernelEnv) run(context.Context, *config, workload, int) (*Measure, string, error) {
+	return nil, "", errors.New("no Linux ext4 column off Linux")
+}
+
+func (*kernelEnv) teardown() {}
