@@ -1,4 +1,4 @@
-// Package bench is the engine behind "ext4io bench": the seed threads'
+// Package bench is the engine behind "ext4io bench": its fixed set of
 // workloads through ext4io's File API, each beside the raw device doing
 // the same I/O pattern in the same run, and optionally beside Linux's
 // ext4 (fio over a loop device, Config.Kernel). Run takes a Config and

@@ -41,7 +41,7 @@ const (
 	opSmallFsync               // create a file, write IOSize, Sync (raw: write + flush)
 )
 
-// workload is one of the seed threads' jobs.
+// workload is one of the bench's jobs.
 type workload struct {
 	Name   string
 	Title  string
@@ -749,10 +749,10 @@ func gaugeKeys(snap map[string]counterValue) map[string]bool {
 
 // rawPrepFor is the raw region's state for a workload whose file starts
 // as p. A write into fallocated blocks is, on the device, a write to
-// blocks the image already holds: its ceiling is the raw overwrite, as in
-// ../shared/BASELINES.md. (Discarding the raw region instead made raw
-// write into holes of the image file, whose allocation by the host
-// filesystem, journal commits and flushes ran on into the engine's phases.)
+// blocks the image already holds: its ceiling is the raw overwrite.
+// (Discarding the raw region instead would make raw write into holes of
+// the image file, whose allocation by the host filesystem, journal commits
+// and flushes would run on into the engine's phases.)
 func rawPrepFor(p prepKind) prepKind {
 	if p == prepFallocated {
 		return prepWritten
