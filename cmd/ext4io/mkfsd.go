@@ -329,20 +329,22 @@ func (im *importer) copyData(out *ext4io.File, in *os.File, size int64) error {
 // block-aligned).
 func (im *importer) writeNonZero(out *ext4io.File, b []byte, off int64) error {
 	start := -1 // start of the pending run of non-zero blocks
-	for i := 0; i <= len(b); i += im.bs {
-		zero := i == len(b)
-		if !zero {
-			blk := b[i:min(i+im.bs, len(b))]
-			zero = bytes.Equal(blk, im.zero[:len(blk)])
-		}
+	for i := 0; i < len(b); i += im.bs {
+		blk := b[i:min(i+im.bs, len(b))]
+		zero := bytes.Equal(blk, im.zero[:len(blk)])
 		switch {
 		case !zero && start < 0:
 			start = i
 		case zero && start >= 0:
-			if _, err := out.WriteAt(b[start:min(i, len(b))], off+int64(start)); err != nil {
+			if _, err := out.WriteAt(b[start:i], off+int64(start)); err != nil {
 				return err
 			}
 			start = -1
+		}
+	}
+	if start >= 0 {
+		if _, err := out.WriteAt(b[start:], off+int64(start)); err != nil {
+			return err
 		}
 	}
 	return nil
