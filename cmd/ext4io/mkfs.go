@@ -79,7 +79,9 @@ func cmdMkfs(args []string, w io.Writer) (err error) {
 		if err != nil {
 			return err
 		}
-		ierr := newImporter(v).importTree(tree, "/", true)
+		im := newImporter(v)
+		im.lostFound = true
+		ierr := im.importTree(tree, "/", true)
 		cerr := v.Close()
 		if ierr != nil || cerr != nil {
 			if created {
@@ -120,7 +122,7 @@ func mkfsPlan(img, src string, size int64, opts ext4io.FormatOptions) (*srcTree,
 	if err != nil {
 		return nil, err
 	}
-	lim := srcLimits{blockSize: int(st.BlockSize), inodeSize: int(sb.InodeSize)}
+	lim := srcLimits{blockSize: int(st.BlockSize), inodeSize: int(sb.InodeSize), mkfs: true}
 	if fi, err := os.Stat(img); err == nil {
 		if id, _, _, ok := hostID(fi); ok {
 			lim.skip, lim.hasSkip = id, true

@@ -66,6 +66,7 @@ type srcLimits struct {
 	inodeSize int    // bytes; the in-inode attribute space
 	skip      fileID // the image itself, refused if found in the tree
 	hasSkip   bool
+	mkfs      bool // the top is the image's root, which has a lost+found
 }
 
 // maxWalkProblems bounds how many problems the walk lists.
@@ -124,7 +125,12 @@ func (w *walker) entry(e *srcEntry, top bool) {
 		w.problem(fmt.Errorf("%s: the image itself is inside the source tree (it would copy itself): %w", e.host, ext4io.ErrInvalid))
 		return
 	}
-	if !top {
+	lostFound := w.lim.mkfs && e.name == "lost+found" && e.host == filepath.Join(w.tree.root.host, e.name)
+	if lostFound && !e.fi.IsDir() {
+		w.problem(fmt.Errorf("%s: not a directory, but the image's lost+found must be one: %w", e.host, ext4io.ErrInvalid))
+		return
+	}
+	if !top && !lostFound {
 		if ok && !e.fi.IsDir() && nlink > 1 {
 			if f := w.links[id]; f != nil {
 				e.first = f
@@ -209,10 +215,11 @@ func (w *walker) checkXattrs(host string, attrs map[string][]byte) error {
 
 // importer writes a validated tree into a volume.
 type importer struct {
-	v    *ext4io.Volume
-	bs   int
-	buf  []byte
-	zero []byte
+	v         *ext4io.Volume
+	lostFound bool // the tree's top-level lost+found is the image's own
+	bs        int
+	buf       []byte
+	zero      []byte
 }
 
 func newImporter(v *ext4io.Volume) *importer {
@@ -252,7 +259,11 @@ func (im *importer) one(e *srcEntry, d string) error {
 	m := e.fi.Mode()
 	switch {
 	case m.IsDir():
-		if err := im.v.Mkdir(d, 0o700); err != nil {
+		err := im.v.Mkdir(d, 0o700)
+		if errors.Is(err, fs.ErrExist) && im.lostFound && d == "/lost+found" {
+			err = nil // mkfs's own: filled and given the source's attributes, as mkfs.ext4 -d does
+		}
+		if err != nil {
 			return err
 		}
 		if err := im.fill(e, d); err != nil {
