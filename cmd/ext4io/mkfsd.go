@@ -273,6 +273,7 @@ func (im *importer) one(e *srcEntry, d string) error {
 		if err := im.copyFile(e, d); err != nil {
 			return err
 		}
+		return im.times(e, d) // attributes set through the open file
 	case m&fs.ModeSymlink != 0:
 		if err := im.v.Symlink(e.target, d); err != nil {
 			return err
@@ -305,6 +306,9 @@ func (im *importer) copyFile(e *srcEntry, d string) error {
 		return err
 	}
 	err = im.copyData(out, in, st.Size())
+	if err == nil {
+		err = setAttrs(out, e)
+	}
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
@@ -362,27 +366,62 @@ func (im *importer) writeNonZero(out *ext4io.File, b []byte, off int64) error {
 }
 
 // attrs sets the extended attributes, owner, mode and times of d from the
-// host entry e. Attributes come first: an ACL sets mode bits, which the
-// host's mode then confirms; the owner before the mode, which a chown may
-// strip of setuid.
+// host entry e, by d's path.
 func (im *importer) attrs(e *srcEntry, d string) error {
+	if err := setAttrs(pathTarget{im.v, d}, e); err != nil {
+		return err
+	}
+	return im.times(e, d)
+}
+
+// times sets d's atime and mtime from e, last: writing and setting
+// attributes change them.
+func (im *importer) times(e *srcEntry, d string) error {
+	atime := e.fi.ModTime()
+	if at, _, _, ok := hostStat(e.fi); ok {
+		atime = at
+	}
+	return im.v.Lchtimes(d, atime, e.fi.ModTime())
+}
+
+// attrTarget is what setAttrs changes: an open *ext4io.File (no path
+// lookups) or a path (pathTarget).
+type attrTarget interface {
+	Setxattr(attr string, value []byte, flags int) error
+	Chown(uid, gid int) error
+	Chmod(mode fs.FileMode) error
+}
+
+// pathTarget changes the file at a path, not following a final symlink.
+type pathTarget struct {
+	v    *ext4io.Volume
+	name string
+}
+
+func (p pathTarget) Setxattr(attr string, value []byte, flags int) error {
+	return p.v.Lsetxattr(p.name, attr, value, flags)
+}
+func (p pathTarget) Chown(uid, gid int) error     { return p.v.Lchown(p.name, uid, gid) }
+func (p pathTarget) Chmod(mode fs.FileMode) error { return p.v.Chmod(p.name, mode) }
+
+// setAttrs sets the extended attributes, owner and mode of t from the
+// host entry e. Attributes come first: an ACL sets mode bits, which the
+// host's mode then confirms; the owner before the mode, which a chown
+// may strip of setuid. A symlink's mode is left as made.
+func setAttrs(t attrTarget, e *srcEntry) error {
 	for _, name := range slices.Sorted(maps.Keys(e.xattrs)) {
-		if err := im.v.Lsetxattr(d, name, e.xattrs[name], 0); err != nil {
+		if err := t.Setxattr(name, e.xattrs[name], 0); err != nil {
 			return err
 		}
 	}
 	fi := e.fi
-	atime := fi.ModTime()
-	if at, uid, gid, ok := hostStat(fi); ok {
-		atime = at
-		if err := im.v.Lchown(d, uid, gid); err != nil {
+	if _, uid, gid, ok := hostStat(fi); ok {
+		if err := t.Chown(uid, gid); err != nil {
 			return err
 		}
 	}
-	if fi.Mode()&fs.ModeSymlink == 0 {
-		if err := im.v.Chmod(d, fi.Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky)); err != nil {
-			return err
-		}
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		return nil
 	}
-	return im.v.Lchtimes(d, atime, fi.ModTime())
+	return t.Chmod(fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky))
 }
