@@ -170,3 +170,22 @@ func TestMkfsDirRefusedBeforeWriting(t *testing.T) {
 		})
 	}
 }
+
+// TestPutRefusesImageInTree: put of a tree that holds the image itself
+// is refused, and nothing is added to the image.
+func TestPutRefusesImageInTree(t *testing.T) {
+	dir := t.TempDir()
+	img := filepath.Join(dir, "p.img")
+	if _, errOut, code := runCmd(t, "mkfs", img, "8M"); code != 0 {
+		t.Fatal(errOut)
+	}
+	os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o644)
+	_, errOut, code := runCmd(t, "put", img, dir, "/in")
+	if code == 0 || !strings.Contains(errOut, "the image itself is inside the source tree") {
+		t.Fatalf("put of a tree holding the image: exit %d, %q", code, errOut)
+	}
+	if out, _, _ := runCmd(t, "ls", img, "/"); strings.TrimSpace(out) != "lost+found" {
+		t.Errorf("refused put left entries: %q", out)
+	}
+	e2fs.Fsck(t, img)
+}

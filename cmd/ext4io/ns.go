@@ -53,7 +53,11 @@ func cmdPut(args []string, w io.Writer) error {
 	}
 	return withWritable(args[0], func(v *ext4io.Volume) error {
 		sb := v.Superblock()
-		t, err := walkSource(src, srcLimits{blockSize: v.BlockSize(), inodeSize: int(sb.InodeSize)}, true)
+		lim := srcLimits{blockSize: v.BlockSize(), inodeSize: int(sb.InodeSize)}
+		if fi, err := os.Stat(args[0]); err == nil {
+			lim.skip, _, _, lim.hasSkip = hostID(fi)
+		}
+		t, err := walkSource(src, lim, true)
 		if err != nil {
 			return err
 		}
