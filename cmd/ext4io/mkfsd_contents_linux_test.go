@@ -189,3 +189,30 @@ func TestPutRefusesImageInTree(t *testing.T) {
 	}
 	e2fs.Fsck(t, img)
 }
+
+// TestMkfsDirNoSpaceSaysState: a tree that runs out of blocks while
+// writing (which the walk cannot foresee) removes a new image, and for an
+// existing one says what it now holds, which e2fsck accepts.
+func TestMkfsDirNoSpaceSaysState(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	os.Mkdir(src, 0o755)
+	big := make([]byte, 12<<20)
+	rand.Read(big)
+	os.WriteFile(filepath.Join(src, "big"), big, 0o644)
+	fresh := filepath.Join(dir, "fresh.img")
+	_, errOut, code := runCmd(t, "mkfs", "-b", "1024", "-d", src, fresh, "8M")
+	if code == 0 || !strings.Contains(errOut, "fresh.img removed") {
+		t.Errorf("mkfs -d out of space: exit %d, %q", code, errOut)
+	}
+	if _, err := os.Stat(fresh); !os.IsNotExist(err) {
+		t.Errorf("failed mkfs -d left %s: %v", fresh, err)
+	}
+	old := filepath.Join(dir, "old.img")
+	e2fs.Mkfs(t, old, "8M", "-b", "1024")
+	_, errOut, code = runCmd(t, "mkfs", "-F", "-b", "1024", "-d", src, old, "8M")
+	if code == 0 || !strings.Contains(errOut, "old.img now holds a new ext4 file system holding part of the tree") {
+		t.Errorf("mkfs -F -d out of space: exit %d, %q", code, errOut)
+	}
+	e2fs.Fsck(t, old)
+}
