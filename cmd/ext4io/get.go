@@ -47,7 +47,7 @@ type exporter struct {
 
 func cmdGet(args []string, w io.Writer) error {
 	fs := newFlags("get")
-	preserve := fs.Bool("p", false, "preserve like cp -p and tar -p: keep setuid, setgid and sticky bits, ignore the umask, copy every extended attribute (not only user.*), and as root keep owners")
+	preserve := fs.Bool("p", false, "preserve like cp -p and tar -p: keep setuid, setgid and sticky bits, ignore the umask, copy every extended attribute (not only user.*), make device nodes, and as root keep owners")
 	pos, err := parseArgs(fs, args, 3, 3)
 	if err != nil {
 		return err
@@ -91,7 +91,7 @@ func (e *exporter) done(err error) error {
 	if err != nil || len(e.skipped) == 0 {
 		return err
 	}
-	return fmt.Errorf("%d special files not made (devices need root):\n%w", len(e.skipped), errors.Join(e.skipped...))
+	return fmt.Errorf("%d special files not made (devices need -p and root):\n%w", len(e.skipped), errors.Join(e.skipped...))
 }
 
 // into copies the entries of the image directory src into the existing
@@ -226,6 +226,12 @@ func (e *exporter) exportNew(r *os.Root, src, name, rel string, depth int, fi *e
 		}
 		return r.Chtimes(name, fi.Atime, fi.Mtime)
 	case m&(fs.ModeNamedPipe|fs.ModeSocket|fs.ModeDevice) != 0:
+		if m&fs.ModeDevice != 0 && !e.preserve {
+			// A device node from an untrusted image would hand its
+			// readers the host's device: made only when asked for.
+			e.skipped = append(e.skipped, fmt.Errorf("%s: device %v not made without -p", src, m.Type()))
+			return errSkipped
+		}
 		if err := hostMknod(r, name, m.Type(), uint32(mode.Perm()), fi.Rdev); err != nil {
 			if errors.Is(err, fs.ErrPermission) {
 				e.skipped = append(e.skipped, fmt.Errorf("%s: %w", src, err))

@@ -277,7 +277,8 @@ func TestGetSparse(t *testing.T) {
 
 // TestGetLinksAndSpecials: names of one inode come out as hard links of
 // one host file, a fifo as a fifo and a symlink with its own mtime (not
-// its target's), without -p or root.
+// its target's), without -p or root; a device node is not made without
+// -p.
 func TestGetLinksAndSpecials(t *testing.T) {
 	dir := t.TempDir()
 	src := filepath.Join(dir, "src")
@@ -297,9 +298,14 @@ func TestGetLinksAndSpecials(t *testing.T) {
 	if _, errOut, code := runCmd(t, "mkfs", "-b", "1024", "-d", src, img, "8M"); code != 0 {
 		t.Fatal(errOut)
 	}
+	e2fs.DebugfsScript(t, img, true, []string{"cd /top", "mknod disk b 8 0"})
+	// Without -p the device node is left out, named, after the rest.
 	dst, err := getConfined(t, img, "/top")
-	if err != nil {
-		t.Fatal(err)
+	if err == nil || !strings.Contains(err.Error(), "/top/disk: device") || !strings.Contains(err.Error(), "without -p") {
+		t.Fatalf("get of an image with a device, without -p: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(dst, "disk")); !os.IsNotExist(err) {
+		t.Errorf("device node made without -p: %v", err)
 	}
 	a, err1 := os.Stat(filepath.Join(dst, "f"))
 	b, err2 := os.Stat(filepath.Join(dst, "sub", "g"))

@@ -66,7 +66,7 @@ var commands = map[string]command{
 			"names that are not one path element, and directory cycles, are errors. Extended attributes\n" +
 			"of the user namespace are copied; with -p every namespace (trusted, security, POSIX ACLs).\n" +
 			"-p, like cp -p, also keeps setuid, setgid and sticky, ignores the umask, and as root keeps\n" +
-			"owners. Times, symlinks, hard links and fifos always; devices need root (docs/cli.md).", run: cmdGet},
+			"owners and makes device nodes. Times, symlinks, hard links, fifos and sockets always (docs/cli.md).", run: cmdGet},
 	"mkdir":   {usage: "mkdir IMAGE PATH", help: "Make a directory.", run: cmdMkdir},
 	"rm":      {usage: "rm IMAGE PATH", help: "Remove a file, symlink or empty directory.", run: cmdRm},
 	"mv":      {usage: "mv IMAGE OLD NEW", help: "Rename OLD to NEW.", run: cmdMv},
