@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -32,14 +33,21 @@ var maxGetDepth = 256
 type exporter struct {
 	v        *ext4io.Volume
 	preserve bool        // -p: keep setuid/setgid/sticky, ignore the umask
+	owners   bool        // -p as root: keep owners too
 	umask    fs.FileMode // applied to modes unless preserve
 	seen     map[uint32]bool
 	buf      []byte
+	// top is the host directory the run writes under, and links maps an
+	// image inode with more than one name to the first copy's path in
+	// top, so further names become hard links to it.
+	top     *os.Root
+	links   map[uint32]string
+	skipped []error // special files the host refused to make
 }
 
 func cmdGet(args []string, w io.Writer) error {
 	fs := newFlags("get")
-	preserve := fs.Bool("p", false, "preserve permissions like tar -p: keep setuid, setgid and sticky bits, ignore the umask, and copy every extended attribute (not only user.*)")
+	preserve := fs.Bool("p", false, "preserve like cp -p and tar -p: keep setuid, setgid and sticky bits, ignore the umask, copy every extended attribute (not only user.*), make device nodes, and as root keep owners")
 	pos, err := parseArgs(fs, args, 3, 3)
 	if err != nil {
 		return err
@@ -50,7 +58,8 @@ func cmdGet(args []string, w io.Writer) error {
 	}
 	defer v.Close()
 	src, dst := pos[1], pos[2]
-	e := &exporter{v: v, preserve: *preserve, seen: map[uint32]bool{}, buf: make([]byte, 1<<20)}
+	e := &exporter{v: v, preserve: *preserve, owners: *preserve && os.Geteuid() == 0,
+		seen: map[uint32]bool{}, links: map[uint32]string{}, buf: make([]byte, 1<<20)}
 	if !e.preserve {
 		e.umask = umask()
 	}
@@ -73,7 +82,16 @@ func cmdGet(args []string, w io.Writer) error {
 		return err
 	}
 	defer r.Close()
-	return e.export(r, src, name, 0)
+	e.top = r
+	return e.done(e.export(r, src, name, name, 0))
+}
+
+// done adds the special files the host refused to make to err.
+func (e *exporter) done(err error) error {
+	if err != nil || len(e.skipped) == 0 {
+		return err
+	}
+	return fmt.Errorf("%d special files not made (devices need -p and root):\n%w", len(e.skipped), errors.Join(e.skipped...))
 }
 
 // into copies the entries of the image directory src into the existing
@@ -92,7 +110,8 @@ func (e *exporter) into(dst, src string) error {
 		return err
 	}
 	defer r.Close()
-	return e.fill(r, src, 0)
+	e.top = r
+	return e.done(e.fill(r, src, ".", 0))
 }
 
 // checkName rejects a directory entry name that is not one path element.
@@ -103,22 +122,51 @@ func checkName(dir, name string) error {
 	return nil
 }
 
-// export copies the image's src (file, symlink or directory tree) to the
-// new entry name in the host directory r. depth counts the directories
-// above src in this run.
-func (e *exporter) export(r *os.Root, src, name string, depth int) error {
+// export copies the image's src (any file type or a directory tree) to
+// the new entry name in the host directory r, which is rel in e.top.
+// depth counts the directories above src in this run.
+func (e *exporter) export(r *os.Root, src, name, rel string, depth int) error {
 	fi, err := e.v.Lstat(src)
 	if err != nil {
 		return err
 	}
+	linked := !fi.IsDir() && fi.Nlink > 1
+	if first, ok := e.links[fi.Ino]; ok && linked {
+		return e.top.Link(first, rel)
+	}
+	err = e.exportNew(r, src, name, rel, depth, fi)
+	if err == nil && linked {
+		e.links[fi.Ino] = rel
+	}
+	if errors.Is(err, errSkipped) {
+		return nil
+	}
+	return err
+}
+
+// errSkipped reports a special file the host refused to make (listed in
+// e.skipped).
+var errSkipped = errors.New("skipped")
+
+// exportNew is export for an inode not copied before in this run.
+func (e *exporter) exportNew(r *os.Root, src, name, rel string, depth int, fi *ext4io.FileInfo) error {
 	mode := e.mode(fi.Mode())
-	switch {
-	case fi.Mode()&fs.ModeSymlink != 0:
+	switch m := fi.Mode(); {
+	case m&fs.ModeSymlink != 0:
 		t, err := e.v.Readlink(src)
 		if err != nil {
 			return err
 		}
-		return r.Symlink(t, name)
+		if err := r.Symlink(t, name); err != nil {
+			return err
+		}
+		if err := e.xattrsAt(r, src, name); err != nil {
+			return err
+		}
+		if err := e.chown(r, name, fi); err != nil {
+			return err
+		}
+		return hostLutimes(r, name, fi.Atime, fi.Mtime)
 	case fi.IsDir():
 		if depth >= maxGetDepth {
 			return fmt.Errorf("%s: directories nested deeper than %d", src, maxGetDepth)
@@ -135,7 +183,7 @@ func (e *exporter) export(r *os.Root, src, name string, depth int) error {
 		if err != nil {
 			return err
 		}
-		err = e.fill(sub, src, depth+1)
+		err = e.fill(sub, src, rel, depth+1)
 		sub.Close()
 		if err != nil {
 			return err
@@ -143,11 +191,14 @@ func (e *exporter) export(r *os.Root, src, name string, depth int) error {
 		if err := e.xattrsDir(r, src, name); err != nil {
 			return err
 		}
+		if err := e.chown(r, name, fi); err != nil {
+			return err
+		}
 		if err := r.Chmod(name, mode); err != nil {
 			return err
 		}
 		return r.Chtimes(name, fi.Atime, fi.Mtime)
-	case fi.Mode().IsRegular():
+	case m.IsRegular():
 		f, err := e.v.Open(src)
 		if err != nil {
 			return err
@@ -161,6 +212,9 @@ func (e *exporter) export(r *os.Root, src, name string, depth int) error {
 		if err == nil {
 			err = e.xattrs(out, src)
 		}
+		if err == nil && e.owners {
+			err = out.Chown(int(fi.UID), int(fi.GID))
+		}
 		if err == nil {
 			err = out.Chmod(mode)
 		}
@@ -171,9 +225,71 @@ func (e *exporter) export(r *os.Root, src, name string, depth int) error {
 			return fmt.Errorf("%s: %w", src, err)
 		}
 		return r.Chtimes(name, fi.Atime, fi.Mtime)
+	case m&(fs.ModeNamedPipe|fs.ModeSocket|fs.ModeDevice) != 0:
+		if m&fs.ModeDevice != 0 && !e.preserve {
+			// A device node from an untrusted image would hand its
+			// readers the host's device: made only when asked for.
+			e.skipped = append(e.skipped, fmt.Errorf("%s: device %v not made without -p", src, m.Type()))
+			return errSkipped
+		}
+		if err := hostMknod(r, name, m.Type(), uint32(mode.Perm()), fi.Rdev); err != nil {
+			if errors.Is(err, fs.ErrPermission) {
+				e.skipped = append(e.skipped, fmt.Errorf("%s: %w", src, err))
+				return errSkipped
+			}
+			return fmt.Errorf("%s: %w", src, err)
+		}
+		if err := e.xattrsAt(r, src, name); err != nil {
+			return err
+		}
+		if err := e.chown(r, name, fi); err != nil {
+			return err
+		}
+		// Permission bits as made less the umask: now exactly, and
+		// setuid, setgid, sticky with -p. Not through a symlink: name
+		// is the node just made (os.Root confines it anyway).
+		if err := r.Chmod(name, mode); err != nil {
+			return err
+		}
+		return hostLutimes(r, name, fi.Atime, fi.Mtime)
 	default:
 		return fmt.Errorf("%s: file type %v not supported: %w", src, fi.Mode().Type(), ext4io.ErrUnsupported)
 	}
+}
+
+// chown gives name in r the owner of fi when -p runs as root (before
+// chmod: a chown clears setuid and setgid).
+func (e *exporter) chown(r *os.Root, name string, fi *ext4io.FileInfo) error {
+	if !e.owners {
+		return nil
+	}
+	return r.Lchown(name, int(fi.UID), int(fi.GID))
+}
+
+// xattrsAt is xattrs for the symlink or special file name this run made
+// in r, which it does not open.
+func (e *exporter) xattrsAt(r *os.Root, src, name string) error {
+	names, err := e.v.Llistxattr(src)
+	if err != nil {
+		return err
+	}
+	for _, attr := range names {
+		if !e.preserve && !strings.HasPrefix(attr, "user.") {
+			continue
+		}
+		val, err := e.v.Lgetxattr(src, attr)
+		if err != nil {
+			return err
+		}
+		err = hostLsetxattr(r, name, attr, val)
+		if errors.Is(err, fs.ErrPermission) && strings.HasPrefix(attr, "user.") {
+			continue // Linux keeps user.* on regular files and directories only
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // xattrs copies the extended attributes of the image's src to the host
@@ -210,8 +326,9 @@ func (e *exporter) xattrsDir(r *os.Root, src, name string) error {
 	return e.xattrs(d, src)
 }
 
-// fill copies the entries of the image directory src into r.
-func (e *exporter) fill(r *os.Root, src string, depth int) error {
+// fill copies the entries of the image directory src into r, which is
+// rel in e.top.
+func (e *exporter) fill(r *os.Root, src, rel string, depth int) error {
 	ents, err := e.v.DirEntries(src)
 	if err != nil {
 		return err
@@ -225,7 +342,7 @@ func (e *exporter) fill(r *os.Root, src string, depth int) error {
 			return fmt.Errorf("%s: name %q twice in directory: %w", src, ent.Name, ext4io.ErrCorrupt)
 		}
 		names[ent.Name] = true
-		if err := e.export(r, path.Join(src, ent.Name), ent.Name, depth); err != nil {
+		if err := e.export(r, path.Join(src, ent.Name), ent.Name, path.Join(rel, ent.Name), depth); err != nil {
 			return err
 		}
 	}

@@ -13,9 +13,11 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/ext4io/ext4io"
 	"github.com/ext4io/ext4io/internal/e2fs"
+	"golang.org/x/sys/unix"
 )
 
 // snapshot lists everything under dir except skip's subtree: path, mode,
@@ -52,8 +54,8 @@ func snapshot(t *testing.T, dir, skip string) string {
 
 // getConfined runs get IMAGE SRC into a destination inside a fresh
 // directory (holding a few bystanders) and fails t if anything outside
-// the destination changed. It returns get's error and the destination.
-func getConfined(t *testing.T, img, src string, flags ...string) (error, string) {
+// the destination changed. It returns the destination and get's error.
+func getConfined(t *testing.T, img, src string, flags ...string) (string, error) {
 	t.Helper()
 	parent := t.TempDir()
 	os.Mkdir(filepath.Join(parent, "outside"), 0o755)
@@ -65,7 +67,7 @@ func getConfined(t *testing.T, img, src string, flags ...string) (error, string)
 	if after := snapshot(t, parent, dst); after != before {
 		t.Errorf("get %s %s changed things outside %s:\nbefore:\n%safter:\n%s", img, src, dst, before, after)
 	}
-	return err, dst
+	return dst, err
 }
 
 // TestGetBadNames crafts directory entries whose names are not one path
@@ -88,7 +90,7 @@ func TestGetBadNames(t *testing.T) {
 				img := filepath.Join(dir, "img")
 				e2fs.Mkfs(t, img, "8M", "-b", "1024", "-O", csum, "-d", src)
 				renameEntry(t, img, "/top", tc.placeholder, tc.name)
-				err, _ := getConfined(t, img, "/top")
+				_, err := getConfined(t, img, "/top")
 				if !errors.Is(err, ext4io.ErrCorrupt) {
 					t.Fatalf("get: %v, want an error wrapping ErrCorrupt", err)
 				}
@@ -114,7 +116,7 @@ func TestGetDotDotDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	renameEntry(t, img, "/top", "ZZZ", "../")
-	if err, _ := getConfined(t, img, "/top"); !errors.Is(err, ext4io.ErrCorrupt) {
+	if _, err := getConfined(t, img, "/top"); !errors.Is(err, ext4io.ErrCorrupt) {
 		t.Fatalf("get: %v, want an error wrapping ErrCorrupt", err)
 	}
 
@@ -148,7 +150,7 @@ func TestGetSymlinkThenEntry(t *testing.T) {
 				"symlink s ../outside", "mkdir outside", "cd outside", "write " + host + " f", "cd /", "write " + host + " s_f",
 			})
 			renameEntry(t, img, "/", "s_f", "s/f")
-			err, dst := getConfined(t, img, "/")
+			dst, err := getConfined(t, img, "/")
 			if !errors.Is(err, ext4io.ErrCorrupt) {
 				t.Fatalf("get: %v, want an error wrapping ErrCorrupt", err)
 			}
@@ -171,7 +173,7 @@ func TestGetDirectoryCycle(t *testing.T) {
 	img := filepath.Join(dir, "img")
 	e2fs.Mkfs(t, img, "8M", "-b", "1024")
 	e2fs.DebugfsScript(t, img, true, []string{"mkdir a", "cd a", "mkdir b", "cd b", "link /a loop"})
-	err, _ := getConfined(t, img, "/a")
+	_, err := getConfined(t, img, "/a")
 	if !errors.Is(err, ext4io.ErrCorrupt) {
 		t.Fatalf("get: %v, want an error wrapping ErrCorrupt", err)
 	}
@@ -186,7 +188,7 @@ func TestGetDirectoryCycle(t *testing.T) {
 	old := maxGetDepth
 	maxGetDepth = 10
 	defer func() { maxGetDepth = old }()
-	if err, _ := getConfined(t, img2, "/d"); err == nil || !strings.Contains(err.Error(), "deeper than 10") {
+	if _, err := getConfined(t, img2, "/d"); err == nil || !strings.Contains(err.Error(), "deeper than 10") {
 		t.Fatalf("get of 12 nested directories with a bound of 10: %v", err)
 	}
 }
@@ -217,7 +219,7 @@ func TestGetModes(t *testing.T) {
 		{[]string{"-p"}, map[string]fs.FileMode{"open": fs.ModeDir | 0o777, "tmp": fs.ModeDir | fs.ModeSticky | 0o777,
 			"suid": fs.ModeSetuid | fs.ModeSetgid | 0o755}},
 	} {
-		err, dst := getConfined(t, img, "/top", tc.flags...)
+		dst, err := getConfined(t, img, "/top", tc.flags...)
 		if err != nil {
 			t.Fatalf("get %v: %v", tc.flags, err)
 		}
@@ -249,7 +251,7 @@ func TestGetSparse(t *testing.T) {
 	if _, errOut, code := runCmd(t, "truncate", img, "f", "1G"); code != 0 {
 		t.Fatal(errOut)
 	}
-	err, dst := getConfined(t, img, "/f")
+	dst, err := getConfined(t, img, "/f")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,5 +272,51 @@ func TestGetSparse(t *testing.T) {
 	f.ReadAt(got, 536870912-1)
 	if !bytes.Equal(got, []byte("\x00hello\x00\x00")) {
 		t.Errorf("at 512 MiB: %q", got)
+	}
+}
+
+// TestGetLinksAndSpecials: names of one inode come out as hard links of
+// one host file, a fifo as a fifo and a symlink with its own mtime (not
+// its target's), without -p or root; a device node is not made without
+// -p.
+func TestGetLinksAndSpecials(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	os.MkdirAll(filepath.Join(src, "top", "sub"), 0o755)
+	os.WriteFile(filepath.Join(src, "top", "f"), []byte("linked\n"), 0o644)
+	os.Link(filepath.Join(src, "top", "f"), filepath.Join(src, "top", "sub", "g"))
+	if err := syscall.Mkfifo(filepath.Join(src, "top", "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Symlink("/etc/passwd", filepath.Join(src, "top", "abs"))
+	old := time.Date(2001, 2, 3, 4, 5, 6, 7000, time.UTC)
+	ts := []unix.Timespec{unix.NsecToTimespec(old.UnixNano()), unix.NsecToTimespec(old.UnixNano())}
+	if err := unix.UtimesNanoAt(unix.AT_FDCWD, filepath.Join(src, "top", "abs"), ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		t.Fatal(err)
+	}
+	img := filepath.Join(dir, "img")
+	if _, errOut, code := runCmd(t, "mkfs", "-b", "1024", "-d", src, img, "8M"); code != 0 {
+		t.Fatal(errOut)
+	}
+	e2fs.DebugfsScript(t, img, true, []string{"cd /top", "mknod disk b 8 0"})
+	// Without -p the device node is left out, named, after the rest.
+	dst, err := getConfined(t, img, "/top")
+	if err == nil || !strings.Contains(err.Error(), "/top/disk: device") || !strings.Contains(err.Error(), "without -p") {
+		t.Fatalf("get of an image with a device, without -p: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(dst, "disk")); !os.IsNotExist(err) {
+		t.Errorf("device node made without -p: %v", err)
+	}
+	a, err1 := os.Stat(filepath.Join(dst, "f"))
+	b, err2 := os.Stat(filepath.Join(dst, "sub", "g"))
+	if err1 != nil || err2 != nil || !os.SameFile(a, b) || a.Sys().(*syscall.Stat_t).Nlink != 2 {
+		t.Errorf("f and sub/g: %v %v, not one file with two links", err1, err2)
+	}
+	if fi, err := os.Lstat(filepath.Join(dst, "fifo")); err != nil || fi.Mode().Type() != fs.ModeNamedPipe {
+		t.Errorf("fifo: %v %v", fi.Mode(), err)
+	}
+	fi, err := os.Lstat(filepath.Join(dst, "abs"))
+	if err != nil || fi.Mode().Type() != fs.ModeSymlink || !fi.ModTime().Equal(old) {
+		t.Errorf("abs: %v %v mtime %v, want a symlink of %v", err, fi.Mode(), fi.ModTime(), old)
 	}
 }

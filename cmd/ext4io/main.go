@@ -47,7 +47,10 @@ var commands = map[string]command{
 	"fiemap": {usage: "fiemap IMAGE PATH", help: "Print one line per extent of PATH, like filefrag -v.", run: cmdFiemap},
 	"mkfs": {usage: "mkfs [-F] [-b BLOCKSIZE] [-O FEATURE,^FEATURE...] [-L LABEL] [-I INODESIZE] [-d DIR] IMAGE SIZE",
 		help: "Create IMAGE of SIZE bytes (K, M, G, T suffixes) and format it as ext4.\n" +
-			"An IMAGE that already holds ext4 is refused unless -F; a failed mkfs leaves no new file.", run: cmdMkfs},
+			"An IMAGE that already holds ext4 is refused unless -F; a failed mkfs leaves no new file.\n" +
+			"-d DIR copies a host tree in as mkfs.ext4 -d: hard links, special files, holes, modes,\n" +
+			"owners, nanosecond times, xattrs. DIR is walked and checked first: a tree ext4 cannot\n" +
+			"hold is refused before IMAGE is touched (docs/cli.md).", run: cmdMkfs},
 	"create": {usage: "create IMAGE PATH", help: "Create an empty file.", run: cmdCreate},
 	"write": {usage: "write [--offset N] [--direct] IMAGE PATH",
 		help: "Copy stdin into the file PATH (created if missing) at the offset.", run: cmdWrite},
@@ -55,12 +58,15 @@ var commands = map[string]command{
 		help: "Allocate, punch, zero, collapse or insert a range of the file, like fallocate(2).", run: cmdFallocate},
 	"truncate": {usage: "truncate IMAGE PATH SIZE", help: "Set the file's size.", run: cmdTruncate},
 	"put": {usage: "put IMAGE SRC DST",
-		help: "Copy the host file or directory tree SRC into the image as DST (into DST if it is a directory).", run: cmdPut},
+		help: "Copy the host file or directory tree SRC into the image as DST (into DST if it is a directory),\n" +
+			"as mkfs -d copies, validating SRC before writing.", run: cmdPut},
 	"get": {usage: "get [-p] IMAGE SRC DST",
 		help: "Copy the image's file or directory tree SRC to the host as DST (into DST if it is a directory).\n" +
 			"Everything is created under DST's directory and nothing existing is followed or changed;\n" +
 			"names that are not one path element, and directory cycles, are errors. Extended attributes\n" +
-			"of the user namespace are copied; with -p every namespace (trusted, security, POSIX ACLs).", run: cmdGet},
+			"of the user namespace are copied; with -p every namespace (trusted, security, POSIX ACLs).\n" +
+			"-p, like cp -p, also keeps setuid, setgid and sticky, ignores the umask, and as root keeps\n" +
+			"owners and makes device nodes. Times, symlinks, hard links, fifos and sockets always (docs/cli.md).", run: cmdGet},
 	"mkdir":   {usage: "mkdir IMAGE PATH", help: "Make a directory.", run: cmdMkdir},
 	"rm":      {usage: "rm IMAGE PATH", help: "Remove a file, symlink or empty directory.", run: cmdRm},
 	"mv":      {usage: "mv IMAGE OLD NEW", help: "Rename OLD to NEW.", run: cmdMv},

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ext4io/ext4io"
 	"github.com/ext4io/ext4io/blockdev"
+	"github.com/ext4io/ext4io/blockdev/memdev"
 	"github.com/ext4io/ext4io/layout"
 )
 
@@ -41,6 +42,16 @@ func cmdMkfs(args []string, w io.Writer) (err error) {
 			return fmt.Errorf("%s already contains an ext4 file system (%s); use -F to overwrite: %w", img, what, ext4io.ErrExist)
 		}
 	}
+	opts := ext4io.FormatOptions{BlockSize: *bs, Features: *features, Label: *label, InodeSize: *isize}
+	var tree *srcTree
+	if *srcDir != "" {
+		// Walk and validate the tree, and format a scratch device of the
+		// same size to learn the options are good and the inodes enough,
+		// before the image is touched.
+		if tree, err = mkfsPlan(img, *srcDir, size, opts); err != nil {
+			return err
+		}
+	}
 	if !created {
 		// Refuse before CreateFile grows the file: not under a writer,
 		// not while Linux has it mounted (Format claims it again).
@@ -60,28 +71,89 @@ func cmdMkfs(args []string, w io.Writer) (err error) {
 		return err
 	}
 	defer dev.Close()
-	opts := ext4io.FormatOptions{BlockSize: *bs, Features: *features, Label: *label, InodeSize: *isize}
 	if err := ext4io.Format(dev, opts); err != nil {
 		return err
 	}
-	if *srcDir != "" {
+	if tree != nil {
 		v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
 		if err != nil {
 			return err
 		}
-		if err := importTree(v, *srcDir); err != nil {
-			v.Close()
-			return fmt.Errorf("importing %s: %w", *srcDir, err)
-		}
-		if err := v.Close(); err != nil {
-			return err
+		im := newImporter(v)
+		im.lostFound = true
+		ierr := im.importTree(tree, "/", true)
+		cerr := v.Close()
+		if ierr != nil || cerr != nil {
+			if created {
+				return fmt.Errorf("importing %s: %w (%s removed)", *srcDir, errors.Join(ierr, cerr), img)
+			}
+			state := "a new ext4 file system holding part of the tree (e2fsck-clean); its old contents are gone"
+			if cerr != nil {
+				state = "a new ext4 file system that may be inconsistent (run e2fsck); its old contents are gone"
+			}
+			return fmt.Errorf("importing %s: %w\n%s now holds %s", *srcDir, errors.Join(ierr, cerr), img, state)
 		}
 	}
 	if err := dev.Flush(); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "formatted %s: %d bytes, %d-byte blocks\n", img, size, *bs)
+	if tree != nil {
+		fmt.Fprintf(w, "copied %s: %d inodes, %d bytes of regular files\n", *srcDir, tree.inodes, tree.bytes)
+	}
 	return nil
+}
+
+// mkfsPlan walks and validates the source tree src for an image img of
+// size bytes formatted with opts, and checks on a scratch device that
+// opts are good and the image has inodes enough for it.
+func mkfsPlan(img, src string, size int64, opts ext4io.FormatOptions) (*srcTree, error) {
+	scratch := superblockOnly{memdev.New(size)}
+	sopts := opts
+	sopts.NoDiscard = true
+	if err := ext4io.Format(scratch, sopts); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, layout.SuperblockSize)
+	if _, err := scratch.ReadAt(buf, layout.SuperblockOffset); err != nil {
+		return nil, err
+	}
+	sb, err := layout.DecodeSuperblock(buf)
+	if err != nil {
+		return nil, err
+	}
+	lim := srcLimits{blockSize: sb.BlockSize(), inodeSize: int(sb.InodeSize), mkfs: true}
+	if fi, err := os.Stat(img); err == nil {
+		if id, _, _, ok := hostID(fi); ok {
+			lim.skip, lim.hasSkip = id, true
+		}
+	}
+	tree, err := walkSource(src, lim, false)
+	if err != nil {
+		return nil, err
+	}
+	if uint64(tree.inodes) > uint64(sb.FreeInodesCount) {
+		return nil, fmt.Errorf("%s needs %d inodes, a %d-byte image formatted so has %d free: nothing written: %w",
+			src, tree.inodes, size, sb.FreeInodesCount, ext4io.ErrNoSpace)
+	}
+	return tree, nil
+}
+
+// superblockOnly is the scratch device mkfsPlan formats: it keeps what
+// is written to its first 64 KiB (the primary superblock) and drops the
+// rest, which internal/mkfs never reads back; formatting it costs a few
+// milliseconds and kilobytes for any size.
+type superblockOnly struct{ *memdev.Device }
+
+const superblockOnlyKeep = 64 << 10
+
+func (d superblockOnly) WriteAt(p []byte, off int64) (int, error) {
+	if off < superblockOnlyKeep {
+		if _, err := d.Device.WriteAt(p[:min(int64(len(p)), superblockOnlyKeep-off)], off); err != nil {
+			return 0, err
+		}
+	}
+	return len(p), nil
 }
 
 // parseSize parses sizes like 4096, 64M, 2G, 1T (binary units).

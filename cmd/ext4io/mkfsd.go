@@ -1,0 +1,427 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+
+	"github.com/ext4io/ext4io"
+	"github.com/ext4io/ext4io/layout"
+)
+
+// mkfs -d and put copy a host tree into an image in two passes, like
+// mkfs.ext4 -d but validating first. The walk (walkSource) lstats every
+// entry, reads every directory, symlink and extended attribute, opens
+// every regular file once, and checks what ext4 cannot hold (names over
+// 255 bytes, symlink targets of a block or more, attribute sets no inode
+// and block can hold, file types other than regular, directory, symlink,
+// fifo, socket and device). Only a tree that passes is written (import):
+// so mkfs -d refuses a bad tree before it formats anything. What can
+// still fail while writing is what the walk cannot know: the image runs
+// out of blocks, or the source changes meanwhile.
+//
+// Fidelity, as mkfs.ext4 -d: hard links stay links (one inode per host
+// (dev, ino), its link count the number of names in the tree); fifos,
+// sockets and devices (with their device numbers) are made with Mknod;
+// modes with setuid, setgid and sticky, owners, atime and mtime (to the
+// nanosecond) and extended attributes are copied; regular files are
+// copied by SEEK_DATA/SEEK_HOLE ranges, and blocks of zeroes inside them
+// are left as holes too (mkfs.ext4 skips them the same way). Source files
+// are read with O_NOATIME where the host allows, so the walk does not
+// change the atimes it copies.
+
+// fileID names a host inode.
+type fileID struct{ dev, ino uint64 }
+
+// srcEntry is one host entry found by the walk (in memory only).
+type srcEntry struct {
+	host   string // host path
+	name   string // its name in its directory ("" for the top)
+	fi     fs.FileInfo
+	target string            // a symlink's target
+	xattrs map[string][]byte // extended attributes
+	rdev   uint64            // a device's number, as ext4io.Mkdev encodes it
+	first  *srcEntry         // an earlier name of the same host inode, or nil
+	kids   []*srcEntry       // a directory's entries, by name
+	dst    string            // where import put it (for later hard links)
+}
+
+// srcTree is a validated source tree.
+type srcTree struct {
+	root   *srcEntry
+	inodes int   // inodes to allocate (the top excluded)
+	bytes  int64 // apparent size of the regular files, for messages
+}
+
+// srcLimits are what the walk checks against.
+type srcLimits struct {
+	blockSize int    // bytes; symlink targets and attribute blocks
+	inodeSize int    // bytes; the in-inode attribute space
+	skip      fileID // the image itself, refused if found in the tree
+	hasSkip   bool
+	mkfs      bool // the top is the image's root, which has a lost+found
+}
+
+// maxWalkProblems bounds how many problems the walk lists.
+const maxWalkProblems = 20
+
+type walker struct {
+	lim      srcLimits
+	links    map[fileID]*srcEntry
+	problems []error
+	more     int
+	tree     *srcTree
+}
+
+func (w *walker) problem(err error) {
+	if len(w.problems) < maxWalkProblems {
+		w.problems = append(w.problems, err)
+	} else {
+		w.more++
+	}
+}
+
+// walkSource walks and validates the host tree at top: a directory (a
+// symlink to one is followed), or with anyType any file (not followed).
+func walkSource(top string, lim srcLimits, anyType bool) (*srcTree, error) {
+	fi, err := os.Stat(top)
+	if anyType {
+		fi, err = os.Lstat(top)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !anyType && !fi.IsDir() {
+		return nil, fmt.Errorf("%s: not a directory", top)
+	}
+	w := &walker{lim: lim, links: map[fileID]*srcEntry{}, tree: &srcTree{}}
+	root := &srcEntry{host: top, fi: fi}
+	w.tree.root = root
+	w.entry(root, true)
+	if len(w.problems) > 0 {
+		if w.more > 0 {
+			w.problems = append(w.problems, fmt.Errorf("and %d more problems", w.more))
+		}
+		return nil, fmt.Errorf("source tree %s not copied, nothing written:\n%w", top, errors.Join(w.problems...))
+	}
+	return w.tree, nil
+}
+
+// entry checks e (lstat'ed) and, for a directory, walks its entries.
+func (w *walker) entry(e *srcEntry, top bool) {
+	if !top && len(e.name) > layout.MaxNameLen {
+		w.problem(fmt.Errorf("%s: name of %d bytes (ext4 holds at most %d): %w", e.host, len(e.name), layout.MaxNameLen, ext4io.ErrInvalid))
+		return
+	}
+	id, nlink, rdev, ok := hostID(e.fi)
+	if ok && w.lim.hasSkip && id == w.lim.skip {
+		w.problem(fmt.Errorf("%s: the image itself is inside the source tree (it would copy itself): %w", e.host, ext4io.ErrInvalid))
+		return
+	}
+	lostFound := w.lim.mkfs && e.name == "lost+found" && e.host == filepath.Join(w.tree.root.host, e.name)
+	if lostFound && !e.fi.IsDir() {
+		w.problem(fmt.Errorf("%s: not a directory, but the image's lost+found must be one: %w", e.host, ext4io.ErrInvalid))
+		return
+	}
+	if !top && !lostFound {
+		if ok && !e.fi.IsDir() && nlink > 1 {
+			if f := w.links[id]; f != nil {
+				e.first = f
+				return // a further name of an inode already checked
+			}
+			w.links[id] = e
+		}
+		w.tree.inodes++
+	}
+	attrs, err := hostXattrs(e.host)
+	if err != nil {
+		w.problem(err)
+	} else if err := w.checkXattrs(e.host, attrs); err != nil {
+		w.problem(err)
+	}
+	e.xattrs = attrs
+	m := e.fi.Mode()
+	switch {
+	case m.IsDir():
+		ents, err := os.ReadDir(e.host)
+		if err != nil {
+			w.problem(err)
+			return
+		}
+		for _, de := range ents {
+			k := &srcEntry{host: filepath.Join(e.host, de.Name()), name: de.Name()}
+			if k.fi, err = os.Lstat(k.host); err != nil {
+				w.problem(err)
+				continue
+			}
+			e.kids = append(e.kids, k)
+			w.entry(k, false)
+		}
+	case m.IsRegular():
+		f, err := openSource(e.host)
+		if err != nil {
+			w.problem(err)
+			return
+		}
+		f.Close()
+		w.tree.bytes += e.fi.Size()
+	case m&fs.ModeSymlink != 0:
+		t, err := os.Readlink(e.host)
+		switch max := min(w.lim.blockSize, 4096) - 1; {
+		case err != nil:
+			w.problem(err)
+		case len(t) > max:
+			w.problem(fmt.Errorf("%s: symlink target of %d bytes (at most %d with %d-byte blocks): %w", e.host, len(t), max, w.lim.blockSize, ext4io.ErrInvalid))
+		}
+		e.target = t
+	case m&fs.ModeNamedPipe != 0, m&fs.ModeSocket != 0:
+	case m&fs.ModeDevice != 0 && ok:
+		e.rdev = rdev
+	default:
+		w.problem(fmt.Errorf("%s: file type %v not supported: %w", e.host, m.Type(), ext4io.ErrUnsupported))
+	}
+}
+
+// checkXattrs refuses attributes ext4 cannot store: a namespace it does
+// not keep, a name or value over Linux's limits, or a set larger than the
+// inode body and one block together (ea_inode values are not written).
+func (w *walker) checkXattrs(host string, attrs map[string][]byte) error {
+	ibody := w.lim.inodeSize - layout.GoodOldInodeSize - 32 - layout.XattrIbodyHeaderLen - 4
+	block := w.lim.blockSize - layout.XattrHeaderLen - 4
+	total := 0
+	for _, name := range slices.Sorted(maps.Keys(attrs)) {
+		index, short, ok := layout.XattrSplitName(name)
+		if !ok || index == layout.XattrIndexSystem || index == layout.XattrIndexRichACL {
+			return fmt.Errorf("%s: extended attribute %q: namespace ext4 does not store: %w", host, name, ext4io.ErrUnsupported)
+		}
+		size := layout.XattrEntrySize(len(short)) + layout.XattrValueSize(len(attrs[name]))
+		if len(name) > layout.XattrMaxNameLen || len(attrs[name]) > layout.XattrMaxValueSize || size > max(ibody, block) {
+			return fmt.Errorf("%s: extended attribute %q of %d bytes does not fit an inode or a %d-byte block: %w", host, name, len(attrs[name]), w.lim.blockSize, ext4io.ErrRange)
+		}
+		total += size
+	}
+	if total > max(ibody, 0)+block {
+		return fmt.Errorf("%s: extended attributes of %d bytes do not fit an inode and a %d-byte block: %w", host, total, w.lim.blockSize, ext4io.ErrRange)
+	}
+	return nil
+}
+
+// importer writes a validated tree into a volume.
+type importer struct {
+	v         *ext4io.Volume
+	lostFound bool // the tree's top-level lost+found is the image's own
+	bs        int
+	buf       []byte
+	zero      []byte
+}
+
+func newImporter(v *ext4io.Volume) *importer {
+	bs := v.BlockSize()
+	return &importer{v: v, bs: bs, buf: make([]byte, max(1<<20, bs)), zero: make([]byte, bs)}
+}
+
+// importTree copies the validated tree t into the volume's directory dst,
+// which exists; with attrs, dst takes the attributes of t's top too.
+func (im *importer) importTree(t *srcTree, dst string, attrs bool) error {
+	if err := im.fill(t.root, dst); err != nil {
+		return err
+	}
+	if !attrs {
+		return nil
+	}
+	return im.attrs(t.root, dst)
+}
+
+// fill creates the entries of the directory e in the image directory dst.
+func (im *importer) fill(e *srcEntry, dst string) error {
+	for _, k := range e.kids {
+		d := path.Join(dst, k.name)
+		if err := im.one(k, d); err != nil {
+			return fmt.Errorf("%s: %w", k.host, err)
+		}
+	}
+	return nil
+}
+
+// one creates the entry e at d.
+func (im *importer) one(e *srcEntry, d string) error {
+	if e.first != nil {
+		return im.v.Link(e.first.dst, d)
+	}
+	e.dst = d
+	m := e.fi.Mode()
+	switch {
+	case m.IsDir():
+		err := im.v.Mkdir(d, 0o700)
+		if errors.Is(err, fs.ErrExist) && im.lostFound && d == "/lost+found" {
+			err = nil // mkfs's own: filled and given the source's attributes, as mkfs.ext4 -d does
+		}
+		if err != nil {
+			return err
+		}
+		if err := im.fill(e, d); err != nil {
+			return err
+		}
+	case m.IsRegular():
+		if err := im.copyFile(e, d); err != nil {
+			return err
+		}
+		return im.times(e, d) // attributes set through the open file
+	case m&fs.ModeSymlink != 0:
+		if err := im.v.Symlink(e.target, d); err != nil {
+			return err
+		}
+	default: // fifo, socket, device: checked by the walk
+		if err := im.v.Mknod(d, m&(fs.ModeType|fs.ModeCharDevice|fs.ModePerm), e.rdev); err != nil {
+			return err
+		}
+	}
+	return im.attrs(e, d)
+}
+
+// copyFile copies the regular file e to a new file d: its data ranges
+// (SEEK_DATA) less whole blocks of zeroes, then its size.
+func (im *importer) copyFile(e *srcEntry, d string) error {
+	in, err := openSource(e.host)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	st, err := in.Stat()
+	if err != nil {
+		return err
+	}
+	if !st.Mode().IsRegular() || !os.SameFile(st, e.fi) {
+		return fmt.Errorf("changed since the walk (now %v): %w", st.Mode(), ext4io.ErrInvalid)
+	}
+	out, err := im.v.OpenFile(d, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	err = im.copyData(out, in, st.Size())
+	if err == nil {
+		err = setAttrs(out, e)
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func (im *importer) copyData(out *ext4io.File, in *os.File, size int64) error {
+	ranges, err := dataRanges(in, size)
+	if err != nil {
+		return err
+	}
+	bs := int64(im.bs)
+	for _, r := range ranges {
+		// Whole image blocks, so that a zero block is recognised as one.
+		for p := r[0] / bs * bs; p < r[1]; {
+			n, rerr := in.ReadAt(im.buf[:min(int64(len(im.buf)), r[1]-p)], p)
+			if err := im.writeNonZero(out, im.buf[:n], p); err != nil {
+				return err
+			}
+			p += int64(n)
+			if rerr == io.EOF {
+				break // shrunk meanwhile
+			}
+			if rerr != nil {
+				return rerr
+			}
+		}
+	}
+	return out.Truncate(size)
+}
+
+// writeNonZero writes b at off but for its whole blocks of zeroes (off is
+// block-aligned).
+func (im *importer) writeNonZero(out *ext4io.File, b []byte, off int64) error {
+	start := -1 // start of the pending run of non-zero blocks
+	for i := 0; i < len(b); i += im.bs {
+		blk := b[i:min(i+im.bs, len(b))]
+		zero := bytes.Equal(blk, im.zero[:len(blk)])
+		switch {
+		case !zero && start < 0:
+			start = i
+		case zero && start >= 0:
+			if _, err := out.WriteAt(b[start:i], off+int64(start)); err != nil {
+				return err
+			}
+			start = -1
+		}
+	}
+	if start >= 0 {
+		if _, err := out.WriteAt(b[start:], off+int64(start)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// attrs sets the extended attributes, owner, mode and times of d from the
+// host entry e, by d's path.
+func (im *importer) attrs(e *srcEntry, d string) error {
+	if err := setAttrs(pathTarget{im.v, d}, e); err != nil {
+		return err
+	}
+	return im.times(e, d)
+}
+
+// times sets d's atime and mtime from e, last: writing and setting
+// attributes change them.
+func (im *importer) times(e *srcEntry, d string) error {
+	atime := e.fi.ModTime()
+	if at, _, _, ok := hostStat(e.fi); ok {
+		atime = at
+	}
+	return im.v.Lchtimes(d, atime, e.fi.ModTime())
+}
+
+// attrTarget is what setAttrs changes: an open *ext4io.File (no path
+// lookups) or a path (pathTarget).
+type attrTarget interface {
+	Setxattr(attr string, value []byte, flags int) error
+	Chown(uid, gid int) error
+	Chmod(mode fs.FileMode) error
+}
+
+// pathTarget changes the file at a path, not following a final symlink.
+type pathTarget struct {
+	v    *ext4io.Volume
+	name string
+}
+
+func (p pathTarget) Setxattr(attr string, value []byte, flags int) error {
+	return p.v.Lsetxattr(p.name, attr, value, flags)
+}
+func (p pathTarget) Chown(uid, gid int) error     { return p.v.Lchown(p.name, uid, gid) }
+func (p pathTarget) Chmod(mode fs.FileMode) error { return p.v.Chmod(p.name, mode) }
+
+// setAttrs sets the extended attributes, owner and mode of t from the
+// host entry e. Attributes come first: an ACL sets mode bits, which the
+// host's mode then confirms; the owner before the mode, which a chown
+// may strip of setuid. A symlink's mode is left as made.
+func setAttrs(t attrTarget, e *srcEntry) error {
+	for _, name := range slices.Sorted(maps.Keys(e.xattrs)) {
+		if err := t.Setxattr(name, e.xattrs[name], 0); err != nil {
+			return err
+		}
+	}
+	fi := e.fi
+	if _, uid, gid, ok := hostStat(fi); ok {
+		if err := t.Chown(uid, gid); err != nil {
+			return err
+		}
+	}
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		return nil
+	}
+	return t.Chmod(fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky))
+}
