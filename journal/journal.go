@@ -30,9 +30,8 @@ type Config struct {
 	// disables timed commits.
 	CommitInterval time.Duration
 	// BeforeCommit, when set, is called by the commit goroutine before the
-	// commit block of every transaction is written (after the transaction's
-	// own OnCommit callbacks): ordered mode's "make newly mapped data
-	// durable" hook. An error aborts the journal.
+	// commit block of every transaction is written: ordered mode's "make
+	// newly mapped data durable" hook. An error aborts the journal.
 	BeforeCommit func(tid uint32) error
 	// Now supplies commit timestamps; nil means time.Now.
 	Now func() time.Time
@@ -530,7 +529,8 @@ func (j *Journal) Forget(blk uint64) {
 // calls it first: a checkpoint that looked at the block before the commit
 // may still be writing its last copy home, and the reuse must come after.
 func (j *Journal) WaitCheckpoint() {
-	j.cpMu.Lock() // a barrier: the critical section is empty
+	j.cpMu.Lock()
+	//lint:ignore SA2001 a barrier: taking cpMu waits out the checkpoint holding it
 	j.cpMu.Unlock()
 }
 

@@ -52,8 +52,8 @@ func snapshot(t *testing.T, dir, skip string) string {
 
 // getConfined runs get IMAGE SRC into a destination inside a fresh
 // directory (holding a few bystanders) and fails t if anything outside
-// the destination changed. It returns get's error and the destination.
-func getConfined(t *testing.T, img, src string, flags ...string) (error, string) {
+// the destination changed. It returns the destination and get's error.
+func getConfined(t *testing.T, img, src string, flags ...string) (string, error) {
 	t.Helper()
 	parent := t.TempDir()
 	os.Mkdir(filepath.Join(parent, "outside"), 0o755)
@@ -65,7 +65,7 @@ func getConfined(t *testing.T, img, src string, flags ...string) (error, string)
 	if after := snapshot(t, parent, dst); after != before {
 		t.Errorf("get %s %s changed things outside %s:\nbefore:\n%safter:\n%s", img, src, dst, before, after)
 	}
-	return err, dst
+	return dst, err
 }
 
 // TestGetBadNames crafts directory entries whose names are not one path
@@ -88,7 +88,7 @@ func TestGetBadNames(t *testing.T) {
 				img := filepath.Join(dir, "img")
 				e2fs.Mkfs(t, img, "8M", "-b", "1024", "-O", csum, "-d", src)
 				renameEntry(t, img, "/top", tc.placeholder, tc.name)
-				err, _ := getConfined(t, img, "/top")
+				_, err := getConfined(t, img, "/top")
 				if !errors.Is(err, ext4io.ErrCorrupt) {
 					t.Fatalf("get: %v, want an error wrapping ErrCorrupt", err)
 				}
@@ -114,7 +114,7 @@ func TestGetDotDotDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	renameEntry(t, img, "/top", "ZZZ", "../")
-	if err, _ := getConfined(t, img, "/top"); !errors.Is(err, ext4io.ErrCorrupt) {
+	if _, err := getConfined(t, img, "/top"); !errors.Is(err, ext4io.ErrCorrupt) {
 		t.Fatalf("get: %v, want an error wrapping ErrCorrupt", err)
 	}
 
@@ -148,7 +148,7 @@ func TestGetSymlinkThenEntry(t *testing.T) {
 				"symlink s ../outside", "mkdir outside", "cd outside", "write " + host + " f", "cd /", "write " + host + " s_f",
 			})
 			renameEntry(t, img, "/", "s_f", "s/f")
-			err, dst := getConfined(t, img, "/")
+			dst, err := getConfined(t, img, "/")
 			if !errors.Is(err, ext4io.ErrCorrupt) {
 				t.Fatalf("get: %v, want an error wrapping ErrCorrupt", err)
 			}
@@ -171,7 +171,7 @@ func TestGetDirectoryCycle(t *testing.T) {
 	img := filepath.Join(dir, "img")
 	e2fs.Mkfs(t, img, "8M", "-b", "1024")
 	e2fs.DebugfsScript(t, img, true, []string{"mkdir a", "cd a", "mkdir b", "cd b", "link /a loop"})
-	err, _ := getConfined(t, img, "/a")
+	_, err := getConfined(t, img, "/a")
 	if !errors.Is(err, ext4io.ErrCorrupt) {
 		t.Fatalf("get: %v, want an error wrapping ErrCorrupt", err)
 	}
@@ -186,7 +186,7 @@ func TestGetDirectoryCycle(t *testing.T) {
 	old := maxGetDepth
 	maxGetDepth = 10
 	defer func() { maxGetDepth = old }()
-	if err, _ := getConfined(t, img2, "/d"); err == nil || !strings.Contains(err.Error(), "deeper than 10") {
+	if _, err := getConfined(t, img2, "/d"); err == nil || !strings.Contains(err.Error(), "deeper than 10") {
 		t.Fatalf("get of 12 nested directories with a bound of 10: %v", err)
 	}
 }
@@ -217,7 +217,7 @@ func TestGetModes(t *testing.T) {
 		{[]string{"-p"}, map[string]fs.FileMode{"open": fs.ModeDir | 0o777, "tmp": fs.ModeDir | fs.ModeSticky | 0o777,
 			"suid": fs.ModeSetuid | fs.ModeSetgid | 0o755}},
 	} {
-		err, dst := getConfined(t, img, "/top", tc.flags...)
+		dst, err := getConfined(t, img, "/top", tc.flags...)
 		if err != nil {
 			t.Fatalf("get %v: %v", tc.flags, err)
 		}
@@ -249,7 +249,7 @@ func TestGetSparse(t *testing.T) {
 	if _, errOut, code := runCmd(t, "truncate", img, "f", "1G"); code != 0 {
 		t.Fatal(errOut)
 	}
-	err, dst := getConfined(t, img, "/f")
+	dst, err := getConfined(t, img, "/f")
 	if err != nil {
 		t.Fatal(err)
 	}
