@@ -13,7 +13,6 @@ import (
 	"github.com/ext4io/ext4io/alloc"
 	"github.com/ext4io/ext4io/blockdev"
 	"github.com/ext4io/ext4io/blockdev/nbd"
-	"github.com/ext4io/ext4io/esc"
 	"github.com/ext4io/ext4io/internal/errs"
 	"github.com/ext4io/ext4io/internal/stripe"
 	"github.com/ext4io/ext4io/iomap"
@@ -464,17 +463,6 @@ func wrapIO(err error) error {
 // the zero Volume).
 func (v *Volume) Writable() bool { return v != nil && v.alloc != nil }
 
-// Allocator returns the block and inode allocator of a writable volume
-// (nil when read-only or closed). Blocks it hands out belong to the
-// caller, who must reference them from an inode or free them before Close
-// for the image to pass e2fsck.
-func (v *Volume) Allocator() *alloc.Allocator {
-	if v == nil || v.closed.Load() {
-		return nil
-	}
-	return v.alloc
-}
-
 // OpenImage opens the image file (or block device) at path with the file
 // backend, or the export of an NBD server when path is an NBD URI
 // (nbd://host[:port]/export, nbd+unix:///export?socket=PATH; see
@@ -538,18 +526,10 @@ func (v *Volume) loadGroups() error {
 	return nil
 }
 
-// CacheStats returns the extent-status cache's counters, summed over its
-// stripes (see escset.go; Inodes counts per-stripe trees, up to 8 per
-// inode).
-func (v *Volume) CacheStats() esc.Stats {
-	if v == nil || v.cache == nil {
-		return esc.Stats{}
-	}
-	return v.cache.Stats()
-}
-
 // Superblock returns a copy of the superblock (the zero Superblock for
-// the zero Volume).
+// the zero Volume): the geometry, features and state that tools print
+// or check (cmd/ext4io's info and journal commands). Changing the copy
+// changes nothing on the volume.
 func (v *Volume) Superblock() layout.Superblock {
 	if v == nil || v.sb == nil {
 		return layout.Superblock{}
@@ -569,17 +549,6 @@ func (v *Volume) BlockSize() int {
 		return 0
 	}
 	return v.bs
-}
-
-// Group returns a copy of group g's descriptor.
-func (v *Volume) Group(g int) (layout.GroupDesc, error) {
-	if err := v.checkOpen(); err != nil {
-		return layout.GroupDesc{}, err
-	}
-	if g < 0 || g >= len(v.groups) {
-		return layout.GroupDesc{}, fmt.Errorf("ext4io: group %d of %d: %w", g, len(v.groups), ErrInvalid)
-	}
-	return *v.groups[g], nil
 }
 
 // Close releases the volume (and the device, if OpenImage opened it).
