@@ -66,7 +66,7 @@
 // and the time is the epoch's end, never before the write started and
 // about 10 ms after it at most (touchclock.go). Writes
 // into preallocated space convert exactly what they write, or with
-// Options.ZeroOutChunk zero and convert whole chunks so that later writes
+// Options.Tuning.ZeroOutChunk zero and convert whole chunks so that later writes
 // there are overwrites.
 //
 // Direct I/O is synchronous: each ReadAt or WriteAt blocks its goroutine

@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/ext4io/ext4io/alloc"
-	"github.com/ext4io/ext4io/esc"
 	"github.com/ext4io/ext4io/layout"
 )
 
@@ -28,16 +27,6 @@ func (v *Volume) Allocator() *alloc.Allocator {
 		return nil
 	}
 	return v.alloc
-}
-
-// CacheStats returns the extent-status cache's counters, summed over its
-// stripes (see escset.go; Inodes counts per-stripe trees, up to 8 per
-// inode).
-func (v *Volume) CacheStats() esc.Stats {
-	if v == nil || v.cache == nil {
-		return esc.Stats{}
-	}
-	return v.cache.Stats()
 }
 
 // Group returns a copy of group g's descriptor.

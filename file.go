@@ -133,7 +133,7 @@ type inode struct {
 	mayCache atomic.Bool
 
 	// zeroing lists the block ranges whose unwritten blocks a direct write
-	// is zeroing before converting them (Options.ZeroOutChunk); a writer
+	// is zeroing before converting them (Options.Tuning.ZeroOutChunk); a writer
 	// into an overlapping range waits for done. Guarded like in.
 	zeroing []zeroing
 

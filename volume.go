@@ -13,6 +13,7 @@ import (
 	"github.com/ext4io/ext4io/alloc"
 	"github.com/ext4io/ext4io/blockdev"
 	"github.com/ext4io/ext4io/blockdev/nbd"
+	"github.com/ext4io/ext4io/esc"
 	"github.com/ext4io/ext4io/internal/errs"
 	"github.com/ext4io/ext4io/internal/stripe"
 	"github.com/ext4io/ext4io/iomap"
@@ -64,6 +65,20 @@ type Options struct {
 	// anything is pending, as Linux's jbd2 thread does every commit=N
 	// seconds.
 	CommitInterval time.Duration
+	// Tuning holds the write engine's switches for direct writes into
+	// preallocated space and its reserved pool, for engine builders and
+	// benchmarks; the zero value is the default.
+	Tuning Tuning
+}
+
+// Tuning holds switches of the write engine: how direct writes into
+// preallocated (unwritten) space split and convert extents, and the
+// reserved pool those splits draw on. They are for engine builders and
+// benchmarks that compare strategies (cmd/ext4io bench's --defer-splits,
+// --eager-conversions and --zeroout-chunk set them, and tests that reach
+// the rare paths); the zero value is the engine's default, right for
+// everyone else.
+type Tuning struct {
 	// ReservedPool is the number of blocks only allocations that must not
 	// fail for space may take: tree blocks for the extent splits of writes
 	// into preallocated (unwritten) space and for delayed-allocation
@@ -118,7 +133,7 @@ type Options struct {
 	EagerConversions bool
 }
 
-// maxZeroOutChunk bounds Options.ZeroOutChunk.
+// maxZeroOutChunk bounds Tuning.ZeroOutChunk.
 const maxZeroOutChunk = 32 << 20
 
 // Volume is an ext4 filesystem on a block device, opened read-only or
@@ -145,7 +160,7 @@ type Volume struct {
 	csum     bool        // metadata_csum
 	zone     *systemZone // blocks no file may map (zone.go); rebuilt only during Open
 	cache    *escSet     // extent-status cache, safe for concurrent use
-	zchunk   uint64      // Options.ZeroOutChunk in blocks (set before writes start)
+	zchunk   uint64      // Tuning.ZeroOutChunk in blocks (set before writes start)
 	lbs      int64       // dev's logical block size
 	align    int64       // dev's direct I/O alignment (dioAlign)
 
@@ -339,20 +354,20 @@ func (v *Volume) openWritable() error {
 			return err
 		}
 	}
-	if c := v.opts.ZeroOutChunk; c < 0 || c > maxZeroOutChunk || c%int64(v.bs) != 0 {
+	if c := v.opts.Tuning.ZeroOutChunk; c < 0 || c > maxZeroOutChunk || c%int64(v.bs) != 0 {
 		return fmt.Errorf("ext4io: ZeroOutChunk %d is not a multiple of the %d-byte block size between 0 and %d: %w", c, v.bs, maxZeroOutChunk, ErrInvalid)
 	}
-	v.zchunk = uint64(v.opts.ZeroOutChunk) / uint64(v.bs)
-	aopts := alloc.Options{NoReservedPool: v.opts.ReservedPool < 0}
-	if v.opts.ReservedPool > 0 {
-		aopts.ReservedPool = uint64(v.opts.ReservedPool)
+	v.zchunk = uint64(v.opts.Tuning.ZeroOutChunk) / uint64(v.bs)
+	aopts := alloc.Options{NoReservedPool: v.opts.Tuning.ReservedPool < 0}
+	if v.opts.Tuning.ReservedPool > 0 {
+		aopts.ReservedPool = uint64(v.opts.Tuning.ReservedPool)
 	}
 	a, err := alloc.New(sb, v.meta, aopts)
 	if err != nil {
 		return err
 	}
 	v.alloc = a
-	v.queueConv = v.jm != nil && !v.opts.EagerConversions && !v.opts.DeferSplits && v.zchunk == 0
+	v.queueConv = v.jm != nil && !v.opts.Tuning.EagerConversions && !v.opts.Tuning.DeferSplits && v.zchunk == 0
 	v.convInodes = map[*inode]struct{}{}
 	v.convResv.init(v.bs)
 	if pcb := v.opts.PageCacheBytes; pcb >= 0 {
@@ -526,6 +541,17 @@ func (v *Volume) loadGroups() error {
 	return nil
 }
 
+// CacheStats returns the extent-status cache's counters, summed over its
+// stripes (see escset.go; Inodes counts per-stripe trees, up to 8 per
+// inode): the hit rate and memory benchmarks report (cmd/ext4io bench
+// reports them beside Counters).
+func (v *Volume) CacheStats() esc.Stats {
+	if v == nil || v.cache == nil {
+		return esc.Stats{}
+	}
+	return v.cache.Stats()
+}
+
 // Superblock returns a copy of the superblock (the zero Superblock for
 // the zero Volume): the geometry, features and state that tools print
 // or check (cmd/ext4io's info and journal commands). Changing the copy
@@ -689,7 +715,7 @@ type Counters struct {
 	// Conversions counts unwritten-to-written conversions.
 	Conversions uint64
 	// ZeroOutBlocks counts blocks zeroed: with the device's ZeroOut, or
-	// with zero writes for Options.ZeroOutChunk.
+	// with zero writes for Options.Tuning.ZeroOutChunk.
 	ZeroOutBlocks uint64
 	// Overwrites counts writes that changed no metadata (shared-lock
 	// direct writes; one still in flight counts until it turns out to
@@ -706,7 +732,7 @@ type Counters struct {
 	// data not yet written back (a gauge, not a count).
 	ReservedBlocks uint64
 	// SplitsDeferred counts direct writes into unwritten blocks whose
-	// extent split was left to I/O completion (Options.DeferSplits).
+	// extent split was left to I/O completion (Options.Tuning.DeferSplits).
 	SplitsDeferred uint64
 	// ConversionsQueued counts direct writes into unwritten blocks whose
 	// conversion was queued for the extent tree at completion (also
@@ -736,7 +762,7 @@ func (v *Volume) reserved() uint64 {
 
 // zeroBlocks makes n blocks at pblk read as zeroes on the device: with
 // the device's ZeroOut, or with write set, with ordinary writes of zeroes
-// (Options.ZeroOutChunk; see blockdev.WriteZeroes).
+// (Options.Tuning.ZeroOutChunk; see blockdev.WriteZeroes).
 func (v *Volume) zeroBlocks(pblk, n uint64, write bool) error {
 	v.stats.zeroOuts.Add(n)
 	off, length := int64(pblk)*int64(v.bs), int64(n)*int64(v.bs)

@@ -94,9 +94,9 @@ type benchConfig struct {
 	blockprof   string // pprof blocking profile of the whole run
 	tracefile   string // runtime execution trace of the whole run
 	rawAtRegion bool   // --raw-at region: raw always uses its own window
-	deferSplits bool   // ext4io.Options.DeferSplits for the engine
-	eagerConv   bool   // ext4io.Options.EagerConversions for the engine
-	zeroChunk   int64  // ext4io.Options.ZeroOutChunk for the engine
+	deferSplits bool   // ext4io.Options.Tuning.DeferSplits for the engine
+	eagerConv   bool   // ext4io.Options.Tuning.EagerConversions for the engine
+	zeroChunk   int64  // ext4io.Options.Tuning.ZeroOutChunk for the engine
 	kernel      bool
 	seed        uint64
 	progress    bool
@@ -120,9 +120,9 @@ func parseBenchFlags(args []string) (*benchConfig, error) {
 	rawAt := fs.String("raw-at", "file", "where raw does the I/O of workloads on a prepared file: file (the engine file's device blocks) or region (the raw window)")
 	fs.BoolVar(&c.json, "json", false, "machine-readable output")
 	fs.StringVar(&c.svg, "svg", "", "write an SVG bar chart to FILE")
-	fs.BoolVar(&c.deferSplits, "defer-splits", false, "engine: split unwritten extents at I/O completion (Options.DeferSplits)")
-	fs.BoolVar(&c.eagerConv, "eager-conversions", false, "engine: split and convert unwritten extents in each write instead of queueing conversions (Options.EagerConversions)")
-	zeroChunk := fs.String("zeroout-chunk", "", "engine: zero and convert preallocated space in chunks of N bytes (Options.ZeroOutChunk)")
+	fs.BoolVar(&c.deferSplits, "defer-splits", false, "engine: split unwritten extents at I/O completion (Options.Tuning.DeferSplits)")
+	fs.BoolVar(&c.eagerConv, "eager-conversions", false, "engine: split and convert unwritten extents in each write instead of queueing conversions (Options.Tuning.EagerConversions)")
+	zeroChunk := fs.String("zeroout-chunk", "", "engine: zero and convert preallocated space in chunks of N bytes (Options.Tuning.ZeroOutChunk)")
 	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of the run (go tool pprof) to FILE")
 	fs.StringVar(&c.mutexprof, "mutexprofile", "", "write a mutex contention profile of the run (go tool pprof) to FILE")
 	fs.StringVar(&c.blockprof, "blockprofile", "", "write a profile of where goroutines blocked (locks, channels; go tool pprof) to FILE")

@@ -326,7 +326,7 @@ func (r *benchRun) prepareEngine(w workload) (engineSide, error) {
 		if err := ext4io.Format(r.fsDev, ext4io.FormatOptions{BlockSize: r.cfg.blockSize, NoDiscard: true}); err != nil {
 			return engineSide{}, fmt.Errorf("format: %w", err)
 		}
-		v, err := ext4io.Open(r.fsDev, ext4io.Options{Writable: true, DeferSplits: r.cfg.deferSplits, ZeroOutChunk: r.cfg.zeroChunk, EagerConversions: r.cfg.eagerConv})
+		v, err := ext4io.Open(r.fsDev, ext4io.Options{Writable: true, Tuning: ext4io.Tuning{DeferSplits: r.cfg.deferSplits, ZeroOutChunk: r.cfg.zeroChunk, EagerConversions: r.cfg.eagerConv}})
 		if err != nil {
 			return engineSide{}, err
 		}
