@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ext4io/ext4io/blockdev"
@@ -63,6 +64,8 @@ type Journal struct {
 	now        func() time.Time
 
 	cpMu sync.Mutex // serializes checkpoints
+
+	stats struct{ commits, checkpoints, logBlocks atomic.Uint64 } // Stats
 
 	sbMu sync.Mutex // guards sb and serializes superblock writes
 	sb   Superblock // the on-disk superblock as last written
@@ -484,7 +487,7 @@ func (j *Journal) startLocked() {
 	}
 }
 
-// Stats are cumulative counters.
+// Stats are a journal's cumulative counters (Journal.Stats).
 type Stats struct {
 	Commits     uint64 // transactions committed
 	Checkpoints uint64 // checkpoint rounds

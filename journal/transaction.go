@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"sync/atomic"
 	"time"
 
 	"github.com/ext4io/ext4io/internal/mutant"
@@ -229,11 +228,9 @@ func (h *Handle) Stop() error {
 	return j.mu.err
 }
 
-var stats struct{ commits, checkpoints, logBlocks atomic.Uint64 }
-
-// GlobalStats returns process-wide counters (all journals).
-func GlobalStats() Stats {
-	return Stats{Commits: stats.commits.Load(), Checkpoints: stats.checkpoints.Load(), LogBlocks: stats.logBlocks.Load()}
+// Stats returns the journal's counters since Open or Create.
+func (j *Journal) Stats() Stats {
+	return Stats{Commits: j.stats.commits.Load(), Checkpoints: j.stats.checkpoints.Load(), LogBlocks: j.stats.logBlocks.Load()}
 }
 
 // commitLoop is the commit goroutine (jbd2's kjournald2).
@@ -332,7 +329,7 @@ func (j *Journal) commitRunning() {
 			}
 		}
 	}
-	stats.commits.Add(1)
+	j.stats.commits.Add(1)
 	j.broadcastLocked()
 	j.mu.Unlock()
 }
@@ -376,7 +373,7 @@ func (j *Journal) writeTransaction(t *transaction) error {
 		if err := j.writeLog(pos, b); err != nil {
 			return err
 		}
-		stats.logBlocks.Add(1)
+		j.stats.logBlocks.Add(1)
 		pos = j.wrap(pos + 1)
 		return nil
 	}
@@ -605,7 +602,7 @@ func (j *Journal) Checkpoint() error {
 			j.mu.forgotten[b] = evs
 		}
 	}
-	stats.checkpoints.Add(1)
+	j.stats.checkpoints.Add(1)
 	j.broadcastLocked()
 	return nil
 }
