@@ -58,8 +58,9 @@ func (e *CorruptError) Error() string { return (*errs.CorruptError)(e).Error() }
 // Unwrap returns ErrCorrupt and the underlying cause.
 func (e *CorruptError) Unwrap() []error { return (*errs.CorruptError)(e).Unwrap() }
 
-// The packages below the root report corruption as *errs.CorruptError,
-// which has CorruptError's fields: errors.As converts it.
+// Every package, the root included, creates *errs.CorruptError, which has
+// CorruptError's fields (so that code anywhere can fill in Ino or Block
+// on its way up): errors.As converts it.
 func init() {
 	errs.AddTwin(func(e *errs.CorruptError) *CorruptError { return (*CorruptError)(e) })
 }
