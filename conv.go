@@ -49,7 +49,7 @@ import (
 // ENOSPC: the queued conversions split extents, so the tree may need new
 // blocks when it takes them. A write queues its conversion only after
 // reserving the blocks the conversion can need (convresv.go); otherwise
-// it splits at submission as with Options.EagerConversions and fails
+// it splits at submission as with Options.Tuning.EagerConversions and fails
 // before writing when no tree block is left. So a write that returned
 // success is made durable by the next commit whatever happens to free
 // space afterwards (TestQueuedConversionsNoSpace).

@@ -324,7 +324,7 @@ func queuedNoSpace(t *testing.T, truncate bool) {
 	if err := Format(dev, FormatOptions{BlockSize: 1024, ReservedPercent: -1}); err != nil {
 		t.Fatal(err)
 	}
-	v, err := Open(dev, Options{Writable: true, WritebackAge: -1, ReservedPool: -1, CommitInterval: -1})
+	v, err := Open(dev, Options{Writable: true, WritebackAge: -1, Tuning: Tuning{ReservedPool: -1}, CommitInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 // write is submitted (alloc.Reserve, the reservation delayed allocation
 // also uses), and the batch that applies it takes its tree blocks from
 // that reservation. A write that cannot reserve converts at submission
-// instead (the split of Options.EagerConversions), which fails before any
+// instead (the split of Options.Tuning.EagerConversions), which fails before any
 // data is written when no block is left.
 //
 // The bound: a run adds at most two entries to a leaf, and a split leaves

@@ -26,7 +26,7 @@ import (
 // after completion (endIO), the data always on the device before the
 // metadata that exposes it: under the shared lock the completion queues
 // the conversion for the extent tree (conv.go), otherwise (and with
-// Options.EagerConversions) it converts in the tree itself. Each mapping
+// Options.Tuning.EagerConversions) it converts in the tree itself. Each mapping
 // carries the inode's change counter as its validity cookie. An aligned
 // write that lies in written blocks of one extent does not reach iomap at
 // all: directOverwrite looks it up and writes it itself. Both variants are
@@ -103,7 +103,7 @@ func (o *dioOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, err
 		return iomap.Mapping{}, errNeedExclusive // needs a conversion
 	case m.kind == mapUnwritten:
 		if f.v.zchunk > 0 && endBlk <= n.diskBlocks(uint64(bs)) {
-			// Options.ZeroOutChunk: make the chunk written (zeroed) and
+			// Options.Tuning.ZeroOutChunk: make the chunk written (zeroed) and
 			// map it again; the write is then an overwrite.
 			did, err := f.zeroConvert(lblk, endBlk, o.shared)
 			if err != nil {
@@ -119,7 +119,7 @@ func (o *dioOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, err
 		if o.shared && f.v.queueConversions(n) {
 			// The completion queues the conversion (conv.go).
 			out.Flags |= mapQueued
-		} else if !f.v.opts.DeferSplits {
+		} else if !f.v.opts.Tuning.DeferSplits {
 			if err := f.splitForIO(lblk, nblk, o.shared); err != nil {
 				return iomap.Mapping{}, err
 			}
@@ -176,7 +176,7 @@ func (o *dioOps) endIO(off, n int64, m iomap.Mapping) error {
 			}
 			return nil
 		}
-		if f.v.opts.DeferSplits {
+		if f.v.opts.Tuning.DeferSplits {
 			f.v.stats.splitsDeferred.Add(1)
 			if !o.shared {
 				return f.convertLocked(uint64(first), uint64(last-first))
@@ -331,7 +331,7 @@ func (f *File) directOverwrite(p []byte, off int64) (n int, err error, ok bool) 
 // before the write, as ext4's file_modified does, and reach the disk with
 // Sync, Close or the next inode write), and unwritten blocks are marked
 // written beside the extent-status cache at completion (convbits.go) with
-// their conversion queued for the tree (conv.go), or with Options.EagerConversions
+// their conversion queued for the tree (conv.go), or with Options.Tuning.EagerConversions
 // converted exactly under dataMu, the inode written with the conversion
 // when its extent root or i_blocks changed. ok is false when the rest of
 // the write needs the exclusive lock.
@@ -368,7 +368,7 @@ func (f *File) directShared(p []byte, off int64) (n int, err error, ok bool) {
 	return n, err, true
 }
 
-// zeroConvert implements Options.ZeroOutChunk for a direct write of
+// zeroConvert implements Options.Tuning.ZeroOutChunk for a direct write of
 // [lblk, end) that found unwritten blocks at lblk, inside the on-disk size:
 // the unwritten blocks of the ZeroOutChunk-aligned chunks around the
 // write (clipped to the on-disk size) are zeroed on the device and

@@ -68,7 +68,7 @@ func fullVolume(t *testing.T, opts ext4io.Options) (img string, v *ext4io.Volume
 func TestConversionsAtFullVolume(t *testing.T) {
 	for _, deferSplits := range []bool{false, true} {
 		t.Run(fmt.Sprintf("defer=%v", deferSplits), func(t *testing.T) {
-			img, v := fullVolume(t, ext4io.Options{DeferSplits: deferSplits})
+			img, v := fullVolume(t, ext4io.Options{Tuning: ext4io.Tuning{DeferSplits: deferSplits}})
 			const preSize = 4 << 20
 			d, err := v.OpenFile("prealloc", os.O_RDWR|ext4io.O_DIRECT, 0)
 			if err != nil {
@@ -118,7 +118,7 @@ func TestConversionsAtFullVolume(t *testing.T) {
 func TestSplitsWithoutReservedPool(t *testing.T) {
 	for _, deferSplits := range []bool{false, true} {
 		t.Run(fmt.Sprintf("defer=%v", deferSplits), func(t *testing.T) {
-			img, v := fullVolume(t, ext4io.Options{DeferSplits: deferSplits, ReservedPool: -1})
+			img, v := fullVolume(t, ext4io.Options{Tuning: ext4io.Tuning{DeferSplits: deferSplits, ReservedPool: -1}})
 			d, err := v.OpenFile("prealloc", os.O_RDWR|ext4io.O_DIRECT, 0)
 			if err != nil {
 				t.Fatal(err)

@@ -40,5 +40,27 @@ var (
 	ErrNotExt4 = errs.ErrNotExt4
 )
 
-// CorruptError describes corrupt metadata and where it was found.
-type CorruptError = errs.CorruptError
+// CorruptError describes corrupt metadata and where it was found. It
+// wraps ErrCorrupt (and Err, when set). Every package of the module
+// reports corruption with these fields: errors.As(err, &ce) with ce of
+// type *CorruptError finds the error whichever package produced it.
+type CorruptError struct {
+	What  string // the structure: "superblock", "extent block", "inode", ...
+	Ino   uint32 // inode the structure belongs to, 0 if none
+	Block uint64 // filesystem block holding it, 0 if unknown
+	Off   int    // byte offset within the block, -1 if not meaningful
+	Msg   string // what is wrong
+	Err   error  // optional underlying cause
+}
+
+func (e *CorruptError) Error() string { return (*errs.CorruptError)(e).Error() }
+
+// Unwrap returns ErrCorrupt and the underlying cause.
+func (e *CorruptError) Unwrap() []error { return (*errs.CorruptError)(e).Unwrap() }
+
+// Every package, the root included, creates *errs.CorruptError, which has
+// CorruptError's fields (so that code anywhere can fill in Ino or Block
+// on its way up): errors.As converts it.
+func init() {
+	errs.AddTwin(func(e *errs.CorruptError) *CorruptError { return (*CorruptError)(e) })
+}

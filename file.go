@@ -133,7 +133,7 @@ type inode struct {
 	mayCache atomic.Bool
 
 	// zeroing lists the block ranges whose unwritten blocks a direct write
-	// is zeroing before converting them (Options.ZeroOutChunk); a writer
+	// is zeroing before converting them (Options.Tuning.ZeroOutChunk); a writer
 	// into an overlapping range waits for done. Guarded like in.
 	zeroing []zeroing
 
@@ -284,8 +284,10 @@ func (v *Volume) openInode(ino uint32, name string) (*File, error) {
 	return newFile(v, n, ino, name), nil
 }
 
-// OpenIno opens inode ino directly (no path, no link-count check), for
-// tools and reserved inodes such as the journal (8).
+// OpenIno opens inode ino directly (no path, no link-count check): for
+// servers that name files by inode number, as a FUSE server does
+// (package fusefs opens its nodes this way), and for tools that read
+// reserved inodes such as the journal (8).
 func (v *Volume) OpenIno(ino uint32) (*File, error) {
 	if err := v.checkOpen(); err != nil {
 		return nil, &fs.PathError{Op: "open", Path: fmt.Sprintf("<%d>", ino), Err: err}

@@ -3,6 +3,8 @@ package ext4io
 import (
 	"context"
 	"fmt"
+	"io"
+	"time"
 
 	"github.com/ext4io/ext4io/blockdev"
 	"github.com/ext4io/ext4io/internal/mkfs"
@@ -17,7 +19,34 @@ import (
 // ("^metadata_csum,^64bit"); "mmp" adds multiple mount protection (an MMP
 // block, updated every MMPUpdateInterval seconds by whoever writes the
 // filesystem).
-type FormatOptions = mkfs.Options
+type FormatOptions struct {
+	BlockSize  int // 1024..65536, a power of two; 0 = 4096
+	InodeSize  int // 128 or 256 (any power of two up to BlockSize); 0 = 256
+	InodeRatio int // bytes per inode; 0 = 16384
+	// ReservedPercent is the share of blocks reserved for root; 0 means
+	// the default 5, a negative value means none.
+	ReservedPercent float64
+	// Features adjusts the default features: a comma-separated list of
+	// e2fsprogs names, each optionally prefixed with ^ to turn it off
+	// ("^metadata_csum,^64bit"). "none" clears all (extent stays on).
+	Features      string
+	Label         string   // at most 16 bytes
+	UUID          [16]byte // zero: random
+	HashSeed      [16]byte // zero: random
+	JournalBlocks int      // 0: ext2fs_default_journal_size
+	FlexBGSize    int      // groups per flex group, a power of two; 0 = 16
+	// MMPUpdateInterval is s_mmp_update_interval in seconds when the mmp
+	// feature is on (mkfs -E mmp_update_interval): 0 means 5, the
+	// default; at most 300.
+	MMPUpdateInterval int
+	// ZeroInodeTables zeroes every inode table and sets ITABLE_ZEROED
+	// (mkfs -E lazy_itable_init=0). The default leaves them for the
+	// kernel's lazy init, as mkfs.ext4 does.
+	ZeroInodeTables bool
+	NoDiscard       bool      // do not discard the device first
+	Now             time.Time // zero: time.Now()
+	Rand            io.Reader // randomness for UUIDs; nil: crypto/rand
+}
 
 // Format creates an empty ext4 filesystem on dev: superblock and backups,
 // group descriptors, bitmaps, the root directory, lost+found, an empty
@@ -42,5 +71,5 @@ func FormatContext(ctx context.Context, dev blockdev.Device, opts FormatOptions)
 		return fmt.Errorf("ext4io: format: %w", err)
 	}
 	defer release()
-	return mkfs.FormatContext(ctx, dev, opts)
+	return mkfs.FormatContext(ctx, dev, mkfs.Options(opts)) // the same fields: a change to either fails to compile
 }

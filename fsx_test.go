@@ -62,8 +62,8 @@ func TestFsx(t *testing.T) {
 		opts        ext4io.FormatOptions
 		size        int64
 		cache       int64 // Options.PageCacheBytes
-		deferSplits bool  // Options.DeferSplits
-		zeroChunk   int64 // Options.ZeroOutChunk
+		deferSplits bool  // Options.Tuning.DeferSplits
+		zeroChunk   int64 // Options.Tuning.ZeroOutChunk
 		escBudget   int64 // Options.CacheBudget
 	}{
 		{"4k", ext4io.FormatOptions{}, 256 << 20, 0, false, 0, 0},
@@ -88,7 +88,7 @@ func TestFsx(t *testing.T) {
 			t.Logf("seed %d", seed)
 			rng := rand.New(rand.NewPCG(seed, 1))
 			img := formatImage(t, c.size, c.opts)
-			vopts := ext4io.Options{Writable: true, PageCacheBytes: c.cache, DeferSplits: c.deferSplits, ZeroOutChunk: c.zeroChunk, CacheBudget: c.escBudget}
+			vopts := ext4io.Options{Writable: true, PageCacheBytes: c.cache, Tuning: ext4io.Tuning{DeferSplits: c.deferSplits, ZeroOutChunk: c.zeroChunk}, CacheBudget: c.escBudget}
 			v, err := ext4io.OpenImage(img, vopts)
 			if err != nil {
 				t.Fatal(err)

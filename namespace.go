@@ -167,7 +167,7 @@ func (v *Volume) inodeFile(ino uint32, name string) (*File, error) {
 		return nil, err
 	}
 	if n.in.LinksCount == 0 {
-		return nil, &CorruptError{What: "inode", Ino: ino, Off: -1, Msg: "unused inode referenced (links count 0)"}
+		return nil, &errs.CorruptError{What: "inode", Ino: ino, Off: -1, Msg: "unused inode referenced (links count 0)"}
 	}
 	return newFile(v, n, ino, name), nil
 }

@@ -123,8 +123,9 @@ func (v *Volume) recover(ctx context.Context) error {
 }
 
 // Journal opens the volume's internal jbd2 journal for inspection: its
-// Superblock and Scan of the log. Opening writes nothing; do not start
-// handles or Close it on a volume that is in use.
+// Superblock and Scan of the log, as cmd/ext4io's journal command prints
+// them. Opening writes nothing; do not start handles or Close it on a
+// volume that is in use.
 func (v *Volume) Journal() (*journal.Journal, error) {
 	if err := v.checkOpen(); err != nil {
 		return nil, err

@@ -42,11 +42,7 @@ func (v *Volume) Statfs() (Statfs, error) {
 		}
 		st.FilesFree = v.alloc.FreeInodes()
 	} else {
-		for g := range int(sb.GroupCount()) {
-			gd, err := v.Group(g)
-			if err != nil {
-				return Statfs{}, err
-			}
+		for _, gd := range v.groups { // read-only: the descriptors never change
 			st.BlocksFree += uint64(gd.FreeBlocksCount)
 			st.FilesFree += uint64(gd.FreeInodesCount)
 		}

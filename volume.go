@@ -66,6 +66,20 @@ type Options struct {
 	// anything is pending, as Linux's jbd2 thread does every commit=N
 	// seconds.
 	CommitInterval time.Duration
+	// Tuning holds the write engine's switches for direct writes into
+	// preallocated space and its reserved pool, for engine builders and
+	// benchmarks; the zero value is the default.
+	Tuning Tuning
+}
+
+// Tuning holds switches of the write engine: how direct writes into
+// preallocated (unwritten) space split and convert extents, and the
+// reserved pool those splits draw on. They are for engine builders and
+// benchmarks that compare strategies (cmd/ext4io bench's --defer-splits,
+// --eager-conversions and --zeroout-chunk set them, and tests that reach
+// the rare paths); the zero value is the engine's default, right for
+// everyone else.
+type Tuning struct {
 	// ReservedPool is the number of blocks only allocations that must not
 	// fail for space may take: tree blocks for the extent splits of writes
 	// into preallocated (unwritten) space and for delayed-allocation
@@ -118,7 +132,7 @@ type Options struct {
 	EagerConversions bool
 }
 
-// maxZeroOutChunk bounds Options.ZeroOutChunk.
+// maxZeroOutChunk bounds Tuning.ZeroOutChunk.
 const maxZeroOutChunk = 32 << 20
 
 // Volume is an ext4 filesystem on a block device, opened read-only or
@@ -145,7 +159,7 @@ type Volume struct {
 	csum     bool        // metadata_csum
 	zone     *systemZone // blocks no file may map (zone.go); rebuilt only during Open
 	cache    *escSet     // extent-status cache, safe for concurrent use
-	zchunk   uint64      // Options.ZeroOutChunk in blocks (set before writes start)
+	zchunk   uint64      // Tuning.ZeroOutChunk in blocks (set before writes start)
 	lbs      int64       // dev's logical block size
 	align    int64       // dev's direct I/O alignment (dioAlign)
 
@@ -352,20 +366,20 @@ func (v *Volume) openWritable() error {
 			return err
 		}
 	}
-	if c := v.opts.ZeroOutChunk; c < 0 || c > maxZeroOutChunk || c%int64(v.bs) != 0 {
+	if c := v.opts.Tuning.ZeroOutChunk; c < 0 || c > maxZeroOutChunk || c%int64(v.bs) != 0 {
 		return fmt.Errorf("ext4io: ZeroOutChunk %d is not a multiple of the %d-byte block size between 0 and %d: %w", c, v.bs, maxZeroOutChunk, ErrInvalid)
 	}
-	v.zchunk = uint64(v.opts.ZeroOutChunk) / uint64(v.bs)
-	aopts := alloc.Options{NoReservedPool: v.opts.ReservedPool < 0}
-	if v.opts.ReservedPool > 0 {
-		aopts.ReservedPool = uint64(v.opts.ReservedPool)
+	v.zchunk = uint64(v.opts.Tuning.ZeroOutChunk) / uint64(v.bs)
+	aopts := alloc.Options{NoReservedPool: v.opts.Tuning.ReservedPool < 0}
+	if v.opts.Tuning.ReservedPool > 0 {
+		aopts.ReservedPool = uint64(v.opts.Tuning.ReservedPool)
 	}
 	a, err := alloc.New(sb, v.meta, aopts)
 	if err != nil {
 		return err
 	}
 	v.alloc = a
-	v.queueConv = v.jm != nil && !v.opts.EagerConversions && !v.opts.DeferSplits && v.zchunk == 0
+	v.queueConv = v.jm != nil && !v.opts.Tuning.EagerConversions && !v.opts.Tuning.DeferSplits && v.zchunk == 0
 	v.convInodes = map[*inode]struct{}{}
 	v.convResv.init(v.bs)
 	if pcb := v.opts.PageCacheBytes; pcb >= 0 {
@@ -476,17 +490,6 @@ func wrapIO(err error) error {
 // the zero Volume).
 func (v *Volume) Writable() bool { return v != nil && v.alloc != nil }
 
-// Allocator returns the block and inode allocator of a writable volume
-// (nil when read-only or closed). Blocks it hands out belong to the
-// caller, who must reference them from an inode or free them before Close
-// for the image to pass e2fsck.
-func (v *Volume) Allocator() *alloc.Allocator {
-	if v == nil || v.closed.Load() {
-		return nil
-	}
-	return v.alloc
-}
-
 // OpenImage opens the image file (or block device) at path with the file
 // backend, or the export of an NBD server when path is an NBD URI
 // (nbd://host[:port]/export, nbd+unix:///export?socket=PATH; see
@@ -552,7 +555,8 @@ func (v *Volume) loadGroups() error {
 
 // CacheStats returns the extent-status cache's counters, summed over its
 // stripes (the cache is striped by file region; Inodes counts per-stripe
-// trees, up to 8 per inode).
+// trees, up to 8 per inode): the hit rate and memory benchmarks report
+// (ext4io bench reports them beside Counters).
 func (v *Volume) CacheStats() esc.Stats {
 	if v == nil || v.cache == nil {
 		return esc.Stats{}
@@ -561,7 +565,9 @@ func (v *Volume) CacheStats() esc.Stats {
 }
 
 // Superblock returns a copy of the superblock (the zero Superblock for
-// the zero Volume).
+// the zero Volume): the geometry, features and state that tools print
+// or check (cmd/ext4io's info and journal commands). Changing the copy
+// changes nothing on the volume.
 func (v *Volume) Superblock() layout.Superblock {
 	if v == nil || v.sb == nil {
 		return layout.Superblock{}
@@ -581,17 +587,6 @@ func (v *Volume) BlockSize() int {
 		return 0
 	}
 	return v.bs
-}
-
-// Group returns a copy of group g's descriptor.
-func (v *Volume) Group(g int) (layout.GroupDesc, error) {
-	if err := v.checkOpen(); err != nil {
-		return layout.GroupDesc{}, err
-	}
-	if g < 0 || g >= len(v.groups) {
-		return layout.GroupDesc{}, fmt.Errorf("ext4io: group %d of %d: %w", g, len(v.groups), ErrInvalid)
-	}
-	return *v.groups[g], nil
 }
 
 // Close releases the volume (and the device, if OpenImage opened it).
@@ -733,7 +728,7 @@ type Counters struct {
 	// Conversions counts unwritten-to-written conversions.
 	Conversions uint64
 	// ZeroOutBlocks counts blocks zeroed: with the device's ZeroOut, or
-	// with zero writes for Options.ZeroOutChunk.
+	// with zero writes for Options.Tuning.ZeroOutChunk.
 	ZeroOutBlocks uint64
 	// Overwrites counts writes that changed no metadata (shared-lock
 	// direct writes; one still in flight counts until it turns out to
@@ -750,7 +745,7 @@ type Counters struct {
 	// data not yet written back (a gauge, not a count).
 	ReservedBlocks uint64
 	// SplitsDeferred counts direct writes into unwritten blocks whose
-	// extent split was left to I/O completion (Options.DeferSplits).
+	// extent split was left to I/O completion (Options.Tuning.DeferSplits).
 	SplitsDeferred uint64
 	// ConversionsQueued counts direct writes into unwritten blocks whose
 	// conversion was queued for the extent tree at completion (also
@@ -780,7 +775,7 @@ func (v *Volume) reserved() uint64 {
 
 // zeroBlocks makes n blocks at pblk read as zeroes on the device: with
 // the device's ZeroOut, or with write set, with ordinary writes of zeroes
-// (Options.ZeroOutChunk; see blockdev.WriteZeroes).
+// (Options.Tuning.ZeroOutChunk; see blockdev.WriteZeroes).
 func (v *Volume) zeroBlocks(pblk, n uint64, write bool) error {
 	v.stats.zeroOuts.Add(n)
 	off, length := int64(pblk)*int64(v.bs), int64(n)*int64(v.bs)

@@ -34,7 +34,7 @@ func fillPhysical(t *testing.T, f *ext4io.File, dev interface {
 	}
 }
 
-// TestZeroOutChunk: with Options.ZeroOutChunk the first direct write into
+// TestZeroOutChunk: with Options.Tuning.ZeroOutChunk the first direct write into
 // a chunk of preallocated space zeroes and converts the chunk (one
 // conversion, the chunk's blocks zeroed), later writes into it are
 // overwrites, the chunk stops at the on-disk size, writes past it convert
@@ -42,7 +42,7 @@ func fillPhysical(t *testing.T, f *ext4io.File, dev interface {
 func TestZeroOutChunk(t *testing.T) {
 	const chunk = 64 << 10
 	img := formatImage(t, 64<<20, ext4io.FormatOptions{})
-	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, ZeroOutChunk: chunk})
+	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, Tuning: ext4io.Tuning{ZeroOutChunk: chunk}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestZeroOutChunk(t *testing.T) {
 func TestZeroOutChunkOption(t *testing.T) {
 	img := formatImage(t, 16<<20, ext4io.FormatOptions{})
 	for _, c := range []int64{-4096, 1000, 64<<20 + 4096} {
-		v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, ZeroOutChunk: c})
+		v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, Tuning: ext4io.Tuning{ZeroOutChunk: c}})
 		if !errors.Is(err, ext4io.ErrInvalid) {
 			t.Errorf("ZeroOutChunk %d: %v, want ErrInvalid", c, err)
 		}
@@ -148,7 +148,7 @@ func TestZeroOutChunkOption(t *testing.T) {
 // the stale bytes the preallocated blocks held: the zeroes reach the
 // device before the conversion that exposes them is committed.
 func TestZeroOutChunkCrash(t *testing.T) {
-	preallocCrash(t, ext4io.Options{ZeroOutChunk: 32 << 10})
+	preallocCrash(t, ext4io.Options{Tuning: ext4io.Tuning{ZeroOutChunk: 32 << 10}})
 }
 
 // TestQueuedConversionCrash is TestZeroOutChunkCrash for the default
@@ -257,7 +257,7 @@ func checkCrashedChunks(t *testing.T, img blockdev.Device, synced, written []byt
 func TestZeroOutChunkModel(t *testing.T) {
 	const bs, maxSize = 4096, 2 << 20
 	img := formatImage(t, 64<<20, ext4io.FormatOptions{})
-	opts := ext4io.Options{Writable: true, ZeroOutChunk: 32 << 10, WritebackAge: -1, CommitInterval: -1}
+	opts := ext4io.Options{Writable: true, Tuning: ext4io.Tuning{ZeroOutChunk: 32 << 10}, WritebackAge: -1, CommitInterval: -1}
 	v, err := ext4io.OpenImage(img, opts)
 	if err != nil {
 		t.Fatal(err)

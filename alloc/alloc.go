@@ -392,22 +392,6 @@ func (a *Allocator) Unreserve(n uint64) error {
 	}
 }
 
-// Claim turns n reserved blocks into blocks the caller allocated without
-// the Delalloc flag (for example with MustSucceed), releasing the
-// reservation without returning the space: equivalent to Unreserve(n)
-// followed by taking n blocks that are already gone.
-func (a *Allocator) Claim(n uint64) error {
-	for {
-		r := a.reserved.Load()
-		if uint64(r) < n {
-			return fmt.Errorf("alloc: claim %d of %d reserved blocks: %w", n, r, ErrInvalid)
-		}
-		if a.reserved.CompareAndSwap(r, r-int64(n)) {
-			return nil
-		}
-	}
-}
-
 // Alloc allocates one contiguous run of min..max blocks near goal.
 func (a *Allocator) Alloc(goal, min, max uint64) (start, n uint64, err error) {
 	return a.Allocate(Request{Goal: goal, Min: min, Max: max})

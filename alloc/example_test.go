@@ -73,24 +73,20 @@ func ExampleAllocator_AllocInode() {
 		log.Fatal(err)
 	}
 
+	free := a.FreeInodes()
 	ino, err := a.AllocInode(layout.RootIno, false)
 	if err != nil {
 		log.Fatal(err)
 	}
-	used, err := a.InodeInUse(ino)
-	if err != nil {
-		log.Fatal(err)
-	}
 	// 11 is lost+found and 12 the orphan file.
-	fmt.Println("new inode:", ino, "in use:", used)
+	fmt.Println("new inode:", ino, "free inodes down by", free-a.FreeInodes())
 	if err := a.FreeInode(ino, false); err != nil {
 		log.Fatal(err)
 	}
-	used, _ = a.InodeInUse(ino)
-	fmt.Println("after FreeInode:", used)
+	fmt.Println("after FreeInode, free inodes down by", free-a.FreeInodes())
 	// Output:
-	// new inode: 13 in use: true
-	// after FreeInode: false
+	// new inode: 13 free inodes down by 1
+	// after FreeInode, free inodes down by 0
 }
 
 // Delayed allocation: Reserve sets blocks aside when data is buffered,

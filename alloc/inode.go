@@ -211,21 +211,6 @@ func (a *Allocator) FreeInode(ino uint32, dir bool) error {
 	return nil
 }
 
-// InodeInUse reports whether inode ino is marked in use.
-func (a *Allocator) InodeInUse(ino uint32) (bool, error) {
-	if ino < 1 || ino > a.sb.InodesCount {
-		return false, fmt.Errorf("alloc: inode %d: %w", ino, ErrInvalid)
-	}
-	gi := uint64((ino - 1) / a.ipg)
-	g := a.g[gi]
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if err := a.loadInodesLocked(gi); err != nil {
-		return false, err
-	}
-	return allSet(g.mu.ibitmap, uint64((ino-1)%a.ipg), 1), nil
-}
-
 // loadInodesLocked reads (or, for INODE_UNINIT, creates) the inode bitmap.
 func (a *Allocator) loadInodesLocked(gi uint64) error {
 	g := a.g[gi]

@@ -15,8 +15,8 @@ type OpCounts struct {
 	Direct                               int64
 }
 
-// Counters is a snapshot of the package's counters (process-wide, atomic).
-// Subtract two snapshots to measure an operation.
+// Counters is a snapshot of a CounterSet. Subtract two snapshots to
+// measure an operation.
 type Counters struct {
 	Begins, Ends OpCounts
 	// DeviceReads and DeviceWrites count ReadAt and WriteAt calls issued by
@@ -29,8 +29,8 @@ type Counters struct {
 	EndIOBytes int64
 	// StaleMappings counts mappings dropped because Valid said stale.
 	StaleMappings int64
-	// Page cache (all caches): pages inserted, evicted, written back,
-	// dropped by Invalidate/Forget, and write-backs forced by eviction.
+	// Page cache: pages inserted, evicted, written back, dropped by
+	// Invalidate/Forget, and write-backs forced by eviction.
 	PagesCached, PagesEvicted, PagesWrittenBack, PagesInvalidated int64
 	EvictionWritebacks                                            int64
 }
@@ -75,21 +75,40 @@ type atomicCounters struct {
 	pagesCached, pagesEvicted, pagesWritten, pagesInval, evicWb atomic.Int64
 }
 
-// counterStripes holds the counters striped over cache lines (see package
-// stripe): direct I/O counts on the stripe of its buffer, so concurrent
-// I/Os from different goroutines do not move one cache line between CPUs
-// several times per operation.
-var counterStripes [stripe.N]struct {
-	atomicCounters
-	_ [(128 - unsafe.Sizeof(atomicCounters{})%128) % 128]byte
+// A CounterSet counts the calls and device I/O of the operations that
+// are given it: a PageCache counts into its own (PageCache.Counters),
+// DirectRead and DirectWrite into DioOptions.Counters, Fiemap into
+// FiemapOptions.Counters and SeekHole and SeekData into
+// SeekOptions.Counters, each when set. Iter counts nothing. The zero
+// value is ready; a CounterSet is safe for concurrent use and must not be
+// copied after first use.
+//
+// The counters are striped over cache lines (see package stripe): direct
+// I/O counts on the stripe of its buffer, so concurrent I/Os from
+// different goroutines do not move one cache line between CPUs several
+// times per operation.
+type CounterSet struct {
+	stripes [stripe.N]struct {
+		atomicCounters
+		_ [(128 - unsafe.Sizeof(atomicCounters{})%128) % 128]byte
+	}
 }
 
-// counters is stripe 0, for the paths that are not per-I/O hot.
-var counters = &counterStripes[0].atomicCounters
+// first returns stripe 0, for the paths that are not per-I/O hot, or nil
+// for a nil s (nothing counted).
+func (s *CounterSet) first() *atomicCounters {
+	if s == nil {
+		return nil
+	}
+	return &s.stripes[0].atomicCounters
+}
 
-// countersFor returns the stripe for an I/O buffer.
-func countersFor(p []byte) *atomicCounters {
-	return &counterStripes[stripe.OfBuf(p)].atomicCounters
+// forBuf returns the stripe for an I/O buffer, or nil for a nil s.
+func (s *CounterSet) forBuf(p []byte) *atomicCounters {
+	if s == nil {
+		return nil
+	}
+	return &s.stripes[stripe.OfBuf(p)].atomicCounters
 }
 
 func kindOf(f Flags) int {
@@ -106,7 +125,11 @@ func kindOf(f Flags) int {
 	return kRead
 }
 
+// countBegin and countEnd count a call of kind f; a nil a counts nothing.
 func (a *atomicCounters) countBegin(f Flags) {
+	if a == nil {
+		return
+	}
 	a.begins[kindOf(f)].Add(1)
 	if f&Direct != 0 {
 		a.begins[kDirect].Add(1)
@@ -114,16 +137,22 @@ func (a *atomicCounters) countBegin(f Flags) {
 }
 
 func (a *atomicCounters) countEnd(f Flags) {
+	if a == nil {
+		return
+	}
 	a.ends[kindOf(f)].Add(1)
 	if f&Direct != 0 {
 		a.ends[kDirect].Add(1)
 	}
 }
 
-// ReadCounters returns a snapshot of the package counters: the sums over
-// the stripes.
-func ReadCounters() Counters {
+// Read returns a snapshot of s: the sums over the stripes (zero for a
+// nil s).
+func (s *CounterSet) Read() Counters {
 	var t Counters
+	if s == nil {
+		return t
+	}
 	ops := func(d *OpCounts, v *[numKinds]atomic.Int64) {
 		d.Read += v[kRead].Load()
 		d.Write += v[kWrite].Load()
@@ -132,8 +161,8 @@ func ReadCounters() Counters {
 		d.Writeback += v[kWriteback].Load()
 		d.Direct += v[kDirect].Load()
 	}
-	for i := range counterStripes {
-		a := &counterStripes[i].atomicCounters
+	for i := range s.stripes {
+		a := &s.stripes[i].atomicCounters
 		ops(&t.Begins, &a.begins)
 		ops(&t.Ends, &a.ends)
 		rd, wd := a.dioReadsDev.Load(), a.dioWritesDev.Load()

@@ -7,7 +7,7 @@ import (
 )
 
 // DioOptions configure DirectRead and DirectWrite. The zero value (or nil)
-// means no sub-block zeroing and no completion hook.
+// means no sub-block zeroing, no completion hook and no counting.
 type DioOptions struct {
 	// BlockSize is the filesystem block size, a power of two. When a write
 	// does not cover whole blocks of a mapping that is New or Unwritten,
@@ -35,6 +35,9 @@ type DioOptions struct {
 	// ErrNeedNormal), as the kernel's iomap_dio_rw passes IOMAP_NOWAIT and
 	// IOMAP_OVERWRITE_ONLY. Other flags fail with ErrInvalid.
 	Flags Flags
+	// Counters, when set, counts the operation's Begin and End calls and
+	// device I/O; nil counts nothing.
+	Counters *CounterSet
 }
 
 // dioRequestFlags are the flags DioOptions.Flags may carry.
@@ -108,11 +111,15 @@ func DirectRead(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOptio
 		return 0, err
 	}
 	flags := Direct
+	var ctr *atomicCounters
 	if opt != nil {
 		flags |= opt.Flags
+		ctr = opt.Counters.forBuf(p)
 	}
-	ctr := countersFor(p)
-	c := cursor{ops: ops, pos: off, end: off + int64(len(p)), flags: flags, ctr: ctr, fused: &ctr.dioReads, fusedDev: &ctr.dioReadsDev}
+	c := cursor{ops: ops, pos: off, end: off + int64(len(p)), flags: flags, ctr: ctr}
+	if ctr != nil {
+		c.fused, c.fusedDev = &ctr.dioReads, &ctr.dioReadsDev
+	}
 	for c.more() {
 		if err := c.begin(); err != nil {
 			return int(c.done), err
@@ -173,8 +180,11 @@ func DirectWrite(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOpti
 			o.EndIO = c.EndIO
 		}
 	}
-	ctr := countersFor(p)
-	c := cursor{ops: ops, pos: off, end: off + int64(len(p)), flags: Write | Direct | o.Flags, ctr: ctr, fused: &ctr.dioWrites, fusedDev: &ctr.dioWritesDev}
+	ctr := o.Counters.forBuf(p)
+	c := cursor{ops: ops, pos: off, end: off + int64(len(p)), flags: Write | Direct | o.Flags, ctr: ctr}
+	if ctr != nil {
+		c.fused, c.fusedDev = &ctr.dioWrites, &ctr.dioWritesDev
+	}
 	for c.more() {
 		if err := c.begin(); err != nil {
 			return int(c.done), err
@@ -183,7 +193,7 @@ func DirectWrite(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOpti
 		var err error
 		switch c.m.Type {
 		case Mapped, Unwritten:
-			c.devIO, err = dioWriteSegment(dev, &o, c.m, b, c.pos) // the data write, counted with End
+			c.devIO, err = dioWriteSegment(dev, &o, ctr, c.m, b, c.pos) // the data write, counted with End
 		case Inline:
 			copy(c.m.InlineData[c.pos-c.m.Offset:], b)
 		default:
@@ -192,8 +202,8 @@ func DirectWrite(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOpti
 		if err == nil && o.EndIO != nil {
 			if err = o.EndIO(c.pos, c.n, c.m); err != nil {
 				err = fmt.Errorf("iomap: end io [%d, +%d): %w", c.pos, c.n, err)
-			} else {
-				c.ctr.endIO.Add(c.n)
+			} else if ctr != nil {
+				ctr.endIO.Add(c.n)
 			}
 		}
 		processed := c.n
@@ -210,20 +220,20 @@ func DirectWrite(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOpti
 // dioWriteSegment writes b at file offset pos inside mapping m, zeroing the
 // rest of partial blocks first when m is New or Unwritten. issued reports
 // whether the data's WriteAt was called, for the caller to count (the
-// zeroing writes count themselves).
-func dioWriteSegment(dev blockdev.Device, o *DioOptions, m Mapping, b []byte, pos int64) (issued bool, err error) {
+// zeroing writes count themselves, on ctr).
+func dioWriteSegment(dev blockdev.Device, o *DioOptions, ctr *atomicCounters, m Mapping, b []byte, pos int64) (issued bool, err error) {
 	addr := m.Addr + (pos - m.Offset)
 	n := int64(len(b))
 	if bs := o.BlockSize; bs > 0 && (m.Flags&MapNew != 0 || m.Type == Unwritten) {
 		if head := pos & (bs - 1); head != 0 {
 			head = min(head, pos-m.Offset) // never zero outside the mapping
-			if err := zeroDevice(dev, addr-head, head); err != nil {
+			if err := zeroDevice(dev, ctr, addr-head, head); err != nil {
 				return false, err
 			}
 		}
 		if e := pos + n; e&(bs-1) != 0 {
 			tail := min(bs-e&(bs-1), m.End()-e)
-			if err := zeroDevice(dev, addr+n, tail); err != nil {
+			if err := zeroDevice(dev, ctr, addr+n, tail); err != nil {
 				return false, err
 			}
 		}
@@ -234,15 +244,20 @@ func dioWriteSegment(dev blockdev.Device, o *DioOptions, m Mapping, b []byte, po
 	return true, nil
 }
 
-// zeroDevice writes n zero bytes at device address addr (iomap_dio_zero).
-func zeroDevice(dev blockdev.Device, addr, n int64) error {
+// zeroDevice writes n zero bytes at device address addr (iomap_dio_zero),
+// counting on ctr (nil: not counted).
+func zeroDevice(dev blockdev.Device, ctr *atomicCounters, addr, n int64) error {
 	for n > 0 {
 		l := min(n, int64(len(zeroes)))
-		counters.devWrites.Add(1)
+		if ctr != nil {
+			ctr.devWrites.Add(1)
+		}
 		if _, err := dev.WriteAt(zeroes[:l], addr); err != nil {
 			return fmt.Errorf("iomap: zeroing partial block at device %d (+%d): %w", addr, l, err)
 		}
-		counters.zeroed.Add(l)
+		if ctr != nil {
+			ctr.zeroed.Add(l)
+		}
 		addr += l
 		n -= l
 	}

@@ -82,17 +82,19 @@ func TestDirectSubBlockZeroing(t *testing.T) {
 	dev := patternDev(t, 1<<20)
 	fs := newTinyFS(bs, 0, 256)
 	fs.set(4, bWritten, 20)
-	before := iomap.ReadCounters()
+	var ctr iomap.CounterSet
+	opt := fs.dio()
+	opt.Counters = &ctr
 	data := bytes.Repeat([]byte{9}, 1024)
 	// [1536, 2560) in hole block 0: head 1536 and tail 1536 zeroed.
-	if _, err := iomap.DirectWrite(dev, fs, data, 1536, fs.dio()); err != nil {
+	if _, err := iomap.DirectWrite(dev, fs, data, 1536, opt); err != nil {
 		t.Fatal(err)
 	}
 	// Same into mapped block 4: no zeroing, pattern stays.
-	if _, err := iomap.DirectWrite(dev, fs, data, 4*bs+1536, fs.dio()); err != nil {
+	if _, err := iomap.DirectWrite(dev, fs, data, 4*bs+1536, opt); err != nil {
 		t.Fatal(err)
 	}
-	d := iomap.ReadCounters().Sub(before)
+	d := ctr.Read()
 	if d.ZeroedBytes < bs-1024 {
 		t.Errorf("zeroed %d bytes, want >= %d", d.ZeroedBytes, bs-1024)
 	}
@@ -186,13 +188,13 @@ func TestBufferedWriteStale(t *testing.T) {
 			return fs.Valid(m)
 		},
 	}
-	before := iomap.ReadCounters()
+	before := c.Counters()
 	data := bytes.Repeat([]byte{3}, 100)
 	if n, err := iomap.BufferedWrite(c, ops, 1, data, 10, 0); err != nil || n != 100 {
 		t.Fatalf("write %d %v", n, err)
 	}
-	if begins != 2 || iomap.ReadCounters().Sub(before).StaleMappings != 1 {
-		t.Fatalf("begins %d, stale %d; want 2, 1", begins, iomap.ReadCounters().Sub(before).StaleMappings)
+	if stale := c.Counters().Sub(before).StaleMappings; begins != 2 || stale != 1 {
+		t.Fatalf("begins %d, stale %d; want 2, 1", begins, stale)
 	}
 	got := make([]byte, 110)
 	if _, err := iomap.BufferedRead(c, ops, 1, got, 0, 110); err != nil {
@@ -212,20 +214,26 @@ func TestDirectCounters(t *testing.T) {
 	fs := newTinyFS(bs, 0, 256)
 	fs.set(4, bWritten, 20)
 	fs.set(5, bWritten, 40) // not contiguous with block 4: two mappings
-	before := iomap.ReadCounters()
-	if _, err := iomap.DirectWrite(dev, fs, make([]byte, 2*bs), 4*bs, fs.dio()); err != nil {
+	var ctr iomap.CounterSet
+	opt := fs.dio()
+	opt.Counters = &ctr
+	if _, err := iomap.DirectWrite(dev, fs, make([]byte, 2*bs), 4*bs, opt); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := iomap.DirectRead(dev, fs, make([]byte, bs), 4*bs, nil); err != nil {
+	if _, err := iomap.DirectRead(dev, fs, make([]byte, bs), 4*bs, &iomap.DioOptions{Counters: &ctr}); err != nil {
 		t.Fatal(err)
 	}
 	failing := iomap.Funcs{BeginFunc: func(off, length int64, flags iomap.Flags) (iomap.Mapping, error) {
 		return iomap.Mapping{}, iomap.ErrInvalid
 	}}
-	if _, err := iomap.DirectWrite(dev, failing, make([]byte, bs), 0, nil); err == nil {
+	if _, err := iomap.DirectWrite(dev, failing, make([]byte, bs), 0, &iomap.DioOptions{Counters: &ctr}); err == nil {
 		t.Fatal("a failing Begin did not fail the write")
 	}
-	d := iomap.ReadCounters().Sub(before)
+	// Without a CounterSet nothing is counted.
+	if _, err := iomap.DirectRead(dev, fs, make([]byte, bs), 4*bs, nil); err != nil {
+		t.Fatal(err)
+	}
+	d := ctr.Read()
 	want := iomap.Counters{
 		Begins:       iomap.OpCounts{Read: 1, Write: 3, Direct: 4},
 		Ends:         iomap.OpCounts{Read: 1, Write: 2, Direct: 3},
@@ -235,5 +243,27 @@ func TestDirectCounters(t *testing.T) {
 	d.EndIOBytes = 0
 	if d != want {
 		t.Fatalf("counters moved by %+v, want %+v", d, want)
+	}
+}
+
+// TestReportCounters: Fiemap and SeekData count their Begin and End calls
+// under Report on the CounterSet their options name.
+func TestReportCounters(t *testing.T) {
+	const bs = 4096
+	fs := newTinyFS(bs, 0, 256)
+	fs.set(4, bWritten, 20)
+	var ctr iomap.CounterSet
+	if err := iomap.Fiemap(fs, 0, 8*bs, iomap.FiemapOptions{Counters: &ctr}, func(iomap.Extent) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	d := ctr.Read()
+	if d.Begins.Report == 0 || d.Ends.Report != d.Begins.Report || d.Begins.Read+d.Begins.Write != 0 {
+		t.Fatalf("after Fiemap: %+v", d)
+	}
+	if off, err := iomap.SeekData(fs, 0, 8*bs, &iomap.SeekOptions{Counters: &ctr}); err != nil || off != 4*bs {
+		t.Fatalf("SeekData: %d, %v", off, err)
+	}
+	if n := ctr.Read().Begins.Report; n <= d.Begins.Report {
+		t.Fatalf("SeekData counted no Begin: %d, then %d", d.Begins.Report, n)
 	}
 }

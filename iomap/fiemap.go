@@ -36,6 +36,9 @@ type FiemapOptions struct {
 	// mappings. Off, every mapping is one extent, as Linux's iomap_fiemap
 	// reports (ExtentMerged then only comes from MapMerged).
 	Merge bool
+	// Counters, when set, counts the walk's Begin and End calls; nil
+	// counts nothing.
+	Counters *CounterSet
 }
 
 func extentOf(m Mapping) Extent {
@@ -69,7 +72,7 @@ func Fiemap(ops Ops, off, length int64, opt FiemapOptions, fn func(Extent) error
 	var prev Extent
 	var prevType Type
 	have := false
-	_, err := Iter(ops, off, length, Report, func(m Mapping, pos, n int64) (int64, error) {
+	_, err := iter(ops, off, length, Report, opt.Counters.first(), func(m Mapping, pos, n int64) (int64, error) {
 		if m.Type == Hole {
 			return n, nil
 		}

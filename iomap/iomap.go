@@ -267,7 +267,7 @@ type cursor struct {
 	n     int64           // bytes of m usable from pos
 	stale int             // consecutive stale results without progress
 	done  int64           // bytes processed so far
-	ctr   *atomicCounters // the counter stripe to count on
+	ctr   *atomicCounters // the counter stripe to count on; nil: none
 	// fused, if set, counts a Begin and its End with one add (see
 	// atomicCounters.dioWrites); calls that fail are counted one by one.
 	// fusedDev counts them with the segment's one device I/O instead, when
@@ -312,14 +312,15 @@ func (c *cursor) finish(processed int64, ferr error) error {
 		ferr = errors.Join(ferr, fmt.Errorf("iomap: body processed %d of %d bytes: %w", processed, c.n, ErrInvalid))
 		processed = max(0, min(processed, c.n))
 	}
-	if c.devIO {
-		c.devIO = false
+	switch {
+	case c.devIO && c.fusedDev != nil:
 		c.fusedDev.Add(1) // this call's Begin, device I/O and End
-	} else if c.fused != nil {
+	case c.fused != nil:
 		c.fused.Add(1) // this call's Begin and End
-	} else {
+	default:
 		c.ctr.countEnd(c.flags)
 	}
+	c.devIO = false
 	eerr := c.ops.End(c.pos, c.n, processed, c.flags, c.m)
 	if eerr != nil {
 		eerr = fmt.Errorf("iomap: end [%d, +%d) written %d: %w", c.pos, c.n, processed, eerr)
@@ -327,7 +328,9 @@ func (c *cursor) finish(processed int64, ferr error) error {
 	c.pos += processed
 	c.done += processed
 	if ferr != nil && errors.Is(ferr, ErrStale) && eerr == nil {
-		c.ctr.stale.Add(1)
+		if c.ctr != nil {
+			c.ctr.stale.Add(1)
+		}
 		if processed > 0 {
 			c.stale = 0
 			return nil
@@ -357,12 +360,18 @@ type IterFunc func(m Mapping, off, n int64) (processed int64, err error)
 // what fn processed (End is called even when fn fails), and advances by the
 // processed bytes, so short mappings and short processing are both
 // continued with a new Begin. It returns the total processed and the first
-// error. Zero progress without an error is ErrNoProgress.
+// error. Zero progress without an error is ErrNoProgress. Iter counts
+// nothing (see CounterSet).
 func Iter(ops Ops, off, length int64, flags Flags, fn IterFunc) (int64, error) {
+	return iter(ops, off, length, flags, nil, fn)
+}
+
+// iter is Iter counting on ctr (nil: not counted).
+func iter(ops Ops, off, length int64, flags Flags, ctr *atomicCounters, fn IterFunc) (int64, error) {
 	if err := checkRange("iter", off, length); err != nil {
 		return 0, err
 	}
-	c := cursor{ops: ops, pos: off, end: off + length, flags: flags, ctr: counters}
+	c := cursor{ops: ops, pos: off, end: off + length, flags: flags, ctr: ctr}
 	for c.more() {
 		if err := c.begin(); err != nil {
 			return c.done, err

@@ -73,6 +73,8 @@ type PageCache struct {
 	noInline bool            // immutable: NoInlineWriteback
 	noRead   bool            // immutable: NoReadCache
 	runPool  sync.Pool       // *[]byte of maxRun pages
+	counters CounterSet      // Counters; ctr is its stripe 0
+	ctr      *atomicCounters // immutable
 
 	flusher struct {
 		sync.Mutex
@@ -141,11 +143,18 @@ func NewPageCache(dev blockdev.Device, opt PageCacheOptions) (*PageCache, error)
 		c.shift++
 	}
 	c.runPool.New = func() any { b := make([]byte, c.maxRun*ps); return &b }
+	c.ctr = c.counters.first()
 	c.mu.cond.L = &c.mu.Mutex
 	c.mu.files = make(map[Key]*file)
 	c.mu.lru.next, c.mu.lru.prev = &c.mu.lru, &c.mu.lru
 	return c, nil
 }
+
+// Counters returns a snapshot of the cache's counters: the Begin and End
+// calls of its operations (BufferedRead, BufferedWrite, ZeroRange and
+// write-back), their device I/O and the pages it cached, evicted, wrote
+// back and dropped.
+func (c *PageCache) Counters() Counters { return c.counters.Read() }
 
 // PageSize returns the page size in bytes.
 func (c *PageCache) PageSize() int64 { return c.pageSize }
@@ -235,12 +244,12 @@ func (c *PageCache) get(f *file, idx int64) (*page, error) {
 			case victim != nil:
 				data = victim.data
 				c.dropLocked(victim)
-				counters.pagesEvicted.Add(1)
+				c.ctr.pagesEvicted.Add(1)
 			case dirty != nil:
 				// Memory pressure: write back the oldest dirty run, then retry.
 				df, didx := dirty.f, dirty.idx
 				c.mu.Unlock()
-				counters.evicWb.Add(1)
+				c.ctr.evicWb.Add(1)
 				err := c.writebackCluster(df, didx)
 				c.mu.Lock()
 				if err != nil {
@@ -261,7 +270,7 @@ func (c *PageCache) get(f *file, idx int64) (*page, error) {
 		f.pages[idx] = pg
 		c.lruFrontLocked(pg)
 		c.mu.npages++
-		counters.pagesCached.Add(1)
+		c.ctr.pagesCached.Add(1)
 		return pg, nil
 	}
 }
@@ -329,7 +338,7 @@ func (c *PageCache) readInLocked(pg *page, m Mapping, size int64) error {
 		if start < m.Offset || start+c.pageSize > m.End() {
 			return fmt.Errorf("iomap: page [%d, +%d) not inside %v: %w", start, c.pageSize, m, ErrBadMapping)
 		}
-		counters.devReads.Add(1)
+		c.ctr.devReads.Add(1)
 		addr := m.Addr + (start - m.Offset)
 		if _, err := c.dev.ReadAt(pg.data, addr); err != nil {
 			return fmt.Errorf("iomap: reading page at file %d from device %d: %w", start, addr, err)
@@ -371,7 +380,7 @@ func BufferedRead(c *PageCache, ops Ops, key Key, p []byte, off, size int64) (in
 		return 0, err
 	}
 	v, _ := ops.(Validator)
-	done, err := Iter(ops, off, n, 0, func(m Mapping, pos, n int64) (int64, error) {
+	done, err := iter(ops, off, n, 0, c.ctr, func(m Mapping, pos, n int64) (int64, error) {
 		var done int64
 		// [runStart, runEnd) are uncached bytes of a Mapped mapping to be
 		// read straight from the device (NoReadCache).
@@ -460,7 +469,7 @@ func (c *PageCache) readDirect(dst []byte, m Mapping, pos int64) error {
 	if pos < m.Offset || pos+int64(len(dst)) > m.End() {
 		return fmt.Errorf("iomap: read [%d, +%d) not inside %v: %w", pos, len(dst), m, ErrBadMapping)
 	}
-	counters.devReads.Add(1)
+	c.ctr.devReads.Add(1)
 	addr := m.Addr + (pos - m.Offset)
 	if _, err := c.dev.ReadAt(dst, addr); err != nil {
 		return fmt.Errorf("iomap: reading file %d from device %d: %w", pos, addr, err)
@@ -492,7 +501,7 @@ func bufferedWrite(c *PageCache, ops Ops, key Key, p []byte, off, length, size i
 		return 0, err
 	}
 	v, _ := ops.(Validator)
-	done, err := Iter(ops, off, length, flags, func(m Mapping, pos, n int64) (int64, error) {
+	done, err := iter(ops, off, length, flags, c.ctr, func(m Mapping, pos, n int64) (int64, error) {
 		if p == nil && (m.Type == Hole || m.Type == Unwritten) {
 			// Zeroing: these read as zeroes already; zero only cached pages.
 			c.zeroCached(f, pos, n)
@@ -526,7 +535,7 @@ func bufferedWrite(c *PageCache, ops Ops, key Key, p []byte, off, length, size i
 			}
 			if p == nil {
 				clear(pg.data[po : po+l])
-				counters.zeroed.Add(l)
+				c.ctr.zeroed.Add(l)
 			} else {
 				copy(pg.data[po:po+l], p[pos+done-off:])
 			}
@@ -563,7 +572,7 @@ func (c *PageCache) zeroCached(f *file, off, n int64) {
 		pg.mu.Lock()
 		if pg.uptodate {
 			clear(pg.data[from:to])
-			counters.zeroed.Add(to - from)
+			c.ctr.zeroed.Add(to - from)
 		}
 		pg.mu.Unlock()
 		c.release(pg, false, false)
@@ -736,7 +745,7 @@ func (c *PageCache) WritebackOldest() (bool, error) {
 	}
 	f, idx := dirty.f, dirty.idx
 	c.mu.Unlock()
-	counters.evicWb.Add(1)
+	c.ctr.evicWb.Add(1)
 	err := c.writebackCluster(f, idx)
 	if err != nil {
 		c.mu.Lock()
@@ -959,12 +968,12 @@ func (c *PageCache) writeRun(f *file, ops Ops, pages []*page) error {
 			return c.redirty(f, pages, fmt.Errorf("iomap: write-back start [%d, +%d): %w", off, length, err))
 		}
 	}
-	done, err := Iter(ops, off, length, Writeback, func(m Mapping, pos, n int64) (int64, error) {
+	done, err := iter(ops, off, length, Writeback, c.ctr, func(m Mapping, pos, n int64) (int64, error) {
 		src := buf[pos-off : pos-off+n]
 		switch m.Type {
 		case Mapped, Unwritten:
 			addr := m.Addr + (pos - m.Offset)
-			counters.devWrites.Add(1)
+			c.ctr.devWrites.Add(1)
 			if _, err := c.dev.WriteAt(src, addr); err != nil {
 				return 0, fmt.Errorf("iomap: write-back of file %d [%d, +%d) at device %d: %w", f.key, pos, n, addr, err)
 			}
@@ -981,7 +990,7 @@ func (c *PageCache) writeRun(f *file, ops Ops, pages []*page) error {
 		}
 	}
 	written := int(done >> c.shift)
-	counters.pagesWritten.Add(int64(written))
+	c.ctr.pagesWritten.Add(int64(written))
 	if err != nil {
 		return c.redirty(f, pages[written:], err)
 	}
@@ -1032,7 +1041,7 @@ func (c *PageCache) invalidateLocked(f *file, lo, hi int64) {
 			for _, pg := range victims {
 				c.dropLocked(pg)
 			}
-			counters.pagesInval.Add(int64(len(victims)))
+			c.ctr.pagesInval.Add(int64(len(victims)))
 			if len(victims) > 0 && c.mu.waiters > 0 {
 				c.mu.cond.Broadcast()
 			}

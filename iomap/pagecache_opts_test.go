@@ -420,9 +420,9 @@ func TestNoReadCache(t *testing.T) {
 		t.Helper()
 		for _, r := range ranges {
 			buf := make([]byte, r.n)
-			before := iomap.ReadCounters()
+			before := c.Counters()
 			n, err := iomap.BufferedRead(c, fs, key, buf, r.off, size)
-			reads := iomap.ReadCounters().Sub(before).DeviceReads
+			reads := c.Counters().Sub(before).DeviceReads
 			wantN := max(0, min(r.n, size-r.off))
 			if int64(n) != wantN || (wantN < r.n) != errors.Is(err, io.EOF) || (err != nil && !errors.Is(err, io.EOF)) {
 				t.Fatalf("%s: read(%d, %d): %d, %v; want %d", phase, r.off, r.n, n, err, wantN)

@@ -26,7 +26,7 @@ func TestPageCacheBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	before := iomap.ReadCounters()
+	before := c.Counters()
 	total := int64(10 * maxPages * bs)
 	want := make([]byte, total)
 	for i := range want {
@@ -41,7 +41,7 @@ func TestPageCacheBound(t *testing.T) {
 			t.Fatalf("at %d: %d pages cached, bound %d", off, p, maxPages)
 		}
 	}
-	d := iomap.ReadCounters().Sub(before)
+	d := c.Counters().Sub(before)
 	if d.EvictionWritebacks == 0 || d.PagesEvicted == 0 || d.PagesWrittenBack < 9*maxPages {
 		t.Fatalf("counters %+v: want eviction write-backs", d)
 	}

@@ -15,6 +15,17 @@ type SeekOptions struct {
 	// PageSize is the granularity of Present (PageCache.PageSize); required
 	// with Present.
 	PageSize int64
+	// Counters, when set, counts the seek's Begin and End calls; nil
+	// counts nothing.
+	Counters *CounterSet
+}
+
+// counters returns the stripe o counts on, nil for none.
+func (o *SeekOptions) counters() *atomicCounters {
+	if o == nil {
+		return nil
+	}
+	return o.Counters.first()
 }
 
 // errFound stops a seek iteration.
@@ -54,7 +65,7 @@ func SeekHole(ops Ops, off, size int64, opt *SeekOptions) (int64, error) {
 		return 0, err
 	}
 	found := int64(-1)
-	_, err := Iter(ops, off, size-off, Report, func(m Mapping, pos, n int64) (int64, error) {
+	_, err := iter(ops, off, size-off, Report, opt.counters(), func(m Mapping, pos, n int64) (int64, error) {
 		switch m.Type {
 		case Hole:
 			found = pos
@@ -89,7 +100,7 @@ func SeekData(ops Ops, off, size int64, opt *SeekOptions) (int64, error) {
 		return 0, err
 	}
 	found := int64(-1)
-	_, err := Iter(ops, off, size-off, Report, func(m Mapping, pos, n int64) (int64, error) {
+	_, err := iter(ops, off, size-off, Report, opt.counters(), func(m Mapping, pos, n int64) (int64, error) {
 		switch m.Type {
 		case Hole:
 		case Unwritten:

@@ -3,15 +3,13 @@ package journal
 import (
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
 	"sync"
 	"time"
 )
 
 // memDev is an in-memory device for tests that separates written from
-// durable bytes: a crash keeps only what a Flush made durable (optionally
-// plus a random subset of the writes after it: a torn tail).
+// durable bytes: a crash keeps only what a Flush made durable.
 type memDev struct {
 	mu       sync.Mutex
 	cur      []byte    // what reads see
@@ -78,20 +76,6 @@ func (d *memDev) Flush() error {
 	return nil
 }
 
-// crashImage returns the durable bytes plus, when rng is set, a random
-// subset of the pending writes. d.mu is held.
-func (d *memDev) crashImageLocked(rng *rand.Rand) []byte {
-	img := append([]byte(nil), d.durable...)
-	if rng != nil {
-		for _, w := range d.pending {
-			if rng.IntN(2) == 0 {
-				copy(img[w.off:], w.data)
-			}
-		}
-	}
-	return img
-}
-
 func (d *memDev) ZeroOut(off, n int64) error { _, err := d.WriteAt(make([]byte, n), off); return err }
 func (d *memDev) Discard(off, n int64) error { return nil }
 func (d *memDev) Size() int64                { return int64(len(d.cur)) }
@@ -109,7 +93,6 @@ func (d *memDev) snapshot() []byte {
 	defer d.mu.Unlock()
 	return append([]byte(nil), d.cur...)
 }
-func (d *memDev) block(b uint64, bs int) []byte { return d.snapshot()[int(b)*bs : int(b+1)*bs] }
 
 // fileDev is a device on an image file for the e2fsprogs tests.
 type fileDev struct{ f *os.File }

@@ -368,7 +368,7 @@ func BenchmarkFsync(b *testing.B) {
 				b.Fatal(err)
 			}
 			dev.latency = 200 * time.Microsecond
-			f0, c0 := dev.flushCount(), GlobalStats().Commits
+			f0, c0 := dev.flushCount(), j.Stats().Commits
 			var wg sync.WaitGroup
 			per := (b.N + g - 1) / g
 			b.ResetTimer()
@@ -399,7 +399,7 @@ func BenchmarkFsync(b *testing.B) {
 			el := time.Since(start)
 			b.StopTimer()
 			fsyncs := float64(per * g)
-			commits := float64(GlobalStats().Commits - c0)
+			commits := float64(j.Stats().Commits - c0)
 			b.ReportMetric(commits/el.Seconds(), "commits/s")
 			b.ReportMetric(float64(dev.flushCount()-f0)/fsyncs, "flushes/fsync")
 			b.ReportMetric(fsyncs/el.Seconds(), "fsyncs/s")

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"sync/atomic"
 	"time"
 
 	"github.com/ext4io/ext4io/internal/mutant"
@@ -13,17 +12,16 @@ import (
 // transaction is one jbd2 transaction. All fields are guarded by Journal.mu;
 // buffers are immutable once the transaction is committing.
 type transaction struct {
-	tid       uint32
-	locked    bool                // no handle may join: a commit is pending
-	updates   int                 // open handles
-	reserved  int                 // credits of open handles + credits used by stopped ones
-	declared  map[uint64]struct{} // blocks a handle got write access to
-	buffers   map[uint64][]byte   // newest contents of dirtied blocks
-	revokes   map[uint64]struct{} // revoked blocks
-	callbacks []func() error      // ordered-mode data hooks (OnCommit)
-	born      time.Time           // when the first handle joined
-	start     uint32              // first log block, once committing
-	nblocks   uint32              // log blocks, once committing
+	tid      uint32
+	locked   bool                // no handle may join: a commit is pending
+	updates  int                 // open handles
+	reserved int                 // credits of open handles + credits used by stopped ones
+	declared map[uint64]struct{} // blocks a handle got write access to
+	buffers  map[uint64][]byte   // newest contents of dirtied blocks
+	revokes  map[uint64]struct{} // revoked blocks
+	born     time.Time           // when the first handle joined
+	start    uint32              // first log block, once committing
+	nblocks  uint32              // log blocks, once committing
 }
 
 func (t *transaction) empty() bool { return len(t.buffers) == 0 && len(t.revokes) == 0 }
@@ -213,20 +211,6 @@ func (h *Handle) Revoke(blk uint64) error {
 	return nil
 }
 
-// OnCommit registers fn to run before the commit block of this handle's
-// transaction is written: ordered mode's hook to make data blocks newly
-// mapped by the transaction durable. An error aborts the journal.
-func (h *Handle) OnCommit(fn func() error) error {
-	j := h.j
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if err := h.check(); err != nil {
-		return err
-	}
-	h.t.callbacks = append(h.t.callbacks, fn)
-	return nil
-}
-
 // Stop ends the handle and returns its unused credits to the transaction.
 func (h *Handle) Stop() error {
 	j := h.j
@@ -244,11 +228,9 @@ func (h *Handle) Stop() error {
 	return j.mu.err
 }
 
-var stats struct{ commits, checkpoints, logBlocks atomic.Uint64 }
-
-// GlobalStats returns process-wide counters (all journals).
-func GlobalStats() Stats {
-	return Stats{Commits: stats.commits.Load(), Checkpoints: stats.checkpoints.Load(), LogBlocks: stats.logBlocks.Load()}
+// Stats returns the journal's counters since Open or Create.
+func (j *Journal) Stats() Stats {
+	return Stats{Commits: j.stats.commits.Load(), Checkpoints: j.stats.checkpoints.Load(), LogBlocks: j.stats.logBlocks.Load()}
 }
 
 // commitLoop is the commit goroutine (jbd2's kjournald2).
@@ -347,7 +329,7 @@ func (j *Journal) commitRunning() {
 			}
 		}
 	}
-	stats.commits.Add(1)
+	j.stats.commits.Add(1)
 	j.broadcastLocked()
 	j.mu.Unlock()
 }
@@ -357,7 +339,7 @@ func (j *Journal) commitRunning() {
 //   - if the on-disk superblock says the log is empty (JBD2_FLUSHED), it is
 //     rewritten first with s_start/s_sequence of this transaction, without a
 //     flush: the commit block's preflush makes it durable;
-//   - ordered data is written (OnCommit callbacks, then Config.BeforeCommit);
+//   - ordered data is written (Config.BeforeCommit);
 //   - revoke blocks (jbd2_journal_write_revoke_records), then descriptor
 //     blocks each followed by its journalled blocks, escaped when they begin
 //     with the jbd2 magic;
@@ -380,11 +362,6 @@ func (j *Journal) writeTransaction(t *transaction) error {
 		}
 	}
 	j.sbMu.Unlock()
-	for _, fn := range t.callbacks {
-		if err := fn(); err != nil {
-			return fmt.Errorf("journal: ordered data for transaction %d: %w", t.tid, err)
-		}
-	}
 	if j.before != nil {
 		if err := j.before(t.tid); err != nil {
 			return fmt.Errorf("journal: ordered data for transaction %d: %w", t.tid, err)
@@ -396,7 +373,7 @@ func (j *Journal) writeTransaction(t *transaction) error {
 		if err := j.writeLog(pos, b); err != nil {
 			return err
 		}
-		stats.logBlocks.Add(1)
+		j.stats.logBlocks.Add(1)
 		pos = j.wrap(pos + 1)
 		return nil
 	}
@@ -472,7 +449,7 @@ func (j *Journal) writeTransaction(t *transaction) error {
 		}
 		blocks = blocks[n:]
 	}
-	if j.fsdev != j.dev && len(t.callbacks)+btoi(j.before != nil) > 0 {
+	if j.fsdev != j.dev && j.before != nil {
 		if err := j.fsdev.Flush(); err != nil {
 			return fmt.Errorf("journal: flush data device: %w", ioErr(err))
 		}
@@ -506,13 +483,6 @@ func (j *Journal) writeTransaction(t *transaction) error {
 		return fmt.Errorf("journal: transaction %d wrote to %d, expected %d: %w", t.tid, pos, j.wrap(t.start+t.nblocks), ErrInvalid)
 	}
 	return nil
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 func sortedKeys[V any](m map[uint64]V) []uint64 {
@@ -633,7 +603,7 @@ func (j *Journal) Checkpoint() error {
 			j.mu.forgotten[b] = evs
 		}
 	}
-	stats.checkpoints.Add(1)
+	j.stats.checkpoints.Add(1)
 	j.broadcastLocked()
 	return nil
 }

@@ -52,6 +52,3 @@ var (
 	ErrCorrupt     = errs.ErrCorrupt
 	ErrUnsupported = errs.ErrUnsupported
 )
-
-// CorruptError is the error type for corrupt metadata; it wraps ErrCorrupt.
-type CorruptError = errs.CorruptError

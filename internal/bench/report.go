@@ -207,13 +207,13 @@ func newReport(c *config, desc string, size, region int64) *Report {
 func notesFor(c *config) []string {
 	split := "direct writes into unwritten extents leave the extent tree alone: the completion marks the blocks written beside the extent-status cache and queues the conversion, which the tree takes in sorted batches (at the latest with the next journal commit)"
 	if c.EagerConversions {
-		split = "--eager-conversions: direct writes into unwritten extents split them at submission (each in-flight write owns its extent) and convert at completion (Options.EagerConversions)"
+		split = "--eager-conversions: direct writes into unwritten extents split them at submission (each in-flight write owns its extent) and convert at completion (Options.Tuning.EagerConversions)"
 	}
 	if c.DeferSplits {
-		split = "--defer-splits: direct writes into unwritten extents split and convert at I/O completion (Options.DeferSplits)"
+		split = "--defer-splits: direct writes into unwritten extents split and convert at I/O completion (Options.Tuning.DeferSplits)"
 	}
 	if c.ZeroOutChunk > 0 {
-		split += fmt.Sprintf("; --zeroout-chunk %d: the first direct write into each %d-byte chunk of preallocated space zeroes and converts the chunk, later ones are overwrites (Options.ZeroOutChunk)", c.ZeroOutChunk, c.ZeroOutChunk)
+		split += fmt.Sprintf("; --zeroout-chunk %d: the first direct write into each %d-byte chunk of preallocated space zeroes and converts the chunk, later ones are overwrites (Options.Tuning.ZeroOutChunk)", c.ZeroOutChunk, c.ZeroOutChunk)
 	}
 	raw := "raw = the same backend doing the same offsets with pread/pwrite on the same device, at the device blocks of the engine's file for workloads on a prepared file (a binary search of its extents per I/O, 5-14 ns in BenchmarkRawSideAt; a write-zeroes file's blocks are zeroed again before each phase, raw's and the engine's), in a region of its own for fresh-file workloads; it is the ceiling"
 	if c.RawAtRegion {

@@ -58,8 +58,12 @@ func planSpace(size, region int64, bs int) (*spacePlan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("space plan: %w", err)
 	}
-	a := v.Allocator()
-	p.FreeBytes, p.FreeInodes = int64(a.FreeBlocks())*p.BlockSize, int64(a.FreeInodes())
+	st, err := v.Statfs()
+	if err != nil {
+		v.Close()
+		return nil, fmt.Errorf("space plan: %w", err)
+	}
+	p.FreeBytes, p.FreeInodes = int64(st.BlocksFree)*p.BlockSize, int64(st.FilesFree)
 	if err := v.Close(); err != nil {
 		return nil, fmt.Errorf("space plan: %w", err)
 	}

@@ -105,7 +105,11 @@ func TestBenchSmallFilesReuse(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer v.Close()
-	inodes := int64(v.Allocator().FreeInodes())
+	st, err := v.Statfs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	inodes := int64(st.FilesFree)
 	e := engineSide{v: v, files: 16}
 	p := pattern(4096, 1)
 	for n := int64(1); n <= 2*inodes; n++ {
@@ -201,7 +205,11 @@ func TestBenchResetFreesSpace(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer v.Close()
-	budget := int64(float64(v.Allocator().FreeBlocks())*0.4) * 4096
+	st, err := v.Statfs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	budget := int64(float64(st.BlocksFree)*0.4) * 4096
 	f, err := v.Create(benchFile)
 	if err != nil {
 		t.Fatal(err)

@@ -1,5 +1,6 @@
 // Package errs holds the sentinel errors shared by every ext4io package and
-// the CorruptError type that carries the location of bad metadata.
+// the CorruptError type that carries the location of bad metadata (which
+// ext4io.CorruptError and layout.CorruptError mirror; see AddTwin).
 //
 // The sentinels are re-exported by the public packages (ext4io.ErrCorrupt is
 // errs.ErrCorrupt, and so on), so errors.Is works whichever package a caller
@@ -126,6 +127,37 @@ func (e *CorruptError) Unwrap() []error {
 		return []error{ErrCorrupt, e.Err}
 	}
 	return []error{ErrCorrupt}
+}
+
+// twins are the conversions to CorruptError's public twins (AddTwin).
+// They are appended by init functions only, so they need no lock.
+var twins []func(e *CorruptError, target any) bool
+
+// AddTwin registers T, a public package's copy of CorruptError (the same
+// fields, declared where go doc shows them to that package's callers),
+// so that errors.As(err, &t) with t of type *T finds a *CorruptError in
+// err's chain, whichever package produced it: conv converts the pointer,
+// a conversion between the two struct types that compiles only while
+// their fields agree. Call it from an init function.
+func AddTwin[T any](conv func(*CorruptError) *T) {
+	twins = append(twins, func(e *CorruptError, target any) bool {
+		p, ok := target.(**T)
+		if ok {
+			*p = conv(e)
+		}
+		return ok
+	})
+}
+
+// As lets errors.As fill a pointer to one of the twins registered with
+// AddTwin: it sets *target to e seen as that type.
+func (e *CorruptError) As(target any) bool {
+	for _, as := range twins {
+		if as(e, target) {
+			return true
+		}
+	}
+	return false
 }
 
 // Corruptf returns a *CorruptError for structure what at block (byte offset

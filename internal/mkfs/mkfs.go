@@ -77,6 +77,8 @@ const (
 )
 
 // Options configures Format. The zero value gives mkfs.ext4's defaults.
+// ext4io.FormatOptions has the same fields, and ext4io.Format converts
+// one to the other: a field added here is added there too.
 type Options struct {
 	BlockSize  int // 1024..65536, a power of two; 0 = 4096
 	InodeSize  int // 128 or 256 (any power of two up to BlockSize); 0 = 256

@@ -56,7 +56,6 @@ type worker struct {
 	xsteps  int    // steps that were xattr operations (runWorkers does not count them)
 	shared  []xset // attribute sets shared by the round's workers; immutable
 	log     []string
-	fill    bool // ENOSPC round: end with a fill phase
 
 	// clock returns the device-operation log's length (Recorder.Len):
 	// snapshots are stamped with it, so a crash point of the log knows

@@ -269,13 +269,13 @@ func (r *runner) doRound(seed uint64) ([]*worker, *memdev.Device, error) {
 	opts, label := ext4io.Options{Writable: true}, kind
 	switch rng.IntN(5) {
 	case 0:
-		opts.DeferSplits = true
+		opts.Tuning.DeferSplits = true
 		label += " defer-splits"
 	case 1:
-		opts.ZeroOutChunk = 16 << 10 << rng.IntN(3)
-		label += fmt.Sprintf(" zeroout-chunk=%d", opts.ZeroOutChunk)
+		opts.Tuning.ZeroOutChunk = 16 << 10 << rng.IntN(3)
+		label += fmt.Sprintf(" zeroout-chunk=%d", opts.Tuning.ZeroOutChunk)
 	case 2:
-		opts.EagerConversions = true
+		opts.Tuning.EagerConversions = true
 		label += " eager-conversions"
 	}
 	v, err := ext4io.Open(dev, opts)
