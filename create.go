@@ -133,27 +133,18 @@ func (d *File) addEntryLocked(name string, ino uint32, ft uint8) error {
 func (d *File) insertInBlock(lblk uint64, b []byte, name string, ino uint32, ft uint8, need int) (bool, error) {
 	v := d.v
 	hasTail := v.csum && layout.HasDirTail(b)
-	slot, slotLen, used := -1, 0, 0
+	var slot layout.DirEntry
+	found := false
 	err := layout.DirBlock(b, d.physOf(lblk), d.ino, hasTail, v.sb.HasIncompat(layout.IncompatFiletype), lblk == 0, func(e layout.DirEntry) error {
-		u := 0
-		if e.Inode != 0 {
-			u = layout.DirRecLen(int(e.NameLen))
-		}
-		if e.RecLen-u >= need && slot < 0 {
-			slot, slotLen, used = e.Off, e.RecLen, u
+		if layout.DirEntryRoom(e) >= need && !found {
+			slot, found = e, true
 		}
 		return nil
 	})
-	if err != nil || slot < 0 {
+	if err != nil || !found {
 		return false, err
 	}
-	if used > 0 {
-		// Shrink the live entry and put ours in its slack.
-		binary.LittleEndian.PutUint16(b[slot+4:], layout.EncodeRecLen(used, len(b)))
-		layout.PutDirEntry(b, slot+used, ino, slotLen-used, ft, []byte(name))
-	} else {
-		layout.PutDirEntry(b, slot, ino, slotLen, ft, []byte(name))
-	}
+	layout.InsertDirEntry(b, slot, ino, ft, []byte(name))
 	return true, d.writeDirBlock(lblk, b)
 }
 

@@ -1,7 +1,6 @@
 package ext4io
 
 import (
-	"encoding/binary"
 	"fmt"
 	"sort"
 
@@ -121,12 +120,8 @@ func (d *File) setDxCsum(lblk uint64, b []byte) error {
 	if !v.csum {
 		return nil
 	}
-	countOff := layout.DxNodeCountOff
-	if lblk == 0 {
-		countOff = layout.DxRootInfoOff + int(b[layout.DxRootInfoOff+5])
-	}
-	le := binary.LittleEndian
-	limit, count := int(le.Uint16(b[countOff:])), int(le.Uint16(b[countOff+2:]))
+	countOff := layout.DxCountOff(b, lblk == 0)
+	limit, count := layout.DxCountLimit(b, countOff)
 	if limit != layout.DxLimit(len(b), countOff, true) || count > limit {
 		return &errs.CorruptError{What: "htree node", Ino: d.ino, Block: d.physOf(lblk), Off: countOff, Msg: fmt.Sprintf("count %d limit %d", count, limit)}
 	}
@@ -153,27 +148,14 @@ func insertDx(fr *dxFrame, at int, hash uint32, blk uint64) {
 	fr.node.Entries = e
 }
 
-// newDxNodeBlock returns an empty interior index block holding entries.
-func (d *File) newDxNodeBlock(entries []layout.DxEntry) ([]byte, *layout.DxNode) {
-	bs := d.v.bs
-	b := make([]byte, bs)
-	binary.LittleEndian.PutUint16(b[4:], layout.EncodeRecLen(bs, bs)) // fake dirent: inode 0, rec_len = block
-	n := &layout.DxNode{Limit: layout.DxLimit(bs, layout.DxNodeCountOff, d.v.csum), CountOff: layout.DxNodeCountOff,
-		Entries: append([]layout.DxEntry(nil), entries...)}
-	n.Count = len(n.Entries)
-	layout.PutDxEntries(b, n.CountOff, n.Limit, n.Entries)
-	return b, n
-}
-
 // appendDxNodeLocked appends a new index node holding entries and returns
 // its logical block.
 func (d *File) appendDxNodeLocked(entries []layout.DxEntry) (uint64, error) {
-	b, n := d.newDxNodeBlock(entries)
+	b, _ := layout.NewDxNodeBlock(d.v.bs, d.v.csum, entries)
 	lblk := d.in.Size / uint64(d.v.bs)
 	if err := d.setDxCsum(lblk, b); err != nil {
 		return 0, err
 	}
-	_ = n
 	return d.appendBlockLocked(b)
 }
 
@@ -223,7 +205,7 @@ func (d *File) addDxLocked(name string, ino uint32, ft uint8, need int, forceSpl
 				if int(info.IndirectLevels)+1 >= maxLevels {
 					return fmt.Errorf("directory inode %d: htree index full (%d levels): %w", d.ino, info.IndirectLevels+1, ErrNoSpace)
 				}
-				if err := d.dxAddLevel(&frames[0]); err != nil {
+				if err := d.dxAddLevel(&frames[0], info); err != nil {
 					return err
 				}
 			} else if err := d.dxSplitNode(&frames[i-1], &frames[i]); err != nil {
@@ -255,14 +237,16 @@ func (d *File) addDxLocked(name string, ino uint32, ft uint8, need int, forceSpl
 }
 
 // dxAddLevel moves the full root's entries to a new node and points the
-// root at it (the add_level case of ext4_dx_add_entry).
-func (d *File) dxAddLevel(root *dxFrame) error {
+// root at it (the add_level case of ext4_dx_add_entry). info is the
+// root's dx_root_info as dxPath decoded it.
+func (d *File) dxAddLevel(root *dxFrame, info layout.DxRootInfo) error {
 	newBlk, err := d.appendDxNodeLocked(root.node.Entries)
 	if err != nil {
 		return err
 	}
 	root.node.Entries = []layout.DxEntry{{Block: uint32(newBlk)}}
-	root.buf[layout.DxRootInfoOff+6]++
+	info.IndirectLevels++
+	layout.PutDxRootInfo(root.buf, info)
 	return d.writeFrame(root)
 }
 
@@ -377,48 +361,18 @@ func (d *File) packLeaf(ents []dxEnt) []byte {
 // "." and ".." entries the conversion needs.
 func (d *File) makeIndexedLocked(b0 []byte, name string, ino uint32, ft uint8, need int) (bool, error) {
 	v := d.v
-	le := binary.LittleEndian
-	bs := v.bs
-	end := bs
-	if v.csum {
-		end -= layout.DirTailLen
+	// The entries after ".." move to a new block 1; the root keeps "."
+	// and "..", then dx_root_info and one entry pointing at block 1.
+	root, b1, err := layout.MakeDxRoot(b0, d.physOf(0), d.ino, v.csum, v.sb.DefHashVersion)
+	if err != nil || root == nil {
+		return false, err
 	}
-	dotLen := layout.DecodeRecLen(le.Uint16(b0[4:]), bs)
-	if dotLen != layout.DirRecLen(1) || b0[6] != 1 || b0[8] != '.' || b0[18] != 2 || string(b0[20:22]) != ".." {
-		return false, nil
-	}
-	dotdotLen := layout.DecodeRecLen(le.Uint16(b0[16:]), bs)
-	start := 12 + dotdotLen
-	if start >= end {
-		return false, nil
-	}
-	// The entries after ".." move to a new block 1.
-	b1 := make([]byte, bs)
-	copy(b1, b0[start:end])
-	last := 0
-	for off := 0; off < end-start; {
-		rl := layout.DecodeRecLen(le.Uint16(b1[off+4:]), bs)
-		if rl < layout.DirRecLen(1) || off+rl > end-start {
-			return false, &errs.CorruptError{What: "directory entry", Ino: d.ino, Block: d.physOf(0), Off: start + off, Msg: "bad rec_len while indexing"}
-		}
-		last = off
-		off += rl
-	}
-	le.PutUint16(b1[last+4:], layout.EncodeRecLen(end-last, bs))
 	if v.csum {
 		layout.SetDirTail(layout.InodeSeed(v.csumSeed, d.ino, d.in.Generation), b1)
 	}
-	// Root: ".." spans the block, then dx_root_info and one entry.
-	root := make([]byte, bs)
-	copy(root, b0[:24])
-	le.PutUint16(root[16:], layout.EncodeRecLen(bs-layout.DirRecLen(1), bs))
-	root[layout.DxRootInfoOff+4] = v.sb.DefHashVersion
-	root[layout.DxRootInfoOff+5] = 8
-	limit := layout.DxLimit(bs, layout.DxRootCountOff, v.csum)
 	if _, err := d.appendBlockLocked(b1); err != nil {
 		return false, err
 	}
-	layout.PutDxEntries(root, layout.DxRootCountOff, limit, []layout.DxEntry{{Block: 1}})
 	d.in.Flags |= layout.InodeFlagIndex
 	if err := d.setDxCsum(0, root); err != nil {
 		return false, err

@@ -1,7 +1,6 @@
 package ext4io
 
 import (
-	"encoding/binary"
 	"fmt"
 	"sync/atomic"
 
@@ -271,7 +270,7 @@ func (v *Volume) inlineData(ino uint32, in *layout.Inode) ([]byte, error) {
 	if in.Size <= uint64(len(data)) {
 		return data[:in.Size], nil
 	}
-	extra, err := inodeXattr(in, 7, "data")
+	extra, err := inodeXattr(in, layout.XattrIndexSystem, "data")
 	if err != nil {
 		if ce, ok := err.(*errs.CorruptError); ok {
 			ce.Ino = ino
@@ -289,40 +288,17 @@ func (v *Volume) inlineData(ino uint32, in *layout.Inode) ([]byte, error) {
 // inodeXattr finds an extended attribute stored in the inode body after
 // i_extra_isize (struct ext4_xattr_ibody_header + ext4_xattr_entry list).
 func inodeXattr(in *layout.Inode, index uint8, name string) ([]byte, error) {
-	const magic = 0xEA020000
-	r := in.Raw
-	start := layout.GoodOldInodeSize + int(in.ExtraIsize)
-	bad := func(off int, msg string) error {
-		return &errs.CorruptError{What: "in-inode xattr", Off: off, Msg: msg}
+	attrs, err := layout.DecodeXattrIbody(layout.XattrIbodyRegion(in))
+	if err != nil {
+		return nil, err
 	}
-	if len(r) < start+4 || binary.LittleEndian.Uint32(r[start:]) != magic {
-		return nil, nil
-	}
-	base := start + 4
-	le := binary.LittleEndian
-	for off := base; off+16 <= len(r); {
-		if le.Uint32(r[off:]) == 0 { // end of entries
-			break
-		}
-		nameLen := int(r[off])
-		idx := r[off+1]
-		valOff := int(le.Uint16(r[off+2:]))
-		valInum := le.Uint32(r[off+4:])
-		valSize := int(le.Uint32(r[off+8:]))
-		if off+16+nameLen > len(r) {
-			return nil, bad(off, "entry name runs past the inode")
-		}
-		n := string(r[off+16 : off+16+nameLen])
-		if idx == index && n == name {
-			if valInum != 0 {
-				return nil, bad(off, "value in an EA inode is not supported for inline data")
+	for _, x := range attrs {
+		if x.Index == index && x.Name == name {
+			if x.ValueInum != 0 {
+				return nil, &errs.CorruptError{What: "in-inode xattr", Off: -1, Msg: "value in an EA inode is not supported for inline data"}
 			}
-			if base+valOff+valSize > len(r) || valOff < 0 {
-				return nil, bad(off, fmt.Sprintf("value [%d,+%d) runs past the inode", valOff, valSize))
-			}
-			return r[base+valOff : base+valOff+valSize], nil
+			return x.Value, nil
 		}
-		off += (16 + nameLen + 3) &^ 3
 	}
 	return nil, nil
 }

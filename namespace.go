@@ -1,7 +1,6 @@
 package ext4io
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -867,10 +866,9 @@ func (d *File) setDotDotLocked(parent uint32) error {
 	if !ok {
 		return fmt.Errorf("directory inode %d: block 0 not mapped: %w", d.ino, ErrCorrupt)
 	}
-	if string(buf[0x14:0x16]) != ".." || buf[0x12] != 2 || string(buf[8:9]) != "." {
+	if !layout.SetDirDotDot(buf, parent) {
 		return fmt.Errorf("directory inode %d: block 0 does not start with . and ..: %w", d.ino, ErrCorrupt)
 	}
-	binary.LittleEndian.PutUint32(buf[12:], parent)
 	return d.writeBlockRawLocked(0, buf)
 }
 
@@ -898,7 +896,7 @@ func (d *File) findEntry(name string, ino uint32, buf []byte) (lblk uint64, off,
 		if err != nil || !ok {
 			return false, err
 		}
-		if v.isDxDir(d.in) && (blk == 0 || binary.LittleEndian.Uint32(buf) == 0 && layout.DecodeRecLen(binary.LittleEndian.Uint16(buf[4:]), len(buf)) == len(buf)) {
+		if v.isDxDir(d.in) && (blk == 0 || layout.IsDxNodeBlock(buf)) {
 			return false, nil // index block
 		}
 		p := -1
@@ -951,20 +949,12 @@ func (d *File) findEntry(name string, ino uint32, buf []byte) (lblk uint64, off,
 // held) as ext4_generic_delete_entry does: its record joins the previous
 // entry's, or, first in its block, its inode becomes 0.
 func (d *File) removeEntryLocked(name string, ino uint32) (uint64, error) {
-	le := binary.LittleEndian
 	buf := make([]byte, d.v.bs)
 	lblk, off, prev, err := d.findEntry(name, ino, buf)
 	if err != nil {
 		return 0, err
 	}
-	rec := layout.DecodeRecLen(le.Uint16(buf[off+4:]), len(buf))
-	if prev >= 0 {
-		prevLen := layout.DecodeRecLen(le.Uint16(buf[prev+4:]), len(buf))
-		le.PutUint16(buf[prev+4:], layout.EncodeRecLen(prevLen+rec, len(buf)))
-		clear(buf[off : off+layout.DirEntryHeaderLen+int(buf[off+6])])
-	} else {
-		le.PutUint32(buf[off:], 0)
-	}
+	layout.RemoveDirEntry(buf, off, prev)
 	return lblk, d.writeDirBlock(lblk, buf)
 }
 
@@ -975,10 +965,7 @@ func (d *File) setEntryLocked(name string, oldIno, newIno uint32, ft uint8) erro
 	if err != nil {
 		return err
 	}
-	binary.LittleEndian.PutUint32(buf[off:], newIno)
-	if d.v.sb.HasIncompat(layout.IncompatFiletype) {
-		buf[off+7] = ft
-	}
+	layout.RetargetDirEntry(buf, off, newIno, ft, d.v.sb.HasIncompat(layout.IncompatFiletype))
 	return d.writeDirBlock(lblk, buf)
 }
 

@@ -39,6 +39,9 @@
 // Extended attributes (in-inode and block formats, hashes, checksum;
 // invariants X1-X4) are drawn in xattr.go, POSIX ACL forms in acl.go.
 //
+// Orphan file blocks (slots, magic and checksum; invariant OB1) are drawn
+// in orphan.go, htree index blocks in htree.go.
+//
 // Fast-commit tags (the records ext4 writes to the jbd2 fast-commit area)
 // are in fastcommit.go with their byte diagram and the invariants FC1, FC2
 // of a valid fast commit.
