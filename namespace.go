@@ -11,9 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ext4io/ext4io/extent"
 	"github.com/ext4io/ext4io/internal/errs"
-	"github.com/ext4io/ext4io/iomap"
 	"github.com/ext4io/ext4io/layout"
 )
 
@@ -323,80 +321,6 @@ func (d *File) appendBlockLocked(b []byte) (uint64, error) {
 	return lblk, v.writeInodeLocked(d.n)
 }
 
-// discardInode frees an inode that was written but never linked.
-func (v *Volume) discardInode(ino uint32, in *layout.Inode, dir bool) {
-	in.LinksCount, in.Dtime = 0, uint32(time.Now().Unix())
-	v.writeInode(ino, in)
-	v.alloc.FreeInode(ino, dir)
-}
-
-// dropInode frees an unlinked inode and everything it maps.
-func (v *Volume) dropInode(n *inode) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return v.evictLocked(n)
-}
-
-// evictLocked frees inode n (lock held; no names left): its blocks, then
-// the inode, as ext4_evict_inode does, and forgets its cached state.
-func (v *Volume) evictLocked(n *inode) error {
-	n.conv.dropFrom(0) // the blocks go with the inode
-	n.conv.bits.clear(0, maxFileBlocks)
-	var err error
-	if n.m != nil && n.m.tree != nil {
-		if n.in.IsDir() && v.jm != nil {
-			// Directory blocks are metadata: revoke them so that the
-			// journal never writes an old copy over their next user.
-			err = n.m.tree.Walk(func(e extent.Extent) error {
-				for i := uint64(0); i < uint64(e.Len); i++ {
-					v.jm.revoke(e.Pblk + i)
-				}
-				return nil
-			})
-		}
-		if err == nil {
-			err = n.m.tree.Remove(0, extent.EndLblk-1)
-		}
-	}
-	v.alloc.ReleasePrealloc(n.ino)
-	if err != nil {
-		return fmt.Errorf("ext4io: freeing blocks of inode %d: %w", n.ino, err)
-	}
-	if err := v.releaseXattrBlockLocked(n); err != nil {
-		return fmt.Errorf("ext4io: freeing xattr block of inode %d: %w", n.ino, err)
-	}
-	dir := n.in.IsDir()
-	n.in.LinksCount = 0
-	n.setSizeLocked(0)
-	n.in.Dtime = uint32(time.Now().Unix())
-	if err := v.writeInodeLocked(n); err != nil {
-		return err
-	}
-	// Stale references to n (a write-back or an inode sync that looked it
-	// up before this) must never write it over the slot's next user.
-	n.freed = true
-	v.forgetInode(n.ino)
-	return v.alloc.FreeInode(n.ino, dir)
-}
-
-// forgetInode drops the cached state of inode ino.
-// Its cached pages are dropped and the reservations of its Delayed blocks
-// released. The caller holds the inode's lock exclusively, if it is cached.
-func (v *Volume) forgetInode(ino uint32) {
-	v.inoMu.Lock()
-	n := v.inodes[ino]
-	delete(v.inodes, ino)
-	v.inoMu.Unlock()
-	if v.pc != nil {
-		v.pc.Forget(iomap.Key(ino))
-	}
-	v.cache.Forget(ino)
-	if n != nil && n.delayed > 0 {
-		v.alloc.Unreserve(n.delayed)
-		n.delayed = 0
-	}
-}
-
 // releaseLinkLocked handles an inode whose link count dropped (n locked):
 // at zero it is freed, or put on the orphan list while it is open.
 // inUse says whether a File has it open (checked before locking n).
@@ -635,13 +559,6 @@ func (v *Volume) symlink(target, name string) error {
 		return err
 	}
 	return nil
-}
-
-// cachedInode returns the cached state of ino, or nil.
-func (v *Volume) cachedInode(ino uint32) *inode {
-	v.inoMu.Lock()
-	defer v.inoMu.Unlock()
-	return v.inodes[ino]
 }
 
 // Rename renames oldname to newname, replacing newname if it exists: a
