@@ -142,13 +142,13 @@ func (v *Volume) entryType(mode uint16) uint8 {
 	return ftOf(mode)
 }
 
-// lookupChild finds name in d (lock held) and opens its inode.
-func (d *File) lookupChild(name string) (*File, error) {
-	e, err := d.lookupName(name)
+// lookupChild finds name in f (lock held) and opens its inode.
+func (f *File) lookupChild(name string) (*File, error) {
+	e, err := f.lookupName(name)
 	if err != nil {
 		return nil, err
 	}
-	return d.v.inodeFile(e.Inode, name)
+	return f.v.inodeFile(e.Inode, name)
 }
 
 // inodeFile is openInode for callers that may hold the inode's lock
@@ -265,36 +265,36 @@ func (v *Volume) mkdir(name string, perm fs.FileMode) error {
 }
 
 // initDirLocked writes the first block of a new directory: "." and "..".
-func (d *File) initDirLocked(parent uint32) error {
-	v := d.v
+func (f *File) initDirLocked(parent uint32) error {
+	v := f.v
 	b := make([]byte, v.bs)
 	end := v.bs
 	if v.csum {
 		end -= layout.DirTailLen
 	}
 	ft := v.entryType(layout.ModeDir)
-	layout.PutDirEntry(b, 0, d.ino, layout.DirRecLen(1), ft, []byte("."))
+	layout.PutDirEntry(b, 0, f.ino, layout.DirRecLen(1), ft, []byte("."))
 	layout.PutDirEntry(b, layout.DirRecLen(1), parent, end-layout.DirRecLen(1), ft, []byte(".."))
 	if v.csum {
-		layout.SetDirTail(layout.InodeSeed(v.csumSeed, d.ino, d.in.Generation), b)
+		layout.SetDirTail(layout.InodeSeed(v.csumSeed, f.ino, f.in.Generation), b)
 	}
-	_, err := d.appendBlockLocked(b)
+	_, err := f.appendBlockLocked(b)
 	return err
 }
 
 // appendBlockLocked appends directory block b (checksum tail set here when
 // b has one) and returns its logical block number.
-func (d *File) appendBlockLocked(b []byte) (uint64, error) {
-	v := d.v
+func (f *File) appendBlockLocked(b []byte) (uint64, error) {
+	v := f.v
 	bs := uint64(v.bs)
-	lblk := d.in.Size / bs
+	lblk := f.in.Size / bs
 	if lblk >= maxFileBlocks {
-		return 0, fmt.Errorf("directory inode %d is full: %w", d.ino, ErrNoSpace)
+		return 0, fmt.Errorf("directory inode %d is full: %w", f.ino, ErrNoSpace)
 	}
 	if v.csum && layout.HasDirTail(b) {
-		layout.SetDirTail(layout.InodeSeed(v.csumSeed, d.ino, d.in.Generation), b)
+		layout.SetDirTail(layout.InodeSeed(v.csumSeed, f.ino, f.in.Generation), b)
 	}
-	start, got, err := d.allocRun(lblk, 1, 1)
+	start, got, err := f.allocRun(lblk, 1, 1)
 	if err != nil {
 		return 0, err
 	}
@@ -308,12 +308,12 @@ func (d *File) appendBlockLocked(b []byte) (uint64, error) {
 		v.alloc.Free(start, got)
 		return 0, err
 	}
-	if err := d.mapRun(lblk, start, got, false); err != nil {
+	if err := f.mapRun(lblk, start, got, false); err != nil {
 		return 0, err
 	}
-	d.in.Size += bs
-	d.touchLocked()
-	return lblk, v.writeInodeLocked(d.n)
+	f.in.Size += bs
+	f.touchLocked()
+	return lblk, v.writeInodeLocked(f.n)
 }
 
 // releaseLinkLocked handles an inode whose link count dropped (n locked):
@@ -558,33 +558,33 @@ func (v *Volume) symlink(target, name string) error {
 
 // writeBlockRawLocked writes directory block lblk, refreshing its
 // checksum: the linear tail, or for an htree root or node the dx_tail.
-func (d *File) writeBlockRawLocked(lblk uint64, b []byte) error {
-	v := d.v
-	if v.csum && v.isDxDir(d.in) && !layout.HasDirTail(b) {
-		if err := d.setDxCsum(lblk, b); err != nil {
+func (f *File) writeBlockRawLocked(lblk uint64, b []byte) error {
+	v := f.v
+	if v.csum && v.isDxDir(f.in) && !layout.HasDirTail(b) {
+		if err := f.setDxCsum(lblk, b); err != nil {
 			return err
 		}
 	}
-	return d.writeDirBlock(lblk, b)
+	return f.writeDirBlock(lblk, b)
 }
 
-// findEntry locates name (naming ino when ino != 0) in directory d: the
+// findEntry locates name (naming ino when ino != 0) in directory f: the
 // logical block (read into buf), the entry's offset and the offset of the
 // entry before it in the block (-1 for the first).
-func (d *File) findEntry(name string, ino uint32, buf []byte) (lblk uint64, off, prev int, err error) {
-	v := d.v
+func (f *File) findEntry(name string, ino uint32, buf []byte) (lblk uint64, off, prev int, err error) {
+	v := f.v
 	hasFt := v.sb.HasIncompat(layout.IncompatFiletype)
 	off, prev = -1, -1
 	try := func(blk uint64) (bool, error) {
-		ok, err := d.dirBlock(blk, buf)
+		ok, err := f.dirBlock(blk, buf)
 		if err != nil || !ok {
 			return false, err
 		}
-		if v.isDxDir(d.in) && (blk == 0 || layout.IsDxNodeBlock(buf)) {
+		if v.isDxDir(f.in) && (blk == 0 || layout.IsDxNodeBlock(buf)) {
 			return false, nil // index block
 		}
 		p := -1
-		err = layout.DirBlock(buf, d.physOf(blk), d.ino, v.csum && layout.HasDirTail(buf), hasFt, blk == 0, func(e layout.DirEntry) error {
+		err = layout.DirBlock(buf, f.physOf(blk), f.ino, v.csum && layout.HasDirTail(buf), hasFt, blk == 0, func(e layout.DirEntry) error {
 			if e.Inode != 0 && string(e.Name) == name && (ino == 0 || e.Inode == ino) {
 				off, prev = e.Off, p
 				return errStop
@@ -598,10 +598,10 @@ func (d *File) findEntry(name string, ino uint32, buf []byte) (lblk uint64, off,
 		}
 		return false, err
 	}
-	if v.isDxDir(d.in) {
-		err = d.dxWalk(name, func(blk uint64) (bool, error) { return try(blk) })
+	if v.isDxDir(f.in) {
+		err = f.dxWalk(name, func(blk uint64) (bool, error) { return try(blk) })
 	} else {
-		err = d.dirRuns(d.in.Size/uint64(v.bs), func(blk, n uint64) error {
+		err = f.dirRuns(f.in.Size/uint64(v.bs), func(blk, n uint64) error {
 			for end := blk + n; blk < end; blk++ {
 				if found, err := try(blk); found || err != nil {
 					if found {
@@ -623,32 +623,32 @@ func (d *File) findEntry(name string, ino uint32, buf []byte) (lblk uint64, off,
 		return 0, 0, 0, ErrNotFound
 	}
 	// try may have read later blocks after the match; re-read the match.
-	if _, err := d.dirBlock(lblk, buf); err != nil {
+	if _, err := f.dirBlock(lblk, buf); err != nil {
 		return 0, 0, 0, err
 	}
 	return lblk, off, prev, nil
 }
 
-// removeEntryLocked deletes the entry name (-> ino) from directory d (lock
+// removeEntryLocked deletes the entry name (-> ino) from directory f (lock
 // held) as ext4_generic_delete_entry does: its record joins the previous
 // entry's, or, first in its block, its inode becomes 0.
-func (d *File) removeEntryLocked(name string, ino uint32) (uint64, error) {
-	buf := make([]byte, d.v.bs)
-	lblk, off, prev, err := d.findEntry(name, ino, buf)
+func (f *File) removeEntryLocked(name string, ino uint32) (uint64, error) {
+	buf := make([]byte, f.v.bs)
+	lblk, off, prev, err := f.findEntry(name, ino, buf)
 	if err != nil {
 		return 0, err
 	}
 	layout.RemoveDirEntry(buf, off, prev)
-	return lblk, d.writeDirBlock(lblk, buf)
+	return lblk, f.writeDirBlock(lblk, buf)
 }
 
 // setEntryLocked points the existing entry name (-> oldIno) at newIno.
-func (d *File) setEntryLocked(name string, oldIno, newIno uint32, ft uint8) error {
-	buf := make([]byte, d.v.bs)
-	lblk, off, _, err := d.findEntry(name, oldIno, buf)
+func (f *File) setEntryLocked(name string, oldIno, newIno uint32, ft uint8) error {
+	buf := make([]byte, f.v.bs)
+	lblk, off, _, err := f.findEntry(name, oldIno, buf)
 	if err != nil {
 		return err
 	}
-	layout.RetargetDirEntry(buf, off, newIno, ft, d.v.sb.HasIncompat(layout.IncompatFiletype))
-	return d.writeDirBlock(lblk, buf)
+	layout.RetargetDirEntry(buf, off, newIno, ft, f.v.sb.HasIncompat(layout.IncompatFiletype))
+	return f.writeDirBlock(lblk, buf)
 }

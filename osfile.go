@@ -186,9 +186,9 @@ func (f *File) bufferedTwin() *File {
 	return g
 }
 
-// writeAtPos writes p through g at pos's position and moves it.
-func (g *File) writeAtPos(pos *File, p []byte) (int, error) {
-	n, err := g.writeSync(p, pos.off)
+// writeAtPos writes p through f at pos's position and moves it.
+func (f *File) writeAtPos(pos *File, p []byte) (int, error) {
+	n, err := f.writeSync(p, pos.off)
 	pos.off += int64(n)
 	return n, err
 }

@@ -224,20 +224,20 @@ func (v *Volume) isUnder(ino, anc uint32) (bool, error) {
 	return false, nil
 }
 
-// setDotDotLocked points directory d's ".." at parent.
-func (d *File) setDotDotLocked(parent uint32) error {
-	buf := make([]byte, d.v.bs)
-	ok, err := d.dirBlock(0, buf)
+// setDotDotLocked points directory f's ".." at parent.
+func (f *File) setDotDotLocked(parent uint32) error {
+	buf := make([]byte, f.v.bs)
+	ok, err := f.dirBlock(0, buf)
 	if err != nil {
 		return err
 	}
 	if !ok {
-		return fmt.Errorf("directory inode %d: block 0 not mapped: %w", d.ino, ErrCorrupt)
+		return fmt.Errorf("directory inode %d: block 0 not mapped: %w", f.ino, ErrCorrupt)
 	}
 	if !layout.SetDirDotDot(buf, parent) {
-		return fmt.Errorf("directory inode %d: block 0 does not start with . and ..: %w", d.ino, ErrCorrupt)
+		return fmt.Errorf("directory inode %d: block 0 does not start with . and ..: %w", f.ino, ErrCorrupt)
 	}
-	return d.writeBlockRawLocked(0, buf)
+	return f.writeBlockRawLocked(0, buf)
 }
 
 // Flags of Rename2, with the values of Linux's renameat2(2) flags.
