@@ -91,29 +91,29 @@ func (v *Volume) newInode(mode uint16) *layout.Inode {
 	return in
 }
 
-// addEntryLocked inserts name -> ino into directory d (lock held): into
+// addEntryLocked inserts name -> ino into directory f (lock held): into
 // the first block with room, or a new block appended to the directory.
-func (d *File) addEntryLocked(name string, ino uint32, ft uint8) error {
-	v := d.v
-	if d.m == nil || d.m.tree == nil {
-		return fmt.Errorf("directory inode %d is not extent-mapped: %w", d.ino, ErrUnsupported)
+func (f *File) addEntryLocked(name string, ino uint32, ft uint8) error {
+	v := f.v
+	if f.m == nil || f.m.tree == nil {
+		return fmt.Errorf("directory inode %d is not extent-mapped: %w", f.ino, ErrUnsupported)
 	}
 	need := layout.DirRecLen(len(name))
 	bs := uint64(v.bs)
-	nblk := d.in.Size / bs
-	if v.isDxDir(d.in) {
-		return d.addDxEntryLocked(name, ino, ft, need)
+	nblk := f.in.Size / bs
+	if v.isDxDir(f.in) {
+		return f.addDxEntryLocked(name, ino, ft, need)
 	}
 	buf := make([]byte, bs)
-	err := d.dirBlocks(nblk, buf, func(lblk uint64) error {
-		done, err := d.insertInBlock(lblk, buf, name, ino, ft, need)
+	err := f.dirBlocks(nblk, buf, func(lblk uint64) error {
+		done, err := f.insertInBlock(lblk, buf, name, ino, ft, need)
 		if done || err != nil {
 			return cmp.Or(err, errStop)
 		}
 		if nblk == 1 && v.sb.HasCompat(layout.CompatDirIndex) {
 			// The only block is full: index the directory, as
 			// ext4_add_entry does with make_indexed_dir.
-			if done, err := d.makeIndexedLocked(buf, name, ino, ft, need); done || err != nil {
+			if done, err := f.makeIndexedLocked(buf, name, ino, ft, need); done || err != nil {
 				return cmp.Or(err, errStop)
 			}
 		}
@@ -125,50 +125,41 @@ func (d *File) addEntryLocked(name string, ino uint32, ft uint8) error {
 	if err != nil {
 		return err
 	}
-	return d.appendDirBlockLocked(name, ino, ft)
+	return f.appendDirBlockLocked(name, ino, ft)
 }
 
 // insertInBlock puts the entry into block b (logical lblk) if it has room
 // and writes the block back.
-func (d *File) insertInBlock(lblk uint64, b []byte, name string, ino uint32, ft uint8, need int) (bool, error) {
-	v := d.v
+func (f *File) insertInBlock(lblk uint64, b []byte, name string, ino uint32, ft uint8, need int) (bool, error) {
+	v := f.v
 	hasTail := v.csum && layout.HasDirTail(b)
-	slot, slotLen, used := -1, 0, 0
-	err := layout.DirBlock(b, d.physOf(lblk), d.ino, hasTail, v.sb.HasIncompat(layout.IncompatFiletype), lblk == 0, func(e layout.DirEntry) error {
-		u := 0
-		if e.Inode != 0 {
-			u = layout.DirRecLen(int(e.NameLen))
-		}
-		if e.RecLen-u >= need && slot < 0 {
-			slot, slotLen, used = e.Off, e.RecLen, u
+	var slot layout.DirEntry
+	found := false
+	err := layout.DirBlock(b, f.physOf(lblk), f.ino, hasTail, v.sb.HasIncompat(layout.IncompatFiletype), lblk == 0, func(e layout.DirEntry) error {
+		if layout.DirEntryRoom(e) >= need && !found {
+			slot, found = e, true
 		}
 		return nil
 	})
-	if err != nil || slot < 0 {
+	if err != nil || !found {
 		return false, err
 	}
-	if used > 0 {
-		// Shrink the live entry and put ours in its slack.
-		binary.LittleEndian.PutUint16(b[slot+4:], layout.EncodeRecLen(used, len(b)))
-		layout.PutDirEntry(b, slot+used, ino, slotLen-used, ft, []byte(name))
-	} else {
-		layout.PutDirEntry(b, slot, ino, slotLen, ft, []byte(name))
-	}
-	return true, d.writeDirBlock(lblk, b)
+	layout.InsertDirEntry(b, slot, ino, ft, []byte(name))
+	return true, f.writeDirBlock(lblk, b)
 }
 
 // writeDirBlock recomputes the checksum tail and writes a directory block.
-func (d *File) writeDirBlock(lblk uint64, b []byte) error {
-	v := d.v
-	m, err := d.m.lookup(lblk)
+func (f *File) writeDirBlock(lblk uint64, b []byte) error {
+	v := f.v
+	m, err := f.m.lookup(lblk)
 	if err != nil {
 		return err
 	}
 	if m.kind != mapWritten {
-		return fmt.Errorf("directory inode %d block %d is not mapped: %w", d.ino, lblk, ErrCorrupt)
+		return fmt.Errorf("directory inode %d block %d is not mapped: %w", f.ino, lblk, ErrCorrupt)
 	}
 	if v.csum && layout.HasDirTail(b) {
-		layout.SetDirTail(layout.InodeSeed(v.csumSeed, d.ino, d.in.Generation), b)
+		layout.SetDirTail(layout.InodeSeed(v.csumSeed, f.ino, f.in.Generation), b)
 	}
 	w, err := v.meta.GetWrite(m.pblk)
 	if err != nil {
@@ -178,17 +169,17 @@ func (d *File) writeDirBlock(lblk uint64, b []byte) error {
 	if err := v.meta.Dirty(m.pblk, w); err != nil {
 		return err
 	}
-	d.touchLocked()
-	return v.writeInodeLocked(d.n)
+	f.touchLocked()
+	return v.writeInodeLocked(f.n)
 }
 
 // appendDirBlockLocked grows the directory by one block holding the entry.
-func (d *File) appendDirBlockLocked(name string, ino uint32, ft uint8) error {
-	v := d.v
+func (f *File) appendDirBlockLocked(name string, ino uint32, ft uint8) error {
+	v := f.v
 	bs := uint64(v.bs)
-	lblk := d.in.Size / bs
+	lblk := f.in.Size / bs
 	if lblk >= maxFileBlocks {
-		return fmt.Errorf("directory inode %d is full: %w", d.ino, ErrNoSpace)
+		return fmt.Errorf("directory inode %d is full: %w", f.ino, ErrNoSpace)
 	}
 	b := make([]byte, bs)
 	end := int(bs)
@@ -197,9 +188,9 @@ func (d *File) appendDirBlockLocked(name string, ino uint32, ft uint8) error {
 	}
 	layout.PutDirEntry(b, 0, ino, end, ft, []byte(name))
 	if v.csum {
-		layout.SetDirTail(layout.InodeSeed(v.csumSeed, d.ino, d.in.Generation), b)
+		layout.SetDirTail(layout.InodeSeed(v.csumSeed, f.ino, f.in.Generation), b)
 	}
-	start, got, err := d.allocRun(lblk, 1, 1)
+	start, got, err := f.allocRun(lblk, 1, 1)
 	if err != nil {
 		return err
 	}
@@ -213,10 +204,10 @@ func (d *File) appendDirBlockLocked(name string, ino uint32, ft uint8) error {
 		v.alloc.Free(start, got)
 		return err
 	}
-	if err := d.mapRun(lblk, start, got, false); err != nil {
+	if err := f.mapRun(lblk, start, got, false); err != nil {
 		return err
 	}
-	d.in.Size += bs
-	d.touchLocked()
-	return v.writeInodeLocked(d.n)
+	f.in.Size += bs
+	f.touchLocked()
+	return v.writeInodeLocked(f.n)
 }

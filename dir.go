@@ -2,7 +2,6 @@ package ext4io
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -54,12 +53,11 @@ func (f *File) dirBlock(lblk uint64, buf []byte) (bool, error) {
 // (a single unused entry spanning the block) hold no entries.
 func (f *File) leafEntries(lblk uint64, b []byte, fn func(layout.DirEntry) error) error {
 	v := f.v
-	le := binary.LittleEndian
 	if v.isDxDir(f.in) {
 		if lblk == 0 {
 			return f.dxRootEntries(b, fn)
 		}
-		if le.Uint32(b) == 0 && layout.DecodeRecLen(le.Uint16(b[4:]), len(b)) == len(b) {
+		if layout.IsDxNodeBlock(b) {
 			return nil // dx node (or an empty non-checksummed block)
 		}
 	}
@@ -95,14 +93,14 @@ func (f *File) dxRootEntries(b []byte, fn func(layout.DirEntry) error) error {
 	}
 	if err != nil {
 		// ".." claims the rest of the block; parse the two fixed entries.
-		le := binary.LittleEndian
-		if string(b[8:9]) != "." || string(b[0x14:0x16]) != ".." {
+		dot, dotdot, ok := layout.DxRootDots(b)
+		if !ok {
 			return &errs.CorruptError{What: "htree root", Ino: f.ino, Block: f.physOf(0), Off: 0, Msg: "missing . and .. entries"}
 		}
-		if err := fn(layout.DirEntry{Inode: le.Uint32(b), Name: b[8:9], NameLen: 1, FileType: b[7]}); err != nil {
+		if err := fn(dot); err != nil {
 			return err
 		}
-		return fn(layout.DirEntry{Inode: le.Uint32(b[12:]), Name: b[0x14:0x16], NameLen: 2, FileType: b[0x13]})
+		return fn(dotdot)
 	}
 	return nil
 }
@@ -234,20 +232,15 @@ func (f *File) scanDir(fn func(layout.DirEntry) error) error {
 // the first 4 bytes of i_block, then entries in the rest of i_block and in
 // the system.data xattr. "." and ".." are not stored; they are yielded.
 func (f *File) scanInlineDir(fn func(layout.DirEntry) error) error {
-	data := f.inl
-	if len(data) < 4 {
+	parent, regions, ok := layout.DecodeInlineDir(f.inl)
+	if !ok {
 		return &errs.CorruptError{What: "inline directory", Ino: f.ino, Off: -1, Msg: "shorter than its parent pointer"}
 	}
 	if err := fn(layout.DirEntry{Inode: f.ino, Name: []byte("."), NameLen: 1, FileType: layout.FtDir}); err != nil {
 		return err
 	}
-	parent := binary.LittleEndian.Uint32(data)
 	if err := fn(layout.DirEntry{Inode: parent, Name: []byte(".."), NameLen: 2, FileType: layout.FtDir}); err != nil {
 		return err
-	}
-	regions := [][]byte{data[4:min(len(data), layout.InodeBlockSize)]}
-	if len(data) > layout.InodeBlockSize {
-		regions = append(regions, data[layout.InodeBlockSize:])
 	}
 	for _, r := range regions {
 		if len(r) == 0 {

@@ -669,7 +669,7 @@ func (r *fcReplay) dirBlocks(f *File, fn func(lblk uint64, b []byte) (bool, erro
 		if err != nil {
 			return err
 		}
-		if !ok || dx && (lblk == 0 || isDxNodeBlock(buf)) {
+		if !ok || dx && (lblk == 0 || layout.IsDxNodeBlock(buf)) {
 			continue
 		}
 		if stop, err := fn(lblk, buf); err != nil || stop {
@@ -677,17 +677,6 @@ func (r *fcReplay) dirBlocks(f *File, fn func(lblk uint64, b []byte) (bool, erro
 		}
 	}
 	return nil
-}
-
-// isDxNodeBlock reports an htree interior block: one unused entry spanning
-// the block.
-func isDxNodeBlock(b []byte) bool {
-	ok := false
-	_ = layout.DirBlock(b, 0, 0, false, true, false, func(e layout.DirEntry) error {
-		ok = e.Off == 0 && e.Inode == 0 && e.RecLen == len(b)
-		return errStop
-	})
-	return ok
 }
 
 // writeDirBlock refreshes the checksum tail of logical block lblk of f and
@@ -1093,15 +1082,8 @@ func (r *fcReplay) insertEntry(b []byte, pblk uint64, dots bool, dir uint32, ino
 	need := layout.DirRecLen(len(name))
 	done := false
 	err := layout.DirBlock(b, pblk, dir, r.blockHasTail(b), r.v.sb.HasIncompat(layout.IncompatFiletype), dots, func(e layout.DirEntry) error {
-		if e.Inode == 0 && e.RecLen >= need {
-			layout.PutDirEntry(b, e.Off, ino, e.RecLen, ft, name)
-			done = true
-			return errStop
-		}
-		used := layout.DirRecLen(len(e.Name))
-		if e.Inode != 0 && e.RecLen-used >= need {
-			layout.SetDirRecLen(b, e.Off, used)
-			layout.PutDirEntry(b, e.Off+used, ino, e.RecLen-used, ft, name)
+		if layout.DirEntryRoom(e) >= need {
+			layout.InsertDirEntry(b, e, ino, ft, name)
 			done = true
 			return errStop
 		}

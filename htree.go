@@ -1,7 +1,6 @@
 package ext4io
 
 import (
-	"encoding/binary"
 	"fmt"
 	"sort"
 
@@ -56,53 +55,53 @@ type dxEnt struct {
 }
 
 // dxHash returns name's major hash under the root's hash version.
-func (d *File) dxHash(hashVersion uint8, name []byte) (uint32, error) {
-	v := d.v
+func (f *File) dxHash(hashVersion uint8, name []byte) (uint32, error) {
+	v := f.v
 	hv := hashVersion
 	if hv <= layout.HashTea && v.sb.Flags&layout.FlagsUnsignedHash != 0 {
 		hv += 3
 	}
 	h, _, ok := layout.DirHash(hv, v.sb.HashSeed, name)
 	if !ok {
-		return 0, fmt.Errorf("ext4io: directory inode %d: hash version %d: %w", d.ino, hashVersion, ErrUnsupported)
+		return 0, fmt.Errorf("ext4io: directory inode %d: hash version %d: %w", f.ino, hashVersion, ErrUnsupported)
 	}
 	return h, nil
 }
 
 // dxPath descends the index to the leaf for hash (dx_probe). The last
 // frame's selected entry names the leaf.
-func (d *File) dxPath(name string) ([]dxFrame, layout.DxRootInfo, uint32, error) {
-	v := d.v
+func (f *File) dxPath(name string) ([]dxFrame, layout.DxRootInfo, uint32, error) {
+	v := f.v
 	root := dxFrame{lblk: 0, buf: make([]byte, v.bs)}
-	ok, err := d.dirBlock(0, root.buf)
+	ok, err := f.dirBlock(0, root.buf)
 	if err != nil {
 		return nil, layout.DxRootInfo{}, 0, err
 	}
 	if !ok {
-		return nil, layout.DxRootInfo{}, 0, &errs.CorruptError{What: "htree root", Ino: d.ino, Off: -1, Msg: "block 0 is not mapped"}
+		return nil, layout.DxRootInfo{}, 0, &errs.CorruptError{What: "htree root", Ino: f.ino, Off: -1, Msg: "block 0 is not mapped"}
 	}
-	info, node, err := layout.DecodeDxRoot(root.buf, d.physOf(0), d.ino, v.csum, v.sb.HasIncompat(layout.IncompatLargeDir))
+	info, node, err := layout.DecodeDxRoot(root.buf, f.physOf(0), f.ino, v.csum, v.sb.HasIncompat(layout.IncompatLargeDir))
 	if err != nil {
 		return nil, info, 0, err
 	}
-	seed := layout.InodeSeed(v.csumSeed, d.ino, d.in.Generation)
+	seed := layout.InodeSeed(v.csumSeed, f.ino, f.in.Generation)
 	if v.csum && !v.opts.SkipChecksums {
-		if err := layout.VerifyDx(seed, root.buf, node, d.physOf(0), d.ino); err != nil {
+		if err := layout.VerifyDx(seed, root.buf, node, f.physOf(0), f.ino); err != nil {
 			return nil, info, 0, err
 		}
 	}
-	hash, err := d.dxHash(info.HashVersion, []byte(name))
+	hash, err := f.dxHash(info.HashVersion, []byte(name))
 	if err != nil {
 		return nil, info, 0, err
 	}
-	nblk := d.in.Size / uint64(v.bs)
+	nblk := f.in.Size / uint64(v.bs)
 	root.node, root.at = node, node.DxLookup(hash)
 	frames := []dxFrame{root}
 	for len(frames) <= int(info.IndirectLevels) {
 		top := frames[len(frames)-1]
 		blk := uint64(top.node.Entries[top.at].Block)
 		fr := dxFrame{lblk: blk, buf: make([]byte, v.bs)}
-		if fr.node, err = d.dxNode(blk, nblk, fr.buf, seed); err != nil {
+		if fr.node, err = f.dxNode(blk, nblk, fr.buf, seed); err != nil {
 			return nil, info, 0, err
 		}
 		fr.at = fr.node.DxLookup(hash)
@@ -110,38 +109,34 @@ func (d *File) dxPath(name string) ([]dxFrame, layout.DxRootInfo, uint32, error)
 	}
 	top := frames[len(frames)-1]
 	if leaf := uint64(top.node.Entries[top.at].Block); leaf == 0 || leaf >= nblk {
-		return nil, info, 0, &errs.CorruptError{What: "htree index", Ino: d.ino, Off: -1, Msg: fmt.Sprintf("leaf block %d outside directory of %d blocks", leaf, nblk)}
+		return nil, info, 0, &errs.CorruptError{What: "htree index", Ino: f.ino, Off: -1, Msg: fmt.Sprintf("leaf block %d outside directory of %d blocks", leaf, nblk)}
 	}
 	return frames, info, hash, nil
 }
 
 // setDxCsum refreshes the dx_tail of index block lblk (root or node).
-func (d *File) setDxCsum(lblk uint64, b []byte) error {
-	v := d.v
+func (f *File) setDxCsum(lblk uint64, b []byte) error {
+	v := f.v
 	if !v.csum {
 		return nil
 	}
-	countOff := layout.DxNodeCountOff
-	if lblk == 0 {
-		countOff = layout.DxRootInfoOff + int(b[layout.DxRootInfoOff+5])
-	}
-	le := binary.LittleEndian
-	limit, count := int(le.Uint16(b[countOff:])), int(le.Uint16(b[countOff+2:]))
+	countOff := layout.DxCountOff(b, lblk == 0)
+	limit, count := layout.DxCountLimit(b, countOff)
 	if limit != layout.DxLimit(len(b), countOff, true) || count > limit {
-		return &errs.CorruptError{What: "htree node", Ino: d.ino, Block: d.physOf(lblk), Off: countOff, Msg: fmt.Sprintf("count %d limit %d", count, limit)}
+		return &errs.CorruptError{What: "htree node", Ino: f.ino, Block: f.physOf(lblk), Off: countOff, Msg: fmt.Sprintf("count %d limit %d", count, limit)}
 	}
-	layout.SetDxTail(layout.InodeSeed(v.csumSeed, d.ino, d.in.Generation), b, countOff, count, limit)
+	layout.SetDxTail(layout.InodeSeed(v.csumSeed, f.ino, f.in.Generation), b, countOff, count, limit)
 	return nil
 }
 
 // writeFrame encodes a frame's entries into its block and writes it.
-func (d *File) writeFrame(fr *dxFrame) error {
+func (f *File) writeFrame(fr *dxFrame) error {
 	layout.PutDxEntries(fr.buf, fr.node.CountOff, fr.node.Limit, fr.node.Entries)
 	fr.node.Count = len(fr.node.Entries)
-	if err := d.setDxCsum(fr.lblk, fr.buf); err != nil {
+	if err := f.setDxCsum(fr.lblk, fr.buf); err != nil {
 		return err
 	}
-	return d.writeDirBlock(fr.lblk, fr.buf)
+	return f.writeDirBlock(fr.lblk, fr.buf)
 }
 
 // insertDx puts (hash, blk) into fr's index right after position at.
@@ -153,61 +148,48 @@ func insertDx(fr *dxFrame, at int, hash uint32, blk uint64) {
 	fr.node.Entries = e
 }
 
-// newDxNodeBlock returns an empty interior index block holding entries.
-func (d *File) newDxNodeBlock(entries []layout.DxEntry) ([]byte, *layout.DxNode) {
-	bs := d.v.bs
-	b := make([]byte, bs)
-	binary.LittleEndian.PutUint16(b[4:], layout.EncodeRecLen(bs, bs)) // fake dirent: inode 0, rec_len = block
-	n := &layout.DxNode{Limit: layout.DxLimit(bs, layout.DxNodeCountOff, d.v.csum), CountOff: layout.DxNodeCountOff,
-		Entries: append([]layout.DxEntry(nil), entries...)}
-	n.Count = len(n.Entries)
-	layout.PutDxEntries(b, n.CountOff, n.Limit, n.Entries)
-	return b, n
-}
-
 // appendDxNodeLocked appends a new index node holding entries and returns
 // its logical block.
-func (d *File) appendDxNodeLocked(entries []layout.DxEntry) (uint64, error) {
-	b, n := d.newDxNodeBlock(entries)
-	lblk := d.in.Size / uint64(d.v.bs)
-	if err := d.setDxCsum(lblk, b); err != nil {
+func (f *File) appendDxNodeLocked(entries []layout.DxEntry) (uint64, error) {
+	b, _ := layout.NewDxNodeBlock(f.v.bs, f.v.csum, entries)
+	lblk := f.in.Size / uint64(f.v.bs)
+	if err := f.setDxCsum(lblk, b); err != nil {
 		return 0, err
 	}
-	_ = n
-	return d.appendBlockLocked(b)
+	return f.appendBlockLocked(b)
 }
 
 // addDxEntryLocked inserts name into an indexed directory (lock held),
 // splitting leaves and index nodes as needed (ext4_dx_add_entry).
 // forceSplit splits the selected leaf even if the entry would fit, as
 // make_indexed_dir does with the freshly moved entries.
-func (d *File) addDxEntryLocked(name string, ino uint32, ft uint8, need int) error {
-	return d.addDxLocked(name, ino, ft, need, false)
+func (f *File) addDxEntryLocked(name string, ino uint32, ft uint8, need int) error {
+	return f.addDxLocked(name, ino, ft, need, false)
 }
 
-func (d *File) addDxLocked(name string, ino uint32, ft uint8, need int, forceSplit bool) error {
-	v := d.v
+func (f *File) addDxLocked(name string, ino uint32, ft uint8, need int, forceSplit bool) error {
+	v := f.v
 	maxLevels := layout.DxMaxLevels
 	if v.sb.HasIncompat(layout.IncompatLargeDir) {
 		maxLevels = layout.DxMaxLevelsLargeDir
 	}
 	buf := make([]byte, v.bs)
 	for attempt := 0; attempt < 3*layout.DxMaxLevelsLargeDir+4; attempt++ {
-		frames, info, hash, err := d.dxPath(name)
+		frames, info, hash, err := f.dxPath(name)
 		if err != nil {
 			return err
 		}
 		bottom := &frames[len(frames)-1]
 		leaf := uint64(bottom.node.Entries[bottom.at].Block)
-		ok, err := d.dirBlock(leaf, buf)
+		ok, err := f.dirBlock(leaf, buf)
 		if err != nil {
 			return err
 		}
 		if !ok {
-			return fmt.Errorf("directory inode %d: htree leaf %d unmapped: %w", d.ino, leaf, ErrCorrupt)
+			return fmt.Errorf("directory inode %d: htree leaf %d unmapped: %w", f.ino, leaf, ErrCorrupt)
 		}
 		if !forceSplit {
-			done, err := d.insertInBlock(leaf, buf, name, ino, ft, need)
+			done, err := f.insertInBlock(leaf, buf, name, ino, ft, need)
 			if done || err != nil {
 				return err
 			}
@@ -221,17 +203,17 @@ func (d *File) addDxLocked(name string, ino uint32, ft uint8, need int, forceSpl
 			}
 			if i == 0 {
 				if int(info.IndirectLevels)+1 >= maxLevels {
-					return fmt.Errorf("directory inode %d: htree index full (%d levels): %w", d.ino, info.IndirectLevels+1, ErrNoSpace)
+					return fmt.Errorf("directory inode %d: htree index full (%d levels): %w", f.ino, info.IndirectLevels+1, ErrNoSpace)
 				}
-				if err := d.dxAddLevel(&frames[0]); err != nil {
+				if err := f.dxAddLevel(&frames[0], info); err != nil {
 					return err
 				}
-			} else if err := d.dxSplitNode(&frames[i-1], &frames[i]); err != nil {
+			} else if err := f.dxSplitNode(&frames[i-1], &frames[i]); err != nil {
 				return err
 			}
 			continue
 		}
-		hash2, newLblk, err := d.dxSplitLeaf(bottom, leaf, buf, info.HashVersion)
+		hash2, newLblk, err := f.dxSplitLeaf(bottom, leaf, buf, info.HashVersion)
 		if err != nil {
 			return err
 		}
@@ -239,63 +221,65 @@ func (d *File) addDxLocked(name string, ino uint32, ft uint8, need int, forceSpl
 		if hash >= hash2&^1 {
 			target = newLblk
 		}
-		if ok, err := d.dirBlock(target, buf); err != nil || !ok {
+		if ok, err := f.dirBlock(target, buf); err != nil || !ok {
 			if err == nil {
-				err = fmt.Errorf("directory inode %d: block %d unmapped after split: %w", d.ino, target, ErrCorrupt)
+				err = fmt.Errorf("directory inode %d: block %d unmapped after split: %w", f.ino, target, ErrCorrupt)
 			}
 			return err
 		}
-		done, err := d.insertInBlock(target, buf, name, ino, ft, need)
+		done, err := f.insertInBlock(target, buf, name, ino, ft, need)
 		if done || err != nil {
 			return err
 		}
 		// Did not fit (only with pathological sizes): split again.
 	}
-	return fmt.Errorf("directory inode %d: no room for %q after splitting: %w", d.ino, name, ErrNoSpace)
+	return fmt.Errorf("directory inode %d: no room for %q after splitting: %w", f.ino, name, ErrNoSpace)
 }
 
 // dxAddLevel moves the full root's entries to a new node and points the
-// root at it (the add_level case of ext4_dx_add_entry).
-func (d *File) dxAddLevel(root *dxFrame) error {
-	newBlk, err := d.appendDxNodeLocked(root.node.Entries)
+// root at it (the add_level case of ext4_dx_add_entry). info is the
+// root's dx_root_info as dxPath decoded it.
+func (f *File) dxAddLevel(root *dxFrame, info layout.DxRootInfo) error {
+	newBlk, err := f.appendDxNodeLocked(root.node.Entries)
 	if err != nil {
 		return err
 	}
 	root.node.Entries = []layout.DxEntry{{Block: uint32(newBlk)}}
-	root.buf[layout.DxRootInfoOff+6]++
-	return d.writeFrame(root)
+	info.IndirectLevels++
+	layout.PutDxRootInfo(root.buf, info)
+	return f.writeFrame(root)
 }
 
 // dxSplitNode splits full index node child in half by count, inserting the
 // upper half's first hash into parent (which has room).
-func (d *File) dxSplitNode(parent, child *dxFrame) error {
+func (f *File) dxSplitNode(parent, child *dxFrame) error {
 	ents := child.node.Entries
 	c1 := len(ents) / 2
 	hash2 := ents[c1].Hash
 	upper := append([]layout.DxEntry(nil), ents[c1:]...)
-	newBlk, err := d.appendDxNodeLocked(upper)
+	newBlk, err := f.appendDxNodeLocked(upper)
 	if err != nil {
 		return err
 	}
 	child.node.Entries = ents[:c1]
-	if err := d.writeFrame(child); err != nil {
+	if err := f.writeFrame(child); err != nil {
 		return err
 	}
 	insertDx(parent, parent.at, hash2, newBlk)
-	return d.writeFrame(parent)
+	return f.writeFrame(parent)
 }
 
 // dxSplitLeaf splits leaf block lblk (contents in b) as do_split does and
 // returns the split hash (with the continuation bit) and the new block.
-func (d *File) dxSplitLeaf(fr *dxFrame, lblk uint64, b []byte, hashVersion uint8) (uint32, uint64, error) {
-	v := d.v
+func (f *File) dxSplitLeaf(fr *dxFrame, lblk uint64, b []byte, hashVersion uint8) (uint32, uint64, error) {
+	v := f.v
 	var ents []dxEnt
 	hasFt := v.sb.HasIncompat(layout.IncompatFiletype)
-	err := layout.DirBlock(b, d.physOf(lblk), d.ino, v.csum && layout.HasDirTail(b), hasFt, lblk == 0, func(e layout.DirEntry) error {
+	err := layout.DirBlock(b, f.physOf(lblk), f.ino, v.csum && layout.HasDirTail(b), hasFt, lblk == 0, func(e layout.DirEntry) error {
 		if e.Inode == 0 {
 			return nil
 		}
-		h, err := d.dxHash(hashVersion, e.Name)
+		h, err := f.dxHash(hashVersion, e.Name)
 		if err != nil {
 			return err
 		}
@@ -306,7 +290,7 @@ func (d *File) dxSplitLeaf(fr *dxFrame, lblk uint64, b []byte, hashVersion uint8
 		return 0, 0, err
 	}
 	if len(ents) < 2 {
-		return 0, 0, fmt.Errorf("directory inode %d: leaf %d has %d entries and no room: %w", d.ino, lblk, len(ents), ErrNoSpace)
+		return 0, 0, fmt.Errorf("directory inode %d: leaf %d has %d entries and no room: %w", f.ino, lblk, len(ents), ErrNoSpace)
 	}
 	sort.SliceStable(ents, func(i, j int) bool { return ents[i].hash < ents[j].hash })
 	// Split in the middle, size-wise, from the top.
@@ -328,17 +312,17 @@ func (d *File) dxSplitLeaf(fr *dxFrame, lblk uint64, b []byte, hashVersion uint8
 	}
 	stay := append([]dxEnt(nil), ents[:split]...)
 	sort.Slice(stay, func(i, j int) bool { return stay[i].off < stay[j].off }) // dx_pack_dirents keeps block order
-	newB := d.packLeaf(ents[split:])
-	newLblk, err := d.appendBlockLocked(newB)
+	newB := f.packLeaf(ents[split:])
+	newLblk, err := f.appendBlockLocked(newB)
 	if err != nil {
 		return 0, 0, err
 	}
-	copy(b, d.packLeaf(stay))
-	if err := d.writeDirBlock(lblk, b); err != nil {
+	copy(b, f.packLeaf(stay))
+	if err := f.writeDirBlock(lblk, b); err != nil {
 		return 0, 0, err
 	}
 	insertDx(fr, fr.at, hash2, newLblk)
-	if err := d.writeFrame(fr); err != nil {
+	if err := f.writeFrame(fr); err != nil {
 		return 0, 0, err
 	}
 	return hash2, newLblk, nil
@@ -346,8 +330,8 @@ func (d *File) dxSplitLeaf(fr *dxFrame, lblk uint64, b []byte, hashVersion uint8
 
 // packLeaf builds a leaf block holding ents back to back, the last one
 // spanning the rest of the block (up to the checksum tail).
-func (d *File) packLeaf(ents []dxEnt) []byte {
-	v := d.v
+func (f *File) packLeaf(ents []dxEnt) []byte {
+	v := f.v
 	b := make([]byte, v.bs)
 	end := v.bs
 	if v.csum {
@@ -366,65 +350,35 @@ func (d *File) packLeaf(ents []dxEnt) []byte {
 		layout.PutDirEntry(b, 0, 0, end, 0, nil)
 	}
 	if v.csum {
-		layout.SetDirTail(layout.InodeSeed(v.csumSeed, d.ino, d.in.Generation), b)
+		layout.SetDirTail(layout.InodeSeed(v.csumSeed, f.ino, f.in.Generation), b)
 	}
 	return b
 }
 
-// makeIndexedLocked converts directory d, whose only block (b0) is full,
+// makeIndexedLocked converts directory f, whose only block (b0) is full,
 // into an indexed directory and inserts name (make_indexed_dir). It
 // returns false, changing nothing, when block 0 does not start with the
 // "." and ".." entries the conversion needs.
-func (d *File) makeIndexedLocked(b0 []byte, name string, ino uint32, ft uint8, need int) (bool, error) {
-	v := d.v
-	le := binary.LittleEndian
-	bs := v.bs
-	end := bs
+func (f *File) makeIndexedLocked(b0 []byte, name string, ino uint32, ft uint8, need int) (bool, error) {
+	v := f.v
+	// The entries after ".." move to a new block 1; the root keeps "."
+	// and "..", then dx_root_info and one entry pointing at block 1.
+	root, b1, err := layout.MakeDxRoot(b0, f.physOf(0), f.ino, v.csum, v.sb.DefHashVersion)
+	if err != nil || root == nil {
+		return false, err
+	}
 	if v.csum {
-		end -= layout.DirTailLen
+		layout.SetDirTail(layout.InodeSeed(v.csumSeed, f.ino, f.in.Generation), b1)
 	}
-	dotLen := layout.DecodeRecLen(le.Uint16(b0[4:]), bs)
-	if dotLen != layout.DirRecLen(1) || b0[6] != 1 || b0[8] != '.' || b0[18] != 2 || string(b0[20:22]) != ".." {
-		return false, nil
-	}
-	dotdotLen := layout.DecodeRecLen(le.Uint16(b0[16:]), bs)
-	start := 12 + dotdotLen
-	if start >= end {
-		return false, nil
-	}
-	// The entries after ".." move to a new block 1.
-	b1 := make([]byte, bs)
-	copy(b1, b0[start:end])
-	last := 0
-	for off := 0; off < end-start; {
-		rl := layout.DecodeRecLen(le.Uint16(b1[off+4:]), bs)
-		if rl < layout.DirRecLen(1) || off+rl > end-start {
-			return false, &errs.CorruptError{What: "directory entry", Ino: d.ino, Block: d.physOf(0), Off: start + off, Msg: "bad rec_len while indexing"}
-		}
-		last = off
-		off += rl
-	}
-	le.PutUint16(b1[last+4:], layout.EncodeRecLen(end-last, bs))
-	if v.csum {
-		layout.SetDirTail(layout.InodeSeed(v.csumSeed, d.ino, d.in.Generation), b1)
-	}
-	// Root: ".." spans the block, then dx_root_info and one entry.
-	root := make([]byte, bs)
-	copy(root, b0[:24])
-	le.PutUint16(root[16:], layout.EncodeRecLen(bs-layout.DirRecLen(1), bs))
-	root[layout.DxRootInfoOff+4] = v.sb.DefHashVersion
-	root[layout.DxRootInfoOff+5] = 8
-	limit := layout.DxLimit(bs, layout.DxRootCountOff, v.csum)
-	if _, err := d.appendBlockLocked(b1); err != nil {
+	if _, err := f.appendBlockLocked(b1); err != nil {
 		return false, err
 	}
-	layout.PutDxEntries(root, layout.DxRootCountOff, limit, []layout.DxEntry{{Block: 1}})
-	d.in.Flags |= layout.InodeFlagIndex
-	if err := d.setDxCsum(0, root); err != nil {
+	f.in.Flags |= layout.InodeFlagIndex
+	if err := f.setDxCsum(0, root); err != nil {
 		return false, err
 	}
-	if err := d.writeDirBlock(0, root); err != nil {
+	if err := f.writeDirBlock(0, root); err != nil {
 		return false, err
 	}
-	return true, d.addDxLocked(name, ino, ft, need, true)
+	return true, f.addDxLocked(name, ino, ft, need, true)
 }

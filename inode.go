@@ -1,15 +1,363 @@
 package ext4io
 
 import (
-	"encoding/binary"
 	"fmt"
+	"sync"
 	"sync/atomic"
+	"time"
 
-	"github.com/ext4io/ext4io/esc"
 	"github.com/ext4io/ext4io/extent"
 	"github.com/ext4io/ext4io/internal/errs"
+	"github.com/ext4io/ext4io/internal/stripe"
+	"github.com/ext4io/ext4io/iomap"
 	"github.com/ext4io/ext4io/layout"
 )
+
+// inode is the in-memory state of an inode shared by all its Files.
+type inode struct {
+	// mu is the inode lock (ext4's i_rwsem): reads and the write fast
+	// paths (aligned in-EOF overwrites and writes into unwritten blocks)
+	// share it; allocating, extending and size-changing operations take it
+	// exclusively.
+	mu inodeLock
+	// dataMu (ext4's i_data_sem) serializes changes to in and the extent
+	// tree made under a shared mu. Lock order: mu, then dataMu.
+	dataMu sync.Mutex
+	ino    uint32
+	in     *layout.Inode // decoded inode; changed in place (see mu, dataMu)
+	m      *mapper
+	inl    []byte
+	dirty  bool // in has changes (times) not yet written; guarded by dataMu
+	// blocksChanged: i_blocks changed since in was last written (a tree
+	// block allocated or freed). Guarded like in.
+	blocksChanged bool
+
+	// Delayed allocation (buffered writes through the page cache). Changed
+	// like in: under mu held exclusively, or shared with dataMu. Atomic so
+	// that the shared direct-write path reads the on-disk size under mu
+	// shared alone (under a shared mu the size only grows).
+	sizeAhead atomic.Bool   // in.Size (i_size) is past the on-disk size: extending buffered writes not yet written back
+	disksize  atomic.Uint64 // the on-disk size while sizeAhead (ext4's i_disksize)
+	delayed   uint64        // blocks reserved for this inode's Delayed ranges (i_reserved_data_blocks)
+	bops      *bufOps       // buffered I/O ops; nil without a page cache or for non-extent files
+
+	freed bool // the inode was freed: never write n again; set under mu exclusively
+	// convBatch is set while a conversion batch changes the tree, whose
+	// tree blocks then come from the conversion reservation; guarded by
+	// the lock the batch holds (dataMu, mu exclusively, or txnGate
+	// exclusively).
+	convBatch bool
+
+	// touchEpoch is the Volume.touch epoch of the last direct write under
+	// the shared lock whose mtime and ctime are not in in yet, 0 for none:
+	// the fast path stores it without dataMu, and applyTouchLocked moves
+	// its time into in before in is read or written. touchEndEpoch and
+	// touchEnd (guarded by Volume.touch.mu) are the end time of an epoch
+	// the inode was stamped with (touchclock.go).
+	touchEpoch    atomic.Uint64
+	touchEndEpoch uint64
+	touchEnd      int64 // Unix ns
+
+	// mayCache: the page cache may hold pages of this file. Buffered
+	// writes set it (under mu exclusively) before adding pages; a direct
+	// write clears it (under mu) after dropping every page, so direct I/O
+	// on a file without cached pages skips the cache's lock entirely.
+	mayCache atomic.Bool
+
+	// zeroing lists the block ranges whose unwritten blocks a direct write
+	// is zeroing before converting them (Options.Tuning.ZeroOutChunk); a writer
+	// into an overlapping range waits for done. Guarded like in.
+	zeroing []zeroing
+
+	// conv holds the conversions of completed shared-lock direct writes
+	// that the extent tree has not taken yet (conv.go).
+	conv convQueue
+}
+
+// zeroing is one chunk conversion in progress: blocks [lo, hi); done is
+// closed when it ends.
+type zeroing struct {
+	lo, hi uint64
+	done   chan struct{}
+}
+
+// inodeLock is the inode lock. Once the file is opened with Direct,
+// shared lockers on the I/O paths (RLockAt) take a reader stripe of fast
+// instead of the RWMutex, so concurrent direct I/O from different CPUs
+// does not move the lock's reader count between them on every call; Lock
+// then takes the RWMutex and every stripe. Other shared lockers (RLock)
+// keep using the RWMutex alone, which excludes Lock just as well.
+type inodeLock struct {
+	sync.RWMutex
+	// fast is set once, under the RWMutex held exclusively (share), and
+	// never cleared: 1 KiB per inode, spent only on files opened Direct.
+	fast atomic.Pointer[stripe.RWMutex]
+}
+
+// Lock locks l for writing: the RWMutex, then the reader stripes.
+func (l *inodeLock) Lock() {
+	l.RWMutex.Lock()
+	if f := l.fast.Load(); f != nil {
+		f.Lock()
+	}
+}
+
+// Unlock unlocks l for writing.
+func (l *inodeLock) Unlock() {
+	if f := l.fast.Load(); f != nil {
+		f.Unlock()
+	}
+	l.RWMutex.Unlock()
+}
+
+// RLockAt locks l for reading on the stripe for hint (stripe.OfBuf of the
+// I/O buffer) and returns the token for RUnlockAt.
+func (l *inodeLock) RLockAt(hint int) int {
+	if f := l.fast.Load(); f != nil {
+		return f.RLock(hint)
+	}
+	l.RWMutex.RLock()
+	return -1
+}
+
+// RUnlockAt unlocks what RLockAt locked.
+func (l *inodeLock) RUnlockAt(t int) {
+	if t < 0 {
+		l.RWMutex.RUnlock()
+		return
+	}
+	l.fast.Load().RUnlock(t)
+}
+
+// share gives l its reader stripes, if it has none yet.
+func (l *inodeLock) share() {
+	if l.fast.Load() != nil {
+		return
+	}
+	l.RWMutex.Lock()
+	if l.fast.Load() == nil {
+		l.fast.Store(new(stripe.RWMutex))
+	}
+	l.RWMutex.Unlock()
+}
+
+// diskSize returns the size the inode has on disk (i_disksize). The caller
+// holds mu (in.Size changes only under mu held exclusively), or dataMu.
+func (n *inode) diskSize() uint64 {
+	if n.sizeAhead.Load() {
+		return n.disksize.Load()
+	}
+	return n.in.Size
+}
+
+// diskBlocks returns the number of blocks the on-disk size reaches into:
+// blocks at or past it must not become written (e2fsck rejects written
+// blocks past i_size). The caller holds mu or dataMu, as for diskSize.
+func (n *inode) diskBlocks(bs uint64) uint64 { return (n.diskSize() + bs - 1) / bs }
+
+// applyTouchLocked moves the time of the last shared-lock direct write to
+// n into its mtime and ctime. The caller holds n.mu exclusively, or shared
+// with dataMu.
+func (v *Volume) applyTouchLocked(n *inode) {
+	if at, ok := v.touch.take(n); ok {
+		ts := layout.TimestampOf(at)
+		n.in.Mtime, n.in.Ctime = ts, ts
+		n.dirty = true
+	}
+}
+
+// coverLocked moves the on-disk size up to end (at most i_size) when
+// written blocks now reach end: e2fsck rejects written blocks past the
+// on-disk size. The caller holds mu exclusively, or shared with dataMu.
+func (n *inode) coverLocked(end uint64) {
+	if n.sizeAhead.Load() && end > n.disksize.Load() {
+		d := min(end, n.in.Size)
+		n.disksize.Store(d)
+		n.sizeAhead.Store(d < n.in.Size)
+	}
+}
+
+// wroteLocked records written blocks up to end: i_size grows to cover
+// them, or, inside i_size, the on-disk size does. The caller holds mu
+// exclusively.
+func (n *inode) wroteLocked(end uint64) {
+	if end > n.in.Size {
+		n.setSizeLocked(end)
+	} else {
+		n.coverLocked(end)
+	}
+}
+
+// setSizeLocked sets i_size and the on-disk size together (truncate,
+// fallocate, direct writes). The caller holds mu exclusively.
+func (n *inode) setSizeLocked(size uint64) {
+	n.in.Size = size
+	n.sizeAhead.Store(false)
+}
+
+// checkLinked rejects a directory entry's inode that is not in use (no
+// links) or has no valid file type, as ext4_lookup reports "deleted inode
+// referenced".
+func checkLinked(ino uint32, in *layout.Inode) error {
+	if in.LinksCount == 0 {
+		return &errs.CorruptError{What: "inode", Ino: ino, Off: -1, Msg: "unused inode referenced (links count 0)"}
+	}
+	switch in.Mode & layout.ModeFmt {
+	case layout.ModeReg, layout.ModeDir, layout.ModeLnk, layout.ModeChr, layout.ModeBlk, layout.ModeFIFO, layout.ModeSock:
+		return nil
+	}
+	return &errs.CorruptError{What: "inode", Ino: ino, Off: -1, Msg: fmt.Sprintf("invalid file type in mode %#o", in.Mode)}
+}
+
+// checkSize rejects an inode whose 64-bit i_size has its top bit set (a
+// negative loff_t), as ext4_iget does ("bad i_size value").
+func checkSize(ino uint32, in *layout.Inode) error {
+	if int64(in.Size) < 0 {
+		return &errs.CorruptError{What: "inode", Ino: ino, Off: -1, Msg: fmt.Sprintf("negative size %#x", in.Size)}
+	}
+	return nil
+}
+
+// getInode returns the shared state of inode ino, reading it on first use.
+// Inodes stay cached while the volume is open.
+func (v *Volume) getInode(ino uint32) (*inode, error) {
+	v.inoMu.Lock()
+	n := v.inodes[ino]
+	v.inoMu.Unlock()
+	if n != nil {
+		return n, nil
+	}
+	in, err := v.readInode(ino)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSize(ino, in); err != nil {
+		return nil, err
+	}
+	n = &inode{ino: ino, in: in}
+	switch {
+	case in.Flags&layout.InodeFlagInlineData != 0:
+		n.inl, err = v.inlineData(ino, in)
+	case in.IsSymlink() && isFastSymlink(v.sb, in):
+		n.inl = append([]byte(nil), in.Block[:min(int(in.Size), layout.InodeBlockSize)]...)
+	case isSpecial(in):
+		// Devices, fifos and sockets map no blocks: i_block holds a
+		// device number (mknod.go) or nothing.
+	default:
+		n.m, err = v.newMapper(n)
+		if err == nil && in.IsDir() {
+			err = v.checkDirSize(n)
+		}
+		if err == nil && v.pc != nil && n.m.tree != nil && in.IsReg() {
+			n.bops = newBufOps(v, n)
+			n.mayCache.Store(true) // pages may outlive an earlier inode struct
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	v.inoMu.Lock()
+	defer v.inoMu.Unlock()
+	if old := v.inodes[ino]; old != nil {
+		return old, nil
+	}
+	v.inodes[ino] = n
+	return n, nil
+}
+
+// isFastSymlink reports a symlink whose target sits in i_block, as
+// ext4_inode_is_fast_symlink decides it.
+func isFastSymlink(sb *layout.Superblock, in *layout.Inode) bool {
+	if in.Flags&layout.InodeFlagEAInode != 0 {
+		return false
+	}
+	blocks := in.Blocks(sb)
+	if in.FileACL != 0 {
+		blocks -= uint64(sb.BlockSize() / 512)
+	}
+	return blocks == 0 && in.Size < layout.InodeBlockSize
+}
+
+// discardInode frees an inode that was written but never linked.
+func (v *Volume) discardInode(ino uint32, in *layout.Inode, dir bool) {
+	in.LinksCount, in.Dtime = 0, uint32(time.Now().Unix())
+	v.writeInode(ino, in)
+	v.alloc.FreeInode(ino, dir)
+}
+
+// dropInode frees an unlinked inode and everything it maps.
+func (v *Volume) dropInode(n *inode) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return v.evictLocked(n)
+}
+
+// evictLocked frees inode n (lock held; no names left): its blocks, then
+// the inode, as ext4_evict_inode does, and forgets its cached state.
+func (v *Volume) evictLocked(n *inode) error {
+	n.conv.dropFrom(0) // the blocks go with the inode
+	n.conv.bits.clear(0, maxFileBlocks)
+	var err error
+	if n.m != nil && n.m.tree != nil {
+		if n.in.IsDir() && v.jm != nil {
+			// Directory blocks are metadata: revoke them so that the
+			// journal never writes an old copy over their next user.
+			err = n.m.tree.Walk(func(e extent.Extent) error {
+				for i := uint64(0); i < uint64(e.Len); i++ {
+					v.jm.revoke(e.Pblk + i)
+				}
+				return nil
+			})
+		}
+		if err == nil {
+			err = n.m.tree.Remove(0, extent.EndLblk-1)
+		}
+	}
+	v.alloc.ReleasePrealloc(n.ino)
+	if err != nil {
+		return fmt.Errorf("ext4io: freeing blocks of inode %d: %w", n.ino, err)
+	}
+	if err := v.releaseXattrBlockLocked(n); err != nil {
+		return fmt.Errorf("ext4io: freeing xattr block of inode %d: %w", n.ino, err)
+	}
+	dir := n.in.IsDir()
+	n.in.LinksCount = 0
+	n.setSizeLocked(0)
+	n.in.Dtime = uint32(time.Now().Unix())
+	if err := v.writeInodeLocked(n); err != nil {
+		return err
+	}
+	// Stale references to n (a write-back or an inode sync that looked it
+	// up before this) must never write it over the slot's next user.
+	n.freed = true
+	v.forgetInode(n.ino)
+	return v.alloc.FreeInode(n.ino, dir)
+}
+
+// forgetInode drops the cached state of inode ino.
+// Its cached pages are dropped and the reservations of its Delayed blocks
+// released. The caller holds the inode's lock exclusively, if it is cached.
+func (v *Volume) forgetInode(ino uint32) {
+	v.inoMu.Lock()
+	n := v.inodes[ino]
+	delete(v.inodes, ino)
+	v.inoMu.Unlock()
+	if v.pc != nil {
+		v.pc.Forget(iomap.Key(ino))
+	}
+	v.cache.Forget(ino)
+	if n != nil && n.delayed > 0 {
+		v.alloc.Unreserve(n.delayed)
+		n.delayed = 0
+	}
+}
+
+// cachedInode returns the cached state of ino, or nil.
+func (v *Volume) cachedInode(ino uint32) *inode {
+	v.inoMu.Lock()
+	defer v.inoMu.Unlock()
+	return v.inodes[ino]
+}
 
 // readInode reads and validates inode ino.
 func (v *Volume) readInode(ino uint32) (*layout.Inode, error) {
@@ -42,228 +390,6 @@ func (v *Volume) readInode(ino uint32) (*layout.Inode, error) {
 	return in, nil
 }
 
-// mapKind says what backs a run of logical blocks.
-type mapKind uint8
-
-const (
-	mapHole mapKind = iota
-	mapWritten
-	mapUnwritten
-	mapDelayed // delayed allocation: dirty pages, blocks reserved, nothing on disk
-)
-
-// blockMap is one run of a file's logical blocks.
-type blockMap struct {
-	lblk uint64
-	n    uint64 // blocks in the run (holes: up to the next mapping)
-	pblk uint64 // first physical block (written/unwritten)
-	kind mapKind
-}
-
-// mapper maps a file's logical blocks: an extent tree, the ext2/ext3
-// block map, or nothing (inline data, fast symlinks).
-type mapper struct {
-	tree *extent.Tree          // extent-mapped files
-	es   [escStripes]*esc.Tree // the volume's extent-status cache for this inode, by stripe (escset.go)
-	ind  *[60]byte             // block-mapped files
-	cfg  extent.Config
-	conv *convQueue // the inode's queued conversions, which lookups answered from tree see
-
-	// seq counts changes of the file's block mapping: the validity cookie
-	// of iomap mappings. set and drop bump it with every change they
-	// record in the extent-status cache.
-	seq atomic.Uint64
-
-	// front holds large written and unwritten extents found in the
-	// extent-status cache, each with the seq it was read under, in front
-	// of it: while seq is unchanged an entry is still the cache's entry,
-	// and a lookup inside it costs an atomic load instead of the cache's
-	// lock and tree walk (an unwritten one then consults convbits, as a
-	// lookup in the cache does). Slot i caches an extent containing some
-	// block b with frontSlot(b) == i.
-	front [frontSlots]atomic.Pointer[frontEntry]
-}
-
-// frontEntry is one cached extent and the mapper's seq when it was read.
-type frontEntry struct {
-	seq uint64
-	e   esc.Extent
-}
-
-const (
-	frontSlots = 32
-	frontShift = escRegionShift // one slot per cache region: the cache's entries stop at region ends
-	frontMin   = 64             // smaller extents go uncached: misses would allocate
-)
-
-func frontSlot(lblk uint64) int { return int(lblk>>frontShift) & (frontSlots - 1) }
-
-// set records a change of the mapping in the extent-status cache (e
-// replaces whatever it overlaps) and makes earlier mappings stale.
-func (m *mapper) set(e esc.Extent) error {
-	if m.conv != nil {
-		m.conv.bits.clear(uint64(e.Lblk), uint64(e.Len))
-	}
-	err := m.escInsert(e)
-	m.seq.Add(1)
-	return err
-}
-
-// drop forgets the cached mapping of [lblk, lblk+n) after a change and
-// makes earlier mappings stale. It returns the Delayed blocks dropped.
-func (m *mapper) drop(lblk, n uint32) (delayed uint64, err error) {
-	if m.conv != nil {
-		m.conv.bits.clear(uint64(lblk), uint64(n))
-	}
-	delayed, err = m.escRemove(lblk, n)
-	m.seq.Add(1)
-	return delayed, err
-}
-
-func (v *Volume) extentConfig(ino uint32, in *layout.Inode) extent.Config {
-	return extent.Config{
-		BlockSize:      v.bs,
-		Ino:            ino,
-		Seed:           layout.InodeSeed(v.csumSeed, ino, in.Generation),
-		Csum:           v.csum && !v.opts.SkipChecksums,
-		FirstDataBlock: uint64(v.sb.FirstDataBlock),
-		BlocksCount:    v.sb.BlocksCount,
-		SystemZone:     func(p, n uint64) bool { return v.zone.overlaps(ino, p, n) },
-		IO:             extent.NewDeviceIO(v.dev, v.bs),
-	}
-}
-
-func (v *Volume) newMapper(n *inode) (*mapper, error) {
-	ino, in := n.ino, n.in
-	cfg := v.extentConfig(ino, in)
-	if v.alloc != nil {
-		cfg.IO = treeIO{v}
-		cfg.Alloc = treeAlloc{v, n}
-		cfg.Goal = v.inodeGoal(ino)
-		cfg.ZeroOut = func(pblk, cnt uint64) error { return v.zeroBlocks(pblk, cnt, false) }
-		cfg.ZeroOutMax = uint32(32 << 10 / v.bs) // ext4's extent_max_zeroout_kb
-		bs := uint64(v.bs)
-		// Zero-out may turn unwritten blocks into written ones only below
-		// the on-disk size (e2fsck rejects written blocks past i_size).
-		cfg.EOFBlock = func() uint64 { return n.diskBlocks(bs) } // called under n.mu
-	}
-	m := &mapper{cfg: cfg, conv: &n.conv}
-	if in.Flags&layout.InodeFlagExtents != 0 {
-		root := in.Block
-		t, err := extent.Open(&root, cfg)
-		if err != nil {
-			return nil, err
-		}
-		m.tree = t
-		m.es = v.cache.inode(ino)
-		return m, nil
-	}
-	blk := in.Block
-	m.ind = &blk
-	return m, nil
-}
-
-// lookup maps logical block lblk.
-func (m *mapper) lookup(lblk uint64) (blockMap, error) { return m.lookupN(lblk, 1<<32) }
-
-// lookupN is lookup for a caller that needs at most want blocks mapped: a
-// run of blocks that queued writes made written inside an unwritten cache
-// entry is then measured only that far (the bitmap's scan is the longest
-// part of a lookup in a file whose preallocated blocks have all been
-// written). Otherwise the mapping is the same as lookup's.
-func (m *mapper) lookupN(lblk, want uint64) (blockMap, error) {
-	if lblk >= 1<<32 {
-		return blockMap{lblk: lblk, n: 1 << 32, kind: mapHole}, nil
-	}
-	if m.tree != nil {
-		if lblk >= esc.MaxBlocks {
-			return blockMap{lblk: lblk, n: 1, kind: mapHole}, nil
-		}
-		// seq before the lookup: a change after it makes the entry stale
-		// (set and drop bump seq after changing the cache).
-		seq := m.seq.Load()
-		slot := &m.front[frontSlot(lblk)]
-		if fe := slot.Load(); fe != nil && fe.seq == seq && fe.e.Contains(uint32(lblk)) {
-			return m.mapOf(fe.e, lblk, want), nil
-		}
-		e, err := m.escFill(uint32(lblk))
-		if err != nil {
-			return blockMap{}, err
-		}
-		if (e.Status == esc.Written || e.Status == esc.Unwritten) && e.Len >= frontMin {
-			slot.Store(&frontEntry{seq: seq, e: e})
-		}
-		return m.mapOf(e, lblk, want), nil
-	}
-	p, found, hole, err := extent.MapIndirectHole(m.ind, m.cfg, uint32(lblk))
-	if err != nil {
-		return blockMap{}, err
-	}
-	if !found {
-		return blockMap{lblk: lblk, n: max(hole, 1), kind: mapHole}, nil
-	}
-	return blockMap{lblk: lblk, n: 1, pblk: p, kind: mapWritten}, nil
-}
-
-// mapOf maps lblk inside e, an entry of the extent-status cache, with the
-// blocks queued writes made written inside an unwritten entry
-// (convbits.go; marking them changes no entry and no seq), measured at
-// most want blocks far.
-func (m *mapper) mapOf(e esc.Extent, lblk, want uint64) blockMap {
-	d := lblk - uint64(e.Lblk)
-	bm := blockMap{lblk: lblk, n: uint64(e.Len) - d}
-	switch e.Status {
-	case esc.Written:
-		bm.kind, bm.pblk = mapWritten, e.Pblk+d
-	case esc.Unwritten:
-		bm.kind, bm.pblk = mapUnwritten, e.Pblk+d
-		if m.conv != nil {
-			written, k := m.conv.bits.run(uint32(lblk), uint32(min(bm.n, max(want, 1))))
-			bm.n = uint64(k)
-			if written {
-				bm.kind = mapWritten
-			}
-		}
-	case esc.Delayed:
-		bm.kind = mapDelayed
-	default:
-		bm.kind = mapHole
-	}
-	return bm
-}
-
-// diskLookup answers an extent-status cache miss from the on-disk tree
-// with the whole extent holding lblk, or the hole from lblk to the next
-// extent.
-func (m *mapper) diskLookup(lblk uint32) (esc.Extent, bool, error) {
-	e, found, hole, err := m.tree.Lookup(lblk)
-	if err != nil {
-		return esc.Extent{}, false, err
-	}
-	inRoot := m.tree.Depth() == 0
-	if !found {
-		n := min(hole, uint64(esc.MaxBlocks)-uint64(lblk))
-		return esc.Extent{Lblk: lblk, Len: uint32(max(n, 1)), Status: esc.Hole}, inRoot, nil
-	}
-	st := esc.Written
-	if e.Unwritten {
-		st = esc.Unwritten
-	}
-	x := esc.Extent{Lblk: e.Lblk, Len: e.Len, Pblk: e.Pblk, Status: st}
-	if m.conv != nil {
-		x = m.conv.overlay(x, lblk) // queued conversions the tree has not taken
-	}
-	return x, inRoot, nil
-}
-
-// walk calls fn for every mapped run in logical order.
-func (m *mapper) walk(fn func(extent.Extent) error) error {
-	if m.tree != nil {
-		return m.tree.Walk(fn)
-	}
-	return extent.WalkIndirect(m.ind, m.cfg, fn, nil)
-}
-
 // inlineData returns the bytes of an inline-data inode: i_block, then the
 // "system.data" extended attribute in the inode's extra space.
 func (v *Volume) inlineData(ino uint32, in *layout.Inode) ([]byte, error) {
@@ -271,7 +397,7 @@ func (v *Volume) inlineData(ino uint32, in *layout.Inode) ([]byte, error) {
 	if in.Size <= uint64(len(data)) {
 		return data[:in.Size], nil
 	}
-	extra, err := inodeXattr(in, 7, "data")
+	extra, err := inodeXattr(in, layout.XattrIndexSystem, "data")
 	if err != nil {
 		if ce, ok := err.(*errs.CorruptError); ok {
 			ce.Ino = ino
@@ -289,40 +415,17 @@ func (v *Volume) inlineData(ino uint32, in *layout.Inode) ([]byte, error) {
 // inodeXattr finds an extended attribute stored in the inode body after
 // i_extra_isize (struct ext4_xattr_ibody_header + ext4_xattr_entry list).
 func inodeXattr(in *layout.Inode, index uint8, name string) ([]byte, error) {
-	const magic = 0xEA020000
-	r := in.Raw
-	start := layout.GoodOldInodeSize + int(in.ExtraIsize)
-	bad := func(off int, msg string) error {
-		return &errs.CorruptError{What: "in-inode xattr", Off: off, Msg: msg}
+	attrs, err := layout.DecodeXattrIbody(layout.XattrIbodyRegion(in))
+	if err != nil {
+		return nil, err
 	}
-	if len(r) < start+4 || binary.LittleEndian.Uint32(r[start:]) != magic {
-		return nil, nil
-	}
-	base := start + 4
-	le := binary.LittleEndian
-	for off := base; off+16 <= len(r); {
-		if le.Uint32(r[off:]) == 0 { // end of entries
-			break
-		}
-		nameLen := int(r[off])
-		idx := r[off+1]
-		valOff := int(le.Uint16(r[off+2:]))
-		valInum := le.Uint32(r[off+4:])
-		valSize := int(le.Uint32(r[off+8:]))
-		if off+16+nameLen > len(r) {
-			return nil, bad(off, "entry name runs past the inode")
-		}
-		n := string(r[off+16 : off+16+nameLen])
-		if idx == index && n == name {
-			if valInum != 0 {
-				return nil, bad(off, "value in an EA inode is not supported for inline data")
+	for _, x := range attrs {
+		if x.Index == index && x.Name == name {
+			if x.ValueInum != 0 {
+				return nil, &errs.CorruptError{What: "in-inode xattr", Off: -1, Msg: "value in an EA inode is not supported for inline data"}
 			}
-			if base+valOff+valSize > len(r) || valOff < 0 {
-				return nil, bad(off, fmt.Sprintf("value [%d,+%d) runs past the inode", valOff, valSize))
-			}
-			return r[base+valOff : base+valOff+valSize], nil
+			return x.Value, nil
 		}
-		off += (16 + nameLen + 3) &^ 3
 	}
 	return nil, nil
 }

@@ -1,20 +1,16 @@
 package ext4io
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
-	"github.com/ext4io/ext4io/extent"
 	"github.com/ext4io/ext4io/internal/errs"
-	"github.com/ext4io/ext4io/iomap"
 	"github.com/ext4io/ext4io/layout"
 )
 
@@ -59,10 +55,6 @@ var (
 // linkMax is EXT4_LINK_MAX: the most names of a file, and subdirectories
 // + 2 of a directory without dir_nlink overflow. Part of the on-disk format.
 const linkMax = 65000
-
-// renameMu serializes renames (Linux's s_vfs_rename_mutex): ancestry
-// checks need a tree that does not change shape meanwhile.
-var renameMu sync.Mutex
 
 // op runs one metadata-changing operation as one journal handle: fn
 // takes and releases its inode locks inside (see beginOp).
@@ -150,13 +142,13 @@ func (v *Volume) entryType(mode uint16) uint8 {
 	return ftOf(mode)
 }
 
-// lookupChild finds name in d (lock held) and opens its inode.
-func (d *File) lookupChild(name string) (*File, error) {
-	e, err := d.lookupName(name)
+// lookupChild finds name in f (lock held) and opens its inode.
+func (f *File) lookupChild(name string) (*File, error) {
+	e, err := f.lookupName(name)
 	if err != nil {
 		return nil, err
 	}
-	return d.v.inodeFile(e.Inode, name)
+	return f.v.inodeFile(e.Inode, name)
 }
 
 // inodeFile is openInode for callers that may hold the inode's lock
@@ -273,36 +265,36 @@ func (v *Volume) mkdir(name string, perm fs.FileMode) error {
 }
 
 // initDirLocked writes the first block of a new directory: "." and "..".
-func (d *File) initDirLocked(parent uint32) error {
-	v := d.v
+func (f *File) initDirLocked(parent uint32) error {
+	v := f.v
 	b := make([]byte, v.bs)
 	end := v.bs
 	if v.csum {
 		end -= layout.DirTailLen
 	}
 	ft := v.entryType(layout.ModeDir)
-	layout.PutDirEntry(b, 0, d.ino, layout.DirRecLen(1), ft, []byte("."))
+	layout.PutDirEntry(b, 0, f.ino, layout.DirRecLen(1), ft, []byte("."))
 	layout.PutDirEntry(b, layout.DirRecLen(1), parent, end-layout.DirRecLen(1), ft, []byte(".."))
 	if v.csum {
-		layout.SetDirTail(layout.InodeSeed(v.csumSeed, d.ino, d.in.Generation), b)
+		layout.SetDirTail(layout.InodeSeed(v.csumSeed, f.ino, f.in.Generation), b)
 	}
-	_, err := d.appendBlockLocked(b)
+	_, err := f.appendBlockLocked(b)
 	return err
 }
 
 // appendBlockLocked appends directory block b (checksum tail set here when
 // b has one) and returns its logical block number.
-func (d *File) appendBlockLocked(b []byte) (uint64, error) {
-	v := d.v
+func (f *File) appendBlockLocked(b []byte) (uint64, error) {
+	v := f.v
 	bs := uint64(v.bs)
-	lblk := d.in.Size / bs
+	lblk := f.in.Size / bs
 	if lblk >= maxFileBlocks {
-		return 0, fmt.Errorf("directory inode %d is full: %w", d.ino, ErrNoSpace)
+		return 0, fmt.Errorf("directory inode %d is full: %w", f.ino, ErrNoSpace)
 	}
 	if v.csum && layout.HasDirTail(b) {
-		layout.SetDirTail(layout.InodeSeed(v.csumSeed, d.ino, d.in.Generation), b)
+		layout.SetDirTail(layout.InodeSeed(v.csumSeed, f.ino, f.in.Generation), b)
 	}
-	start, got, err := d.allocRun(lblk, 1, 1)
+	start, got, err := f.allocRun(lblk, 1, 1)
 	if err != nil {
 		return 0, err
 	}
@@ -316,86 +308,12 @@ func (d *File) appendBlockLocked(b []byte) (uint64, error) {
 		v.alloc.Free(start, got)
 		return 0, err
 	}
-	if err := d.mapRun(lblk, start, got, false); err != nil {
+	if err := f.mapRun(lblk, start, got, false); err != nil {
 		return 0, err
 	}
-	d.in.Size += bs
-	d.touchLocked()
-	return lblk, v.writeInodeLocked(d.n)
-}
-
-// discardInode frees an inode that was written but never linked.
-func (v *Volume) discardInode(ino uint32, in *layout.Inode, dir bool) {
-	in.LinksCount, in.Dtime = 0, uint32(time.Now().Unix())
-	v.writeInode(ino, in)
-	v.alloc.FreeInode(ino, dir)
-}
-
-// dropInode frees an unlinked inode and everything it maps.
-func (v *Volume) dropInode(n *inode) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return v.evictLocked(n)
-}
-
-// evictLocked frees inode n (lock held; no names left): its blocks, then
-// the inode, as ext4_evict_inode does, and forgets its cached state.
-func (v *Volume) evictLocked(n *inode) error {
-	n.conv.dropFrom(0) // the blocks go with the inode
-	n.conv.bits.clear(0, maxFileBlocks)
-	var err error
-	if n.m != nil && n.m.tree != nil {
-		if n.in.IsDir() && v.jm != nil {
-			// Directory blocks are metadata: revoke them so that the
-			// journal never writes an old copy over their next user.
-			err = n.m.tree.Walk(func(e extent.Extent) error {
-				for i := uint64(0); i < uint64(e.Len); i++ {
-					v.jm.revoke(e.Pblk + i)
-				}
-				return nil
-			})
-		}
-		if err == nil {
-			err = n.m.tree.Remove(0, extent.EndLblk-1)
-		}
-	}
-	v.alloc.ReleasePrealloc(n.ino)
-	if err != nil {
-		return fmt.Errorf("ext4io: freeing blocks of inode %d: %w", n.ino, err)
-	}
-	if err := v.releaseXattrBlockLocked(n); err != nil {
-		return fmt.Errorf("ext4io: freeing xattr block of inode %d: %w", n.ino, err)
-	}
-	dir := n.in.IsDir()
-	n.in.LinksCount = 0
-	n.setSizeLocked(0)
-	n.in.Dtime = uint32(time.Now().Unix())
-	if err := v.writeInodeLocked(n); err != nil {
-		return err
-	}
-	// Stale references to n (a write-back or an inode sync that looked it
-	// up before this) must never write it over the slot's next user.
-	n.freed = true
-	v.forgetInode(n.ino)
-	return v.alloc.FreeInode(n.ino, dir)
-}
-
-// forgetInode drops the cached state of inode ino.
-// Its cached pages are dropped and the reservations of its Delayed blocks
-// released. The caller holds the inode's lock exclusively, if it is cached.
-func (v *Volume) forgetInode(ino uint32) {
-	v.inoMu.Lock()
-	n := v.inodes[ino]
-	delete(v.inodes, ino)
-	v.inoMu.Unlock()
-	if v.pc != nil {
-		v.pc.Forget(iomap.Key(ino))
-	}
-	v.cache.Forget(ino)
-	if n != nil && n.delayed > 0 {
-		v.alloc.Unreserve(n.delayed)
-		n.delayed = 0
-	}
+	f.in.Size += bs
+	f.touchLocked()
+	return lblk, v.writeInodeLocked(f.n)
 }
 
 // releaseLinkLocked handles an inode whose link count dropped (n locked):
@@ -638,271 +556,35 @@ func (v *Volume) symlink(target, name string) error {
 	return nil
 }
 
-// cachedInode returns the cached state of ino, or nil.
-func (v *Volume) cachedInode(ino uint32) *inode {
-	v.inoMu.Lock()
-	defer v.inoMu.Unlock()
-	return v.inodes[ino]
-}
-
-// Rename renames oldname to newname, replacing newname if it exists: a
-// file replaces a non-directory, a directory an empty directory. Moving a
-// directory to another parent updates its ".." and both parents' link
-// counts. Renaming a name onto another name of the same inode does
-// nothing, as rename(2) does. These are rename(2)'s semantics, which
-// os.Rename narrows (it refuses to replace a directory); errors are
-// rename(2)'s too: a directory over a non-directory is ErrNotDir, a
-// non-directory over a directory ErrIsDir, over a non-empty directory or
-// an ancestor of oldname ErrNotEmpty, into its own subtree ErrInvalid.
-// Rename2 adds RENAME_NOREPLACE and RENAME_EXCHANGE.
-func (v *Volume) Rename(oldname, newname string) error {
-	if err := v.op(func() error { return v.rename(oldname, newname, false) }); err != nil {
-		return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: err}
-	}
-	return nil
-}
-
-// lockRenameDirs finds the parent directories of oldname and newname and
-// locks them, an ancestor before its descendant (one lock when they are
-// the same); unlock releases them. The caller holds renameMu, which keeps
-// the ancestry stable.
-func (v *Volume) lockRenameDirs(oldname, newname string) (odir *File, obase string, ndir *File, nbase string, unlock func(), err error) {
-	if odir, obase, err = v.parentOnly(oldname); err != nil {
-		return nil, "", nil, "", nil, err
-	}
-	if ndir, nbase, err = v.parentOnly(newname); err != nil {
-		return nil, "", nil, "", nil, err
-	}
-	first, second := odir, ndir
-	if odir.n == ndir.n {
-		first.n.mu.Lock()
-		return odir, obase, ndir, nbase, first.n.mu.Unlock, nil
-	}
-	under, err := v.isUnder(odir.ino, ndir.ino)
-	if err != nil {
-		return nil, "", nil, "", nil, err
-	}
-	if under { // odir lies below ndir
-		first, second = ndir, odir
-	}
-	first.n.mu.Lock()
-	second.n.mu.Lock()
-	return odir, obase, ndir, nbase, func() { second.n.mu.Unlock(); first.n.mu.Unlock() }, nil
-}
-
-// rename renames oldname; with noReplace an existing newname fails with
-// ErrExist (RENAME_NOREPLACE).
-func (v *Volume) rename(oldname, newname string, noReplace bool) error {
-	if err := v.writableNS(); err != nil {
-		return err
-	}
-	renameMu.Lock()
-	defer renameMu.Unlock()
-	odir, obase, ndir, nbase, unlock, err := v.lockRenameDirs(oldname, newname)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	same := odir.n == ndir.n
-	if err := checkName(obase); err != nil {
-		return err
-	}
-	src, err := odir.lookupChild(obase)
-	if err != nil {
-		return err
-	}
-	if err := checkName(nbase); err != nil {
-		return err
-	}
-	srcDir := src.in.IsDir()
-	var dst *File
-	if e, err := ndir.lookupName(nbase); err == nil {
-		if noReplace {
-			return ErrExist
-		}
-		if e.Inode == src.ino {
-			return nil
-		}
-		if dst, err = v.inodeFile(e.Inode, nbase); err != nil {
-			return err
-		}
-		if dst.in.IsDir() {
-			// newname is an ancestor of oldname ("a/b/x" over "a"):
-			// ENOTEMPTY whatever oldname is, as Linux's lock_rename trap.
-			under := dst.n == odir.n
-			if !under {
-				if under, err = v.isUnder(odir.ino, dst.ino); err != nil {
-					return err
-				}
-			}
-			if under {
-				return ErrNotEmpty
-			}
-		}
-	} else if !isNotExist(err) {
-		return err
-	}
-	if srcDir {
-		// A directory cannot move into its own subtree.
-		if src.ino == ndir.ino {
-			return fmt.Errorf("cannot move a directory into itself: %w", ErrInvalid)
-		}
-		if !same {
-			under, err := v.isUnder(ndir.ino, src.ino)
-			if err != nil {
-				return err
-			}
-			if under {
-				return fmt.Errorf("cannot move a directory into its own subtree: %w", ErrInvalid)
-			}
-			if dst == nil && v.dirLinkMax(ndir.n) {
-				return ErrTooManyLinks
-			}
-		}
-	}
-	if dst != nil {
-		switch {
-		case srcDir && !dst.in.IsDir():
-			return ErrNotDir
-		case !srcDir && dst.in.IsDir():
-			return ErrIsDir
-		}
-	}
-	dstInUse := dst != nil && !dst.in.IsDir() && v.inodeInUse(dst.ino)
-	src.n.mu.Lock()
-	defer src.n.mu.Unlock()
-	if dst != nil {
-		dst.n.mu.Lock()
-		defer dst.n.mu.Unlock()
-		if srcDir {
-			if err := dst.checkEmpty(); err != nil {
-				return err
-			}
-		}
-	}
-	ft := v.entryType(src.n.in.Mode)
-	// New name first, then the old one goes: a crash in between leaves two
-	// names rather than none.
-	if dst != nil {
-		if err := ndir.setEntryLocked(nbase, dst.ino, src.ino, ft); err != nil {
-			return err
-		}
-	} else if err := ndir.addEntryLocked(nbase, src.ino, ft); err != nil {
-		return err
-	}
-	if _, err := odir.removeEntryLocked(obase, src.ino); err != nil {
-		// Undo the new name.
-		if dst != nil {
-			ndir.setEntryLocked(nbase, src.ino, dst.ino, v.entryType(dst.n.in.Mode))
-		} else {
-			ndir.removeEntryLocked(nbase, src.ino)
-		}
-		return err
-	}
-	src.n.in.Ctime = now()
-	if srcDir {
-		if !same {
-			if err := src.setDotDotLocked(ndir.ino); err != nil {
-				return err
-			}
-		}
-		decLink(odir.n)
-		if dst == nil {
-			v.incDirLink(ndir.n)
-		}
-	}
-	if err := v.writeInodeLocked(src.n); err != nil {
-		return err
-	}
-	if err := v.writeInodeLocked(odir.n); err != nil {
-		return err
-	}
-	if !same {
-		ndir.touchLocked()
-		if err := v.writeInodeLocked(ndir.n); err != nil {
-			return err
-		}
-	}
-	if dst != nil {
-		if dst.in.IsDir() {
-			dst.n.in.LinksCount = 0
-		} else {
-			dst.n.in.LinksCount--
-		}
-		return v.releaseLinkLocked(dst.n, dstInUse)
-	}
-	return nil
-}
-
-// isUnder reports whether directory ino lies strictly below directory
-// anc, following ".." entries up to the root.
-func (v *Volume) isUnder(ino, anc uint32) (bool, error) {
-	for hops := 0; ino != layout.RootIno; hops++ {
-		if hops > 1<<16 {
-			return false, fmt.Errorf("directory inode %d: \"..\" chain does not reach the root: %w", ino, ErrCorrupt)
-		}
-		f, err := v.inodeFile(ino, "..")
-		if err != nil {
-			return false, err
-		}
-		e, err := f.lookupName("..")
-		if err != nil {
-			return false, fmt.Errorf("directory inode %d has no \"..\": %w", ino, err)
-		}
-		if e.Inode == anc {
-			return true, nil
-		}
-		ino = e.Inode
-	}
-	return false, nil
-}
-
-// setDotDotLocked points directory d's ".." at parent.
-func (d *File) setDotDotLocked(parent uint32) error {
-	buf := make([]byte, d.v.bs)
-	ok, err := d.dirBlock(0, buf)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return fmt.Errorf("directory inode %d: block 0 not mapped: %w", d.ino, ErrCorrupt)
-	}
-	if string(buf[0x14:0x16]) != ".." || buf[0x12] != 2 || string(buf[8:9]) != "." {
-		return fmt.Errorf("directory inode %d: block 0 does not start with . and ..: %w", d.ino, ErrCorrupt)
-	}
-	binary.LittleEndian.PutUint32(buf[12:], parent)
-	return d.writeBlockRawLocked(0, buf)
-}
-
 // writeBlockRawLocked writes directory block lblk, refreshing its
 // checksum: the linear tail, or for an htree root or node the dx_tail.
-func (d *File) writeBlockRawLocked(lblk uint64, b []byte) error {
-	v := d.v
-	if v.csum && v.isDxDir(d.in) && !layout.HasDirTail(b) {
-		if err := d.setDxCsum(lblk, b); err != nil {
+func (f *File) writeBlockRawLocked(lblk uint64, b []byte) error {
+	v := f.v
+	if v.csum && v.isDxDir(f.in) && !layout.HasDirTail(b) {
+		if err := f.setDxCsum(lblk, b); err != nil {
 			return err
 		}
 	}
-	return d.writeDirBlock(lblk, b)
+	return f.writeDirBlock(lblk, b)
 }
 
-// findEntry locates name (naming ino when ino != 0) in directory d: the
+// findEntry locates name (naming ino when ino != 0) in directory f: the
 // logical block (read into buf), the entry's offset and the offset of the
 // entry before it in the block (-1 for the first).
-func (d *File) findEntry(name string, ino uint32, buf []byte) (lblk uint64, off, prev int, err error) {
-	v := d.v
+func (f *File) findEntry(name string, ino uint32, buf []byte) (lblk uint64, off, prev int, err error) {
+	v := f.v
 	hasFt := v.sb.HasIncompat(layout.IncompatFiletype)
 	off, prev = -1, -1
 	try := func(blk uint64) (bool, error) {
-		ok, err := d.dirBlock(blk, buf)
+		ok, err := f.dirBlock(blk, buf)
 		if err != nil || !ok {
 			return false, err
 		}
-		if v.isDxDir(d.in) && (blk == 0 || binary.LittleEndian.Uint32(buf) == 0 && layout.DecodeRecLen(binary.LittleEndian.Uint16(buf[4:]), len(buf)) == len(buf)) {
+		if v.isDxDir(f.in) && (blk == 0 || layout.IsDxNodeBlock(buf)) {
 			return false, nil // index block
 		}
 		p := -1
-		err = layout.DirBlock(buf, d.physOf(blk), d.ino, v.csum && layout.HasDirTail(buf), hasFt, blk == 0, func(e layout.DirEntry) error {
+		err = layout.DirBlock(buf, f.physOf(blk), f.ino, v.csum && layout.HasDirTail(buf), hasFt, blk == 0, func(e layout.DirEntry) error {
 			if e.Inode != 0 && string(e.Name) == name && (ino == 0 || e.Inode == ino) {
 				off, prev = e.Off, p
 				return errStop
@@ -916,10 +598,10 @@ func (d *File) findEntry(name string, ino uint32, buf []byte) (lblk uint64, off,
 		}
 		return false, err
 	}
-	if v.isDxDir(d.in) {
-		err = d.dxWalk(name, func(blk uint64) (bool, error) { return try(blk) })
+	if v.isDxDir(f.in) {
+		err = f.dxWalk(name, func(blk uint64) (bool, error) { return try(blk) })
 	} else {
-		err = d.dirRuns(d.in.Size/uint64(v.bs), func(blk, n uint64) error {
+		err = f.dirRuns(f.in.Size/uint64(v.bs), func(blk, n uint64) error {
 			for end := blk + n; blk < end; blk++ {
 				if found, err := try(blk); found || err != nil {
 					if found {
@@ -941,118 +623,32 @@ func (d *File) findEntry(name string, ino uint32, buf []byte) (lblk uint64, off,
 		return 0, 0, 0, ErrNotFound
 	}
 	// try may have read later blocks after the match; re-read the match.
-	if _, err := d.dirBlock(lblk, buf); err != nil {
+	if _, err := f.dirBlock(lblk, buf); err != nil {
 		return 0, 0, 0, err
 	}
 	return lblk, off, prev, nil
 }
 
-// removeEntryLocked deletes the entry name (-> ino) from directory d (lock
+// removeEntryLocked deletes the entry name (-> ino) from directory f (lock
 // held) as ext4_generic_delete_entry does: its record joins the previous
 // entry's, or, first in its block, its inode becomes 0.
-func (d *File) removeEntryLocked(name string, ino uint32) (uint64, error) {
-	le := binary.LittleEndian
-	buf := make([]byte, d.v.bs)
-	lblk, off, prev, err := d.findEntry(name, ino, buf)
+func (f *File) removeEntryLocked(name string, ino uint32) (uint64, error) {
+	buf := make([]byte, f.v.bs)
+	lblk, off, prev, err := f.findEntry(name, ino, buf)
 	if err != nil {
 		return 0, err
 	}
-	rec := layout.DecodeRecLen(le.Uint16(buf[off+4:]), len(buf))
-	if prev >= 0 {
-		prevLen := layout.DecodeRecLen(le.Uint16(buf[prev+4:]), len(buf))
-		le.PutUint16(buf[prev+4:], layout.EncodeRecLen(prevLen+rec, len(buf)))
-		clear(buf[off : off+layout.DirEntryHeaderLen+int(buf[off+6])])
-	} else {
-		le.PutUint32(buf[off:], 0)
-	}
-	return lblk, d.writeDirBlock(lblk, buf)
+	layout.RemoveDirEntry(buf, off, prev)
+	return lblk, f.writeDirBlock(lblk, buf)
 }
 
 // setEntryLocked points the existing entry name (-> oldIno) at newIno.
-func (d *File) setEntryLocked(name string, oldIno, newIno uint32, ft uint8) error {
-	buf := make([]byte, d.v.bs)
-	lblk, off, _, err := d.findEntry(name, oldIno, buf)
+func (f *File) setEntryLocked(name string, oldIno, newIno uint32, ft uint8) error {
+	buf := make([]byte, f.v.bs)
+	lblk, off, _, err := f.findEntry(name, oldIno, buf)
 	if err != nil {
 		return err
 	}
-	binary.LittleEndian.PutUint32(buf[off:], newIno)
-	if d.v.sb.HasIncompat(layout.IncompatFiletype) {
-		buf[off+7] = ft
-	}
-	return d.writeDirBlock(lblk, buf)
-}
-
-// Chmod sets the permission bits (and setuid, setgid, sticky) of the file
-// at name, following symlinks.
-func (v *Volume) Chmod(name string, mode fs.FileMode) error {
-	return v.setattr("chmod", name, func(in *layout.Inode) {
-		in.Mode = in.Mode&layout.ModeFmt | unixMode(mode)
-	})
-}
-
-// Chown sets the owner and group of the file at name, following symlinks.
-// A negative id leaves that one unchanged.
-func (v *Volume) Chown(name string, uid, gid int) error {
-	return v.setattr("chown", name, chown(uid, gid))
-}
-
-// Lchown is Chown without following a final symlink.
-func (v *Volume) Lchown(name string, uid, gid int) error {
-	return v.setattrNoFollow("lchown", name, chown(uid, gid))
-}
-
-// Chtimes sets the access and modification times (nanoseconds kept) of
-// the file at name, following symlinks. A zero time leaves that one
-// unchanged. The change time becomes now; the creation time is kept.
-func (v *Volume) Chtimes(name string, atime, mtime time.Time) error {
-	return v.setattr("chtimes", name, setTimes(atime, mtime))
-}
-
-// Lchtimes is Chtimes without following a final symlink.
-func (v *Volume) Lchtimes(name string, atime, mtime time.Time) error {
-	return v.setattrNoFollow("lchtimes", name, setTimes(atime, mtime))
-}
-
-func setTimes(atime, mtime time.Time) func(*layout.Inode) {
-	return func(in *layout.Inode) {
-		if !atime.IsZero() {
-			in.Atime = layout.TimestampOf(atime)
-		}
-		if !mtime.IsZero() {
-			in.Mtime = layout.TimestampOf(mtime)
-		}
-	}
-}
-
-func (v *Volume) setattr(op, name string, fn func(*layout.Inode)) error {
-	return v.setattrFollow(op, name, true, fn)
-}
-
-func (v *Volume) setattrNoFollow(op, name string, fn func(*layout.Inode)) error {
-	return v.setattrFollow(op, name, false, fn)
-}
-
-func (v *Volume) setattrFollow(op, name string, follow bool, fn func(*layout.Inode)) error {
-	v.beginOp()
-	err := v.setattrOp(name, follow, fn)
-	if err = v.endOpErr(err); err != nil {
-		return &fs.PathError{Op: op, Path: name, Err: err}
-	}
-	return nil
-}
-
-func (v *Volume) setattrOp(name string, follow bool, fn func(*layout.Inode)) error {
-	err := v.writableNS()
-	var f *File
-	if err == nil {
-		f, err = v.resolve(name, follow)
-	}
-	if err == nil {
-		f.n.mu.Lock()
-		fn(f.n.in)
-		f.n.in.Ctime = now()
-		err = v.writeInodeLocked(f.n)
-		f.n.mu.Unlock()
-	}
-	return err
+	layout.RetargetDirEntry(buf, off, newIno, ft, f.v.sb.HasIncompat(layout.IncompatFiletype))
+	return f.writeDirBlock(lblk, buf)
 }

@@ -1,11 +1,9 @@
 package ext4io
 
 import (
-	"encoding/binary"
 	"fmt"
 	"sync"
 
-	"github.com/ext4io/ext4io/internal/crc32c"
 	"github.com/ext4io/ext4io/internal/errs"
 	"github.com/ext4io/ext4io/layout"
 )
@@ -17,21 +15,16 @@ import (
 //
 // Two on-disk forms, as in Linux:
 //
-//	orphan_file (compat 0x1000): inode s_orphan_file_inum; each block is
-//	  u32 inode numbers[(B-8)/4]   0 = free slot
-//	  ob_magic    u32 = 0x0b10ca04 (at B-8)
-//	  ob_checksum u32 = crc32c(inode seed of the orphan file,
-//	                    le64 physical block number ++ the entries)
-//	  and ro_compat orphan_present set while any slot is used.
+//	orphan_file (compat 0x1000): inode s_orphan_file_inum, its blocks
+//	  slots of inode numbers (layout.OrphanSlot, 0 = free) and a tail
+//	  with magic and checksum (layout.VerifyOrphanBlock); ro_compat
+//	  orphan_present set while any slot is used.
 //	s_last_orphan chain (without orphan_file, or when it is full): the
 //	  superblock names the first orphan and each orphan's i_dtime the next.
 //
 // Invariants: O1 an inode is on the list iff its links reached 0 while
 // open (or it is being truncated by recovery); O2 orphan_present is set
 // iff an orphan file slot is used.
-
-// Part of the on-disk format.
-const orphanBlockMagic = 0x0b10ca04
 
 // nsState is the namespace state of one Volume (Volume.nss): open Files by
 // inode and in-memory orphans. Its fields are guarded by mu; omu serializes
@@ -159,15 +152,15 @@ func (v *Volume) orphanFileSet(old, new uint32) (bool, error) {
 	defer v.orphanMu.Unlock()
 	found := false
 	err := v.orphanFileBlocks(func(pblk uint64, b []byte) (bool, error) {
-		for i := 0; i < (v.bs-8)/4; i++ {
-			if binary.LittleEndian.Uint32(b[4*i:]) != old {
+		for i := range layout.OrphanSlots(len(b)) {
+			if layout.OrphanSlot(b, i) != old {
 				continue
 			}
 			w, err := v.meta.GetWrite(pblk)
 			if err != nil {
 				return true, err
 			}
-			binary.LittleEndian.PutUint32(w[4*i:], new)
+			layout.SetOrphanSlot(w, i, new)
 			v.orphanBlockCsum(pblk, w)
 			found = true
 			return true, v.meta.Dirty(pblk, w)
@@ -200,26 +193,15 @@ func (v *Volume) orphanFileBlocks(fn func(pblk uint64, b []byte) (stop bool, err
 		if err != nil {
 			return err
 		}
-		if binary.LittleEndian.Uint32(b[v.bs-8:]) != orphanBlockMagic {
-			return &errs.CorruptError{What: "orphan file block", Ino: of.ino, Block: m.pblk, Off: v.bs - 8, Msg: "bad magic"}
-		}
-		if v.csum && !v.opts.SkipChecksums {
-			if got, want := binary.LittleEndian.Uint32(b[v.bs-4:]), v.orphanCsum(of, m.pblk, b); got != want {
-				return &errs.CorruptError{What: "orphan file block", Ino: of.ino, Block: m.pblk, Off: v.bs - 4, Msg: fmt.Sprintf("checksum %#x != computed %#x", got, want)}
-			}
+		seed := layout.InodeSeed(v.csumSeed, of.ino, of.in.Generation)
+		if err := layout.VerifyOrphanBlock(seed, b, m.pblk, of.ino, v.csum && !v.opts.SkipChecksums); err != nil {
+			return err
 		}
 		if stop, err := fn(m.pblk, b); stop || err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-func (v *Volume) orphanCsum(of *inode, pblk uint64, b []byte) uint32 {
-	var le [8]byte
-	binary.LittleEndian.PutUint64(le[:], pblk)
-	c := crc32c.Kernel(layout.InodeSeed(v.csumSeed, of.ino, of.in.Generation), le[:])
-	return crc32c.Kernel(c, b[:(v.bs-8)/4*4])
 }
 
 func (v *Volume) orphanBlockCsum(pblk uint64, b []byte) {
@@ -230,7 +212,7 @@ func (v *Volume) orphanBlockCsum(pblk uint64, b []byte) {
 	if err != nil {
 		return
 	}
-	binary.LittleEndian.PutUint32(b[v.bs-4:], v.orphanCsum(of, pblk, b))
+	layout.SetOrphanBlockChecksum(layout.InodeSeed(v.csumSeed, of.ino, of.in.Generation), pblk, b)
 }
 
 // setOrphanPresent sets or clears ro_compat orphan_present.
@@ -247,8 +229,8 @@ func (v *Volume) setOrphanPresent(on bool) error {
 func (v *Volume) orphanFileEmpty() (bool, error) {
 	empty := true
 	err := v.orphanFileBlocks(func(_ uint64, b []byte) (bool, error) {
-		for i := 0; i < (v.bs-8)/4; i++ {
-			if binary.LittleEndian.Uint32(b[4*i:]) != 0 {
+		for i := range layout.OrphanSlots(len(b)) {
+			if layout.OrphanSlot(b, i) != 0 {
 				empty = false
 				return true, nil
 			}
@@ -390,8 +372,8 @@ func (v *Volume) processOrphans() error {
 	seen := map[uint32]bool{}
 	if v.sb.HasCompat(layout.CompatOrphanFile) && v.sb.OrphanFileInum != 0 {
 		err := v.orphanFileBlocks(func(_ uint64, b []byte) (bool, error) {
-			for i := 0; i < (v.bs-8)/4; i++ {
-				if ino := binary.LittleEndian.Uint32(b[4*i:]); ino != 0 && !seen[ino] {
+			for i := range layout.OrphanSlots(len(b)) {
+				if ino := layout.OrphanSlot(b, i); ino != 0 && !seen[ino] {
 					seen[ino] = true
 					inos = append(inos, ino)
 				}

@@ -6,8 +6,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-
-	"github.com/ext4io/ext4io/layout"
 )
 
 // The os.File surface of File: a file position shared by Read, Write and
@@ -188,9 +186,9 @@ func (f *File) bufferedTwin() *File {
 	return g
 }
 
-// writeAtPos writes p through g at pos's position and moves it.
-func (g *File) writeAtPos(pos *File, p []byte) (int, error) {
-	n, err := g.writeSync(p, pos.off)
+// writeAtPos writes p through f at pos's position and moves it.
+func (f *File) writeAtPos(pos *File, p []byte) (int, error) {
+	n, err := f.writeSync(p, pos.off)
 	pos.off += int64(n)
 	return n, err
 }
@@ -240,69 +238,6 @@ func (f *File) WriteTo(w io.Writer) (int64, error) {
 		}
 		if rerr != nil {
 			return done, rerr
-		}
-	}
-}
-
-// Chmod sets the file's permission bits (and setuid, setgid, sticky), as
-// os.File.Chmod does.
-func (f *File) Chmod(mode fs.FileMode) error {
-	return f.setattr("chmod", func(in *layout.Inode) {
-		in.Mode = in.Mode&layout.ModeFmt | unixMode(mode)
-	})
-}
-
-// Chown sets the file's owner and group; a negative id leaves that one
-// unchanged (os.File.Chown).
-func (f *File) Chown(uid, gid int) error {
-	return f.setattr("chown", chown(uid, gid))
-}
-
-// setattr changes f's inode with fn in one operation.
-func (f *File) setattr(op string, fn func(*layout.Inode)) error {
-	if err := f.checkOpen(op); err != nil {
-		return err
-	}
-	v := f.v
-	v.beginOp()
-	err := v.writableNS()
-	if err == nil {
-		f.n.mu.Lock()
-		if err = f.closedLocked(); err == nil {
-			fn(f.n.in)
-			f.n.in.Ctime = now()
-			if !f.n.freed {
-				// A freed inode (a removed directory still open)
-				// changes in memory only, as an unlinked inode's would
-				// until its last close on Linux.
-				err = v.writeInodeLocked(f.n)
-			}
-		}
-		f.n.mu.Unlock()
-	}
-	if err = v.endOpErr(err); err != nil {
-		return &fs.PathError{Op: op, Path: f.name, Err: err}
-	}
-	return nil
-}
-
-// chown returns the inode change of Chown and Lchown: the ids (negative
-// ones unchanged) and, on a non-directory, setuid and a group-executable
-// setgid cleared, as Linux's chown_common asks notify_change to do for
-// every caller, root too.
-func chown(uid, gid int) func(*layout.Inode) {
-	return func(in *layout.Inode) {
-		if uid >= 0 {
-			in.UID = uint32(uid)
-		}
-		if gid >= 0 {
-			in.GID = uint32(gid)
-		}
-		if !in.IsDir() {
-			in.Mode &^= 0o4000
-			if in.Mode&0o2010 == 0o2010 {
-				in.Mode &^= 0o2000
-			}
 		}
 	}
 }

@@ -244,16 +244,6 @@ type xattrSet struct {
 	ibodyLen int
 }
 
-// ibodyRegion returns the bytes of in's raw inode after i_extra_isize, or
-// nil when the inode has no room for in-inode attributes.
-func ibodyRegion(in *layout.Inode) []byte {
-	start := layout.GoodOldInodeSize + int(in.ExtraIsize)
-	if len(in.Raw) <= layout.GoodOldInodeSize || in.ExtraIsize < 4 || start+layout.XattrIbodyHeaderLen+4 > len(in.Raw) {
-		return nil
-	}
-	return in.Raw[start:]
-}
-
 // loadXattrsLocked decodes n's attributes (n.mu held, either mode).
 func (v *Volume) loadXattrsLocked(n *inode) (*xattrSet, error) {
 	s := &xattrSet{}
@@ -261,7 +251,7 @@ func (v *Volume) loadXattrsLocked(n *inode) (*xattrSet, error) {
 	// (a direct write's times, a commit's conversions): copy what is
 	// needed under dataMu.
 	n.dataMu.Lock()
-	r := slices.Clone(ibodyRegion(n.in))
+	r := slices.Clone(layout.XattrIbodyRegion(n.in))
 	fileACL := n.in.FileACL
 	n.dataMu.Unlock()
 	if r != nil {
@@ -543,7 +533,7 @@ func (v *Volume) setxattrLocked(n *inode, attr string, value []byte, flags int) 
 		if err := v.storeXattrBlockLocked(n, s, block, blockChanged); err != nil {
 			return err
 		}
-		if r := ibodyRegion(n.in); r != nil {
+		if r := layout.XattrIbodyRegion(n.in); r != nil {
 			layout.EncodeXattrIbody(r, ibody)
 		}
 	}

@@ -168,6 +168,20 @@ func PutDirEntry(b []byte, off int, ino uint32, recLen int, ft uint8, name []byt
 	copy(b[off+DirEntryHeaderLen:], name)
 }
 
+// DirRecLenAt returns the decoded rec_len of the directory entry at off.
+func DirRecLenAt(b []byte, off int) int {
+	return DecodeRecLen(binary.LittleEndian.Uint16(b[off+4:]), len(b))
+}
+
+// SetDirRecLen rewrites the rec_len of the directory entry at off.
+func SetDirRecLen(b []byte, off, l int) {
+	binary.LittleEndian.PutUint16(b[off+4:], EncodeRecLen(l, len(b)))
+}
+
+// SetDirEntryInode rewrites the inode number of the directory entry at off
+// (0 marks the entry unused).
+func SetDirEntryInode(b []byte, off int, ino uint32) { binary.LittleEndian.PutUint32(b[off:], ino) }
+
 // HasDirTail reports whether the block ends in a well-formed checksum tail
 // (struct ext4_dir_entry_tail: inode 0, rec_len 12, name_len 0, type 0xDE).
 func HasDirTail(b []byte) bool {
@@ -203,4 +217,121 @@ func VerifyDirBlock(inodeSeed uint32, b []byte, block uint64, ino uint32) error 
 			Msg: sprintf("checksum %#x != computed %#x", stored, want)}
 	}
 	return nil
+}
+
+// IsDxNodeBlock reports whether b looks like an interior htree index block
+// (dx_node): one unused entry (inode 0) whose record spans the block. An
+// empty linear block without a checksum tail looks the same; both hold no
+// names.
+func IsDxNodeBlock(b []byte) bool {
+	if len(b) < DirEntryHeaderLen {
+		return false
+	}
+	le := binary.LittleEndian
+	return le.Uint32(b) == 0 && DecodeRecLen(le.Uint16(b[4:]), len(b)) == len(b)
+}
+
+// DirEntryRoom returns how many bytes a new record could take from entry
+// e (as DirBlock yields it): all of an unused record, the slack past the
+// name of a used one.
+func DirEntryRoom(e DirEntry) int {
+	if e.Inode == 0 {
+		return e.RecLen
+	}
+	return e.RecLen - DirRecLen(int(e.NameLen))
+}
+
+// InsertDirEntry puts a record for name into the record slot (as DirBlock
+// yields it), as ext4_insert_dentry does: a used record shrinks to its
+// minimal length and the new one takes the rest; an unused one is
+// overwritten whole. The caller has checked DirEntryRoom(slot) >=
+// DirRecLen(len(name)).
+func InsertDirEntry(b []byte, slot DirEntry, ino uint32, ft uint8, name []byte) {
+	if slot.Inode == 0 {
+		PutDirEntry(b, slot.Off, ino, slot.RecLen, ft, name)
+		return
+	}
+	used := DirRecLen(int(slot.NameLen))
+	SetDirRecLen(b, slot.Off, used)
+	PutDirEntry(b, slot.Off+used, ino, slot.RecLen-used, ft, name)
+}
+
+// RemoveDirEntry deletes the record at off as ext4_generic_delete_entry
+// does: it joins the record at prev (the one before it in the block) and
+// its header and name are zeroed, or, first in its block (prev < 0), its
+// inode becomes 0. Both offsets are as DirBlock yields them.
+func RemoveDirEntry(b []byte, off, prev int) {
+	if prev < 0 {
+		SetDirEntryInode(b, off, 0)
+		return
+	}
+	SetDirRecLen(b, prev, DirRecLenAt(b, prev)+DirRecLenAt(b, off))
+	clear(b[off : off+DirEntryHeaderLen+int(b[off+6])])
+}
+
+// RetargetDirEntry points the record at off (as DirBlock yields it) at
+// inode ino, and with filetype sets its file type to ft.
+func RetargetDirEntry(b []byte, off int, ino uint32, ft uint8, filetype bool) {
+	SetDirEntryInode(b, off, ino)
+	if filetype {
+		b[off+7] = ft
+	}
+}
+
+// Offsets of the "." and ".." entries at the start of a directory's block 0
+// (linear or htree root). Part of the on-disk format.
+const (
+	dotNameOff    = 0x08 // "." name
+	dotDotOff     = 0x0C // ".." entry
+	dotDotNameLen = 0x12 // ".." name_len
+	dotDotType    = 0x13 // ".." file_type
+	dotDotNameOff = 0x14 // ".." name
+)
+
+// SetDirDotDot points the ".." entry of a directory's block 0 at parent. It
+// reports false, changing nothing, when b does not start with "." and
+// "..".
+func SetDirDotDot(b []byte, parent uint32) bool {
+	if len(b) < DxRootInfoOff || string(b[dotDotNameOff:dotDotNameOff+2]) != ".." || b[dotDotNameLen] != 2 || string(b[dotNameOff:dotNameOff+1]) != "." {
+		return false
+	}
+	binary.LittleEndian.PutUint32(b[dotDotOff:], parent)
+	return true
+}
+
+// DxRootDots decodes the "." and ".." entries of an htree root block from
+// their fixed places (the ".." record spans the rest of the block, so
+// DirBlock cannot walk it). It reports false when the names are not "."
+// and "..".
+func DxRootDots(b []byte) (dot, dotdot DirEntry, ok bool) {
+	if len(b) < DxRootInfoOff || string(b[dotNameOff:dotNameOff+1]) != "." || string(b[dotDotNameOff:dotDotNameOff+2]) != ".." {
+		return DirEntry{}, DirEntry{}, false
+	}
+	le := binary.LittleEndian
+	dot = DirEntry{Inode: le.Uint32(b), RecLen: DecodeRecLen(le.Uint16(b[4:]), len(b)), NameLen: 1, FileType: b[7],
+		Name: b[dotNameOff : dotNameOff+1], Off: 0}
+	dotdot = DirEntry{Inode: le.Uint32(b[dotDotOff:]), RecLen: DecodeRecLen(le.Uint16(b[dotDotOff+4:]), len(b)), NameLen: 2,
+		FileType: b[dotDotType], Name: b[dotDotNameOff : dotDotNameOff+2], Off: dotDotOff}
+	return dot, dotdot, true
+}
+
+// Inline-data directories (inline_data): i_block holds the parent's inode
+// number (u32) then entries; entries continue in the system.data xattr,
+// which data holds from InodeBlockSize on. "." and ".." are not stored.
+const inlineDirParentLen = 4
+
+// DecodeInlineDir splits an inline directory's data (i_block followed by
+// the system.data value) into the parent inode number and the regions
+// holding entries, each to be walked with DirBlock (dots false). It
+// reports false when data is too short to hold the parent.
+func DecodeInlineDir(data []byte) (parent uint32, regions [][]byte, ok bool) {
+	if len(data) < inlineDirParentLen {
+		return 0, nil, false
+	}
+	parent = binary.LittleEndian.Uint32(data)
+	regions = [][]byte{data[inlineDirParentLen:min(len(data), InodeBlockSize)]}
+	if len(data) > InodeBlockSize {
+		regions = append(regions, data[InodeBlockSize:])
+	}
+	return parent, regions, true
 }

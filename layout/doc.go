@@ -40,6 +40,9 @@
 // invariants X1-X4) are drawn in the source beside the Xattr constants
 // (XattrMagic), POSIX ACL forms beside ACLEntry.
 //
+// Orphan file blocks (slots, magic and checksum; invariant OB1) are drawn
+// in orphan.go, htree index blocks in htree.go.
+//
 // Fast-commit tags (the records ext4 writes to the jbd2 fast-commit area)
 // are drawn beside the FCTag constants, with the invariants FC1, FC2 of a
 // valid fast commit that ScanFastCommits checks.

@@ -426,22 +426,6 @@ func FCInodeLen(raw []byte, inodeSize int) (int, error) {
 	return n, nil
 }
 
-// DirRecLenAt returns the decoded rec_len of the directory entry at off.
-// Fast-commit replay edits entries in place with it and the two setters
-// below.
-func DirRecLenAt(b []byte, off int) int { return DecodeRecLen(fle.Uint16(b[off+4:]), len(b)) }
-
-// SetDirRecLen rewrites the rec_len of the directory entry at off.
-func SetDirRecLen(b []byte, off, l int) { fle.PutUint16(b[off+4:], EncodeRecLen(l, len(b))) }
-
-// SetDirEntryInode rewrites the inode number of the directory entry at off
-// (0 marks the entry unused).
-func SetDirEntryInode(b []byte, off int, ino uint32) { fle.PutUint32(b[off:], ino) }
-
-// xattrBlockMagic is EXT4_XATTR_MAGIC, h_magic of an xattr block. Part of
-// the on-disk format.
-const xattrBlockMagic = 0xEA020000
-
 // XattrBlockRelease drops one reference from the xattr block b (struct
 // ext4_xattr_header: 0x0 h_magic | 0x4 h_refcount | 0x10 h_checksum), as
 // ext4_xattr_release_block does when fast-commit replay frees an inode,
@@ -450,22 +434,16 @@ const xattrBlockMagic = 0xEA020000
 // recomputed: crc32c(s_csum_seed, le64 block number, then the block with
 // h_checksum taken as zero).
 func XattrBlockRelease(b []byte, blocknr uint64, csumSeed uint32, csum bool) (free bool, err error) {
-	if len(b) < 32 || fle.Uint32(b) != xattrBlockMagic {
+	if len(b) < XattrHeaderLen || fle.Uint32(b) != XattrMagic {
 		return false, errs.Corruptf("xattr block", blocknr, 0, "bad magic")
 	}
 	ref := fle.Uint32(b[4:])
 	if ref <= 1 {
 		return true, nil
 	}
-	fle.PutUint32(b[4:], ref-1)
+	SetXattrBlockRefcount(b, ref-1)
 	if csum {
-		var nr [8]byte
-		fle.PutUint64(nr[:], blocknr)
-		c := crc32c.Kernel(csumSeed, nr[:])
-		c = crc32c.Kernel(c, b[:0x10])
-		c = crc32c.Kernel(c, []byte{0, 0, 0, 0})
-		c = crc32c.Kernel(c, b[0x14:])
-		fle.PutUint32(b[0x10:], c)
+		SetXattrBlockChecksum(csumSeed, blocknr, b)
 	}
 	return false, nil
 }

@@ -76,6 +76,9 @@ func FuzzInode(f *testing.F) {
 			return
 		}
 		_ = in.VerifyChecksum(1, 12, 0, 0)
+		if r := XattrIbodyRegion(in); r != nil {
+			_, _ = DecodeXattrIbody(r)
+		}
 		if !bytes.Equal(in.Encode(size), b[:size]) {
 			t.Fatal("inode does not re-encode identically")
 		}

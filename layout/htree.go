@@ -189,3 +189,96 @@ func (n *DxNode) DxLookup(hash uint32) int {
 	}
 	return lo - 1
 }
+
+// PutDxRootInfo writes dx_root_info (reserved_zero 0) into a root block.
+func PutDxRootInfo(b []byte, info DxRootInfo) {
+	binary.LittleEndian.PutUint32(b[DxRootInfoOff:], 0)
+	b[DxRootInfoOff+4] = info.HashVersion
+	b[DxRootInfoOff+5] = info.InfoLength
+	b[DxRootInfoOff+6] = info.IndirectLevels
+	b[DxRootInfoOff+7] = info.UnusedFlags
+}
+
+// DxCountOff returns where an index block's dx_countlimit starts: at
+// DxNodeCountOff in a node, right after dx_root_info (by its info_length)
+// in the root.
+func DxCountOff(b []byte, root bool) int {
+	if !root {
+		return DxNodeCountOff
+	}
+	if len(b) <= DxRootInfoOff+5 {
+		return DxRootCountOff
+	}
+	return DxRootInfoOff + int(b[DxRootInfoOff+5])
+}
+
+// DxCountLimit reads the limit and count of the dx_countlimit at countOff;
+// both are 0 when the block is too short to hold it.
+func DxCountLimit(b []byte, countOff int) (limit, count int) {
+	if countOff < 0 || countOff+4 > len(b) {
+		return 0, 0
+	}
+	le := binary.LittleEndian
+	return int(le.Uint16(b[countOff:])), int(le.Uint16(b[countOff+2:]))
+}
+
+// NewDxNodeBlock returns an interior index block of blockSize bytes: the
+// fake entry (inode 0, rec_len spanning the block), then entries. With
+// csum the limit leaves room for the dx_tail, which the caller sets.
+func NewDxNodeBlock(blockSize int, csum bool, entries []DxEntry) ([]byte, *DxNode) {
+	b := make([]byte, blockSize)
+	binary.LittleEndian.PutUint16(b[4:], EncodeRecLen(blockSize, blockSize))
+	n := &DxNode{Limit: DxLimit(blockSize, DxNodeCountOff, csum), CountOff: DxNodeCountOff,
+		Entries: append([]DxEntry(nil), entries...)}
+	n.Count = len(n.Entries)
+	PutDxEntries(b, n.CountOff, n.Limit, n.Entries)
+	return b, n
+}
+
+// MakeDxRoot converts a linear directory's full block 0 (b0) into an
+// htree root and a leaf, as make_indexed_dir does: the entries after ".."
+// move to leaf (to become logical block 1), the last one spanning the
+// rest of it; root keeps "." and "..", ".." now spanning the block, then
+// dx_root_info with hashVersion and one dx entry pointing at block 1.
+// hasTail says blocks end in a checksum tail (metadata_csum); the caller
+// sets the leaf's tail and the root's dx_tail. It returns nil blocks and
+// no error when b0 does not start with "." and ".." records or holds
+// nothing after them; block and ino name b0 in errors.
+func MakeDxRoot(b0 []byte, block uint64, ino uint32, hasTail bool, hashVersion uint8) (root, leaf []byte, err error) {
+	le := binary.LittleEndian
+	bs := len(b0)
+	end := bs
+	if hasTail {
+		end -= DirTailLen
+	}
+	if bs < DxRootCountOff+DxEntrySize || end < DxRootInfoOff {
+		return nil, nil, nil
+	}
+	dotLen := DecodeRecLen(le.Uint16(b0[4:]), bs)
+	if dotLen != DirRecLen(1) || b0[6] != 1 || b0[dotNameOff] != '.' || b0[dotDotNameLen] != 2 || string(b0[dotDotNameOff:dotDotNameOff+2]) != ".." {
+		return nil, nil, nil
+	}
+	dotdotLen := DecodeRecLen(le.Uint16(b0[dotDotOff+4:]), bs)
+	start := dotDotOff + dotdotLen
+	if start >= end {
+		return nil, nil, nil
+	}
+	leaf = make([]byte, bs)
+	copy(leaf, b0[start:end])
+	last := 0
+	for off := 0; off < end-start; {
+		rl := DecodeRecLen(le.Uint16(leaf[off+4:]), bs)
+		if rl < DirRecLen(1) || off+rl > end-start {
+			return nil, nil, &errs.CorruptError{What: "directory entry", Ino: ino, Block: block, Off: start + off, Msg: "bad rec_len while indexing"}
+		}
+		last = off
+		off += rl
+	}
+	le.PutUint16(leaf[last+4:], EncodeRecLen(end-last, bs))
+	root = make([]byte, bs)
+	copy(root, b0[:DxRootInfoOff])
+	le.PutUint16(root[dotDotOff+4:], EncodeRecLen(bs-DirRecLen(1), bs))
+	PutDxRootInfo(root, DxRootInfo{HashVersion: hashVersion, InfoLength: 8})
+	PutDxEntries(root, DxRootCountOff, DxLimit(bs, DxRootCountOff, hasTail), []DxEntry{{Block: 1}})
+	return root, leaf, nil
+}

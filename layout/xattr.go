@@ -368,6 +368,18 @@ func encodeXattrEntries(r []byte, first, base int, attrs []Xattr, hashed bool) {
 	}
 }
 
+// XattrIbodyRegion returns the bytes of in's raw inode after
+// i_extra_isize, where in-inode attributes live, or nil when the inode has
+// no room for them (128-byte inodes, i_extra_isize 0 as Linux ignores it,
+// or no space for the header and an end marker).
+func XattrIbodyRegion(in *Inode) []byte {
+	start := GoodOldInodeSize + int(in.ExtraIsize)
+	if len(in.Raw) <= GoodOldInodeSize || in.ExtraIsize < 4 || start+XattrIbodyHeaderLen+4 > len(in.Raw) {
+		return nil
+	}
+	return in.Raw[start:]
+}
+
 // DecodeXattrIbody decodes the in-inode attributes of an inode body region
 // r (the bytes after 128+i_extra_isize). A region without the magic holds
 // none.

@@ -125,14 +125,7 @@ func (f *formatter) makeFiles() error {
 		for _, r := range or {
 			for k := uint64(0); k < r.n; k++ {
 				b := make([]byte, bs)
-				binary.LittleEndian.PutUint32(b[bs-8:], orphanBlockMagic)
-				if csum {
-					var le [8]byte
-					binary.LittleEndian.PutUint64(le[:], r.start+k)
-					c := crc32c.Kernel(oseed, le[:])
-					c = crc32c.Kernel(c, b[:(bs-8)/4*4])
-					binary.LittleEndian.PutUint32(b[bs-4:], c)
-				}
+				layout.InitOrphanBlock(b, oseed, r.start+k, csum)
 				out = append(out, block{r.start + k, b})
 			}
 		}

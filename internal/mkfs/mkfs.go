@@ -188,7 +188,6 @@ const (
 	jbd2Incompat64Bit  = 0x2
 	jbd2IncompatCsumV3 = 0x10
 	jbd2CsumCrc32c     = 4
-	orphanBlockMagic   = 0x0b10ca04 // ext4_orphan_block_tail.ob_magic
 	extentMagic        = 0xF30A
 	defmXattrUser      = 0x4 // s_default_mount_opts: user_xattr
 	defmACL            = 0x8 // acl

@@ -1,0 +1,290 @@
+package ext4io
+
+import (
+	"fmt"
+	"io/fs"
+	"math"
+
+	"github.com/ext4io/ext4io/extent"
+)
+
+// FallocMode selects what Fallocate does (Linux's fallocate modes).
+type FallocMode int
+
+const (
+	// FallocAllocate preallocates unwritten blocks for the holes in the
+	// range and grows the file to cover it.
+	FallocAllocate FallocMode = iota
+	// FallocKeepSize preallocates like FallocAllocate without changing
+	// the size (FALLOC_FL_KEEP_SIZE).
+	FallocKeepSize
+	// FallocPunchHole frees the whole blocks of the range and zeroes the
+	// partial ones; the size is unchanged (FALLOC_FL_PUNCH_HOLE).
+	FallocPunchHole
+	// FallocZeroRange makes the range read as zeroes, leaving it
+	// allocated as unwritten extents, and grows the file to cover it
+	// (FALLOC_FL_ZERO_RANGE).
+	FallocZeroRange
+	// FallocWriteZeroes allocates written blocks filled with zeroes by the
+	// device's ZeroOut, so later writes are overwrites
+	// (FALLOC_FL_WRITE_ZEROES); it grows the file to cover the range.
+	FallocWriteZeroes
+	// FallocCollapseRange removes the range and shifts everything after
+	// it down, shrinking the file (FALLOC_FL_COLLAPSE_RANGE). Offset and
+	// length must be block-aligned and the range must end before EOF.
+	FallocCollapseRange
+	// FallocInsertRange shifts everything from the offset up by the
+	// length, inserting a hole and growing the file
+	// (FALLOC_FL_INSERT_RANGE). Offset and length must be block-aligned
+	// and the offset inside the file.
+	FallocInsertRange
+)
+
+var fallocNames = map[FallocMode]string{
+	FallocAllocate: "allocate", FallocKeepSize: "keep-size", FallocPunchHole: "punch-hole",
+	FallocZeroRange: "zero-range", FallocWriteZeroes: "write-zeroes",
+	FallocCollapseRange: "collapse-range", FallocInsertRange: "insert-range",
+}
+
+func (m FallocMode) String() string {
+	if s, ok := fallocNames[m]; ok {
+		return s
+	}
+	return fmt.Sprintf("FallocMode(%d)", int(m))
+}
+
+// ParseFallocMode parses a mode name as String prints it.
+func ParseFallocMode(s string) (FallocMode, error) {
+	for m, n := range fallocNames {
+		if n == s {
+			return m, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown fallocate mode %q: %w", s, ErrInvalid)
+}
+
+// Fallocate changes the allocation of [off, off+length) as mode says.
+func (f *File) Fallocate(mode FallocMode, off, length int64) error {
+	if err := f.writable("fallocate"); err != nil {
+		return err
+	}
+	if err := f.checkRange("fallocate", off, length); err != nil {
+		return err
+	}
+	if length == 0 {
+		return &fs.PathError{Op: "fallocate", Path: f.name, Err: fmt.Errorf("zero length: %w", ErrInvalid)}
+	}
+	shift := mode == FallocCollapseRange || mode == FallocInsertRange
+	retried := false
+	for {
+		if shift {
+			// Everything from off moves: write back the dirty pages first.
+			if err := f.flushCache(off, math.MaxInt64); err != nil {
+				return &fs.PathError{Op: "fallocate " + mode.String(), Path: f.name, Err: err}
+			}
+		}
+		f.v.beginOp()
+		err := f.fallocate(mode, off, length)
+		if err = f.v.endOpErr(err); err == errCacheRace {
+			continue
+		}
+		if !retried && f.v.retryNoSpace(err) {
+			retried = true
+			continue
+		}
+		if err != nil {
+			return &fs.PathError{Op: "fallocate " + mode.String(), Path: f.name, Err: err}
+		}
+		return nil
+	}
+}
+
+func (f *File) fallocate(mode FallocMode, off, length int64) error {
+	f.n.mu.Lock()
+	defer f.n.mu.Unlock()
+	if err := f.closedLocked(); err != nil {
+		return err
+	}
+	if err := f.v.applyConversionsLocked(f.n); err != nil {
+		return err
+	}
+	switch mode {
+	case FallocCollapseRange, FallocInsertRange:
+		if !f.cacheCleanLocked(off, math.MaxInt64) {
+			return errCacheRace
+		}
+	case FallocPunchHole, FallocZeroRange, FallocWriteZeroes:
+		f.dropCacheLocked(off, length)
+	}
+	var err error
+	switch mode {
+	case FallocAllocate, FallocKeepSize:
+		err = f.preallocLocked(off, length, false)
+	case FallocPunchHole:
+		err = f.punchLocked(off, length)
+	case FallocZeroRange:
+		if err = f.punchLocked(off, length); err == nil {
+			err = f.preallocLocked(off, length, false)
+		}
+	case FallocWriteZeroes:
+		err = f.preallocLocked(off, length, true)
+	case FallocCollapseRange, FallocInsertRange:
+		err = f.shiftRangeLocked(mode, off, length)
+	default:
+		err = fmt.Errorf("fallocate mode %v: %w", mode, ErrUnsupported)
+	}
+	if err == nil {
+		if end := uint64(off + length); mode != FallocKeepSize && mode != FallocPunchHole &&
+			mode != FallocCollapseRange && mode != FallocInsertRange && end > f.in.Size {
+			f.n.setSizeLocked(end)
+		} else if mode == FallocWriteZeroes {
+			f.n.coverLocked(end) // written blocks inside i_size, maybe past i_disksize
+		}
+		f.touchLocked()
+		err = f.v.writeInodeLocked(f.n)
+	}
+	return err
+}
+
+// preallocLocked allocates the holes of the range: unwritten extents, or
+// with written set, zeroed written blocks (unwritten blocks are zeroed and
+// converted too, written ones zeroed).
+func (f *File) preallocLocked(off, length int64, written bool) error {
+	bs := uint64(f.v.bs)
+	lblk := uint64(off) / bs
+	end := (uint64(off+length) + bs - 1) / bs
+	if written {
+		// Partial edge blocks: zero their bytes in the range.
+		if err := f.zeroPartial(uint64(off), uint64(length)); err != nil {
+			return err
+		}
+		if e := uint64(off+length) / bs * bs; e > uint64(off) {
+			if err := f.zeroPartial(e, uint64(off+length)-e); err != nil {
+				return err
+			}
+		}
+	}
+	for lblk < end {
+		m, err := f.m.lookup(lblk)
+		if err != nil {
+			return err
+		}
+		n := min(m.n, end-lblk)
+		switch {
+		case m.kind == mapHole && written:
+			start, got, err := f.allocRun(lblk, n, extent.MaxWrittenLen)
+			if err != nil {
+				return err
+			}
+			if err := f.v.zeroBlocks(start, got, false); err != nil {
+				f.v.alloc.Free(start, got)
+				return err
+			}
+			if err := f.mapRun(lblk, start, got, false); err != nil {
+				return err
+			}
+			n = got
+		case m.kind == mapHole:
+			start, got, err := f.allocRun(lblk, n, extent.MaxUnwrittenLen)
+			if err != nil {
+				return err
+			}
+			if err := f.mapRun(lblk, start, got, true); err != nil {
+				return err
+			}
+			n = got
+		case written && m.kind == mapUnwritten:
+			n = min(n, extent.MaxWrittenLen)
+			if err := f.v.zeroBlocks(m.pblk, n, false); err != nil {
+				return err
+			}
+			if err := f.convertLocked(lblk, n); err != nil {
+				return err
+			}
+		case written && m.kind == mapWritten:
+			// Whole blocks inside the range; edges were zeroed above.
+			first, last := lblk, lblk+n
+			if first*bs < uint64(off) {
+				first++
+			}
+			if last*bs > uint64(off+length) {
+				last--
+			}
+			if last > first {
+				if err := f.v.zeroBlocks(m.pblk+(first-lblk), last-first, false); err != nil {
+					return err
+				}
+			}
+		}
+		lblk += n
+	}
+	return nil
+}
+
+// shiftRangeLocked implements collapse-range and insert-range with
+// extent.Tree.Shift, as ext4_collapse_range/ext4_insert_range do.
+func (f *File) shiftRangeLocked(mode FallocMode, off, length int64) error {
+	bs := int64(f.v.bs)
+	size := int64(f.in.Size)
+	if off%bs != 0 || length%bs != 0 {
+		return fmt.Errorf("%v needs block-aligned offset and length (block size %d): %w", mode, bs, ErrInvalid)
+	}
+	first, n := uint32(off/bs), length/bs
+	if mode == FallocCollapseRange {
+		if off+length >= size {
+			return fmt.Errorf("collapse-range [%d,+%d) reaches EOF %d: %w", off, length, size, ErrInvalid)
+		}
+		if err := f.m.tree.Remove(first, uint32(off/bs+n-1)); err != nil {
+			return err
+		}
+		if err := f.m.tree.Shift(first+uint32(n), -n); err != nil {
+			return err
+		}
+		f.n.setSizeLocked(f.in.Size - uint64(length))
+	} else {
+		if off >= size {
+			return fmt.Errorf("insert-range at %d is not inside the file (size %d): %w", off, size, ErrInvalid)
+		}
+		if uint64(size+length) > uint64(maxFileBlocks)*uint64(bs) {
+			return fmt.Errorf("insert-range: file would exceed the largest size: %w", ErrInvalid)
+		}
+		if err := f.m.tree.SplitAt(first, false); err != nil {
+			return err
+		}
+		if err := f.m.tree.Shift(first, n); err != nil {
+			return err
+		}
+		f.n.setSizeLocked(f.in.Size + uint64(length))
+	}
+	f.m.drop(first, uint32(maxFileBlocks-uint64(first)))
+	return nil
+}
+
+// punchLocked frees the whole blocks of the range and zeroes partial ones.
+func (f *File) punchLocked(off, length int64) error {
+	bs := uint64(f.v.bs)
+	start, end := uint64(off), uint64(off+length)
+	first := (start + bs - 1) / bs
+	last := end / bs // exclusive
+	if first >= last {
+		// Inside one block, or spanning a block boundary without a whole block.
+		if err := f.zeroPartial(start, min(end, (start/bs+1)*bs)-start); err != nil {
+			return err
+		}
+		if end > (start/bs+1)*bs {
+			return f.zeroPartial(end/bs*bs, end%bs)
+		}
+		return nil
+	}
+	if err := f.zeroPartial(start, first*bs-start); err != nil {
+		return err
+	}
+	if err := f.zeroPartial(last*bs, end-last*bs); err != nil {
+		return err
+	}
+	if err := f.m.tree.Remove(uint32(first), uint32(last-1)); err != nil {
+		return err
+	}
+	f.m.drop(uint32(first), uint32(last-first))
+	return nil
+}

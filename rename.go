@@ -1,0 +1,384 @@
+package ext4io
+
+import (
+	"fmt"
+	"os"
+	"sync"
+
+	"github.com/ext4io/ext4io/layout"
+)
+
+// renameMu serializes renames (Linux's s_vfs_rename_mutex): ancestry
+// checks need a tree that does not change shape meanwhile.
+var renameMu sync.Mutex
+
+// Rename renames oldname to newname, replacing newname if it exists: a
+// file replaces a non-directory, a directory an empty directory. Moving a
+// directory to another parent updates its ".." and both parents' link
+// counts. Renaming a name onto another name of the same inode does
+// nothing, as rename(2) does. These are rename(2)'s semantics, which
+// os.Rename narrows (it refuses to replace a directory); errors are
+// rename(2)'s too: a directory over a non-directory is ErrNotDir, a
+// non-directory over a directory ErrIsDir, over a non-empty directory or
+// an ancestor of oldname ErrNotEmpty, into its own subtree ErrInvalid.
+// Rename2 adds RENAME_NOREPLACE and RENAME_EXCHANGE.
+func (v *Volume) Rename(oldname, newname string) error {
+	if err := v.op(func() error { return v.rename(oldname, newname, false) }); err != nil {
+		return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: err}
+	}
+	return nil
+}
+
+// lockRenameDirs finds the parent directories of oldname and newname and
+// locks them, an ancestor before its descendant (one lock when they are
+// the same); unlock releases them. The caller holds renameMu, which keeps
+// the ancestry stable.
+func (v *Volume) lockRenameDirs(oldname, newname string) (odir *File, obase string, ndir *File, nbase string, unlock func(), err error) {
+	if odir, obase, err = v.parentOnly(oldname); err != nil {
+		return nil, "", nil, "", nil, err
+	}
+	if ndir, nbase, err = v.parentOnly(newname); err != nil {
+		return nil, "", nil, "", nil, err
+	}
+	first, second := odir, ndir
+	if odir.n == ndir.n {
+		first.n.mu.Lock()
+		return odir, obase, ndir, nbase, first.n.mu.Unlock, nil
+	}
+	under, err := v.isUnder(odir.ino, ndir.ino)
+	if err != nil {
+		return nil, "", nil, "", nil, err
+	}
+	if under { // odir lies below ndir
+		first, second = ndir, odir
+	}
+	first.n.mu.Lock()
+	second.n.mu.Lock()
+	return odir, obase, ndir, nbase, func() { second.n.mu.Unlock(); first.n.mu.Unlock() }, nil
+}
+
+// rename renames oldname; with noReplace an existing newname fails with
+// ErrExist (RENAME_NOREPLACE).
+func (v *Volume) rename(oldname, newname string, noReplace bool) error {
+	if err := v.writableNS(); err != nil {
+		return err
+	}
+	renameMu.Lock()
+	defer renameMu.Unlock()
+	odir, obase, ndir, nbase, unlock, err := v.lockRenameDirs(oldname, newname)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	same := odir.n == ndir.n
+	if err := checkName(obase); err != nil {
+		return err
+	}
+	src, err := odir.lookupChild(obase)
+	if err != nil {
+		return err
+	}
+	if err := checkName(nbase); err != nil {
+		return err
+	}
+	srcDir := src.in.IsDir()
+	var dst *File
+	if e, err := ndir.lookupName(nbase); err == nil {
+		if noReplace {
+			return ErrExist
+		}
+		if e.Inode == src.ino {
+			return nil
+		}
+		if dst, err = v.inodeFile(e.Inode, nbase); err != nil {
+			return err
+		}
+		if dst.in.IsDir() {
+			// newname is an ancestor of oldname ("a/b/x" over "a"):
+			// ENOTEMPTY whatever oldname is, as Linux's lock_rename trap.
+			under := dst.n == odir.n
+			if !under {
+				if under, err = v.isUnder(odir.ino, dst.ino); err != nil {
+					return err
+				}
+			}
+			if under {
+				return ErrNotEmpty
+			}
+		}
+	} else if !isNotExist(err) {
+		return err
+	}
+	if srcDir {
+		// A directory cannot move into its own subtree.
+		if src.ino == ndir.ino {
+			return fmt.Errorf("cannot move a directory into itself: %w", ErrInvalid)
+		}
+		if !same {
+			under, err := v.isUnder(ndir.ino, src.ino)
+			if err != nil {
+				return err
+			}
+			if under {
+				return fmt.Errorf("cannot move a directory into its own subtree: %w", ErrInvalid)
+			}
+			if dst == nil && v.dirLinkMax(ndir.n) {
+				return ErrTooManyLinks
+			}
+		}
+	}
+	if dst != nil {
+		switch {
+		case srcDir && !dst.in.IsDir():
+			return ErrNotDir
+		case !srcDir && dst.in.IsDir():
+			return ErrIsDir
+		}
+	}
+	dstInUse := dst != nil && !dst.in.IsDir() && v.inodeInUse(dst.ino)
+	src.n.mu.Lock()
+	defer src.n.mu.Unlock()
+	if dst != nil {
+		dst.n.mu.Lock()
+		defer dst.n.mu.Unlock()
+		if srcDir {
+			if err := dst.checkEmpty(); err != nil {
+				return err
+			}
+		}
+	}
+	ft := v.entryType(src.n.in.Mode)
+	// New name first, then the old one goes: a crash in between leaves two
+	// names rather than none.
+	if dst != nil {
+		if err := ndir.setEntryLocked(nbase, dst.ino, src.ino, ft); err != nil {
+			return err
+		}
+	} else if err := ndir.addEntryLocked(nbase, src.ino, ft); err != nil {
+		return err
+	}
+	if _, err := odir.removeEntryLocked(obase, src.ino); err != nil {
+		// Undo the new name.
+		if dst != nil {
+			ndir.setEntryLocked(nbase, src.ino, dst.ino, v.entryType(dst.n.in.Mode))
+		} else {
+			ndir.removeEntryLocked(nbase, src.ino)
+		}
+		return err
+	}
+	src.n.in.Ctime = now()
+	if srcDir {
+		if !same {
+			if err := src.setDotDotLocked(ndir.ino); err != nil {
+				return err
+			}
+		}
+		decLink(odir.n)
+		if dst == nil {
+			v.incDirLink(ndir.n)
+		}
+	}
+	if err := v.writeInodeLocked(src.n); err != nil {
+		return err
+	}
+	if err := v.writeInodeLocked(odir.n); err != nil {
+		return err
+	}
+	if !same {
+		ndir.touchLocked()
+		if err := v.writeInodeLocked(ndir.n); err != nil {
+			return err
+		}
+	}
+	if dst != nil {
+		if dst.in.IsDir() {
+			dst.n.in.LinksCount = 0
+		} else {
+			dst.n.in.LinksCount--
+		}
+		return v.releaseLinkLocked(dst.n, dstInUse)
+	}
+	return nil
+}
+
+// isUnder reports whether directory ino lies strictly below directory
+// anc, following ".." entries up to the root.
+func (v *Volume) isUnder(ino, anc uint32) (bool, error) {
+	for hops := 0; ino != layout.RootIno; hops++ {
+		if hops > 1<<16 {
+			return false, fmt.Errorf("directory inode %d: \"..\" chain does not reach the root: %w", ino, ErrCorrupt)
+		}
+		f, err := v.inodeFile(ino, "..")
+		if err != nil {
+			return false, err
+		}
+		e, err := f.lookupName("..")
+		if err != nil {
+			return false, fmt.Errorf("directory inode %d has no \"..\": %w", ino, err)
+		}
+		if e.Inode == anc {
+			return true, nil
+		}
+		ino = e.Inode
+	}
+	return false, nil
+}
+
+// setDotDotLocked points directory f's ".." at parent.
+func (f *File) setDotDotLocked(parent uint32) error {
+	buf := make([]byte, f.v.bs)
+	ok, err := f.dirBlock(0, buf)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("directory inode %d: block 0 not mapped: %w", f.ino, ErrCorrupt)
+	}
+	if !layout.SetDirDotDot(buf, parent) {
+		return fmt.Errorf("directory inode %d: block 0 does not start with . and ..: %w", f.ino, ErrCorrupt)
+	}
+	return f.writeBlockRawLocked(0, buf)
+}
+
+// Flags of Rename2, with the values of Linux's renameat2(2) flags.
+const (
+	// RENAME_NOREPLACE makes Rename2 fail with ErrExist (EEXIST) when
+	// newname exists, instead of replacing it.
+	RENAME_NOREPLACE = 1 << 0
+	// RENAME_EXCHANGE swaps oldname and newname, which must both exist;
+	// they may be of different types (a directory and a file).
+	RENAME_EXCHANGE = 1 << 1
+)
+
+// Rename2 is Rename with the flags of Linux's renameat2(2):
+// RENAME_NOREPLACE or RENAME_EXCHANGE (0 is Rename). The name says what
+// a Linux programmer looks for (renameat2, unix.Renameat2); the flags keep
+// the kernel's names and values, so code can pass unix.RENAME_NOREPLACE
+// unchanged. Other flags, or both together, fail with ErrInvalid.
+// Errors are *os.LinkError, as Rename's.
+func (v *Volume) Rename2(oldname, newname string, flags uint) error {
+	var err error
+	switch flags {
+	case 0:
+		return v.Rename(oldname, newname)
+	case RENAME_NOREPLACE:
+		err = v.op(func() error { return v.rename(oldname, newname, true) })
+	case RENAME_EXCHANGE:
+		err = v.op(func() error { return v.exchange(oldname, newname) })
+	default:
+		err = fmt.Errorf("rename flags %#x: %w", flags, ErrInvalid)
+	}
+	if err != nil {
+		return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: err}
+	}
+	return nil
+}
+
+// exchange swaps the inodes oldname and newname name (RENAME_EXCHANGE).
+// Locking is rename's: renameMu, the directories ancestor first, then the
+// two inodes.
+func (v *Volume) exchange(oldname, newname string) error {
+	if err := v.writableNS(); err != nil {
+		return err
+	}
+	renameMu.Lock()
+	defer renameMu.Unlock()
+	odir, obase, ndir, nbase, unlock, err := v.lockRenameDirs(oldname, newname)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	same := odir.n == ndir.n
+	if err := checkName(obase); err != nil {
+		return err
+	}
+	a, err := odir.lookupChild(obase)
+	if err != nil {
+		return err
+	}
+	if err := checkName(nbase); err != nil {
+		return err
+	}
+	b, err := ndir.lookupChild(nbase)
+	if err != nil {
+		return err
+	}
+	if a.n == b.n {
+		return nil // two names of one inode: nothing to swap
+	}
+	aDir, bDir := a.in.IsDir(), b.in.IsDir()
+	if !same {
+		// Neither may move into its own subtree.
+		for _, c := range []struct {
+			d   *File
+			dst *File
+		}{{a, ndir}, {b, odir}} {
+			if !c.d.in.IsDir() {
+				continue
+			}
+			if c.d.ino == c.dst.ino {
+				return fmt.Errorf("cannot move a directory into itself: %w", ErrInvalid)
+			}
+			under, err := v.isUnder(c.dst.ino, c.d.ino)
+			if err != nil {
+				return err
+			}
+			if under {
+				return fmt.Errorf("cannot move a directory into its own subtree: %w", ErrInvalid)
+			}
+		}
+		if aDir && !bDir && v.dirLinkMax(ndir.n) || bDir && !aDir && v.dirLinkMax(odir.n) {
+			return ErrTooManyLinks
+		}
+	} else if a.n == odir.n || b.n == odir.n {
+		return fmt.Errorf("cannot exchange a directory with its entry: %w", ErrInvalid)
+	}
+	a.n.mu.Lock()
+	defer a.n.mu.Unlock()
+	b.n.mu.Lock()
+	defer b.n.mu.Unlock()
+	aft, bft := v.entryType(a.n.in.Mode), v.entryType(b.n.in.Mode)
+	if err := odir.setEntryLocked(obase, a.ino, b.ino, bft); err != nil {
+		return err
+	}
+	if err := ndir.setEntryLocked(nbase, b.ino, a.ino, aft); err != nil {
+		odir.setEntryLocked(obase, b.ino, a.ino, aft) // undo
+		return err
+	}
+	t := now()
+	a.n.in.Ctime, b.n.in.Ctime = t, t
+	if !same {
+		if aDir {
+			if err := a.setDotDotLocked(ndir.ino); err != nil {
+				return err
+			}
+		}
+		if bDir {
+			if err := b.setDotDotLocked(odir.ino); err != nil {
+				return err
+			}
+		}
+		switch {
+		case aDir && !bDir:
+			decLink(odir.n)
+			v.incDirLink(ndir.n)
+		case bDir && !aDir:
+			decLink(ndir.n)
+			v.incDirLink(odir.n)
+		}
+	}
+	for _, n := range []*inode{a.n, b.n} {
+		if err := v.writeInodeLocked(n); err != nil {
+			return err
+		}
+	}
+	odir.touchLocked()
+	if err := v.writeInodeLocked(odir.n); err != nil {
+		return err
+	}
+	if !same {
+		ndir.touchLocked()
+		return v.writeInodeLocked(ndir.n)
+	}
+	return nil
+}
