@@ -70,6 +70,12 @@ type Options struct {
 	// DirectIO makes every open bypass the kernel's page cache
 	// (FOPEN_DIRECT_IO), as the direct_io mount option of libfuse does.
 	DirectIO bool
+	// NoWritebackCache turns off the kernel's write-back caching
+	// (FUSE_WRITEBACK_CACHE), which is on by default: the kernel keeps
+	// written data in its page cache and writes it back later, as for a
+	// local file system, and keeps mtime and the size itself, sending them
+	// in setattr. Without it every write(2) is a request to the server.
+	NoWritebackCache bool
 	// Debug logs every FUSE request.
 	Debug bool
 	// FsName is the source shown in /proc/mounts (default "ext4io").
@@ -128,6 +134,9 @@ func Mount(v *ext4io.Volume, dir string, o Options) (*Server, error) {
 		// low for parallel I/O.
 		MaxBackground: 64,
 		MaxWrite:      1 << 20,
+	}
+	if !o.NoWritebackCache && !s.ro {
+		mo.ExtraCapabilities |= fuse.CAP_WRITEBACK_CACHE
 	}
 	if !o.NoDefaultPermissions {
 		mo.Options = append(mo.Options, "default_permissions")

@@ -5,6 +5,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -20,11 +22,13 @@ func cmdMount(args []string, w io.Writer) error {
 	opts := fs.String("o", "", "mount options, comma-separated: ro, rw, allow_other, default_permissions,\n"+
 		"no_default_permissions, direct_io, debug, fsname=NAME; others go to FUSE as given")
 	debug := fs.Bool("d", false, "log every FUSE request (as -o debug)")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the mount (go tool pprof) to FILE at unmount")
 	pos, err := parseArgs(fs, args, 2, 2)
 	if err != nil {
 		return err
 	}
 	var o fusefs.Options
+	var cache int64
 	o.Debug = *debug
 	for _, opt := range strings.Split(*opts, ",") {
 		switch opt {
@@ -41,11 +45,19 @@ func cmdMount(args []string, w io.Writer) error {
 			o.NoDefaultPermissions = true
 		case "direct_io":
 			o.DirectIO = true
+		case "writeback_cache":
+			o.NoWritebackCache = false
+		case "no_writeback_cache":
+			o.NoWritebackCache = true
 		case "debug":
 			o.Debug = true
 		default:
 			if v, ok := strings.CutPrefix(opt, "fsname="); ok {
 				o.FsName = v
+			} else if v, ok := strings.CutPrefix(opt, "cache_size="); ok {
+				if cache, err = parseSize(v); err != nil {
+					return fmt.Errorf("%w: -o cache_size: %w", errUsage, err)
+				}
 			} else {
 				o.Extra = append(o.Extra, opt)
 			}
@@ -55,9 +67,22 @@ func cmdMount(args []string, w io.Writer) error {
 	if o.FsName == "" {
 		o.FsName = image
 	}
-	v, err := ext4io.OpenImage(image, ext4io.Options{Writable: !o.ReadOnly})
+	v, err := ext4io.OpenImage(image, ext4io.Options{Writable: !o.ReadOnly, PageCacheBytes: mountCache(cache)})
 	if err != nil {
 		return err
+	}
+	if *cpuprofile != "" {
+		pf, err := os.Create(*cpuprofile)
+		if err != nil {
+			v.Close()
+			return err
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			v.Close()
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	s, err := fusefs.Mount(v, dir, o)
 	if err != nil {
@@ -78,4 +103,19 @@ func cmdMount(args []string, w io.Writer) error {
 	s.Wait()
 	signal.Stop(sig)
 	return v.Close()
+}
+
+// mountCache is the page cache of a mount: the -o cache_size given, else
+// an eighth of the machine's memory between 64 MiB and 1 GiB, so that the
+// dirty data of a workload fits as it would in Linux's page cache.
+func mountCache(size int64) int64 {
+	if size > 0 {
+		return size
+	}
+	var mem int64 // MemTotal, "24683520 kB"; 0 off Linux
+	if f := strings.Fields(procField("/proc/meminfo", "MemTotal")); len(f) == 2 && f[1] == "kB" {
+		kb, _ := strconv.ParseInt(f[0], 10, 64)
+		mem = kb << 10
+	}
+	return min(max(mem/8, 64<<20), 1<<30)
 }
