@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"time"
 
 	"github.com/ext4io/ext4io/layout"
 )
@@ -256,6 +257,12 @@ func (f *File) Chmod(mode fs.FileMode) error {
 // unchanged (os.File.Chown).
 func (f *File) Chown(uid, gid int) error {
 	return f.setattr("chown", chown(uid, gid))
+}
+
+// Chtimes sets the file's access and modification times as Volume.Chtimes
+// does (futimens); it works on a file whose last name is gone.
+func (f *File) Chtimes(atime, mtime time.Time) error {
+	return f.setattr("chtimes", setTimes(atime, mtime))
 }
 
 // setattr changes f's inode with fn in one operation.

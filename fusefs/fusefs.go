@@ -176,6 +176,23 @@ func (s *Server) Unmount() error { return s.srv.Unmount() }
 type node struct {
 	fs.Inode
 	s *Server
+
+	// open holds the node's open handles, for fchmod and fchown of a file
+	// whose last name is gone (the kernel sends them without a handle).
+	openMu sync.Mutex
+	open   map[*handle]struct{}
+}
+
+// opened records h as an open handle of n and returns it.
+func (n *node) opened(h *handle) *handle {
+	h.n = n
+	n.openMu.Lock()
+	if n.open == nil {
+		n.open = map[*handle]struct{}{}
+	}
+	n.open[h] = struct{}{}
+	n.openMu.Unlock()
+	return h
 }
 
 var (
@@ -427,6 +444,19 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 	mtime, setM := in.GetMTime()
 	if setMode || setUID || setGID || setA || setM {
 		isLink := n.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFLNK
+		if _, linked := n.path(); !linked {
+			// fchmod, fchown or futimens of an open file without a name
+			// (and the kernel's mtime update at its close with the
+			// write-back cache): through the File, as ext4 changes the
+			// orphan inode.
+			fi, e := n.setattrOpen(fh, in)
+			if e == 0 {
+				n.s.fill(fi, &out.Attr)
+			}
+			if e != syscall.ENOENT {
+				return e
+			}
+		}
 		e := n.withPath("", func(p string) syscall.Errno {
 			if setUID || setGID {
 				u, g := -1, -1
@@ -472,6 +502,66 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 	}
 	n.s.fill(fi, &out.Attr)
 	return 0
+}
+
+// setattrOpen changes the owner and mode of n through its handle fh or
+// another open handle, and returns the new attributes: ENOENT when it has
+// no handle.
+func (n *node) setattrOpen(fh fs.FileHandle, in *fuse.SetAttrIn) (*ext4io.FileInfo, syscall.Errno) {
+	mode, setMode := in.GetMode()
+	uid, setUID := in.GetUID()
+	gid, setGID := in.GetGID()
+	atime, setA := in.GetATime()
+	mtime, setM := in.GetMTime()
+	// Holding openMu keeps Release from closing the File meanwhile.
+	n.openMu.Lock()
+	defer n.openMu.Unlock()
+	var f *ext4io.File
+	if h, ok := fh.(*handle); ok {
+		f = h.f
+	} else {
+		for h := range n.open {
+			f = h.f
+			break
+		}
+	}
+	if f == nil {
+		return nil, syscall.ENOENT
+	}
+	if setUID || setGID {
+		u, g := -1, -1
+		if setUID {
+			u = int(uid)
+		}
+		if setGID {
+			g = int(gid)
+		}
+		if err := f.Chown(u, g); err != nil {
+			return nil, errno(err)
+		}
+	}
+	if setMode {
+		if err := f.Chmod(fileMode(mode)); err != nil {
+			return nil, errno(err)
+		}
+	}
+	if setA || setM {
+		var a, m time.Time
+		if setA {
+			a = atime
+		}
+		if setM {
+			m = mtime
+		}
+		if err := f.Chtimes(a, m); err != nil {
+			return nil, errno(err)
+		}
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, errno(err)
+	}
+	return fi.(*ext4io.FileInfo), 0
 }
 
 var ftMode = [...]uint32{
@@ -610,7 +700,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, e
 	}
 	ch := n.newChild(ctx, fi, out)
-	return ch, &handle{f: f}, n.s.openFlags(flags), 0
+	return ch, ch.Operations().(*node).opened(&handle{f: f}), n.s.openFlags(flags), 0
 }
 
 func (s *Server) openFlags(flags uint32) uint32 {
@@ -911,6 +1001,7 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 // handle is an open file.
 type handle struct {
 	f *ext4io.File
+	n *node
 }
 
 var (
@@ -953,7 +1044,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if e != 0 {
 		return nil, 0, e
 	}
-	return &handle{f: f}, n.s.openFlags(flags), 0
+	return n.opened(&handle{f: f}), n.s.openFlags(flags), 0
 }
 
 // Read reads file data.
@@ -987,6 +1078,9 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 
 // Release closes the file; the last close of an unlinked file frees it.
 func (h *handle) Release(ctx context.Context) syscall.Errno {
+	h.n.openMu.Lock()
+	delete(h.n.open, h)
+	h.n.openMu.Unlock()
 	return errno(h.f.Close())
 }
 
