@@ -177,6 +177,11 @@ type node struct {
 	fs.Inode
 	s *Server
 
+	// accessed is set once a read updated atime (or found no need to), and
+	// cleared by writes and setattr: relatime updates atime once after
+	// each change.
+	accessed atomic.Bool
+
 	// open holds the node's open handles, for fchmod and fchown of a file
 	// whose last name is gone (the kernel sends them without a handle).
 	openMu sync.Mutex
@@ -416,6 +421,7 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 	if e := n.s.writable(); e != 0 {
 		return e
 	}
+	n.accessed.Store(false)
 	if size, ok := in.GetSize(); ok {
 		if int64(size) < 0 {
 			return syscall.EFBIG
@@ -1002,6 +1008,38 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 type handle struct {
 	f *ext4io.File
 	n *node
+	// atime is whether reads update the access time (relatime): not
+	// on a read-only mount or with O_NOATIME.
+	atime bool
+}
+
+// relatime reports whether an access at now updates atime, by Linux's
+// relatime rule (relatime_need_update): when atime is not after mtime or
+// ctime, or is a day old.
+func relatime(fi *ext4io.FileInfo, now time.Time) bool {
+	return !fi.Atime.After(fi.Mtime) || !fi.Atime.After(fi.Ctime) || now.Sub(fi.Atime) >= 24*time.Hour
+}
+
+// touch updates f's atime after a read, as ext4 with relatime does. The
+// kernel serves cached pages without asking, so only reads that reach
+// the server count; the first one after a change is the one relatime
+// needs.
+func (h *handle) touch() {
+	if !h.atime || h.n.accessed.Load() {
+		return
+	}
+	fi, err := h.f.Stat()
+	if err != nil {
+		return
+	}
+	now := time.Now()
+	if relatime(fi.(*ext4io.FileInfo), now) {
+		h.f.Accessed(now)
+	}
+	// Until the file changes again, later reads would not update atime
+	// (but for the rule of a day, which an open file's reads do not
+	// apply).
+	h.n.accessed.Store(true)
 }
 
 var (
@@ -1044,7 +1082,8 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if e != 0 {
 		return nil, 0, e
 	}
-	return n.opened(&handle{f: f}), n.s.openFlags(flags), 0
+	h := &handle{f: f, atime: !n.s.ro && flags&syscall.O_NOATIME == 0}
+	return n.opened(h), n.s.openFlags(flags), 0
 }
 
 // Read reads file data.
@@ -1053,6 +1092,7 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, errno(err)
 	}
+	h.touch()
 	return fuse.ReadResultData(dest[:k]), 0
 }
 
@@ -1062,6 +1102,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	if err != nil && k == 0 {
 		return 0, errno(err)
 	}
+	h.n.accessed.Store(false)
 	return uint32(k), 0
 }
 
