@@ -100,9 +100,10 @@ status=0
 diff -r -x index -x gocache out-ext4io out-linux || status=1
 cmp out-ext4io/gofmt out-linux/gofmt || status=1
 cmp out-ext4io/git-log out-linux/git-log || status=1
-# Modes and sizes of everything; mtimes of the untarred tree (tar and
-# rsync -a keep them).
-meta() { (cd "$1" && find . -path ./gocache -prune -o ! -name index -printf '%p %M %s\n' | sort); }
+# Modes of everything, sizes of files (a directory's size on the host
+# depends on rsync's temporary names); mtimes of the untarred tree (tar
+# and rsync -a keep them).
+meta() { (cd "$1" && find . -path ./gocache -prune -o -type d -printf '%p %M\n' -o ! -name index -printf '%p %M %s\n' | sort); }
 cmp <(meta out-ext4io) <(meta out-linux) || { echo "modes or sizes differ" >&2; status=1; }
 cmp <(cd out-ext4io && find go -printf '%p %T@\n' | sort) <(cd out-linux && find go -printf '%p %T@\n' | sort) ||
 	{ echo "mtimes under go/ differ" >&2; status=1; }
