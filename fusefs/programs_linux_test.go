@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -19,12 +18,16 @@ import (
 // unmount e2fsck -fn is clean.
 func TestMountPrograms(t *testing.T) {
 	needFUSE(t)
-	for _, tool := range []string{"tar", "git", "rsync", "diff"} {
+	for _, tool := range []string{"go", "tar", "git", "rsync", "diff"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("fusefs programs: no %s", tool)
 		}
 	}
-	src := filepath.Join(runtime.GOROOT(), "src")
+	goroot, err := exec.Command("go", "env", "GOROOT").Output()
+	if err != nil {
+		t.Skipf("fusefs programs: go env GOROOT: %v", err)
+	}
+	src := filepath.Join(strings.TrimSpace(string(goroot)), "src")
 	if _, err := os.Stat(filepath.Join(src, "go/types")); err != nil {
 		t.Skipf("fusefs programs: no Go sources at %s", src)
 	}
