@@ -455,7 +455,10 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 	mtime, setM := in.GetMTime()
 	if setMode || setUID || setGID || setA || setM {
 		isLink := n.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFLNK
-		if _, linked := n.path(); !linked {
+		n.s.renameMu.RLock()
+		_, linked := n.path()
+		n.s.renameMu.RUnlock()
+		if !linked {
 			// fchmod, fchown or futimens of an open file without a name
 			// (and the kernel's mtime update at its close with the
 			// write-back cache): through the File, as ext4 changes the
