@@ -96,8 +96,25 @@ func (f *File) Chown(uid, gid int) error {
 	return f.setattr("chown", chown(uid, gid))
 }
 
-// setattr changes f's inode with fn in one operation.
+// Chtimes sets the file's access and modification times as Volume.Chtimes
+// does (futimens); it works on a file whose last name is gone.
+func (f *File) Chtimes(atime, mtime time.Time) error {
+	return f.setattr("chtimes", setTimes(atime, mtime))
+}
+
+// Accessed sets the file's access time to t and leaves its change time,
+// as a read does on Linux (touch_atime), for callers that keep atime
+// (the FUSE server applies relatime).
+func (f *File) Accessed(t time.Time) error {
+	return f.setattrCtime("atime", setTimes(t, time.Time{}), false)
+}
+
+// setattr changes f's inode with fn in one operation, and its ctime to now.
 func (f *File) setattr(op string, fn func(*layout.Inode)) error {
+	return f.setattrCtime(op, fn, true)
+}
+
+func (f *File) setattrCtime(op string, fn func(*layout.Inode), ctime bool) error {
 	if err := f.checkOpen(op); err != nil {
 		return err
 	}
@@ -108,7 +125,9 @@ func (f *File) setattr(op string, fn func(*layout.Inode)) error {
 		f.n.mu.Lock()
 		if err = f.closedLocked(); err == nil {
 			fn(f.n.in)
-			f.n.in.Ctime = now()
+			if ctime {
+				f.n.in.Ctime = now()
+			}
 			if !f.n.freed {
 				// A freed inode (a removed directory still open)
 				// changes in memory only, as an unlinked inode's would

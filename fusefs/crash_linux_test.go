@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -77,8 +78,12 @@ func startServer(t *testing.T, img, dir string) *exec.Cmd {
 	return cmd
 }
 
+// crashItersEnv sets TestCrashKill's number of iterations (default 5;
+// EXT4IO_FUSE_CRASH_ITERS=20 for the long run in docs/fuse.md).
+const crashItersEnv = "EXT4IO_FUSE_CRASH_ITERS"
+
 // TestCrashKill kills the mount process (SIGKILL) during a write-heavy
-// workload, five times. Each time ext4io reopens the image (replaying the
+// workload, five times (crashItersEnv). Each time ext4io reopens the image (replaying the
 // journal), e2fsck -fn finds it clean, and every file the workload had
 // fsynced reads back whole.
 func TestCrashKill(t *testing.T) {
@@ -86,8 +91,18 @@ func TestCrashKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fusefs crash test: -short")
 	}
-	img := newImage(t, 256<<20)
-	for iter := range 5 {
+	iters := 5
+	if e := os.Getenv(crashItersEnv); e != "" {
+		n, err := strconv.Atoi(e)
+		if err != nil || n < 1 {
+			t.Fatalf("%s=%q: want a positive number", crashItersEnv, e)
+		}
+		iters = n
+	}
+	// Files accumulate: 256 MiB (sparse) for each five iterations.
+	img := newImage(t, int64(256<<20)*int64((iters+4)/5))
+	start := time.Now()
+	for iter := range iters {
 		seed := uint64(time.Now().UnixNano())
 		t.Logf("iteration %d, seed %d", iter, seed)
 		rng := rand.New(rand.NewPCG(seed, uint64(iter)))
@@ -175,4 +190,5 @@ func TestCrashKill(t *testing.T) {
 		check(t, v.Close())
 		e2fsck(t, img)
 	}
+	t.Logf("%d iterations in %v", iters, time.Since(start).Round(time.Second))
 }

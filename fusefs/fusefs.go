@@ -70,6 +70,12 @@ type Options struct {
 	// DirectIO makes every open bypass the kernel's page cache
 	// (FOPEN_DIRECT_IO), as the direct_io mount option of libfuse does.
 	DirectIO bool
+	// NoWritebackCache turns off the kernel's write-back caching
+	// (FUSE_WRITEBACK_CACHE), which is on by default: the kernel keeps
+	// written data in its page cache and writes it back later, as for a
+	// local file system, and keeps mtime and the size itself, sending them
+	// in setattr. Without it every write(2) is a request to the server.
+	NoWritebackCache bool
 	// Debug logs every FUSE request.
 	Debug bool
 	// FsName is the source shown in /proc/mounts (default "ext4io").
@@ -128,6 +134,14 @@ func Mount(v *ext4io.Volume, dir string, o Options) (*Server, error) {
 		// low for parallel I/O.
 		MaxBackground: 64,
 		MaxWrite:      1 << 20,
+		// Copy replies instead of splicing them through a pipe: for the
+		// 4 KiB reads that dominate random I/O the pipe's set-up costs
+		// more than the copy (libfuse does not splice by default either;
+		// measurements in docs/fuse.md).
+		DisableSplice: true,
+	}
+	if !o.NoWritebackCache && !s.ro {
+		mo.ExtraCapabilities |= fuse.CAP_WRITEBACK_CACHE
 	}
 	if !o.NoDefaultPermissions {
 		mo.Options = append(mo.Options, "default_permissions")
@@ -167,6 +181,28 @@ func (s *Server) Unmount() error { return s.srv.Unmount() }
 type node struct {
 	fs.Inode
 	s *Server
+
+	// accessed is set once a read updated atime (or found no need to), and
+	// cleared by writes and setattr: relatime updates atime once after
+	// each change.
+	accessed atomic.Bool
+
+	// open holds the node's open handles, for fchmod and fchown of a file
+	// whose last name is gone (the kernel sends them without a handle).
+	openMu sync.Mutex
+	open   map[*handle]struct{}
+}
+
+// opened records h as an open handle of n and returns it.
+func (n *node) opened(h *handle) *handle {
+	h.n = n
+	n.openMu.Lock()
+	if n.open == nil {
+		n.open = map[*handle]struct{}{}
+	}
+	n.open[h] = struct{}{}
+	n.openMu.Unlock()
+	return h
 }
 
 var (
@@ -390,6 +426,7 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 	if e := n.s.writable(); e != 0 {
 		return e
 	}
+	n.accessed.Store(false)
 	if size, ok := in.GetSize(); ok {
 		if int64(size) < 0 {
 			return syscall.EFBIG
@@ -418,6 +455,22 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 	mtime, setM := in.GetMTime()
 	if setMode || setUID || setGID || setA || setM {
 		isLink := n.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFLNK
+		n.s.renameMu.RLock()
+		_, linked := n.path()
+		n.s.renameMu.RUnlock()
+		if !linked {
+			// fchmod, fchown or futimens of an open file without a name
+			// (and the kernel's mtime update at its close with the
+			// write-back cache): through the File, as ext4 changes the
+			// orphan inode.
+			fi, e := n.setattrOpen(fh, in)
+			if e == 0 {
+				n.s.fill(fi, &out.Attr)
+			}
+			if e != syscall.ENOENT {
+				return e
+			}
+		}
 		e := n.withPath("", func(p string) syscall.Errno {
 			if setUID || setGID {
 				u, g := -1, -1
@@ -463,6 +516,66 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 	}
 	n.s.fill(fi, &out.Attr)
 	return 0
+}
+
+// setattrOpen changes the owner and mode of n through its handle fh or
+// another open handle, and returns the new attributes: ENOENT when it has
+// no handle.
+func (n *node) setattrOpen(fh fs.FileHandle, in *fuse.SetAttrIn) (*ext4io.FileInfo, syscall.Errno) {
+	mode, setMode := in.GetMode()
+	uid, setUID := in.GetUID()
+	gid, setGID := in.GetGID()
+	atime, setA := in.GetATime()
+	mtime, setM := in.GetMTime()
+	// Holding openMu keeps Release from closing the File meanwhile.
+	n.openMu.Lock()
+	defer n.openMu.Unlock()
+	var f *ext4io.File
+	if h, ok := fh.(*handle); ok {
+		f = h.f
+	} else {
+		for h := range n.open {
+			f = h.f
+			break
+		}
+	}
+	if f == nil {
+		return nil, syscall.ENOENT
+	}
+	if setUID || setGID {
+		u, g := -1, -1
+		if setUID {
+			u = int(uid)
+		}
+		if setGID {
+			g = int(gid)
+		}
+		if err := f.Chown(u, g); err != nil {
+			return nil, errno(err)
+		}
+	}
+	if setMode {
+		if err := f.Chmod(fileMode(mode)); err != nil {
+			return nil, errno(err)
+		}
+	}
+	if setA || setM {
+		var a, m time.Time
+		if setA {
+			a = atime
+		}
+		if setM {
+			m = mtime
+		}
+		if err := f.Chtimes(a, m); err != nil {
+			return nil, errno(err)
+		}
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, errno(err)
+	}
+	return fi.(*ext4io.FileInfo), 0
 }
 
 var ftMode = [...]uint32{
@@ -601,7 +714,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, e
 	}
 	ch := n.newChild(ctx, fi, out)
-	return ch, &handle{f: f}, n.s.openFlags(flags), 0
+	return ch, ch.Operations().(*node).opened(&handle{f: f}), n.s.openFlags(flags), 0
 }
 
 func (s *Server) openFlags(flags uint32) uint32 {
@@ -902,6 +1015,39 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 // handle is an open file.
 type handle struct {
 	f *ext4io.File
+	n *node
+	// atime is whether reads update the access time (relatime): not
+	// on a read-only mount or with O_NOATIME.
+	atime bool
+}
+
+// relatime reports whether an access at now updates atime, by Linux's
+// relatime rule (relatime_need_update): when atime is not after mtime or
+// ctime, or is a day old.
+func relatime(fi *ext4io.FileInfo, now time.Time) bool {
+	return !fi.Atime.After(fi.Mtime) || !fi.Atime.After(fi.Ctime) || now.Sub(fi.Atime) >= 24*time.Hour
+}
+
+// touch updates f's atime after a read, as ext4 with relatime does. The
+// kernel serves cached pages without asking, so only reads that reach
+// the server count; the first one after a change is the one relatime
+// needs.
+func (h *handle) touch() {
+	if !h.atime || h.n.accessed.Load() {
+		return
+	}
+	fi, err := h.f.Stat()
+	if err != nil {
+		return
+	}
+	now := time.Now()
+	if relatime(fi.(*ext4io.FileInfo), now) {
+		h.f.Accessed(now)
+	}
+	// Until the file changes again, later reads would not update atime
+	// (but for the rule of a day, which an open file's reads do not
+	// apply).
+	h.n.accessed.Store(true)
 }
 
 var (
@@ -944,7 +1090,8 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if e != 0 {
 		return nil, 0, e
 	}
-	return &handle{f: f}, n.s.openFlags(flags), 0
+	h := &handle{f: f, atime: !n.s.ro && flags&syscall.O_NOATIME == 0}
+	return n.opened(h), n.s.openFlags(flags), 0
 }
 
 // Read reads file data.
@@ -953,6 +1100,7 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, errno(err)
 	}
+	h.touch()
 	return fuse.ReadResultData(dest[:k]), 0
 }
 
@@ -962,6 +1110,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	if err != nil && k == 0 {
 		return 0, errno(err)
 	}
+	h.n.accessed.Store(false)
 	return uint32(k), 0
 }
 
@@ -978,6 +1127,9 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 
 // Release closes the file; the last close of an unlinked file frees it.
 func (h *handle) Release(ctx context.Context) syscall.Errno {
+	h.n.openMu.Lock()
+	delete(h.n.open, h)
+	h.n.openMu.Unlock()
 	return errno(h.f.Close())
 }
 

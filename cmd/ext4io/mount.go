@@ -1,10 +1,14 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
+	"runtime/pprof"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -12,58 +16,52 @@ import (
 	"github.com/ext4io/ext4io/fusefs"
 )
 
-// cmdMount serves an image over FUSE in the foreground. SIGINT, SIGTERM,
-// fusermount3 -u and umount unmount it; then the volume is closed, which
-// writes back, commits and marks the file system clean.
+// mountChildEnv marks the server process that ext4io mount --background
+// starts: it reports on descriptor 3 either mountReady, once the file
+// system is mounted, or why it failed.
+const (
+	mountChildEnv = "EXT4IO_MOUNT_CHILD"
+	mountReady    = "ready"
+)
+
+// cmdMount serves an image over FUSE, in the foreground unless
+// --background. SIGINT, SIGTERM, fusermount3 -u and umount unmount it;
+// then the volume is closed, which writes back, commits and marks the file
+// system clean.
 func cmdMount(args []string, w io.Writer) error {
 	fs := newFlags("mount")
 	opts := fs.String("o", "", "mount options, comma-separated: ro, rw, allow_other, default_permissions,\n"+
 		"no_default_permissions, direct_io, debug, fsname=NAME; others go to FUSE as given")
 	debug := fs.Bool("d", false, "log every FUSE request (as -o debug)")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the mount (go tool pprof) to FILE at unmount")
+	bg := fs.Bool("background", false, "serve from a background process; return once mounted (fuse2fs's default)")
+	fs.Bool("f", false, "serve in the foreground (the default; as fuse2fs -f)")
 	pos, err := parseArgs(fs, args, 2, 2)
 	if err != nil {
 		return err
 	}
-	var o fusefs.Options
-	o.Debug = *debug
-	for _, opt := range strings.Split(*opts, ",") {
-		switch opt {
-		case "":
-		case "ro":
-			o.ReadOnly = true
-		case "rw":
-			o.ReadOnly = false
-		case "allow_other":
-			o.AllowOther = true
-		case "default_permissions":
-			o.NoDefaultPermissions = false
-		case "no_default_permissions":
-			o.NoDefaultPermissions = true
-		case "direct_io":
-			o.DirectIO = true
-		case "debug":
-			o.Debug = true
-		default:
-			if v, ok := strings.CutPrefix(opt, "fsname="); ok {
-				o.FsName = v
-			} else {
-				o.Extra = append(o.Extra, opt)
-			}
+	if *bg && os.Getenv(mountChildEnv) == "" {
+		return mountBackground(args)
+	}
+	var ready *os.File
+	if os.Getenv(mountChildEnv) == "1" {
+		ready = os.NewFile(3, "ready")
+		os.Unsetenv(mountChildEnv)
+	}
+	s, v, stop, err := startMount(pos, *opts, *debug, *cpuprofile)
+	if ready != nil {
+		msg := mountReady
+		if err != nil {
+			msg = err.Error()
 		}
+		ready.WriteString(msg)
+		ready.Close()
 	}
-	image, dir := pos[0], pos[1]
-	if o.FsName == "" {
-		o.FsName = image
-	}
-	v, err := ext4io.OpenImage(image, ext4io.Options{Writable: !o.ReadOnly})
 	if err != nil {
 		return err
 	}
-	s, err := fusefs.Mount(v, dir, o)
-	if err != nil {
-		v.Close()
-		return err
-	}
+	defer stop()
+	dir := pos[1]
 	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	go func() {
@@ -78,4 +76,130 @@ func cmdMount(args []string, w io.Writer) error {
 	s.Wait()
 	signal.Stop(sig)
 	return v.Close()
+}
+
+// mountBackground runs this command again as a server in its own session,
+// with standard input and output on /dev/null, and returns once the child
+// has mounted the file system, or with the child's error.
+func mountBackground(args []string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	r, wr, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	cmd := exec.Command(exe, append([]string{"mount"}, args...)...)
+	cmd.Env = append(os.Environ(), mountChildEnv+"=1")
+	cmd.ExtraFiles = []*os.File{wr}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	err = cmd.Start()
+	wr.Close()
+	if err != nil {
+		return err
+	}
+	msg, _ := io.ReadAll(r)
+	if string(msg) == mountReady {
+		return cmd.Process.Release()
+	}
+	werr := cmd.Wait()
+	if len(msg) == 0 {
+		return fmt.Errorf("mount server exited before mounting: %v", werr)
+	}
+	return errors.New(string(msg))
+}
+
+// startMount opens the image and mounts it; stop ends the CPU profile.
+func startMount(pos []string, opts string, debug bool, cpuprofile string) (s *fusefs.Server, v *ext4io.Volume, stop func(), err error) {
+	var o fusefs.Options
+	var cache int64
+	o.Debug = debug
+	for _, opt := range strings.Split(opts, ",") {
+		switch opt {
+		case "":
+		case "ro":
+			o.ReadOnly = true
+		case "rw":
+			o.ReadOnly = false
+		case "allow_other":
+			o.AllowOther = true
+		case "default_permissions":
+			o.NoDefaultPermissions = false
+		case "no_default_permissions":
+			o.NoDefaultPermissions = true
+		case "direct_io":
+			o.DirectIO = true
+		case "writeback_cache":
+			o.NoWritebackCache = false
+		case "no_writeback_cache":
+			o.NoWritebackCache = true
+		case "debug":
+			o.Debug = true
+		default:
+			if v, ok := strings.CutPrefix(opt, "fsname="); ok {
+				o.FsName = v
+			} else if v, ok := strings.CutPrefix(opt, "cache_size="); ok {
+				if cache, err = parseSize(v); err != nil {
+					return nil, nil, nil, fmt.Errorf("%w: -o cache_size: %w", errUsage, err)
+				}
+			} else {
+				o.Extra = append(o.Extra, opt)
+			}
+		}
+	}
+	image, dir := pos[0], pos[1]
+	if o.FsName == "" {
+		o.FsName = image
+	}
+	v, err = ext4io.OpenImage(image, ext4io.Options{Writable: !o.ReadOnly, PageCacheBytes: mountCache(cache)})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	stop = func() {}
+	if cpuprofile != "" {
+		pf, err := os.Create(cpuprofile)
+		if err == nil {
+			err = pprof.StartCPUProfile(pf)
+		}
+		if err != nil {
+			v.Close()
+			return nil, nil, nil, err
+		}
+		stop = func() {
+			pprof.StopCPUProfile()
+			pf.Close()
+		}
+	}
+	if s, err = fusefs.Mount(v, dir, o); err != nil {
+		stop()
+		v.Close()
+		return nil, nil, nil, err
+	}
+	return s, v, stop, nil
+}
+
+// mountCache is the page cache of a mount: the -o cache_size given, else
+// an eighth of the machine's memory between 64 MiB and 1 GiB, so that the
+// dirty data of a workload fits as it would in Linux's page cache.
+func mountCache(size int64) int64 {
+	if size > 0 {
+		return size
+	}
+	return min(max(memTotal()/8, 64<<20), 1<<30)
+}
+
+// memTotal is /proc/meminfo's MemTotal in bytes ("MemTotal: 24683520 kB"),
+// 0 off Linux.
+func memTotal() int64 {
+	b, _ := os.ReadFile("/proc/meminfo")
+	for _, l := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(l, ":")
+		if f := strings.Fields(v); ok && k == "MemTotal" && len(f) == 2 && f[1] == "kB" {
+			kb, _ := strconv.ParseInt(f[0], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }
