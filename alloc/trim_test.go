@@ -4,8 +4,8 @@ import (
 	"errors"
 	"math/rand/v2"
 	"sync"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/ext4io/ext4io/internal/mkfs"
 )
