@@ -221,7 +221,9 @@ func (unsupportedDiscard) Discard(off, n int64) error {
 // failingDiscard fails every discard with an I/O error.
 type failingDiscard struct{ blockdev.Device }
 
-func (failingDiscard) Discard(off, n int64) error { return fmt.Errorf("test device: %w", blockdev.ErrIO) }
+func (failingDiscard) Discard(off, n int64) error {
+	return fmt.Errorf("test device: %w", blockdev.ErrIO)
+}
 
 // TestDiscardErrorsNotFatal: failed and unsupported discards do not fail
 // the operations that freed the blocks; they are counted, and an
