@@ -46,7 +46,8 @@
 // the space from each other (TestWindowsHideNoSpace).
 //
 // Lock order: window.mu -> group.mu (several groups: ascending index) ->
-// descMu[block] -> MetaIO. The counters are atomics; no lock is global.
+// descMu[block] -> MetaIO; trims.mu is a leaf. The counters are atomics;
+// no lock is global.
 package alloc
 
 import (
