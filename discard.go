@@ -54,7 +54,7 @@ func (v *Volume) DiscardStats() DiscardStats {
 }
 
 // discardFreed discards n blocks from start, freed by a committed
-// transaction (or, without a journal, about to be freed), if
+// transaction (or, without a journal, freed but not yet allocatable), if
 // Options.Discard asks for it. Errors are counted, not returned.
 func (v *Volume) discardFreed(start, n uint64) {
 	if !v.opts.Discard || v.disc.off.Load() || n == 0 {
@@ -74,4 +74,21 @@ func (v *Volume) discardFreed(start, n uint64) {
 	if errors.Is(err, ErrUnsupported) {
 		v.disc.off.Store(true) // as ext4 turns -o discard off on EOPNOTSUPP
 	}
+}
+
+// freeDiscarding frees n blocks from start on a volume without a journal:
+// with Options.Discard they are checked and taken out of free space first
+// (so a corrupt mapping never gets metadata or someone else's blocks
+// discarded), discarded, then made allocatable.
+func (v *Volume) freeDiscarding(start, n uint64) error {
+	if !v.opts.Discard || v.disc.off.Load() {
+		return v.alloc.Free(start, n)
+	}
+	release, err := v.alloc.FreeDeferred(start, n)
+	if err != nil {
+		return err
+	}
+	v.discardFreed(start, n)
+	release()
+	return nil
 }

@@ -516,8 +516,7 @@ func (v *Volume) Sync() error {
 // leave the old owner pointing at it.
 func (v *Volume) freeMapped(start, n uint64) error {
 	if v.jm == nil {
-		v.discardFreed(start, n) // before the blocks can be reused
-		return v.alloc.Free(start, n)
+		return v.freeDiscarding(start, n)
 	}
 	release, err := v.alloc.FreeDeferred(start, n)
 	if err != nil {

@@ -72,7 +72,7 @@ type Options struct {
 	// it has committed (never before: a crash must find the blocks the
 	// committed metadata maps intact), and stays unallocatable until its
 	// discard returned, so no new data is written there first. Without a
-	// journal the run is discarded just before it is freed. A failed or
+	// journal the run is discarded as it is freed. A failed or
 	// unsupported discard is not an error of the operation: it is counted
 	// (DiscardStats), and ErrUnsupported turns online discard off. Trim
 	// discards free space on demand instead (fstrim).
