@@ -529,7 +529,7 @@ func (v *Volume) SyncContext(ctx context.Context) error {
 // leave the old owner pointing at it.
 func (v *Volume) freeMapped(start, n uint64) error {
 	if v.jm == nil {
-		return v.alloc.Free(start, n)
+		return v.freeDiscarding(start, n)
 	}
 	release, err := v.alloc.FreeDeferred(start, n)
 	if err != nil {
@@ -538,7 +538,8 @@ func (v *Volume) freeMapped(start, n uint64) error {
 	m := v.jm // v.jm is cleared at Close, maybe before the release runs
 	m.busyBlocks.Add(int64(n))
 	m.mu.Lock()
-	m.busy = append(m.busy, func() { release(); m.busyBlocks.Add(-int64(n)) })
+	// Discarded once committed, before the blocks become allocatable.
+	m.busy = append(m.busy, func() { v.discardFreed(start, n); release(); m.busyBlocks.Add(-int64(n)) })
 	m.mu.Unlock()
 	return nil
 }

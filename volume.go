@@ -66,6 +66,18 @@ type Options struct {
 	// anything is pending, as Linux's jbd2 thread does every commit=N
 	// seconds.
 	CommitInterval time.Duration
+	// Discard tells the device about blocks the volume frees (Linux's
+	// mount -o discard), for thin-provisioned and network storage: each
+	// run freed by truncate, punch, unlink or an extent tree change is
+	// passed to the device's Discard once the journal transaction freeing
+	// it has committed (never before: a crash must find the blocks the
+	// committed metadata maps intact), and stays unallocatable until its
+	// discard returned, so no new data is written there first. Without a
+	// journal the run is discarded as it is freed. A failed or
+	// unsupported discard is not an error of the operation: it is counted
+	// (DiscardStats), and ErrUnsupported turns online discard off. Trim
+	// discards free space on demand instead (fstrim).
+	Discard bool
 	// Tuning holds the write engine's switches for direct writes into
 	// preallocated space and its reserved pool, for engine builders and
 	// benchmarks; the zero value is the default.
@@ -222,6 +234,8 @@ type Volume struct {
 	convInodes map[*inode]struct{}
 	// convResv is the space reserved for queued conversions (convresv.go).
 	convResv convResv
+
+	disc discardState // Options.Discard and Trim (discard.go)
 
 	closed atomic.Bool
 }

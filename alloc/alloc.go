@@ -23,7 +23,8 @@
 //
 // Invariants (checked by the tests against e2fsck and a model):
 //   - A1 a loaded group's free trees hold exactly the zero bits of its
-//     bitmap minus the blocks of preallocation windows in the group.
+//     bitmap minus the blocks of preallocation windows in the group and
+//     of the runs Trim is discarding (trim.go).
 //   - A2 desc.FreeBlocksCount == zero bits of the bitmap; FreeBlocks() is
 //     the sum over groups; the same for inodes.
 //   - A3 avail == FreeBlocks() minus delalloc reservations, in-flight
@@ -45,7 +46,8 @@
 // the space from each other (TestWindowsHideNoSpace).
 //
 // Lock order: window.mu -> group.mu (several groups: ascending index) ->
-// descMu[block] -> MetaIO. The counters are atomics; no lock is global.
+// descMu[block] -> MetaIO; trims.mu is a leaf. The counters are atomics;
+// no lock is global.
 package alloc
 
 import (
@@ -132,6 +134,11 @@ type group struct {
 		byStart *btree.BTreeG[ext]
 		byLen   *btree.BTreeG[ext]
 		ibitmap []byte // inode bitmap, nil until loaded
+		// freeGen counts blocks coming back to the trees other than
+		// from Trim; trimmedMin is the minimum length of the last Trim
+		// of the whole group, 0 if blocks came back since (trim.go).
+		freeGen    uint64
+		trimmedMin uint32
 	}
 	// Hints read without the lock; written under it.
 	freeBlocks atomic.Int64 // == mu.desc.FreeBlocksCount
@@ -188,6 +195,8 @@ type Allocator struct {
 		sync.Mutex
 		m map[uint32]*window
 	}
+
+	trims trimWait // runs out of the trees while Trim discards them
 }
 
 // New returns an Allocator for the filesystem described by sb, reading
@@ -587,6 +596,18 @@ func errorsIsNoSpace(err error) bool { return err != nil && isNoSpace(err) }
 // min(n, keep) blocks used and hides the rest (for a window) from the
 // trees.
 func (a *Allocator) search(goal, lo, hi, keep, align uint64) (uint64, uint64, error) {
+	for {
+		s, n, err := a.searchOnce(goal, lo, hi, keep, align)
+		if errorsIsNoSpace(err) && a.trims.wait() {
+			// Trim held free runs out of the trees while it discarded
+			// them: they are back, search again.
+			continue
+		}
+		return s, n, err
+	}
+}
+
+func (a *Allocator) searchOnce(goal, lo, hi, keep, align uint64) (uint64, uint64, error) {
 	if goal < a.firstData || goal >= a.sb.BlocksCount {
 		goal = a.firstData
 	}
@@ -722,12 +743,21 @@ func (a *Allocator) updateMaxLocked(g *group) {
 	}
 }
 
-// insertFreeLocked adds [s, s+n) to group gi's trees, merging neighbours.
+// insertFreeLocked adds [s, s+n) to group gi's trees, merging neighbours,
+// and marks the group as not trimmed.
 func (a *Allocator) insertFreeLocked(gi uint64, s, n uint32) {
 	g := a.g[gi]
 	if g.mu.bitmap == nil || n == 0 {
 		return
 	}
+	g.mu.freeGen++
+	g.mu.trimmedMin = 0
+	a.putFreeLocked(gi, s, n)
+}
+
+// putFreeLocked adds [s, s+n) to group gi's trees, merging neighbours.
+func (a *Allocator) putFreeLocked(gi uint64, s, n uint32) {
+	g := a.g[gi]
 	e := ext{s, n}
 	var prev, next ext
 	hasPrev, hasNext := false, false

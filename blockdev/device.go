@@ -7,7 +7,9 @@
 //	                               regular file or a block device
 //	Direct  OpenDirect             O_DIRECT; aligned I/O is zero-copy, the
 //	                               rest goes through bounce buffers (Aligner)
-//	Mmap    OpenMmap               a shared mapping of a file, pmem-like
+//	Mmap    OpenMmap               a shared mapping of a file, block device
+//	                               or device DAX; MAP_SYNC on persistent
+//	                               memory, flushed with CLWB (Mmap.Mode)
 //	memdev  memdev.New             sparse, in process, copy-on-write clones
 //	errordev errordev.New          fault injection around any Device;
 //	         errordev.NewCrashable crash images (durable state + torn writes)

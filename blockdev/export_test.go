@@ -24,3 +24,11 @@ func MmapDirtyPages(m *Mmap) []int {
 // MmapTakeDirty clears m's dirty pages and returns them as Flush would
 // msync them, as [first, last+1) runs, without msyncing.
 func MmapTakeDirty(m *Mmap) [][2]int { return m.takeDirty() }
+
+// MmapForceCPUFlush makes m's Flush write back cache lines as on a
+// MAP_SYNC mapping, to run that path without persistent memory. It
+// reports false where there is no cache write-back.
+func MmapForceCPUFlush(m *Mmap) bool {
+	m.cpuFlush = cacheFlush
+	return cacheFlush != nil
+}

@@ -16,15 +16,24 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Mmap is a pmem-like Device: the whole file is mapped shared, ReadAt and
-// WriteAt are memory copies, and Flush msyncs only the pages written since
-// the last Flush. It is safe for concurrent use.
+// Mmap is a pmem-like Device: the whole file or device is mapped shared,
+// ReadAt and WriteAt are memory copies, and Flush makes the pages written
+// since the last Flush durable. It is safe for concurrent use.
+//
+// OpenMmap takes a regular file, a block device, or a device DAX
+// character device (/dev/daxX.Y). A writable mapping is MAP_SYNC where
+// the kernel grants it (DAX: a file on a DAX-mounted file system on
+// persistent memory, or device DAX): the file system's metadata for each
+// page is durable when the page is first written, so Flush only writes
+// back the CPU cache lines of the dirty pages (CLWB, on amd64) instead
+// of calling msync. Elsewhere the mapping is plain MAP_SHARED, Flush
+// msyncs, and Mode says why MAP_SYNC was refused.
 //
 // If the file is truncated underneath the mapping, the copy touching the
 // missing pages faults (SIGBUS); the fault is turned into an error wrapping
 // ErrIO instead of crashing the program. ZeroOut clears the memory;
 // Discard also gives whole pages back where it can; both ranges read as
-// zeroes. The logical block size is 512.
+// zeroes. The logical block size is 512, or a block device's own.
 type Mmap struct {
 	f     *os.File
 	path  string
@@ -32,6 +41,12 @@ type Mmap struct {
 	size  int64
 	ro    bool
 	page  int
+	lbs   int
+
+	// How writes reach stable storage (Mode); immutable after open.
+	mapSync  bool         // the mapping is MAP_SYNC
+	cpuFlush func([]byte) // Flush writes back cache lines with it; nil: msync
+	fallback error        // why the mapping is not MAP_SYNC
 
 	// life is held shared by every operation that touches data and
 	// exclusively by Close, so the mapping is never unmapped under a copy.
@@ -59,8 +74,11 @@ type Mmap struct {
 
 var _ Device = (*Mmap)(nil)
 
-// OpenMmap maps the regular file at path. A file larger than the address
-// space can hold is refused with ErrInvalid.
+// OpenMmap maps the regular file, block device or device DAX at path. A
+// file larger than the address space can hold is refused with ErrInvalid,
+// as is any other kind of file. Writable device DAX needs a CPU cache
+// write-back (amd64) and is refused with ErrUnsupported elsewhere: it has
+// no msync.
 func OpenMmap(path string, readOnly bool) (*Mmap, error) {
 	f, err := openOS(path, readOnly, 0)
 	if err != nil {
@@ -79,15 +97,32 @@ func newMmap(f *os.File, path string, readOnly bool) (*Mmap, error) {
 	if err != nil {
 		return nil, fmt.Errorf("blockdev: stat %s: %w: %w", path, ErrIO, err)
 	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("blockdev: mmap %s: not a regular file: %w", path, ErrInvalid)
+	lbs, dax := 512, false
+	var size int64
+	switch mode := st.Mode(); {
+	case mode.IsRegular():
+		size = st.Size()
+	case mode&os.ModeDevice != 0 && mode&os.ModeCharDevice == 0:
+		if size, lbs, err = blockDeviceGeometry(f); err != nil {
+			return nil, fmt.Errorf("blockdev: %s: block device geometry: %w: %w", path, ErrIO, err)
+		}
+		if lbs <= 0 || lbs&(lbs-1) != 0 {
+			return nil, fmt.Errorf("blockdev: %s: logical block size %d is not a power of two: %w", path, lbs, ErrInvalid)
+		}
+	case mode&os.ModeCharDevice != 0:
+		if size, err = daxSize(path, st); err != nil {
+			return nil, err
+		}
+		dax = true
+	default:
+		return nil, fmt.Errorf("blockdev: mmap %s: not a regular file, block device or device DAX: %w", path, ErrInvalid)
 	}
-	size := st.Size()
 	if uint64(size) > math.MaxInt {
 		return nil, fmt.Errorf("blockdev: mmap %s: %d bytes do not fit the address space: %w", path, size, ErrInvalid)
 	}
-	m := &Mmap{f: f, path: path, label: "blockdev: " + path, size: size, ro: readOnly, page: os.Getpagesize()}
+	m := &Mmap{f: f, path: path, label: "blockdev: " + path, size: size, ro: readOnly, page: os.Getpagesize(), lbs: lbs}
 	if size == 0 {
+		m.fallback = fmt.Errorf("empty, nothing mapped: %w", ErrUnsupported)
 		return m, nil
 	}
 	prot := unix.PROT_READ
@@ -97,11 +132,18 @@ func newMmap(f *os.File, path string, readOnly bool) (*Mmap, error) {
 	var data []byte
 	err = control(f, func(fd int) error {
 		var err error
-		data, err = unix.Mmap(fd, 0, int(size), prot, unix.MAP_SHARED)
+		data, m.mapSync, m.fallback, err = mapShared(fd, int(size), prot)
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("blockdev: mmap %s (%d bytes): %w: %w", path, size, ErrIO, err)
+	}
+	if m.mapSync {
+		m.cpuFlush = cacheFlush
+	}
+	if dax && !readOnly && m.cpuFlush == nil {
+		unix.Munmap(data)
+		return nil, fmt.Errorf("blockdev: mmap %s: device DAX needs a CPU cache write-back, which ext4io has on amd64 only: %w", path, ErrUnsupported)
 	}
 	m.life.data = data
 	pages := (size + int64(m.page) - 1) / int64(m.page)
@@ -111,11 +153,35 @@ func newMmap(f *os.File, path string, readOnly bool) (*Mmap, error) {
 	return m, nil
 }
 
+// MmapMode says how an Mmap device makes writes durable.
+type MmapMode struct {
+	// MapSync reports a MAP_SYNC mapping (persistent memory through DAX).
+	MapSync bool
+	// Flush names what Flush does: "msync", or the CPU instruction that
+	// writes back the dirty cache lines of a MAP_SYNC mapping ("clwb",
+	// "clflushopt", "clflush"), followed by SFENCE.
+	Flush string
+	// Fallback says why the mapping is not MAP_SYNC (nil when it is): the
+	// kernel refused it (wrapping ErrUnsupported and the errno, EOPNOTSUPP
+	// for a file or device that is not DAX), the device is read-only or
+	// empty, or the platform has no MAP_SYNC.
+	Fallback error
+}
+
+// Mode reports how m makes writes durable.
+func (m *Mmap) Mode() MmapMode {
+	md := MmapMode{MapSync: m.mapSync, Flush: "msync", Fallback: m.fallback}
+	if m.cpuFlush != nil {
+		md.Flush = cacheFlushName
+	}
+	return md
+}
+
 // Size implements Device.
 func (m *Mmap) Size() int64 { return m.size }
 
-// LogicalBlockSize implements Device.
-func (m *Mmap) LogicalBlockSize() int { return 512 }
+// LogicalBlockSize implements Device: 512, or a block device's own.
+func (m *Mmap) LogicalBlockSize() int { return m.lbs }
 
 // protected runs fn, which copies to or from the mapping, turning a memory
 // fault (SIGBUS after the file shrank) into an error.
@@ -262,8 +328,9 @@ func (m *Mmap) takeDirty() [][2]int {
 	return runs
 }
 
-// Flush msyncs the pages written since the last Flush. If msync fails the
-// pages stay dirty for the next Flush.
+// Flush makes the pages written since the last Flush durable: it writes
+// back their CPU cache lines on a MAP_SYNC mapping, and msyncs them
+// otherwise. If that fails the pages stay dirty for the next Flush.
 func (m *Mmap) Flush() error {
 	defer m.life.RUnlock(m.life.RLock(0))
 	if m.life.closed {
@@ -275,6 +342,15 @@ func (m *Mmap) Flush() error {
 	runs := m.takeDirty()
 	for i, r := range runs {
 		lo, hi := r[0]*m.page, min(r[1]*m.page, len(m.life.data))
+		if m.cpuFlush != nil {
+			if err := m.protected("flush", int64(lo), func() { m.cpuFlush(m.life.data[lo:hi]) }); err != nil {
+				for _, r := range runs[i:] {
+					m.markDirty(int64(r[0]*m.page), int64((r[1]-r[0])*m.page))
+				}
+				return err
+			}
+			continue
+		}
 		if err := unix.Msync(m.life.data[lo:hi], unix.MS_SYNC); err != nil {
 			for _, r := range runs[i:] {
 				m.markDirty(int64(r[0]*m.page), int64((r[1]-r[0])*m.page))

@@ -84,6 +84,16 @@ func (r *Recorder) Flushes() []int {
 	return fl
 }
 
+// Entry returns log entry i: its kind and, for a modification, the byte
+// range it covered (0, 0 for a Flush). Tests use it to check the order
+// of operations, such as discards after the flushes that allowed them.
+func (r *Recorder) Entry(i int) (kind Kind, off, n int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.mu.log[i]
+	return e.kind, e.off, e.n
+}
+
 // ReadAt implements io.ReaderAt.
 func (r *Recorder) ReadAt(p []byte, off int64) (int, error) { return r.dev.ReadAt(p, off) }
 

@@ -72,6 +72,7 @@ var commands = map[string]command{
 	"mv":      {usage: "mv IMAGE OLD NEW", help: "Rename OLD to NEW.", run: cmdMv},
 	"journal": {usage: "journal IMAGE", help: "Print the journal superblock and the transactions in the log.", run: cmdJournal},
 	"recover": {usage: "recover IMAGE", help: "Replay a journal that needs recovery.", run: cmdRecover},
+	"fstrim":  {usage: "fstrim [-v] [--offset N] [--length N] [--minimum N] IMAGE", help: "Discard the free space of IMAGE (fstrim; holes in an image file).", run: cmdFstrim},
 	"getfattr": {usage: "getfattr [-h] IMAGE PATH [NAME]",
 		help: "Print the extended attributes of PATH (or only NAME), like getfattr -d -m -.", run: cmdGetfattr},
 	"setfattr": {usage: "setfattr [-h] IMAGE PATH NAME VALUE | setfattr [-h] IMAGE PATH -x NAME",
