@@ -116,6 +116,8 @@ type inode struct {
 	// exclusively).
 	convBatch bool
 
+	inline inlineState // inline data not yet converted (inline.go)
+
 	// touchEpoch is the Volume.touch epoch of the last direct write under
 	// the shared lock whose mtime and ctime are not in in yet, 0 for none:
 	// the fast path stores it without dataMu, and applyTouchLocked moves
@@ -267,6 +269,7 @@ func (n *inode) setSizeLocked(size uint64) {
 func newFile(v *Volume, n *inode, ino uint32, name string) *File {
 	f := &File{v: v, n: n, ino: ino, name: name, flag: os.O_RDWR, in: n.in, m: n.m, inl: n.inl}
 	f.dio = [2]dioOps{{f: f}, {f: f, shared: true}}
+	n.trackInline(f)
 	return f
 }
 
@@ -340,6 +343,7 @@ func (v *Volume) getInode(ino uint32) (*inode, error) {
 	switch {
 	case in.Flags&layout.InodeFlagInlineData != 0:
 		n.inl, err = v.inlineData(ino, in)
+		n.initInline()
 	case in.IsSymlink() && isFastSymlink(v.sb, in):
 		n.inl = append([]byte(nil), in.Block[:min(int(in.Size), layout.InodeBlockSize)]...)
 	case isSpecial(in):

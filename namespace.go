@@ -115,6 +115,9 @@ func (v *Volume) parentOnly(name string) (*File, string, error) {
 	if !dir.in.IsDir() {
 		return nil, "", ErrNotDir
 	}
+	if err := dir.ensureDirNotInline(); err != nil {
+		return nil, "", err
+	}
 	if dir.m == nil || dir.m.tree == nil {
 		return nil, "", fmt.Errorf("directory %s (inode %d) is not extent-mapped: %w", dirName, dir.ino, ErrUnsupported)
 	}
@@ -859,6 +862,9 @@ func (v *Volume) isUnder(ino, anc uint32) (bool, error) {
 
 // setDotDotLocked points directory d's ".." at parent.
 func (d *File) setDotDotLocked(parent uint32) error {
+	if d.m == nil {
+		return d.setInlineDotDotLocked(parent)
+	}
 	buf := make([]byte, d.v.bs)
 	ok, err := d.dirBlock(0, buf)
 	if err != nil {

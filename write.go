@@ -41,6 +41,9 @@ func (f *File) writable(op string) error {
 	if err := f.v.failed(); err != nil {
 		return &fs.PathError{Op: op, Path: f.name, Err: fmt.Errorf("%w after an earlier error: %w", ErrReadOnly, err)}
 	}
+	if err := f.ensureNotInline(op); err != nil {
+		return err
+	}
 	if f.m == nil || f.m.tree == nil || !f.in.IsReg() {
 		return &fs.PathError{Op: op, Path: f.name, Err: fmt.Errorf("only extent-mapped regular files can be written: %w", ErrUnsupported)}
 	}

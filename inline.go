@@ -1,0 +1,267 @@
+package ext4io
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io/fs"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"weak"
+
+	"github.com/ext4io/ext4io/extent"
+	"github.com/ext4io/ext4io/layout"
+)
+
+// Writing on inline_data volumes: convert on modify.
+//
+// An inline-data inode (EXT4_INLINE_DATA_FL) keeps its bytes in i_block
+// and in the value of the in-inode attribute system.data; an inline
+// directory keeps the parent's inode number in the first 4 bytes of
+// i_block and its entries (no "." or "..") after it and in system.data.
+// ext4io reads both (inode.go, dir.go) and changes neither in place:
+// before the first change of its data or entries, an inline inode becomes
+// an extent-mapped one, as ext4_convert_inline_data does when data
+// outgrows the inode:
+//
+//   - a regular file gets one block holding its bytes (none when empty);
+//   - a directory gets one block holding ".", ".." and its entries, with
+//     the checksum tail as every directory block (dir.go);
+//   - either way EXT4_INLINE_DATA_FL goes, EXT4_EXTENTS_FL comes, the
+//     system.data attribute is removed from the inode body (as
+//     ext4_destroy_inline_data), and i_block becomes the extent root.
+//
+// The block, the bitmaps and the inode change in one operation, hence one
+// journal transaction; a regular file's data is written to the device
+// before that transaction can commit, as every data write is (write.go).
+// New files and directories are extent-mapped: ext4io never creates
+// inline data (legal: Linux does the same for files it cannot keep
+// inline). Changes that leave the data alone (times, mode, owner,
+// attributes, link counts, the ".." of a moved directory) keep an inode
+// inline, and keep system.data as it is.
+//
+// Files opened before a conversion copy the inode's mapper and inline
+// bytes (File.m, File.inl); the inode tracks them (weakly) while it is
+// inline so that a conversion updates them under the inode lock, under
+// which they read those fields.
+
+// inlineState is the inline-data part of an inode's in-memory state.
+type inlineState struct {
+	// live: the inode is an inline-data regular file or directory that
+	// has not been converted. Set before the inode is shared, cleared
+	// under the inode lock held exclusively after the conversion.
+	live atomic.Bool
+
+	mu    sync.Mutex // guards files; a leaf lock
+	files []weak.Pointer[File]
+}
+
+// initInline marks n, just read, as inline if it is an inline-data
+// regular file or directory.
+func (n *inode) initInline() {
+	if n.in.Flags&layout.InodeFlagInlineData != 0 && (n.in.IsReg() || n.in.IsDir()) {
+		n.inline.live.Store(true)
+	}
+}
+
+// trackInline records f, a new File of n, if n is inline.
+func (n *inode) trackInline(f *File) {
+	if !n.inline.live.Load() {
+		return
+	}
+	s := &n.inline
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.files = slices.DeleteFunc(s.files, func(p weak.Pointer[File]) bool { return p.Value() == nil })
+	s.files = append(s.files, weak.Make(f))
+}
+
+// ensureNotInline converts f's inode if it is inline (see above), in an
+// operation of its own: the caller holds no inode lock and is not in an
+// operation.
+func (f *File) ensureNotInline(op string) error {
+	if f.n == nil || !f.n.inline.live.Load() {
+		return nil
+	}
+	f.v.beginOp()
+	f.n.mu.Lock()
+	err := f.closedLocked()
+	if err == nil && f.n.in.IsReg() {
+		// Directories convert when their entries change (parentOnly).
+		err = f.v.convertInlineLocked(f.n)
+	}
+	f.n.mu.Unlock()
+	if err = f.v.endOpErr(err); err != nil {
+		return &fs.PathError{Op: op, Path: f.name, Err: err}
+	}
+	return nil
+}
+
+// ensureDirNotInline converts directory d if it is inline; the caller is
+// in an operation and holds no inode lock.
+func (d *File) ensureDirNotInline() error {
+	if !d.n.inline.live.Load() {
+		return nil
+	}
+	d.n.mu.Lock()
+	defer d.n.mu.Unlock()
+	return d.v.convertInlineLocked(d.n)
+}
+
+// convertInlineLocked converts inline inode n to an extent-mapped one
+// (n.mu held exclusively, inside an operation). It does nothing if n is
+// no longer inline. On failure n is as it was.
+func (v *Volume) convertInlineLocked(n *inode) error {
+	if !n.inline.live.Load() || n.freed {
+		return nil
+	}
+	if n.in.Flags&layout.InodeFlagInlineData == 0 || n.m != nil {
+		return fmt.Errorf("inode %d: inline state out of step with its flags: %w", n.ino, ErrCorrupt)
+	}
+	if !v.sb.HasIncompat(layout.IncompatExtents) {
+		return fmt.Errorf("inode %d: converting inline data needs the extent feature: %w", n.ino, ErrUnsupported)
+	}
+	var blk []byte // the block the data goes to; nil for an empty file
+	if n.in.IsDir() {
+		var err error
+		if blk, err = v.inlineDirBlock(n); err != nil {
+			return err
+		}
+	} else if len(n.inl) > 0 {
+		if len(n.inl) > v.bs {
+			return fmt.Errorf("inode %d: %d bytes of inline data exceed a block: %w", n.ino, len(n.inl), ErrCorrupt)
+		}
+		blk = make([]byte, v.bs)
+		copy(blk, n.inl)
+	}
+	// The attributes without system.data, checked before anything
+	// changes.
+	s, err := v.loadXattrsLocked(n)
+	if err != nil {
+		return err
+	}
+	ibody := without(s.ibody, layout.XattrIndexSystem, "data")
+	region := ibodyRegion(n.in)
+	if region != nil && !layout.XattrIbodyFits(len(region), ibody) {
+		return fmt.Errorf("inode %d: in-inode attributes do not fit: %w", n.ino, ErrCorrupt)
+	}
+
+	saved := *n.in
+	saved.Raw = slices.Clone(n.in.Raw)
+	undo := func() {
+		raw := n.in.Raw
+		*n.in = saved
+		copy(raw, saved.Raw)
+		n.in.Raw = raw
+		n.m = nil
+	}
+	n.in.Flags = n.in.Flags&^layout.InodeFlagInlineData | layout.InodeFlagExtents
+	n.in.Block = extent.EmptyRoot()
+	if region != nil {
+		layout.EncodeXattrIbody(region, ibody)
+	}
+	if n.m, err = v.newMapper(n); err != nil {
+		undo()
+		return err
+	}
+	t := &File{v: v, n: n, ino: n.ino, name: fmt.Sprintf("<inode %d>", n.ino), flag: os.O_RDWR, in: n.in, m: n.m}
+	if n.in.IsDir() {
+		n.in.Size = 0
+		if _, err := t.appendBlockLocked(blk); err != nil {
+			undo()
+			return err
+		}
+	} else {
+		if blk != nil {
+			start, got, err := t.allocRun(0, 1, 1)
+			if err != nil {
+				undo()
+				return err
+			}
+			if _, err := v.dev.WriteAt(blk, int64(start)*int64(v.bs)); err != nil {
+				v.alloc.Free(start, got)
+				undo()
+				return fmt.Errorf("ext4io: inode %d: write: %w", n.ino, wrapIO(err))
+			}
+			if err := t.mapRun(0, start, got, false); err != nil {
+				// mapRun freed the run; the tree's root is still empty.
+				undo()
+				return err
+			}
+		}
+		if err := v.writeInodeLocked(n); err != nil {
+			return err // the transaction holds half a change: endOpErr stops the volume
+		}
+	}
+	if v.pc != nil && n.in.IsReg() {
+		n.bops = newBufOps(v, n)
+	}
+	n.inl = nil
+	s2 := &n.inline
+	s2.mu.Lock()
+	for _, p := range s2.files {
+		if f := p.Value(); f != nil {
+			f.m, f.inl = n.m, nil
+		}
+	}
+	s2.files = nil
+	s2.mu.Unlock()
+	n.inline.live.Store(false)
+	return nil
+}
+
+// inlineDirBlock returns the directory block that holds inline directory
+// n's entries: ".", "..", then the entries in stored order, the last one
+// reaching the end of the block (or its checksum tail).
+func (v *Volume) inlineDirBlock(n *inode) ([]byte, error) {
+	d := &File{v: v, n: n, ino: n.ino, in: n.in, inl: n.inl}
+	b := make([]byte, v.bs)
+	end := v.bs
+	if v.csum {
+		end -= layout.DirTailLen
+	}
+	off, last := 0, -1
+	err := d.scanInlineDir(func(e layout.DirEntry) error {
+		name := e.Name
+		if int(e.NameLen) < len(name) {
+			name = name[:e.NameLen]
+		}
+		ft := e.FileType
+		switch string(name) {
+		case ".", "..":
+			ft = v.entryType(layout.ModeDir)
+		}
+		rl := layout.DirRecLen(len(name))
+		if off+rl > end {
+			return fmt.Errorf("inline directory inode %d: entries exceed a block: %w", n.ino, ErrCorrupt)
+		}
+		layout.PutDirEntry(b, off, e.Inode, rl, ft, name)
+		last = off
+		off += rl
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	binary.LittleEndian.PutUint16(b[last+4:], layout.EncodeRecLen(end-last, v.bs))
+	if v.csum {
+		layout.SetDirTail(layout.InodeSeed(v.csumSeed, n.ino, n.in.Generation), b)
+	}
+	return b, nil
+}
+
+// setInlineDotDotLocked points inline directory d's parent pointer (the
+// first 4 bytes of i_block) at parent; d.n.mu is held exclusively and the
+// caller writes the inode.
+func (d *File) setInlineDotDotLocked(parent uint32) error {
+	n := d.n
+	if len(n.inl) < 4 || n.in.Flags&layout.InodeFlagInlineData == 0 {
+		return fmt.Errorf("directory inode %d: neither mapped nor inline: %w", d.ino, ErrCorrupt)
+	}
+	binary.LittleEndian.PutUint32(n.in.Block[:4], parent)
+	// n.inl is shared by the inode's Files (the same array): they see the
+	// new parent under the lock.
+	binary.LittleEndian.PutUint32(n.inl[:4], parent)
+	return nil
+}

@@ -1,0 +1,423 @@
+package ext4io_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/ext4io/ext4io"
+	"github.com/ext4io/ext4io/ext4iotest"
+	"github.com/ext4io/ext4io/layout"
+)
+
+// inlineTree is a model of a directory tree: file contents by path and
+// the set of directories ("" is the root).
+type inlineTree struct {
+	files map[string][]byte
+	dirs  map[string]bool
+}
+
+// writeInlineTree builds a host tree of small files and directories for
+// mkfs.ext4 -d: most files and directories fit in their inodes.
+func writeInlineTree(t *testing.T, rng *rand.Rand) (string, *inlineTree) {
+	root := t.TempDir()
+	m := &inlineTree{files: map[string][]byte{}, dirs: map[string]bool{"": true, "lost+found": true}}
+	dirs := []string{""}
+	for i := range 12 {
+		parent := dirs[rng.IntN(len(dirs))]
+		d := path.Join(parent, fmt.Sprintf("d%d", i))
+		if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		m.dirs[d] = true
+		dirs = append(dirs, d)
+	}
+	for i := range 60 {
+		d := dirs[rng.IntN(len(dirs))]
+		name := path.Join(d, fmt.Sprintf("f%d", i))
+		size := rng.IntN(180) // 0..60 in i_block, more in system.data
+		if i%10 == 9 {
+			size = 3000 + rng.IntN(9000) // not inline
+		}
+		data := make([]byte, size)
+		for j := range data {
+			data[j] = byte('a' + rng.IntN(26))
+		}
+		if err := os.WriteFile(filepath.Join(root, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		m.files[name] = data
+	}
+	return root, m
+}
+
+func inlineFlag(t *testing.T, v *ext4io.Volume, name string) bool {
+	t.Helper()
+	fi, err := v.Lstat(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Sys().(*ext4io.FileInfo).Flags&layout.InodeFlagInlineData != 0
+}
+
+// checkInlineTree compares every file and directory listing of v with m.
+func checkInlineTree(t *testing.T, v *ext4io.Volume, m *inlineTree, step int) {
+	t.Helper()
+	for d := range m.dirs {
+		ents, err := v.ReadDir(cmpDir(d))
+		if err != nil {
+			t.Fatalf("step %d: readdir %q: %v", step, d, err)
+		}
+		var got, want []string
+		for _, e := range ents {
+			got = append(got, path.Join(d, e.Name()))
+		}
+		for p := range m.files {
+			if path.Dir(p) == cmpDir(d) {
+				want = append(want, p)
+			}
+		}
+		for p := range m.dirs {
+			if p != "" && path.Dir(p) == cmpDir(d) {
+				want = append(want, p)
+			}
+		}
+		sort.Strings(got)
+		sort.Strings(want)
+		if !slices.Equal(got, want) {
+			t.Fatalf("step %d: dir %q holds %q, model %q", step, d, got, want)
+		}
+	}
+	for p, data := range m.files {
+		got, err := v.ReadFile(p)
+		if err != nil {
+			t.Fatalf("step %d: read %s: %v", step, p, err)
+		}
+		if !bytes.Equal(got, data) {
+			t.Fatalf("step %d: %s: %d bytes differ from the model's %d", step, p, len(got), len(data))
+		}
+	}
+}
+
+func cmpDir(d string) string {
+	if d == "" {
+		return "."
+	}
+	return d
+}
+
+// TestInlineFsx runs random writes, truncates, creates, unlinks, renames,
+// mkdirs, rmdirs and attribute changes through ext4io on an inline_data
+// image that mkfs.ext4 -d filled with inline files and directories,
+// checking contents against a model, e2fsck -fn at every reopen and at the
+// end, and that Linux reads the result.
+func TestInlineFsx(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		args []string
+	}{
+		{"4k", []string{"-O", "inline_data"}},
+		{"1k-bigino-nocsum", []string{"-b", "1024", "-I", "1024", "-O", "inline_data,^metadata_csum"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(len(c.name)), 7))
+			src, m := writeInlineTree(t, rng)
+			img := filepath.Join(t.TempDir(), "inline.img")
+			ext4iotest.Mkfs(t, img, "32M", append(c.args, "-d", src)...)
+			ext4iotest.Fsck(t, img)
+			v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { v.Close() }()
+			ninl := 0
+			for p := range m.files {
+				if inlineFlag(t, v, p) {
+					ninl++
+				}
+			}
+			ndir := 0
+			for d := range m.dirs {
+				if d != "" && inlineFlag(t, v, d) {
+					ndir++
+				}
+			}
+			if ninl < 20 || ndir < 5 {
+				t.Fatalf("only %d inline files and %d inline directories in the image", ninl, ndir)
+			}
+			t.Logf("%d of %d files and %d of %d directories inline", ninl, len(m.files), ndir, len(m.dirs)-1)
+			checkInlineTree(t, v, m, -1)
+
+			// Read-only handles opened before the conversions must follow
+			// them.
+			type held struct {
+				name string
+				f    *ext4io.File
+			}
+			var handles []held
+			for p := range m.files {
+				if len(handles) < 8 && inlineFlag(t, v, p) {
+					f, err := v.Open(p)
+					if err != nil {
+						t.Fatal(err)
+					}
+					handles = append(handles, held{p, f})
+				}
+			}
+
+			keys := func(mp map[string][]byte) []string {
+				ks := make([]string, 0, len(mp))
+				for k := range mp {
+					ks = append(ks, k)
+				}
+				sort.Strings(ks)
+				return ks
+			}
+			dirList := func() []string {
+				ds := make([]string, 0, len(m.dirs))
+				for d := range m.dirs {
+					ds = append(ds, d)
+				}
+				sort.Strings(ds)
+				return ds
+			}
+			randBytes := func(n int) []byte {
+				b := make([]byte, n)
+				for i := range b {
+					b[i] = byte(rng.Uint32())
+				}
+				return b
+			}
+			randSize := func() int64 {
+				switch rng.IntN(4) {
+				case 0:
+					return rng.Int64N(60)
+				case 1:
+					return rng.Int64N(200)
+				case 2:
+					return rng.Int64N(5000)
+				}
+				return rng.Int64N(40000)
+			}
+			drop := func(name string) {
+				handles = slices.DeleteFunc(handles, func(h held) bool {
+					return h.name == name || strings.HasPrefix(h.name, name+"/")
+				})
+			}
+			seq := 0
+			const steps = 500
+			for step := range steps {
+				files := keys(m.files)
+				dirs := dirList()
+				switch op := rng.IntN(20); {
+				case op < 5 && len(files) > 0: // write
+					p := files[rng.IntN(len(files))]
+					off, data := randSize(), randBytes(1+rng.IntN(300))
+					f, err := v.OpenFile(p, os.O_RDWR, 0)
+					if err != nil {
+						t.Fatalf("step %d: open %s: %v", step, p, err)
+					}
+					if _, err := f.WriteAt(data, off); err != nil {
+						t.Fatalf("step %d: write %s: %v", step, p, err)
+					}
+					if err := f.Close(); err != nil {
+						t.Fatal(err)
+					}
+					d := m.files[p]
+					if end := int(off) + len(data); end > len(d) {
+						d = append(d, make([]byte, end-len(d))...)
+					}
+					copy(d[off:], data)
+					m.files[p] = d
+				case op < 8 && len(files) > 0: // truncate
+					p := files[rng.IntN(len(files))]
+					size := randSize()
+					if rng.IntN(4) == 0 {
+						size = 0
+					}
+					if err := v.Truncate(p, size); err != nil {
+						t.Fatalf("step %d: truncate %s: %v", step, p, err)
+					}
+					d := m.files[p]
+					if int(size) <= len(d) {
+						d = d[:size]
+					} else {
+						d = append(d, make([]byte, int(size)-len(d))...)
+					}
+					m.files[p] = d
+				case op < 10: // create
+					seq++
+					p := path.Join(dirs[rng.IntN(len(dirs))], fmt.Sprintf("n%d", seq))
+					data := randBytes(int(randSize()))
+					if err := v.WriteFile(p, data, 0o644); err != nil {
+						t.Fatalf("step %d: create %s: %v", step, p, err)
+					}
+					m.files[p] = data
+				case op < 12 && len(files) > 0: // unlink
+					p := files[rng.IntN(len(files))]
+					if err := v.Remove(p); err != nil {
+						t.Fatalf("step %d: remove %s: %v", step, p, err)
+					}
+					drop(p)
+					delete(m.files, p)
+				case op < 14 && len(files) > 0: // rename a file, maybe over another
+					p := files[rng.IntN(len(files))]
+					var q string
+					if rng.IntN(3) == 0 {
+						q = files[rng.IntN(len(files))]
+					} else {
+						seq++
+						q = path.Join(dirs[rng.IntN(len(dirs))], fmt.Sprintf("r%d", seq))
+					}
+					if err := v.Rename(p, q); err != nil {
+						t.Fatalf("step %d: rename %s %s: %v", step, p, q, err)
+					}
+					drop(p)
+					drop(q)
+					if p != q {
+						m.files[q] = m.files[p]
+						delete(m.files, p)
+					}
+				case op < 15: // mkdir
+					seq++
+					d := path.Join(dirs[rng.IntN(len(dirs))], fmt.Sprintf("m%d", seq))
+					if err := v.Mkdir(d, 0o755); err != nil {
+						t.Fatalf("step %d: mkdir %s: %v", step, d, err)
+					}
+					m.dirs[d] = true
+				case op < 16: // rmdir an empty directory, or fail on a full one
+					d := dirs[rng.IntN(len(dirs))]
+					if d == "" || d == "lost+found" {
+						continue
+					}
+					empty := true
+					for p := range m.files {
+						empty = empty && !strings.HasPrefix(p, d+"/")
+					}
+					for p := range m.dirs {
+						empty = empty && !strings.HasPrefix(p, d+"/")
+					}
+					err := v.Remove(d)
+					switch {
+					case empty && err != nil:
+						t.Fatalf("step %d: rmdir %s: %v", step, d, err)
+					case !empty && !errors.Is(err, ext4io.ErrNotEmpty):
+						t.Fatalf("step %d: rmdir of non-empty %s: %v", step, d, err)
+					case empty:
+						delete(m.dirs, d)
+					}
+				case op < 18: // move a directory to another parent
+					d := dirs[rng.IntN(len(dirs))]
+					to := dirs[rng.IntN(len(dirs))]
+					if d == "" || d == "lost+found" || to == d || strings.HasPrefix(to, d+"/") {
+						continue
+					}
+					drop(d)
+					seq++
+					nd := path.Join(to, fmt.Sprintf("mv%d", seq))
+					if err := v.Rename(d, nd); err != nil {
+						t.Fatalf("step %d: rename dir %s %s: %v", step, d, nd, err)
+					}
+					re := func(p string) string {
+						if p == d {
+							return nd
+						}
+						if strings.HasPrefix(p, d+"/") {
+							return nd + p[len(d):]
+						}
+						return p
+					}
+					nf := map[string][]byte{}
+					for p, b := range m.files {
+						nf[re(p)] = b
+					}
+					ndirs := map[string]bool{}
+					for p := range m.dirs {
+						ndirs[re(p)] = true
+					}
+					m.files, m.dirs = nf, ndirs
+				case op < 19 && len(files) > 0: // an attribute beside system.data
+					p := files[rng.IntN(len(files))]
+					val := randBytes(rng.IntN(40))
+					if err := v.Setxattr(p, "user.k", val, 0); err != nil {
+						t.Fatalf("step %d: setxattr %s: %v", step, p, err)
+					}
+					got, err := v.Getxattr(p, "user.k")
+					if err != nil || !bytes.Equal(got, val) {
+						t.Fatalf("step %d: getxattr %s: %q, %v", step, p, got, err)
+					}
+				default: // reopen, e2fsck, check everything
+					if err := v.Close(); err != nil {
+						t.Fatal(err)
+					}
+					ext4iotest.Fsck(t, img)
+					if v, err = ext4io.OpenImage(img, ext4io.Options{Writable: true}); err != nil {
+						t.Fatal(err)
+					}
+					handles = nil
+					checkInlineTree(t, v, m, step)
+				}
+				for _, h := range handles {
+					want, ok := m.files[h.name]
+					if !ok {
+						continue
+					}
+					got := make([]byte, len(want)+1)
+					n, err := h.f.ReadAt(got, 0)
+					if n != len(want) || !bytes.Equal(got[:n], want) || (err != nil && err != io.EOF) {
+						t.Fatalf("step %d: handle of %s read %d bytes (model %d): %v", step, h.name, n, len(want), err)
+					}
+				}
+			}
+			checkInlineTree(t, v, m, steps)
+			if err := v.Close(); err != nil {
+				t.Fatal(err)
+			}
+			ext4iotest.Fsck(t, img)
+
+			mnt := ext4iotest.Mount(t, img, true)
+			for p, want := range m.files {
+				got, err := os.ReadFile(filepath.Join(mnt, p))
+				if err != nil || !bytes.Equal(got, want) {
+					t.Fatalf("Linux reads %s: %d bytes (model %d): %v", p, len(got), len(want), err)
+				}
+			}
+			n := 0
+			err = filepath.WalkDir(mnt, func(p string, e fs.DirEntry, err error) error {
+				if err != nil {
+					return err
+				}
+				rel, _ := filepath.Rel(mnt, p)
+				rel = filepath.ToSlash(rel)
+				switch {
+				case rel == ".":
+				case e.IsDir() && !m.dirs[rel]:
+					return fmt.Errorf("unexpected directory %s", rel)
+				case !e.IsDir() && m.files[rel] == nil && !hasKey(m.files, rel):
+					return fmt.Errorf("unexpected file %s", rel)
+				default:
+					n++
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n != len(m.files)+len(m.dirs)-1 {
+				t.Fatalf("Linux sees %d names, model %d", n, len(m.files)+len(m.dirs)-1)
+			}
+		})
+	}
+}
+
+func hasKey(m map[string][]byte, k string) bool { _, ok := m[k]; return ok }
