@@ -165,8 +165,16 @@ func TestInlineFsx(t *testing.T) {
 				f    *ext4io.File
 			}
 			var handles []held
+			// keep: inline files never written or truncated, which must stay
+			// inline through renames, attribute changes and reopens.
+			keep := map[string]bool{}
 			for p := range m.files {
-				if len(handles) < 8 && inlineFlag(t, v, p) {
+				if len(keep) < 10 && inlineFlag(t, v, p) {
+					keep[p] = true
+				}
+			}
+			for p := range m.files {
+				if len(handles) < 8 && !keep[p] && inlineFlag(t, v, p) {
 					f, err := v.Open(p)
 					if err != nil {
 						t.Fatal(err)
@@ -222,6 +230,9 @@ func TestInlineFsx(t *testing.T) {
 				switch op := rng.IntN(20); {
 				case op < 5 && len(files) > 0: // write
 					p := files[rng.IntN(len(files))]
+					if keep[p] {
+						continue
+					}
 					off, data := randSize(), randBytes(1+rng.IntN(300))
 					f, err := v.OpenFile(p, os.O_RDWR, 0)
 					if err != nil {
@@ -241,6 +252,9 @@ func TestInlineFsx(t *testing.T) {
 					m.files[p] = d
 				case op < 8 && len(files) > 0: // truncate
 					p := files[rng.IntN(len(files))]
+					if keep[p] {
+						continue
+					}
 					size := randSize()
 					if rng.IntN(4) == 0 {
 						size = 0
@@ -270,6 +284,7 @@ func TestInlineFsx(t *testing.T) {
 					}
 					drop(p)
 					delete(m.files, p)
+					delete(keep, p)
 				case op < 14 && len(files) > 0: // rename a file, maybe over another
 					p := files[rng.IntN(len(files))]
 					var q string
@@ -285,6 +300,8 @@ func TestInlineFsx(t *testing.T) {
 					drop(p)
 					drop(q)
 					if p != q {
+						keep[q] = keep[p]
+						delete(keep, p)
 						m.files[q] = m.files[p]
 						delete(m.files, p)
 					}
@@ -346,6 +363,13 @@ func TestInlineFsx(t *testing.T) {
 						ndirs[re(p)] = true
 					}
 					m.files, m.dirs = nf, ndirs
+					nk := map[string]bool{}
+					for p, k := range keep {
+						if k {
+							nk[re(p)] = true
+						}
+					}
+					keep = nk
 				case op < 19 && len(files) > 0: // an attribute beside system.data
 					p := files[rng.IntN(len(files))]
 					val := randBytes(rng.IntN(40))
@@ -380,10 +404,16 @@ func TestInlineFsx(t *testing.T) {
 				}
 			}
 			checkInlineTree(t, v, m, steps)
+			for p, k := range keep {
+				if k && !inlineFlag(t, v, p) {
+					t.Errorf("%s was converted though its data never changed", p)
+				}
+			}
 			if err := v.Close(); err != nil {
 				t.Fatal(err)
 			}
 			ext4iotest.Fsck(t, img)
+			checkSystemData(t, img, m)
 
 			mnt := ext4iotest.Mount(t, img, true)
 			for p, want := range m.files {
@@ -416,8 +446,53 @@ func TestInlineFsx(t *testing.T) {
 			if n != len(m.files)+len(m.dirs)-1 {
 				t.Fatalf("Linux sees %d names, model %d", n, len(m.files)+len(m.dirs)-1)
 			}
+			t.Logf("Linux reads the %d names and the files' contents", n)
 		})
 	}
 }
 
 func hasKey(m map[string][]byte, k string) bool { _, ok := m[k]; return ok }
+
+// checkSystemData checks with debugfs that exactly the inodes flagged
+// inline keep a system.data attribute (a conversion removes it, as
+// ext4_destroy_inline_data), and that some of them were converted.
+func checkSystemData(t *testing.T, img string, m *inlineTree) {
+	t.Helper()
+	var lines []string
+	for p := range m.files {
+		lines = append(lines, "stat /"+p)
+	}
+	for d := range m.dirs {
+		if d != "" {
+			lines = append(lines, "stat /"+d)
+		}
+	}
+	out := ext4iotest.DebugfsScript(t, img, false, lines)
+	secs := strings.Split(out, "debugfs: stat /")[1:]
+	if len(secs) != len(lines) {
+		t.Fatalf("debugfs printed %d stats for %d requests", len(secs), len(lines))
+	}
+	inline, extents := 0, 0
+	for _, sec := range secs {
+		name, _, _ := strings.Cut(sec, "\n")
+		var flags uint32
+		if _, fl, ok := strings.Cut(sec, "Flags: "); !ok {
+			t.Fatalf("%s: no flags in debugfs stat:\n%s", name, sec)
+		} else if _, err := fmt.Sscanf(fl, "0x%x", &flags); err != nil {
+			t.Fatalf("%s: flags %q: %v", name, fl, err)
+		}
+		isInline := flags&layout.InodeFlagInlineData != 0
+		if has := strings.Contains(sec, "system.data ("); has != isInline {
+			t.Errorf("%s: flags %#x, system.data present %v", name, flags, has)
+		}
+		if isInline {
+			inline++
+		} else if flags&layout.InodeFlagExtents != 0 {
+			extents++
+		}
+	}
+	t.Logf("at the end: %d inline inodes, %d extent-mapped", inline, extents)
+	if inline == 0 || extents == 0 {
+		t.Errorf("no mix of inline (%d) and converted or new (%d) inodes left", inline, extents)
+	}
+}
