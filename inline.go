@@ -52,8 +52,10 @@ type inlineState struct {
 	// has not been converted. Set before the inode is shared, cleared
 	// under the inode lock held exclusively after the conversion.
 	live atomic.Bool
+	// ever: the inode was inline when read; immutable once it is shared.
+	ever bool
 
-	mu    sync.Mutex // guards files; a leaf lock
+	mu    sync.Mutex // guards files, and orders live's clearing; a leaf lock
 	files []weak.Pointer[File]
 }
 
@@ -62,17 +64,24 @@ type inlineState struct {
 func (n *inode) initInline() {
 	if n.in.Flags&layout.InodeFlagInlineData != 0 && (n.in.IsReg() || n.in.IsDir()) {
 		n.inline.live.Store(true)
+		n.inline.ever = true
 	}
 }
 
-// trackInline records f, a new File of n, if n is inline.
+// trackInline records f, a new File of n, if n is inline. If n was
+// converted meanwhile, f may have copied n's fields before the conversion
+// changed them: it takes them again.
 func (n *inode) trackInline(f *File) {
-	if !n.inline.live.Load() {
+	if !n.inline.ever {
 		return
 	}
 	s := &n.inline
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.live.Load() {
+		f.m, f.inl = n.m, n.inl
+		return
+	}
 	s.files = slices.DeleteFunc(s.files, func(p weak.Pointer[File]) bool { return p.Value() == nil })
 	s.files = append(s.files, weak.Make(f))
 }
@@ -206,8 +215,8 @@ func (v *Volume) convertInlineLocked(n *inode) error {
 		}
 	}
 	s2.files = nil
+	s2.live.Store(false)
 	s2.mu.Unlock()
-	n.inline.live.Store(false)
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -130,7 +131,12 @@ func TestInlineFsx(t *testing.T) {
 		{"1k-bigino-nocsum", []string{"-b", "1024", "-I", "1024", "-O", "inline_data,^metadata_csum"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(uint64(len(c.name)), 7))
+			seed := uint64(len(c.name))
+			if s := os.Getenv("EXT4IO_FSX_SEED"); s != "" {
+				seed, _ = strconv.ParseUint(s, 10, 64)
+			}
+			t.Logf("seed %d", seed)
+			rng := rand.New(rand.NewPCG(seed, 7))
 			src, m := writeInlineTree(t, rng)
 			img := filepath.Join(t.TempDir(), "inline.img")
 			ext4iotest.Mkfs(t, img, "32M", append(c.args, "-d", src)...)
@@ -227,7 +233,7 @@ func TestInlineFsx(t *testing.T) {
 			for step := range steps {
 				files := keys(m.files)
 				dirs := dirList()
-				switch op := rng.IntN(20); {
+				switch op := rng.IntN(25); {
 				case op < 5 && len(files) > 0: // write
 					p := files[rng.IntN(len(files))]
 					if keep[p] {
@@ -380,6 +386,67 @@ func TestInlineFsx(t *testing.T) {
 					if err != nil || !bytes.Equal(got, val) {
 						t.Fatalf("step %d: getxattr %s: %q, %v", step, p, got, err)
 					}
+				case op >= 20 && op < 22 && len(files) > 0: // O_TRUNC over an existing file
+					p := files[rng.IntN(len(files))]
+					if keep[p] {
+						continue
+					}
+					data := randBytes(int(randSize()))
+					if err := v.WriteFile(p, data, 0o644); err != nil {
+						t.Fatalf("step %d: rewrite %s: %v", step, p, err)
+					}
+					m.files[p] = data
+				case op == 22 && len(files) > 0: // a direct write
+					p := files[rng.IntN(len(files))]
+					if keep[p] {
+						continue
+					}
+					bs := int64(v.BlockSize())
+					off, data := bs*rng.Int64N(4), randBytes(int(bs)*(1+rng.IntN(2)))
+					f, err := v.OpenFile(p, os.O_RDWR|ext4io.O_DIRECT, 0)
+					if err != nil {
+						t.Fatalf("step %d: open %s: %v", step, p, err)
+					}
+					if _, err := f.WriteAt(data, off); err != nil {
+						t.Fatalf("step %d: direct write %s: %v", step, p, err)
+					}
+					if err := f.Close(); err != nil {
+						t.Fatal(err)
+					}
+					d := m.files[p]
+					if end := int(off) + len(data); end > len(d) {
+						d = append(d, make([]byte, end-len(d))...)
+					}
+					copy(d[off:], data)
+					m.files[p] = d
+				case op >= 23 && len(files) > 0: // fallocate
+					p := files[rng.IntN(len(files))]
+					if keep[p] {
+						continue
+					}
+					modes := []ext4io.FallocMode{ext4io.FallocAllocate, ext4io.FallocKeepSize, ext4io.FallocPunchHole, ext4io.FallocZeroRange}
+					mode := modes[rng.IntN(len(modes))]
+					off, n := rng.Int64N(300), 1+rng.Int64N(6000)
+					f, err := v.OpenFile(p, os.O_RDWR, 0)
+					if err != nil {
+						t.Fatalf("step %d: open %s: %v", step, p, err)
+					}
+					if err := f.Fallocate(mode, off, n); err != nil {
+						t.Fatalf("step %d: fallocate %v %s [%d,+%d): %v", step, mode, p, off, n, err)
+					}
+					if err := f.Close(); err != nil {
+						t.Fatal(err)
+					}
+					d := m.files[p]
+					end := off + n
+					grow := mode == ext4io.FallocAllocate || mode == ext4io.FallocZeroRange
+					if grow && end > int64(len(d)) {
+						d = append(d, make([]byte, end-int64(len(d)))...)
+					}
+					if mode == ext4io.FallocPunchHole || mode == ext4io.FallocZeroRange {
+						clear(d[min(off, int64(len(d))):min(end, int64(len(d)))])
+					}
+					m.files[p] = d
 				default: // reopen, e2fsck, check everything
 					if err := v.Close(); err != nil {
 						t.Fatal(err)
