@@ -59,6 +59,20 @@ func writeInlineTree(t *testing.T, rng *rand.Rand) (string, *inlineTree) {
 		}
 		m.files[name] = data
 	}
+	for i := range 4 { // surely inline: empty, or one short name
+		d := fmt.Sprintf("e%d", i)
+		if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		m.dirs[d] = true
+		if i%2 == 1 {
+			name := d + "/x"
+			if err := os.WriteFile(filepath.Join(root, name), []byte("short"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			m.files[name] = []byte("short")
+		}
+	}
 	return root, m
 }
 
