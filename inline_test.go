@@ -577,3 +577,198 @@ func checkSystemData(t *testing.T, img string, m *inlineTree) {
 		t.Errorf("no mix of inline (%d) and converted or new (%d) inodes left", inline, extents)
 	}
 }
+
+// inlineImage makes an inline_data image holding the host tree files
+// (path -> contents; a path ending in "/" is a directory) and opens it
+// writable.
+func inlineImage(t *testing.T, tree map[string]string, args ...string) (string, *ext4io.Volume) {
+	t.Helper()
+	src := t.TempDir()
+	for p, data := range tree {
+		full := filepath.Join(src, p)
+		if strings.HasSuffix(p, "/") {
+			if err := os.MkdirAll(full, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	img := filepath.Join(t.TempDir(), "inline.img")
+	ext4iotest.Mkfs(t, img, "16M", append(append([]string{"-O", "inline_data"}, args...), "-d", src)...)
+	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img, v
+}
+
+func statInfo(t *testing.T, v *ext4io.Volume, name string) *ext4io.FileInfo {
+	t.Helper()
+	fi, err := v.Lstat(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Sys().(*ext4io.FileInfo)
+}
+
+// TestInlineConvertFile: a write converts an inline file (bytes in i_block
+// and in system.data) to one extent-mapped block; a handle opened before
+// sees the new bytes; an empty inline file converts to no blocks; a link
+// and an attribute leave an inline file inline.
+func TestInlineConvertFile(t *testing.T) {
+	long := strings.Repeat("0123456789", 10) // 100 bytes: 60 in i_block, 40 in system.data
+	img, v := inlineImage(t, map[string]string{"long": long, "empty": "", "other": "abc"})
+	defer func() { v.Close() }()
+	for _, p := range []string{"long", "empty", "other"} {
+		if statInfo(t, v, p).Flags&layout.InodeFlagInlineData == 0 {
+			t.Fatalf("%s is not inline in the image", p)
+		}
+	}
+	h, err := v.Open("long")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := v.OpenFile("long", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("XY"), 99); err != nil {
+		t.Fatal(err)
+	}
+	want := long[:99] + "XY"
+	for _, g := range []*ext4io.File{f, h} {
+		got := make([]byte, 200)
+		n, _ := g.ReadAt(got, 0)
+		if string(got[:n]) != want {
+			t.Fatalf("read %q after the conversion, want %q", got[:n], want)
+		}
+	}
+	f.Close()
+	h.Close()
+	fi := statInfo(t, v, "long")
+	if fi.Flags&layout.InodeFlagInlineData != 0 || fi.Flags&layout.InodeFlagExtents == 0 || fi.Blocks != uint64(v.BlockSize()/512) {
+		t.Fatalf("after a write: flags %#x, %d sectors", fi.Flags, fi.Blocks)
+	}
+	if err := v.Truncate("empty", 0); err != nil {
+		t.Fatal(err)
+	}
+	if fi := statInfo(t, v, "empty"); fi.Flags&layout.InodeFlagInlineData != 0 || fi.Blocks != 0 {
+		t.Fatalf("empty file after truncate: flags %#x, %d sectors", fi.Flags, fi.Blocks)
+	}
+	if err := v.Link("other", "other2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Setxattr("other2", "user.a", []byte("b"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Chmod("other", 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if fi := statInfo(t, v, "other"); fi.Flags&layout.InodeFlagInlineData == 0 || fi.Nlink != 2 {
+		t.Fatalf("other after link, setxattr, chmod: flags %#x, %d links", fi.Flags, fi.Nlink)
+	}
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ext4iotest.Fsck(t, img)
+	for p, w := range map[string]string{"long": want, "empty": "", "other2": "abc"} {
+		got := ext4iotest.Dump(t, img, p)
+		if p == "other2" {
+			// debugfs 1.47 dumps an inline file as all 60 bytes of i_block.
+			got = bytes.TrimRight(got, "\x00")
+		}
+		if string(got) != w {
+			t.Errorf("debugfs dumps %s as %q, want %q", p, got, w)
+		}
+	}
+	if out := ext4iotest.Debugfs(t, img, false, "ea_list /long"); strings.Contains(out, "system.data") {
+		t.Errorf("converted file keeps system.data:\n%s", out)
+	}
+	if out := ext4iotest.Debugfs(t, img, false, "ea_list /other"); !strings.Contains(out, "system.data") || !strings.Contains(out, "user.a") {
+		t.Errorf("inline file with an attribute:\n%s", out)
+	}
+}
+
+// TestInlineConvertDir: moving an inline directory keeps it inline with
+// its parent pointer updated; adding and removing entries converts an
+// inline directory to one block holding ".", ".." and its entries.
+func TestInlineConvertDir(t *testing.T) {
+	for _, args := range [][]string{nil, {"-b", "1024", "-O", "^metadata_csum"}} {
+		t.Run(strings.Join(args, ""), func(t *testing.T) {
+			img, v := inlineImage(t, map[string]string{"a/": "", "b/x": "1", "b/y": "2", "c/": ""}, args...)
+			defer func() { v.Close() }()
+			if statInfo(t, v, "b").Flags&layout.InodeFlagInlineData == 0 {
+				t.Fatal("b is not inline in the image")
+			}
+			// a converts (a new entry); b moves into it and stays inline.
+			if err := v.Rename("b", "a/b"); err != nil {
+				t.Fatal(err)
+			}
+			bi := statInfo(t, v, "a/b")
+			if bi.Flags&layout.InodeFlagInlineData == 0 {
+				t.Fatalf("moved directory lost its inline data: flags %#x", bi.Flags)
+			}
+			if got, want := statInfo(t, v, "a/b/..").Ino, statInfo(t, v, "a").Ino; got != want {
+				t.Fatalf("a/b/.. is inode %d, want %d", got, want)
+			}
+			if err := v.Remove("a/b/x"); err != nil {
+				t.Fatal(err)
+			}
+			if err := v.WriteFile("a/b/z", []byte("3"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			bi = statInfo(t, v, "a/b")
+			if bi.Flags&layout.InodeFlagInlineData != 0 || bi.Size() != int64(v.BlockSize()) {
+				t.Fatalf("b after entry changes: flags %#x, size %d", bi.Flags, bi.Size())
+			}
+			ents, err := v.ReadDir("a/b")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, e := range ents {
+				names = append(names, e.Name())
+			}
+			if strings.Join(names, ",") != "y,z" {
+				t.Fatalf("a/b holds %v", names)
+			}
+			if err := v.Remove("c"); err != nil { // an empty inline directory goes
+				t.Fatal(err)
+			}
+			if err := v.Close(); err != nil {
+				t.Fatal(err)
+			}
+			ext4iotest.Fsck(t, img)
+			if out := ext4iotest.Debugfs(t, img, false, "ls /a/b"); !strings.Contains(out, " y ") && !strings.Contains(out, "y") {
+				t.Errorf("debugfs ls /a/b:\n%s", out)
+			}
+		})
+	}
+}
+
+// TestInlineHostileDir: an inline directory whose entry claims more room
+// than the inode holds is refused, and stays as it was.
+func TestInlineHostileDir(t *testing.T) {
+	img, v := inlineImage(t, map[string]string{"d/x": "1"})
+	v.Close()
+	// i_block bytes 8..11 of an inline directory: the first entry's
+	// rec_len, name_len and file type.
+	ext4iotest.Debugfs(t, img, true, "sif /d block[2] 0x0101fff0")
+	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	if err := v.WriteFile("d/y", []byte("2"), 0o644); !errors.Is(err, ext4io.ErrCorrupt) {
+		t.Fatalf("create in a corrupt inline directory: %v", err)
+	}
+	if statInfo(t, v, "d").Flags&layout.InodeFlagInlineData == 0 {
+		t.Fatal("corrupt inline directory was converted")
+	}
+}
