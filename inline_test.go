@@ -17,6 +17,9 @@ import (
 	"testing"
 
 	"github.com/ext4io/ext4io"
+	"github.com/ext4io/ext4io/blockdev"
+	"github.com/ext4io/ext4io/blockdev/errordev"
+	"github.com/ext4io/ext4io/blockdev/memdev"
 	"github.com/ext4io/ext4io/ext4iotest"
 	"github.com/ext4io/ext4io/layout"
 )
@@ -771,4 +774,83 @@ func TestInlineHostileDir(t *testing.T) {
 	if statInfo(t, v, "d").Flags&layout.InodeFlagInlineData == 0 {
 		t.Fatal("corrupt inline directory was converted")
 	}
+}
+
+// TestInlineCrashPoints crashes conversions at every device flush: each
+// recovered image passes e2fsck -fn, and an inline file or directory is
+// either still inline with its old contents or converted with its old or
+// new contents (the conversion is one transaction, the write another).
+func TestInlineCrashPoints(t *testing.T) {
+	old := strings.Repeat("abcdefghij", 9) // 90 bytes: i_block and system.data
+	img, v := inlineImage(t, map[string]string{"long": old, "d/x": "1", "e/": ""})
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := memdev.NewBlockSize(int64(len(raw)), 4096)
+	if _, err := start.WriteAt(raw, 0); err != nil {
+		t.Fatal(err)
+	}
+	newer := old[:88] + "XYZ"
+	workload := func(dev blockdev.Device) error {
+		v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
+		if err != nil {
+			return err
+		}
+		f, err := v.OpenFile("long", os.O_RDWR, 0)
+		if err != nil {
+			return err
+		}
+		if _, err := f.WriteAt([]byte("XYZ"), 88); err != nil {
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+		if err := v.Sync(); err != nil {
+			return err
+		}
+		if err := v.WriteFile("d/y", []byte("2"), 0o644); err != nil {
+			return err
+		}
+		if err := v.Mkdir("e/sub", 0o755); err != nil {
+			return err
+		}
+		return v.Close()
+	}
+	n := ext4iotest.CrashSweep(t, start, workload, func(t *testing.T, crashed *memdev.Device, _ errordev.CrashReport) {
+		v, err := ext4io.Open(crashed, ext4io.Options{Replay: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer v.Close()
+		got, err := v.ReadFile("long")
+		if err != nil {
+			t.Fatal(err)
+		}
+		inl := statInfo(t, v, "long").Flags&layout.InodeFlagInlineData != 0
+		if string(got) != old && (inl || string(got) != newer) {
+			t.Fatalf("long (inline %v) reads %q", inl, got)
+		}
+		for d, names := range map[string][]string{"d": {"x", "x,y"}, "e": {"", "sub"}} {
+			ents, err := v.ReadDir(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ns []string
+			for _, e := range ents {
+				ns = append(ns, e.Name())
+			}
+			got := strings.Join(ns, ",")
+			inl := statInfo(t, v, d).Flags&layout.InodeFlagInlineData != 0
+			if got != names[0] && (inl || got != names[1]) {
+				t.Fatalf("%s (inline %v) holds %q", d, inl, got)
+			}
+		}
+		ext4iotest.FsckDev(t, crashed)
+	}, ext4iotest.SweepOptions{EveryOp: true, MaxPoints: 120, CrashAt: errordev.CrashAtOptions{KeepProb: 0.5}})
+	t.Logf("%d crash images checked", n)
 }
