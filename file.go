@@ -267,9 +267,11 @@ func (n *inode) setSizeLocked(size uint64) {
 
 // newFile returns a File of inode n.
 func newFile(v *Volume, n *inode, ino uint32, name string) *File {
+	if n.inline.ever {
+		return newInlineFile(v, n, ino, name) // inline.go
+	}
 	f := &File{v: v, n: n, ino: ino, name: name, flag: os.O_RDWR, in: n.in, m: n.m, inl: n.inl}
 	f.dio = [2]dioOps{{f: f}, {f: f, shared: true}}
-	n.trackInline(f)
 	return f
 }
 

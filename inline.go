@@ -68,22 +68,36 @@ func (n *inode) initInline() {
 	}
 }
 
-// trackInline records f, a new File of n, if n is inline. If n was
-// converted meanwhile, f may have copied n's fields before the conversion
-// changed them: it takes them again.
-func (n *inode) trackInline(f *File) {
-	if !n.inline.ever {
-		return
-	}
+// newInlineFile is newFile for an inode that was inline when read: it
+// copies n.m and n.inl under n.inline.mu, under which a conversion changes
+// them, and tracks the File while n is inline.
+func newInlineFile(v *Volume, n *inode, ino uint32, name string) *File {
 	s := &n.inline
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.live.Load() {
-		f.m, f.inl = n.m, n.inl
-		return
+	f := &File{v: v, n: n, ino: ino, name: name, flag: os.O_RDWR, in: n.in, m: n.m, inl: n.inl}
+	f.dio = [2]dioOps{{f: f}, {f: f, shared: true}}
+	if s.live.Load() {
+		s.files = slices.DeleteFunc(s.files, func(p weak.Pointer[File]) bool { return p.Value() == nil })
+		s.files = append(s.files, weak.Make(f))
 	}
-	s.files = slices.DeleteFunc(s.files, func(p weak.Pointer[File]) bool { return p.Value() == nil })
-	s.files = append(s.files, weak.Make(f))
+	return f
+}
+
+// setMapperLocked sets n.m (n.mu held exclusively) and, with m == nil
+// (undoing a conversion), the m of n's tracked Files.
+func (n *inode) setMapperLocked(m *mapper) {
+	s := &n.inline
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n.m = m
+	if m == nil {
+		for _, p := range s.files {
+			if f := p.Value(); f != nil {
+				f.m = nil
+			}
+		}
+	}
 }
 
 // ensureNotInline converts f's inode if it is inline (see above), in an
@@ -163,17 +177,19 @@ func (v *Volume) convertInlineLocked(n *inode) error {
 		*n.in = saved
 		copy(raw, saved.Raw)
 		n.in.Raw = raw
-		n.m = nil
+		n.setMapperLocked(nil)
 	}
 	n.in.Flags = n.in.Flags&^layout.InodeFlagInlineData | layout.InodeFlagExtents
 	n.in.Block = extent.EmptyRoot()
 	if region != nil {
 		layout.EncodeXattrIbody(region, ibody)
 	}
-	if n.m, err = v.newMapper(n); err != nil {
+	m, err := v.newMapper(n)
+	if err != nil {
 		undo()
 		return err
 	}
+	n.setMapperLocked(m)
 	t := &File{v: v, n: n, ino: n.ino, name: fmt.Sprintf("<inode %d>", n.ino), flag: os.O_RDWR, in: n.in, m: n.m}
 	if n.in.IsDir() {
 		n.in.Size = 0
@@ -206,9 +222,9 @@ func (v *Volume) convertInlineLocked(n *inode) error {
 	if v.pc != nil && n.in.IsReg() {
 		n.bops = newBufOps(v, n)
 	}
-	n.inl = nil
 	s2 := &n.inline
 	s2.mu.Lock()
+	n.inl = nil
 	for _, p := range s2.files {
 		if f := p.Value(); f != nil {
 			f.m, f.inl = n.m, nil

@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/ext4io/ext4io"
@@ -854,3 +855,94 @@ func TestInlineCrashPoints(t *testing.T) {
 	}, ext4iotest.SweepOptions{EveryOp: true, MaxPoints: 120, CrashAt: errordev.CrashAtOptions{KeepProb: 0.5}})
 	t.Logf("%d crash images checked", n)
 }
+
+// TestInlineConcurrentConvert converts inline files while other
+// goroutines read them through handles opened before, open new handles
+// and list the directory that converts: every read sees the old or the
+// new contents (run with -race).
+func TestInlineConcurrentConvert(t *testing.T) {
+	tree := map[string]string{}
+	for i := range 8 {
+		tree[fmt.Sprintf("d/f%d", i)] = strings.Repeat(string(rune('a'+i)), 40+i)
+	}
+	img, v := inlineImage(t, tree)
+	defer func() { v.Close() }()
+	var handles []*ext4io.File
+	for i := range 8 {
+		h, err := v.Open(fmt.Sprintf("d/f%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		handles = append(handles, h)
+	}
+	done := make(chan struct{})
+	errc := make(chan error, 16)
+	for r := range 3 {
+		go func() {
+			for {
+				select {
+				case <-done:
+					errc <- nil
+					return
+				default:
+				}
+				i := rng32(r) % 8
+				name := fmt.Sprintf("d/f%d", i)
+				old := tree[name]
+				for _, g := range []func() (*ext4io.File, error){
+					func() (*ext4io.File, error) { return handles[i], nil },
+					func() (*ext4io.File, error) { return v.Open(name) },
+				} {
+					f, err := g()
+					if err != nil {
+						errc <- err
+						return
+					}
+					b := make([]byte, 100)
+					n, _ := f.ReadAt(b, 0)
+					if s := string(b[:n]); s != old && s != "NEW"+old[3:] {
+						errc <- fmt.Errorf("%s reads %q", name, s)
+						return
+					}
+					if f != handles[i] {
+						f.Close()
+					}
+				}
+				if _, err := v.ReadDir("d"); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+	for i := range 8 {
+		name := fmt.Sprintf("d/f%d", i)
+		f, err := v.OpenFile(name, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt([]byte("NEW"), 0); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		if i == 4 {
+			if err := v.WriteFile("d/g", nil, 0o644); err != nil { // d converts
+				t.Fatal(err)
+			}
+		}
+	}
+	close(done)
+	for range 3 {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ext4iotest.Fsck(t, img)
+}
+
+var rngCounter atomic.Uint64
+
+func rng32(r int) int { return int(rngCounter.Add(uint64(r)+1) % 1024) }
