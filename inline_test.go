@@ -142,11 +142,13 @@ func cmpDir(d string) string {
 // end, and that Linux reads the result.
 func TestInlineFsx(t *testing.T) {
 	for _, c := range []struct {
-		name string
-		args []string
+		name  string
+		args  []string
+		cache int64 // Options.PageCacheBytes
 	}{
-		{"4k", []string{"-O", "inline_data"}},
-		{"1k-bigino-nocsum", []string{"-b", "1024", "-I", "1024", "-O", "inline_data,^metadata_csum"}},
+		{"4k", []string{"-O", "inline_data"}, 0},
+		{"1k-bigino-nocsum", []string{"-b", "1024", "-I", "1024", "-O", "inline_data,^metadata_csum"}, 0},
+		{"4k-nocache", []string{"-O", "inline_data"}, -1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			seed := uint64(len(c.name))
@@ -159,7 +161,7 @@ func TestInlineFsx(t *testing.T) {
 			img := filepath.Join(t.TempDir(), "inline.img")
 			ext4iotest.Mkfs(t, img, "32M", append(c.args, "-d", src)...)
 			ext4iotest.Fsck(t, img)
-			v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
+			v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, PageCacheBytes: c.cache})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -470,7 +472,7 @@ func TestInlineFsx(t *testing.T) {
 						t.Fatal(err)
 					}
 					ext4iotest.Fsck(t, img)
-					if v, err = ext4io.OpenImage(img, ext4io.Options{Writable: true}); err != nil {
+					if v, err = ext4io.OpenImage(img, ext4io.Options{Writable: true, PageCacheBytes: c.cache}); err != nil {
 						t.Fatal(err)
 					}
 					handles = nil
