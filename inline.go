@@ -1,7 +1,6 @@
 package ext4io
 
 import (
-	"encoding/binary"
 	"fmt"
 	"io/fs"
 	"os"
@@ -164,7 +163,7 @@ func (v *Volume) convertInlineLocked(n *inode) error {
 	if err != nil {
 		return err
 	}
-	ibody := without(s.ibody, layout.XattrIndexSystem, "data")
+	ibody := without(s.ibody, layout.XattrIndexSystem, layout.XattrInlineDataName)
 	region := ibodyRegion(n.in)
 	if region != nil && !layout.XattrIbodyFits(len(region), ibody) {
 		return fmt.Errorf("inode %d: in-inode attributes do not fit: %w", n.ino, ErrCorrupt)
@@ -269,7 +268,7 @@ func (v *Volume) inlineDirBlock(n *inode) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	binary.LittleEndian.PutUint16(b[last+4:], layout.EncodeRecLen(end-last, v.bs))
+	layout.SetDirRecLen(b, last, end-last)
 	if v.csum {
 		layout.SetDirTail(layout.InodeSeed(v.csumSeed, n.ino, n.in.Generation), b)
 	}
@@ -281,12 +280,12 @@ func (v *Volume) inlineDirBlock(n *inode) ([]byte, error) {
 // caller writes the inode.
 func (d *File) setInlineDotDotLocked(parent uint32) error {
 	n := d.n
-	if len(n.inl) < 4 || n.in.Flags&layout.InodeFlagInlineData == 0 {
+	if len(n.inl) < layout.InlineDirParentLen || n.in.Flags&layout.InodeFlagInlineData == 0 {
 		return fmt.Errorf("directory inode %d: neither mapped nor inline: %w", d.ino, ErrCorrupt)
 	}
-	binary.LittleEndian.PutUint32(n.in.Block[:4], parent)
+	layout.SetInlineDirParent(n.in.Block[:], parent)
 	// n.inl is shared by the inode's Files (the same array): they see the
 	// new parent under the lock.
-	binary.LittleEndian.PutUint32(n.inl[:4], parent)
+	layout.SetInlineDirParent(n.inl, parent)
 	return nil
 }

@@ -38,7 +38,8 @@
 //
 // Extended attributes (in-inode and block formats, hashes, checksum;
 // invariants X1-X4) are drawn in the source beside the Xattr constants
-// (XattrMagic), POSIX ACL forms beside ACLEntry.
+// (XattrMagic), POSIX ACL forms beside ACLEntry, inline data and inline
+// directories beside InlineDirParentLen.
 //
 // Fast-commit tags (the records ext4 writes to the jbd2 fast-commit area)
 // are drawn beside the FCTag constants, with the invariants FC1, FC2 of a
