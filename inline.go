@@ -19,10 +19,12 @@ import (
 // and in the value of the in-inode attribute system.data; an inline
 // directory keeps the parent's inode number in the first 4 bytes of
 // i_block and its entries (no "." or "..") after it and in system.data.
-// ext4io reads both (inode.go, dir.go) and changes neither in place:
-// before the first change of its data or entries, an inline inode becomes
-// an extent-mapped one, as ext4_convert_inline_data does when data
-// outgrows the inode:
+// ext4io reads both (inode.go, dir.go). A regular file's data changes in
+// place while it fits the inode (inline_write.go); a directory's entries
+// never do. Before a change that does not fit (or any change of a
+// directory's entries, a fallocate, direct I/O, LockIO), an inline inode
+// becomes an extent-mapped one, as ext4_convert_inline_data does when
+// data outgrows the inode:
 //
 //   - a regular file gets one block holding its bytes (none when empty);
 //   - a directory gets one block holding ".", ".." and its entries, with
@@ -34,9 +36,9 @@ import (
 // The block, the bitmaps and the inode change in one operation, hence one
 // journal transaction; a regular file's data is written to the device
 // before that transaction can commit, as every data write is (write.go).
-// New files and directories are extent-mapped: ext4io never creates
-// inline data (legal: Linux does the same for files it cannot keep
-// inline). Changes that leave the data alone (times, mode, owner,
+// New regular files start inline (inline_write.go); new directories are
+// extent-mapped (legal: Linux does the same for directories it cannot
+// keep inline). Changes that leave the data alone (times, mode, owner,
 // attributes, link counts, the ".." of a moved directory) keep an inode
 // inline, and keep system.data as it is.
 //

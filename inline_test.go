@@ -644,12 +644,12 @@ func TestInlineConvertFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.WriteAt([]byte("XY"), 99); err != nil {
+	if _, err := f.WriteAt([]byte(strings.Repeat("XY", 150)), 99); err != nil { // outgrows the inode
 		t.Fatal(err)
 	}
-	want := long[:99] + "XY"
+	want := long[:99] + strings.Repeat("XY", 150)
 	for _, g := range []*ext4io.File{f, h} {
-		got := make([]byte, 200)
+		got := make([]byte, 500)
 		n, _ := g.ReadAt(got, 0)
 		if string(got[:n]) != want {
 			t.Fatalf("read %q after the conversion, want %q", got[:n], want)
@@ -661,7 +661,7 @@ func TestInlineConvertFile(t *testing.T) {
 	if fi.Flags&layout.InodeFlagInlineData != 0 || fi.Flags&layout.InodeFlagExtents == 0 || fi.Blocks != uint64(v.BlockSize()/512) {
 		t.Fatalf("after a write: flags %#x, %d sectors", fi.Flags, fi.Blocks)
 	}
-	if err := v.Truncate("empty", 0); err != nil {
+	if err := v.Truncate("empty", 5000); err != nil { // outgrows the inode
 		t.Fatal(err)
 	}
 	if fi := statInfo(t, v, "empty"); fi.Flags&layout.InodeFlagInlineData != 0 || fi.Blocks != 0 {
@@ -683,7 +683,7 @@ func TestInlineConvertFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	ext4iotest.Fsck(t, img)
-	for p, w := range map[string]string{"long": want, "empty": "", "other2": "abc"} {
+	for p, w := range map[string]string{"long": want, "empty": string(make([]byte, 5000)), "other2": "abc"} {
 		got := ext4iotest.Dump(t, img, p)
 		if p == "other2" {
 			// debugfs 1.47 dumps an inline file as all 60 bytes of i_block.
@@ -817,7 +817,7 @@ func TestInlineHostileDir(t *testing.T) {
 // new contents (the conversion is one transaction, the write another).
 func TestInlineCrashPoints(t *testing.T) {
 	old := strings.Repeat("abcdefghij", 9) // 90 bytes: i_block and system.data
-	img, v := inlineImage(t, map[string]string{"long": old, "d/x": "1", "e/": ""})
+	img, v := inlineImage(t, map[string]string{"long": old, "s": "short", "d/x": "1", "e/": ""})
 	if err := v.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -829,7 +829,7 @@ func TestInlineCrashPoints(t *testing.T) {
 	if _, err := start.WriteAt(raw, 0); err != nil {
 		t.Fatal(err)
 	}
-	newer := old[:88] + "XYZ"
+	newer := old[:88] + strings.Repeat("XYZ", 100) // outgrows the inode
 	workload := func(dev blockdev.Device) error {
 		v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
 		if err != nil {
@@ -839,13 +839,23 @@ func TestInlineCrashPoints(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if _, err := f.WriteAt([]byte("XYZ"), 88); err != nil {
+		if _, err := f.WriteAt([]byte(strings.Repeat("XYZ", 100)), 88); err != nil {
 			return err
 		}
 		if err := f.Close(); err != nil {
 			return err
 		}
 		if err := v.Sync(); err != nil {
+			return err
+		}
+		s, err := v.OpenFile("s", os.O_RDWR, 0)
+		if err != nil {
+			return err
+		}
+		if _, err := s.WriteAt([]byte("S"), 0); err != nil { // in place
+			return err
+		}
+		if err := s.Close(); err != nil {
 			return err
 		}
 		if err := v.WriteFile("d/y", []byte("2"), 0o644); err != nil {
@@ -869,6 +879,9 @@ func TestInlineCrashPoints(t *testing.T) {
 		inl := statInfo(t, v, "long").Flags&layout.InodeFlagInlineData != 0
 		if string(got) != old && (inl || string(got) != newer) {
 			t.Fatalf("long (inline %v) reads %q", inl, got)
+		}
+		if got, err := v.ReadFile("s"); err != nil || (string(got) != "short" && string(got) != "Short") || !inlineFlag(t, v, "s") {
+			t.Fatalf("s reads %q, %v (inline %v)", got, err, inlineFlag(t, v, "s"))
 		}
 		for d, names := range map[string][]string{"d": {"x", "x,y"}, "e": {"", "sub"}} {
 			ents, err := v.ReadDir(d)
@@ -980,3 +993,84 @@ func TestInlineConcurrentConvert(t *testing.T) {
 var rngCounter atomic.Uint64
 
 func rng32(r int) int { return int(rngCounter.Add(uint64(r)+1) % 1024) }
+
+// TestInlineWriteInPlace: writes and truncates that fit the inode change
+// an inline file in place (handles opened before follow); new regular
+// files start inline; a file that outgrows the inode converts.
+func TestInlineWriteInPlace(t *testing.T) {
+	img, v := inlineImage(t, map[string]string{"small": "hello"})
+	defer func() { v.Close() }()
+	h, err := v.Open("small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	expect := func(name, want string, inline bool) {
+		t.Helper()
+		got, err := v.ReadFile(name)
+		if err != nil || string(got) != want {
+			t.Fatalf("%s reads %q, %v; want %q", name, got, err, want)
+		}
+		if fi := statInfo(t, v, name); (fi.Flags&layout.InodeFlagInlineData != 0) != inline || (inline && fi.Blocks != 0) {
+			t.Fatalf("%s: flags %#x, %d sectors; want inline %v", name, fi.Flags, fi.Blocks, inline)
+		}
+	}
+	f, err := v.OpenFile("small", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("J"), 0); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	expect("small", "Jello", true)
+	b := make([]byte, 10)
+	if n, _ := h.ReadAt(b, 0); string(b[:n]) != "Jello" {
+		t.Fatalf("old handle reads %q", b[:n])
+	}
+	if err := v.Truncate("small", 3); err != nil {
+		t.Fatal(err)
+	}
+	expect("small", "Jel", true)
+	if err := v.Truncate("small", 80); err != nil { // into system.data
+		t.Fatal(err)
+	}
+	expect("small", "Jel"+string(make([]byte, 77)), true)
+	if err := v.WriteFile("new1", []byte(strings.Repeat("n", 30)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	expect("new1", strings.Repeat("n", 30), true)
+	if err := v.WriteFile("new2", []byte(strings.Repeat("m", 5000)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	expect("new2", strings.Repeat("m", 5000), false)
+	g, err := v.Create("new3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want string
+	converted := false
+	for i := range 30 {
+		chunk := strings.Repeat(string(rune('a'+i%26)), 10)
+		if _, err := g.Write([]byte(chunk)); err != nil {
+			t.Fatal(err)
+		}
+		want += chunk
+		inl := statInfo(t, v, "new3").Flags&layout.InodeFlagInlineData != 0
+		if inl && converted {
+			t.Fatal("new3 inline again after its conversion")
+		}
+		converted = !inl
+	}
+	g.Close()
+	if !converted {
+		t.Fatal("300 bytes still inline")
+	}
+	expect("new3", want, false)
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ext4iotest.Fsck(t, img)
+	checkSystemData(t, img, &inlineTree{files: map[string][]byte{"small": nil, "new1": nil, "new2": nil, "new3": nil}, dirs: map[string]bool{}})
+	linuxAppends(t, img, "small", "new1", "new2", "new3")
+}
