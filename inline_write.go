@@ -43,7 +43,7 @@ func (v *Volume) makeNewInline(in *layout.Inode) {
 // maxInlineLen bytes) does not fit the inode. The caller holds no inode
 // lock and is not in an operation.
 func (f *File) changeInline(op string, maxLen int64, change func(old []byte) []byte) (bool, error) {
-	if f.n == nil || !f.n.inline.live.Load() || f.direct || maxLen > int64(f.v.bs) {
+	if f == nil || f.v == nil || f.n == nil || !f.n.inline.live.Load() || f.direct || maxLen > int64(f.v.bs) {
 		return false, nil
 	}
 	if f.checkOpen(op) != nil || f.v.alloc == nil || f.checkWriteMode(op) != nil || f.v.failed() != nil {
@@ -107,11 +107,15 @@ func (v *Volume) setInlineDataLocked(f *File, d []byte) (bool, error) {
 	return true, nil
 }
 
+// maxInlineWrite bounds the writes writeInline tries: the largest inode
+// (64 KiB blocks).
+const maxInlineWrite = 1 << 16
+
 // writeInline is pwrite for an inline file whose data still fits the
 // inode after the write; ok false means pwrite goes on (and converts).
 func (f *File) writeInline(p []byte, off int64) (int, bool, error) {
-	if off < 0 || int64(len(p)) > int64(f.v.bs) {
-		return 0, false, nil
+	if off < 0 || off > maxInlineWrite || int64(len(p)) > maxInlineWrite {
+		return 0, false, nil // changeInline checks the block size
 	}
 	end := off + int64(len(p))
 	ok, err := f.changeInline("write", end, func(old []byte) []byte {
