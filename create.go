@@ -37,6 +37,7 @@ func (v *Volume) create(name string, mode uint16) (*File, error) {
 	}
 	in := v.newInode(mode)
 	inheritGroup(dir, in)
+	v.makeNewInline(in) // inline_write.go
 	if err := v.writeInode(ino, in); err != nil {
 		v.alloc.FreeInode(ino, false)
 		return nil, err

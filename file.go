@@ -83,6 +83,9 @@ func (f *File) closedLocked() error {
 
 // newFile returns a File of inode n.
 func newFile(v *Volume, n *inode, ino uint32, name string) *File {
+	if n.inline.ever {
+		return newInlineFile(v, n, ino, name) // inline.go
+	}
 	f := &File{v: v, n: n, ino: ino, name: name, flag: os.O_RDWR, in: n.in, m: n.m, inl: n.inl}
 	f.dio = [2]dioOps{{f: f}, {f: f, shared: true}}
 	return f

@@ -48,6 +48,8 @@ type inode struct {
 	// exclusively).
 	convBatch bool
 
+	inline inlineState // inline data not yet converted (inline.go)
+
 	// touchEpoch is the Volume.touch epoch of the last direct write under
 	// the shared lock whose mtime and ctime are not in in yet, 0 for none:
 	// the fast path stores it without dataMu, and applyTouchLocked moves
@@ -238,6 +240,7 @@ func (v *Volume) getInode(ino uint32) (*inode, error) {
 	switch {
 	case in.Flags&layout.InodeFlagInlineData != 0:
 		n.inl, err = v.inlineData(ino, in)
+		n.initInline()
 	case in.IsSymlink() && isFastSymlink(v.sb, in):
 		n.inl = append([]byte(nil), in.Block[:min(int(in.Size), layout.InodeBlockSize)]...)
 	case isSpecial(in):

@@ -107,6 +107,9 @@ func (v *Volume) parentOnly(name string) (*File, string, error) {
 	if !dir.in.IsDir() {
 		return nil, "", ErrNotDir
 	}
+	if err := dir.ensureDirNotInline(); err != nil {
+		return nil, "", err
+	}
 	if dir.m == nil || dir.m.tree == nil {
 		return nil, "", fmt.Errorf("directory %s (inode %d) is not extent-mapped: %w", dirName, dir.ino, ErrUnsupported)
 	}

@@ -226,6 +226,9 @@ func (v *Volume) isUnder(ino, anc uint32) (bool, error) {
 
 // setDotDotLocked points directory f's ".." at parent.
 func (f *File) setDotDotLocked(parent uint32) error {
+	if f.m == nil {
+		return f.setInlineDotDotLocked(parent)
+	}
 	buf := make([]byte, f.v.bs)
 	ok, err := f.dirBlock(0, buf)
 	if err != nil {

@@ -27,7 +27,7 @@ type Options struct {
 	// not clean and its mount count and times updated, as Linux does on
 	// mount, until Close marks it clean again. The device must be
 	// writable. Features ext4io cannot keep consistent when writing
-	// (unknown ro_compat or incompat bits, inline_data, ...) make Open
+	// (unknown ro_compat or incompat bits, ea_inode, ...) make Open
 	// fail with ErrUnsupported naming them. With the mmp feature Open
 	// first runs multiple mount protection, as Linux does: it waits at least
 	// 11 s and fails with ErrBusy while another node, Linux or e2fsck

@@ -114,11 +114,12 @@ func TestWritableMountState(t *testing.T) {
 }
 
 func TestWritableRefusals(t *testing.T) {
-	img := filepath.Join(t.TempDir(), "inline.img")
-	e2fs.Mkfs(t, img, "16M", "-O", "inline_data")
+	// (inline_data is writable since inline.go; ea_inode is not.)
+	img := filepath.Join(t.TempDir(), "eainode.img")
+	e2fs.Mkfs(t, img, "16M", "-O", "ea_inode")
 	_, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
-	if !errors.Is(err, ext4io.ErrUnsupported) || !strings.Contains(err.Error(), "inline_data") {
-		t.Fatalf("writable open of inline_data image: %v", err)
+	if !errors.Is(err, ext4io.ErrUnsupported) || !strings.Contains(err.Error(), "ea_inode") {
+		t.Fatalf("writable open of ea_inode image: %v", err)
 	}
 	// A read-only file cannot be opened writable.
 	ro := formatImage(t, 16<<20, ext4io.FormatOptions{})

@@ -41,6 +41,9 @@ func (f *File) writable(op string) error {
 	if err := f.v.failed(); err != nil {
 		return &fs.PathError{Op: op, Path: f.name, Err: fmt.Errorf("%w after an earlier error: %w", ErrReadOnly, err)}
 	}
+	if err := f.ensureNotInline(op); err != nil {
+		return err
+	}
 	if f.m == nil || f.m.tree == nil || !f.in.IsReg() {
 		return &fs.PathError{Op: op, Path: f.name, Err: fmt.Errorf("only extent-mapped regular files can be written: %w", ErrUnsupported)}
 	}
@@ -60,6 +63,9 @@ func (f *File) checkRange(op string, off, n int64) error {
 // grows when the write ends past its size. Unaligned writes into new or
 // unwritten blocks zero the rest of those blocks.
 func (f *File) pwrite(p []byte, off int64) (int, error) {
+	if n, ok, err := f.writeInline(p, off); ok { // inline_write.go
+		return n, err
+	}
 	if err := f.writable("write"); err != nil {
 		return 0, err
 	}
@@ -410,6 +416,9 @@ func (f *File) writeHole(p []byte, pos int64, nblk uint64) (int, error) {
 // new end and zeroes the tail of a partial last block; growing leaves a
 // hole.
 func (f *File) Truncate(size int64) error {
+	if ok, err := f.truncateInline(size); ok { // inline_write.go
+		return err
+	}
 	if err := f.writable("truncate"); err != nil {
 		return err
 	}

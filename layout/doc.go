@@ -38,7 +38,8 @@
 //
 // Extended attributes (in-inode and block formats, hashes, checksum;
 // invariants X1-X4) are drawn in the source beside the Xattr constants
-// (XattrMagic), POSIX ACL forms beside ACLEntry.
+// (XattrMagic), POSIX ACL forms beside ACLEntry, inline data and inline
+// directories beside InlineDirParentLen.
 //
 // Orphan file blocks (slots, magic and checksum; invariant OB1) are drawn
 // in orphan.go, htree index blocks in htree.go.

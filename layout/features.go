@@ -159,7 +159,7 @@ const (
 	// IncompatSupportedWrite: writes need these and nothing else.
 	IncompatSupportedWrite = IncompatFiletype | IncompatRecover | IncompatMetaBG |
 		IncompatExtents | Incompat64Bit | IncompatFlexBG | IncompatCsumSeed |
-		IncompatLargeDir | IncompatMMP
+		IncompatLargeDir | IncompatMMP | IncompatInlineData
 	// RoCompatSupportedWrite lists the ro_compat features ext4io keeps
 	// consistent when writing; any other ro_compat bit makes a volume
 	// read-only, as it does for Linux.
