@@ -9,6 +9,8 @@
 //	                               rest goes through bounce buffers (Aligner)
 //	Mmap    OpenMmap               a shared mapping of a file, pmem-like
 //	memdev  memdev.New             sparse, in process, copy-on-write clones
+//	overlay overlay.New            copy-on-write in memory over any Device,
+//	                               which it never writes
 //	errordev errordev.New          fault injection around any Device;
 //	         errordev.NewCrashable crash images (durable state + torn writes)
 //
