@@ -11,13 +11,14 @@ import (
 	"testing"
 
 	"github.com/ext4io/ext4io"
+	"github.com/ext4io/ext4io/blockdev"
 	"github.com/ext4io/ext4io/blockdev/errordev"
 	"github.com/ext4io/ext4io/blockdev/memdev"
 	"github.com/ext4io/ext4io/internal/e2fs"
 )
 
 // saveDev writes a device's contents to a new image file.
-func saveDev(t *testing.T, dev *memdev.Device, path string) {
+func saveDev(t *testing.T, dev blockdev.Device, path string) {
 	t.Helper()
 	f, err := os.Create(path)
 	if err != nil {

@@ -33,6 +33,7 @@ import (
 	"github.com/ext4io/ext4io/blockdev"
 	"github.com/ext4io/ext4io/blockdev/errordev"
 	"github.com/ext4io/ext4io/blockdev/memdev"
+	"github.com/ext4io/ext4io/blockdev/overlay"
 	"github.com/ext4io/ext4io/internal/e2fs"
 	"github.com/ext4io/ext4io/journal"
 )
@@ -548,53 +549,6 @@ func compareRdump(t *testing.T, img string, contents map[string][]byte) {
 	}
 }
 
-// overlayDev is a read-only Device over a shared base image with a few
-// patched byte ranges: cheap per-seed copies of a damaged image.
-// It is safe for concurrent use (nothing changes after construction).
-type overlayDev struct {
-	base    []byte
-	patches []devPatch
-}
-
-type devPatch struct {
-	off  int64
-	data []byte
-}
-
-func (d *overlayDev) ReadAt(p []byte, off int64) (int, error) {
-	if off < 0 {
-		return 0, fmt.Errorf("overlay read at %d: %w", off, ext4io.ErrInvalid)
-	}
-	if off >= int64(len(d.base)) {
-		return 0, io.EOF
-	}
-	n := copy(p, d.base[off:])
-	for _, pt := range d.patches {
-		lo, hi := max(off, pt.off), min(off+int64(n), pt.off+int64(len(pt.data)))
-		if lo < hi {
-			copy(p[lo-off:hi-off], pt.data[lo-pt.off:hi-pt.off])
-		}
-	}
-	if n < len(p) {
-		return n, io.EOF
-	}
-	return n, nil
-}
-
-func (d *overlayDev) WriteAt(p []byte, off int64) (int, error) {
-	return 0, fmt.Errorf("overlay: %w", ext4io.ErrReadOnly)
-}
-func (d *overlayDev) Flush() error { return nil }
-func (d *overlayDev) ZeroOut(off, n int64) error {
-	return fmt.Errorf("overlay: %w", ext4io.ErrReadOnly)
-}
-func (d *overlayDev) Discard(off, n int64) error { return nil }
-func (d *overlayDev) Size() int64                { return int64(len(d.base)) }
-func (d *overlayDev) LogicalBlockSize() int      { return 512 }
-func (d *overlayDev) Close() error               { return nil }
-
-var _ blockdev.Device = (*overlayDev)(nil)
-
 // damageTarget is a metadata region the sweep may damage: [off, off+n) holds
 // bytes the walk reads; detect says a change there must be reported when
 // the image has metadata_csum. sub names the part of a "journal" region
@@ -639,7 +593,7 @@ func genDamageTree(t *testing.T, root string, seed uint64) {
 type sweepBase struct {
 	name    string
 	img     []byte
-	mem     *memdev.Device // img, cloned (copy-on-write) for the phases that write
+	mem     *memdev.Device // img, under the copy-on-write overlays of every phase
 	bs      int
 	csum    bool
 	journal bool     // the image's journal holds committed transactions to replay
@@ -647,14 +601,11 @@ type sweepBase struct {
 	byKind  map[string][]damageTarget
 }
 
-// clone returns a writable copy of the base image with data written at
-// off, behind a boundsDev.
+// clone returns a copy-on-write overlay of the base image with data
+// written at off, behind a boundsDev.
 func (b *sweepBase) clone(t *testing.T, off int64, data []byte) *boundsDev {
 	t.Helper()
-	c, err := b.mem.Clone()
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := overlay.New(b.mem)
 	if len(data) > 0 {
 		if _, err := c.WriteAt(data, off); err != nil {
 			t.Fatal(err)
@@ -904,7 +855,7 @@ func crashWithJournal(t *testing.T, raw []byte) []byte {
 // walks them) and the journal inode.
 func addJournalTargets(t *testing.T, b *sweepBase) {
 	t.Helper()
-	v, err := ext4io.Open(&overlayDev{base: b.img}, ext4io.Options{NoRecovery: true})
+	v, err := ext4io.Open(overlay.New(b.mem), ext4io.Options{NoRecovery: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1309,7 +1260,7 @@ func TestRandomDamage(t *testing.T) {
 				t.Fatalf("%s: write sequence on the pristine image: %d failures, first %v", c.name, n, err)
 			}
 			written := filepath.Join(t.TempDir(), "written.img")
-			saveDev(t, pdev.Device.(*memdev.Device), written)
+			saveDev(t, pdev.Device, written)
 			e2fs.Fsck(t, written)
 			wc = newWriteCounts()
 			counts := map[string]int{}
@@ -1372,7 +1323,8 @@ func TestRandomDamage(t *testing.T) {
 					what += " (" + tg.sub + ")"
 				}
 				label := fmt.Sprintf("%s seed %d: %s %s at byte %d (+%d)", c.name, seed, mode, what, tg.off, tg.n)
-				ro := &boundsDev{Device: &overlayDev{base: base.img, patches: []devPatch{{tg.off, data}}}, readOnly: true}
+				ro := base.clone(t, tg.off, data)
+				ro.readOnly = true
 				st := openAndWalk(t, label, 20*time.Second, func() (*ext4io.Volume, error) {
 					return ext4io.Open(ro, ext4io.Options{})
 				}, nil)
