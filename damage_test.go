@@ -7,9 +7,7 @@ package ext4io_test
 // no panic, no hang, and every error wraps one of ext4io's sentinels.
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/bzip2"
 	"compress/gzip"
 	"encoding/binary"
 	"errors"
@@ -209,35 +207,6 @@ func walkVolume(v *ext4io.Volume, onFile func(path string, data []byte)) *walkSt
 	return st
 }
 
-// guarded runs fn in a goroutine with recover and a deadline. It reports
-// a panic (with stack) or a timeout as a test error naming label, and
-// returns false in both cases.
-func guarded(t testing.TB, label string, deadline time.Duration, fn func()) bool {
-	t.Helper()
-	done := make(chan string, 1)
-	go func() {
-		defer func() {
-			if r := recover(); r != nil {
-				done <- fmt.Sprintf("panic: %v\n%s", r, debug.Stack())
-				return
-			}
-			done <- ""
-		}()
-		fn()
-	}()
-	select {
-	case msg := <-done:
-		if msg != "" {
-			t.Errorf("%s: %s", label, msg)
-			return false
-		}
-		return true
-	case <-time.After(deadline):
-		t.Errorf("%s: no result after %v (hang?)", label, deadline)
-		return false
-	}
-}
-
 // openAndWalk opens dev and walks it under guarded. It returns nil after
 // a panic or a timeout (already reported).
 func openAndWalk(t testing.TB, label string, deadline time.Duration, open func() (*ext4io.Volume, error), onFile func(string, []byte)) *walkStats {
@@ -263,107 +232,6 @@ func openAndWalk(t testing.TB, label string, deadline time.Duration, open func()
 		t.Errorf("%s: ErrCorrupt without a *CorruptError (no context): %s", label, b)
 	}
 	return st
-}
-
-// findTestdata walks up from the working directory to
-// shared/testdata/e2fsprogs, or skips t.
-func findTestdata(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		p := filepath.Join(dir, "shared", "testdata", "e2fsprogs")
-		if st, err := os.Stat(p); err == nil && st.IsDir() {
-			return p
-		}
-		up := filepath.Dir(dir)
-		if up == dir {
-			t.Skip("shared/testdata/e2fsprogs not found above the working directory")
-		}
-		dir = up
-	}
-}
-
-// writeSparse copies r to a new file at path, leaving all-zero 4 KiB
-// chunks as holes (the j_long_* images are 256 MiB of mostly zeroes).
-func writeSparse(path string, r io.Reader) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	buf := make([]byte, 4096)
-	zero := make([]byte, 4096)
-	var off int64
-	for {
-		n, err := io.ReadFull(r, buf)
-		if n > 0 {
-			if !bytes.Equal(buf[:n], zero[:n]) {
-				if _, werr := f.WriteAt(buf[:n], off); werr != nil {
-					return werr
-				}
-			}
-			off += int64(n)
-		}
-		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			break
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return f.Truncate(off)
-}
-
-// unpackImage decompresses a test image (.gz, .bz2, or the file-system
-// member of a .tar.bz2) to dst. It runs gzip/bzip2 when installed: the
-// stdlib decompressors are slow under -race on the 128 MiB images.
-func unpackImage(src, dst string) error {
-	tool := "gzip"
-	if strings.HasSuffix(src, ".bz2") {
-		tool = "bzip2"
-	}
-	var r io.Reader
-	if path, err := exec.LookPath(tool); err == nil {
-		cmd := exec.Command(path, "-dc", src)
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			return err
-		}
-		if err := cmd.Start(); err != nil {
-			return err
-		}
-		defer cmd.Wait()
-		defer io.Copy(io.Discard, out)
-		r = out
-	} else {
-		f, err := os.Open(src)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if tool == "bzip2" {
-			r = bzip2.NewReader(f)
-		} else if r, err = gzip.NewReader(f); err != nil {
-			return err
-		}
-	}
-	if strings.HasSuffix(src, ".tar.bz2") {
-		tr := tar.NewReader(r)
-		for {
-			h, err := tr.Next()
-			if err != nil {
-				return fmt.Errorf("%s: no file-system member: %w", src, err)
-			}
-			if n := filepath.Base(h.Name); n == "image" || strings.HasSuffix(n, ".img") {
-				r = tr
-				break
-			}
-		}
-	}
-	return writeSparse(dst, r)
 }
 
 // mustDetect lists e2fsprogs cases whose damage lies in a structure every

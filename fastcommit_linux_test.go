@@ -73,14 +73,6 @@ func writeSync(t *testing.T, p string, data []byte, flag int) {
 	}
 }
 
-func randBytes(rng *rand.Rand, n int) []byte {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(rng.Uint32())
-	}
-	return b
-}
-
 // mixedScenario creates, writes, appends, truncates, renames, links and
 // unlinks files in three directories.
 func mixedScenario(t *testing.T, mnt string, rng *rand.Rand) map[string][]byte {

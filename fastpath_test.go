@@ -415,20 +415,3 @@ func TestOverwriteDeviceError(t *testing.T) {
 		t.Fatalf("block after reopen: %v, data equal %v", err, bytes.Equal(got, want))
 	}
 }
-
-// fsckOpen checks the closed image img with e2fsck and opens file name of
-// it read-only; the volume closes with the test.
-func fsckOpen(t *testing.T, img, name string) *ext4io.File {
-	t.Helper()
-	e2fs.Fsck(t, img)
-	ro, err := ext4io.OpenImage(img, ext4io.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ro.Close() })
-	f, err := ro.Open(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
-}
