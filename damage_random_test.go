@@ -29,14 +29,13 @@ import (
 // blocks), and each damaged image is also opened with Replay and walked.
 // The read sweep and the write phase have time budgets of their own (8 s
 // and 5 s per base image), which only bind under -race or a loaded machine.
-// EXT4IO_DAMAGE_SEEDS sets the seeds per image kind (default 80);
+// EXT4IO_DAMAGE_SEEDS sets the seeds per image kind (default 40, 400
+// with EXT4IO_LONG);
 // EXT4IO_DAMAGE_VERBOSE=1 logs every write-side failure.
 func TestRandomDamage(t *testing.T) {
-	seeds := 80
+	seeds := sized(20, 40, 400)
 	if s := os.Getenv("EXT4IO_DAMAGE_SEEDS"); s != "" {
 		fmt.Sscan(s, &seeds)
-	} else if testing.Short() {
-		seeds = 20
 	}
 	configs := []struct {
 		name    string

@@ -175,6 +175,7 @@ func concurrentDirectWrites(t *testing.T, opts ext4io.Options) {
 	}
 	model := make([]byte, shared)
 	const workers = 16
+	iters := sized(40, 80, 300) // writes per goroutine
 	appendModels := make([][]byte, workers)
 	var wg sync.WaitGroup
 	errc := make(chan error, workers)
@@ -194,7 +195,7 @@ func concurrentDirectWrites(t *testing.T, opts ext4io.Options) {
 				return
 			}
 			blocks := shared / 4096
-			for i := 0; i < 150; i++ {
+			for i := 0; i < iters; i++ {
 				buf := make([]byte, 4096)
 				for j := range buf {
 					buf[j] = byte(rng.Uint32())
