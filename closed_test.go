@@ -78,25 +78,6 @@ func isClosed(err error) bool {
 	return errors.Is(err, ext4io.ErrClosed) && errors.Is(err, fs.ErrClosed)
 }
 
-// openWritableWithFile opens a formatted image writable and creates "f"
-// holding 8 KiB.
-func openWritableWithFile(t *testing.T) (string, *ext4io.Volume, *ext4io.File) {
-	t.Helper()
-	img := formatImage(t, 32<<20, ext4io.FormatOptions{})
-	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := v.Create("f")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt(make([]byte, 8192), 0); err != nil {
-		t.Fatal(err)
-	}
-	return img, v, f
-}
-
 // TestClosedFileRefusesEverything: after File.Close every method that
 // returns an error returns an *fs.PathError naming the file and the
 // operation, matching ErrClosed and fs.ErrClosed; the volume stays usable.

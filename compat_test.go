@@ -118,21 +118,6 @@ func checkFile(t *testing.T, v *ext4io.Volume, path string, want []ext4io.FileEx
 	}
 }
 
-func firstDiff(a, b []byte) int {
-	if bytes.Equal(a, b) {
-		return -1
-	}
-	for i := range min(len(a), len(b)) {
-		if a[i] != b[i] {
-			return i
-		}
-	}
-	if len(a) != len(b) {
-		return min(len(a), len(b))
-	}
-	return -1
-}
-
 // sparseData returns random data of nblk blocks where some blocks are all
 // zero (debugfs write leaves them as holes).
 func sparseData(rng *rand.Rand, nblk, bs int) []byte {

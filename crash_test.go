@@ -3,7 +3,6 @@ package ext4io_test
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -15,19 +14,6 @@ import (
 	"github.com/ext4io/ext4io/blockdev/memdev"
 	"github.com/ext4io/ext4io/internal/e2fs"
 )
-
-// saveDev writes a device's contents to a new image file.
-func saveDev(t *testing.T, dev *memdev.Device, path string) {
-	t.Helper()
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := io.Copy(f, io.NewSectionReader(dev, 0, dev.Size())); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // TestCrashRecovery crashes a journaled workload at every device flush
 // (the device keeps what was flushed, a random half of the rest, and tears

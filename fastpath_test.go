@@ -177,6 +177,7 @@ func concurrentDirectWrites(t *testing.T, opts ext4io.Options) {
 	}
 	model := make([]byte, shared)
 	const workers = 16
+	iters := sized(40, 80, 300) // writes per goroutine
 	appendModels := make([][]byte, workers)
 	var wg sync.WaitGroup
 	errc := make(chan error, workers)
@@ -196,7 +197,7 @@ func concurrentDirectWrites(t *testing.T, opts ext4io.Options) {
 				return
 			}
 			blocks := shared / 4096
-			for i := 0; i < 150; i++ {
+			for i := 0; i < iters; i++ {
 				buf := make([]byte, 4096)
 				for j := range buf {
 					buf[j] = byte(rng.Uint32())
@@ -416,21 +417,4 @@ func TestOverwriteDeviceError(t *testing.T) {
 	if _, err := r.ReadAt(got, 64<<10); err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("block after reopen: %v, data equal %v", err, bytes.Equal(got, want))
 	}
-}
-
-// fsckOpen checks the closed image img with e2fsck and opens file name of
-// it read-only; the volume closes with the test.
-func fsckOpen(t *testing.T, img, name string) *ext4io.File {
-	t.Helper()
-	e2fs.Fsck(t, img)
-	ro, err := ext4io.OpenImage(img, ext4io.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ro.Close() })
-	f, err := ro.Open(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
 }

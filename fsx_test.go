@@ -147,10 +147,7 @@ func TestFsx(t *testing.T) {
 					}
 				}
 			}
-			steps := 250
-			if testing.Short() {
-				steps = 100
-			}
+			steps := sized(60, 120, 1000)
 			if s := os.Getenv("EXT4IO_FSX_STEPS"); s != "" {
 				steps, _ = strconv.Atoi(s)
 			}

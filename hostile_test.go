@@ -377,33 +377,6 @@ func zoneImage(t *testing.T) (img string, ino, gen uint32, tree []uint64) {
 	return img, fi.Ino, fi.Generation, tree
 }
 
-// readBlocks returns n blocks at blk of img.
-func readBlocks(t *testing.T, img string, blk, n uint64) []byte {
-	t.Helper()
-	f, err := os.Open(img)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	b := make([]byte, n*4096)
-	if _, err := f.ReadAt(b, int64(blk)*4096); err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-func writeBlock(t *testing.T, img string, blk uint64, b []byte) {
-	t.Helper()
-	f, err := os.OpenFile(img, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.WriteAt(b, int64(blk)*4096); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestHostileExtentIntoMetadata: extents (and extent-tree index entries)
 // that point into file-system metadata, a system zone as Linux's
 // block_validity keeps it, are corruption on every path: buffered and

@@ -39,25 +39,6 @@ func rawFor(b testing.TB, dev blockdev.Device, f *ext4io.File, size int64) rawAt
 	return rawAt{dev, phys}
 }
 
-// directFile creates name, fallocates size bytes of it in mode and opens
-// it with Direct.
-func directFile(b testing.TB, v *ext4io.Volume, name string, mode ext4io.FallocMode, size int64) *ext4io.File {
-	b.Helper()
-	f, err := v.Create(name)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	if err := f.Fallocate(mode, 0, size); err != nil {
-		b.Fatal(err)
-	}
-	d, err := v.OpenFile(name, os.O_RDWR|ext4io.O_DIRECT, 0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return d
-}
-
 // BenchmarkFileIO measures the engine's own CPU per 4 KiB operation on an
 // in-memory device: each File API workload next to the raw device doing
 // the same I/O (raw-*). The difference is what ext4io adds per operation

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -24,43 +23,6 @@ import (
 	"github.com/ext4io/ext4io"
 	"github.com/ext4io/ext4io/internal/e2fs"
 )
-
-// mountLoop mounts img on a new directory and registers its unmount (and
-// loop-device detach) with t.Cleanup. It skips t when mounting is not
-// possible here.
-func mountLoop(t *testing.T, img string) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("mount -o loop needs root")
-	}
-	mnt := filepath.Join(t.TempDir(), "mnt")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-o", "loop", "-t", "ext4", img, mnt).CombinedOutput(); err != nil {
-		t.Skipf("mount -o loop does not work here: %v: %s", err, strings.TrimSpace(string(out)))
-	}
-	t.Cleanup(func() { umount(t, mnt, img) }) // a no-op after an explicit umount
-	return mnt
-}
-
-// umount unmounts mnt (retrying a busy mount once lazily) and detaches any
-// loop device still bound to img.
-func umount(t *testing.T, mnt, img string) {
-	t.Helper()
-	if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
-		if !bytes.Contains(out, []byte("not mounted")) {
-			t.Errorf("umount %s: %v: %s", mnt, err, out)
-			exec.Command("umount", "-l", mnt).Run()
-		}
-	}
-	out, _ := exec.Command("losetup", "-j", img).Output()
-	for _, line := range strings.Split(string(out), "\n") {
-		if dev, _, ok := strings.Cut(line, ":"); ok && strings.HasPrefix(dev, "/dev/loop") {
-			exec.Command("losetup", "-d", dev).Run()
-		}
-	}
-}
 
 // modelFile is what a file must hold: its bytes (len = size).
 type modelFile struct{ data []byte }

@@ -442,11 +442,10 @@ func nsEnv(name string, def int) int {
 // grows to thousands of long names so that its htree gets two levels and
 // leaf and index-node splits happen, and then loses and regains entries.
 func TestNamespaceModel(t *testing.T) {
-	ops := nsEnv("EXT4IO_NS_OPS", 2000)
-	big := nsEnv("EXT4IO_NS_BIG", 6000)
-	if !testing.Short() && os.Getenv("EXT4IO_LONG") != "" {
-		ops, big = 20000, 60000
-	}
+	// 600 operations and 6000 names by default (enough for a two-level
+	// htree), 20000 and 60000 with EXT4IO_LONG.
+	ops := nsEnv("EXT4IO_NS_OPS", sized(300, 600, 20000))
+	big := nsEnv("EXT4IO_NS_BIG", sized(1500, 6000, 60000))
 	seed := nsSeed(t)
 	img := formatImage(t, 128<<20, ext4io.FormatOptions{BlockSize: 1024, InodeRatio: 2048})
 	open := func() *ext4io.Volume {

@@ -1,27 +1,11 @@
 package ext4io
 
 import (
-	"path/filepath"
 	"testing"
 
-	"github.com/ext4io/ext4io/blockdev"
 	"github.com/ext4io/ext4io/internal/e2fs"
 	"github.com/ext4io/ext4io/layout"
 )
-
-func orphanImage(t *testing.T, features string) string {
-	t.Helper()
-	img := filepath.Join(t.TempDir(), "orphan.img")
-	dev, err := blockdev.CreateFile(img, 32<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := Format(dev, FormatOptions{BlockSize: 1024, Features: features}); err != nil {
-		t.Fatal(err)
-	}
-	dev.Close()
-	return img
-}
 
 // TestOrphanUnlinkOpen: unlinking an open file puts it on the orphan list
 // (orphan file + orphan_present, or the s_last_orphan chain); closing the

@@ -30,16 +30,6 @@ var (
 	_ ext4io.FileHandle  = (*os.File)(nil)
 )
 
-func openOSVolume(t *testing.T) (*ext4io.Volume, string) {
-	t.Helper()
-	img := formatImage(t, 32<<20, ext4io.FormatOptions{})
-	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v, img
-}
-
 // TestOSFile: the position shared by Read, Write and Seek; WriteAt leaving
 // it; O_APPEND; read-only Files refusing writes with EBADF; Name as given.
 func TestOSFile(t *testing.T) {

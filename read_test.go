@@ -325,14 +325,3 @@ func genSmallTree(t *testing.T, root string, seed uint64) []string {
 	}
 	return paths
 }
-
-func exitCode(err error) int {
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.ExitCode()
-	}
-	if err != nil {
-		return -1
-	}
-	return 0
-}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/ext4io/ext4io/blockdev/overlay"
 	"github.com/ext4io/ext4io/internal/errs"
 	"github.com/ext4io/ext4io/journal"
 	"github.com/ext4io/ext4io/layout"
@@ -60,7 +61,7 @@ func (v *Volume) journalConfig() (journal.Config, error) {
 // in-memory overlay of the device.
 func (v *Volume) recover(ctx context.Context) error {
 	if !v.opts.Writable && !v.opts.Replay {
-		v.dev = newOverlay(v.dev)
+		v.dev = overlay.New(v.dev)
 	}
 	cfg, err := v.journalConfig()
 	if err != nil {

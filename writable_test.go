@@ -3,7 +3,6 @@ package ext4io_test
 import (
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,42 +12,6 @@ import (
 	"github.com/ext4io/ext4io/internal/e2fs"
 	"github.com/ext4io/ext4io/layout"
 )
-
-func dumpe2fsHeader(t *testing.T, img string) string {
-	t.Helper()
-	out, err := exec.Command(e2fs.Tool(t, "dumpe2fs"), "-h", img).CombinedOutput()
-	if err != nil {
-		t.Fatalf("dumpe2fs: %v\n%s", err, out)
-	}
-	return string(out)
-}
-
-func header(t *testing.T, img, key string) string {
-	for _, l := range strings.Split(dumpe2fsHeader(t, img), "\n") {
-		if k, v, ok := strings.Cut(l, ":"); ok && k == key {
-			return strings.TrimSpace(v)
-		}
-	}
-	t.Fatalf("dumpe2fs has no %q", key)
-	return ""
-}
-
-// formatImage formats a sparse image file with ext4io.Format.
-func formatImage(t *testing.T, size int64, opts ext4io.FormatOptions) string {
-	t.Helper()
-	img := filepath.Join(t.TempDir(), "fmt.img")
-	dev, err := blockdev.CreateFile(img, size)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ext4io.Format(dev, opts); err != nil {
-		t.Fatal(err)
-	}
-	if err := dev.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return img
-}
 
 // TestWritableMountState: while a writable volume is open the superblock
 // says "not clean" and the mount count went up; Close marks it clean with

@@ -89,13 +89,6 @@ func ext4ioXattrs(t *testing.T, v *ext4io.Volume, files []string) xattrDump {
 	return d
 }
 
-func run(t *testing.T, name string, args ...string) {
-	t.Helper()
-	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
-	}
-}
-
 // TestXattrLinuxMatrix: Linux makes files with no, one, many in-inode,
 // external, shared external (refcount > 1) attributes and POSIX ACLs;
 // ext4io reads them as getfattr does, then sets, replaces, removes and

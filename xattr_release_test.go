@@ -26,17 +26,6 @@ func bigXattrValue(t *testing.T, n int, fill byte) string {
 	return p
 }
 
-// fileACL returns the "File ACL:" block debugfs reports for path.
-func fileACL(t *testing.T, img, path string) string {
-	t.Helper()
-	out := e2fs.Debugfs(t, img, false, "stat "+path)
-	i := strings.Index(out, "File ACL: ")
-	if i < 0 {
-		t.Fatalf("debugfs stat %s: no File ACL line:\n%s", path, out)
-	}
-	return strings.Fields(out[i+len("File ACL: "):])[0]
-}
-
 // TestXattrReleaseOnDelete: files whose attributes debugfs put in external
 // blocks are removed by ext4io (unlink of the last name, rename over,
 // unlink while open then close): every block is freed and e2fsck -fn is
@@ -150,16 +139,6 @@ func inodeOf(t *testing.T, img, path string) string {
 		t.Fatalf("debugfs stat %s: %s", path, out)
 	}
 	return f[1]
-}
-
-// lookTool returns the path of a command or skips t naming its package.
-func lookTool(t *testing.T, name, pkg string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		t.Skipf("%s not installed (apt-get install %s)", name, pkg)
-	}
-	return p
 }
 
 // TestXattrBlockInMetadata: an i_file_acl that names a block of the inode

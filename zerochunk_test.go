@@ -274,10 +274,7 @@ func TestZeroOutChunkModel(t *testing.T) {
 	m := &fsxModel{name: "f"}
 	rng := rand.New(rand.NewPCG(11, 3))
 	var chunks, partial uint64
-	steps := 600
-	if testing.Short() {
-		steps = 200
-	}
+	steps := sized(200, 300, 3000)
 	for step := 0; step < steps; step++ {
 		off := rng.Int64N(maxSize/bs) * bs
 		n := (1 + rng.Int64N(6)) * bs

@@ -11,6 +11,8 @@
 //	                               or device DAX; MAP_SYNC on persistent
 //	                               memory, flushed with CLWB (Mmap.Mode)
 //	memdev  memdev.New             sparse, in process, copy-on-write clones
+//	overlay overlay.New            copy-on-write in memory over any Device,
+//	                               which it never writes
 //	errordev errordev.New          fault injection around any Device;
 //	         errordev.NewCrashable crash images (durable state + torn writes)
 //

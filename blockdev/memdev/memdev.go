@@ -10,6 +10,9 @@
 // original share chunks until either writes one. Invariant: a chunk is
 // mutated only by the device whose current owner token it carries; a chunk
 // with any other owner is shared and immutable.
+//
+// For a copy-on-write view of any other Device (a file, a read-only image),
+// see blockdev/overlay.
 package memdev
 
 import (
