@@ -105,9 +105,14 @@ func (n *inode) setMapperLocked(m *mapper) {
 // operation of its own: the caller holds no inode lock and is not in an
 // operation.
 func (f *File) ensureNotInline(op string) error {
-	if f.n == nil || !f.n.inline.live.Load() {
-		return nil
+	if !f.n.inline.live.Load() { // f is open (checkOpen)
+		return nil // small enough to inline: the write paths pay one load
 	}
+	return f.convertInline(op)
+}
+
+// convertInline is ensureNotInline's conversion.
+func (f *File) convertInline(op string) error {
 	f.v.beginOp()
 	f.n.mu.Lock()
 	err := f.closedLocked()

@@ -63,8 +63,10 @@ func (f *File) checkRange(op string, off, n int64) error {
 // grows when the write ends past its size. Unaligned writes into new or
 // unwritten blocks zero the rest of those blocks.
 func (f *File) pwrite(p []byte, off int64) (int, error) {
-	if n, ok, err := f.writeInline(p, off); ok { // inline_write.go
-		return n, err
+	if f.n.inline.live.Load() {
+		if n, ok, err := f.writeInline(p, off); ok { // inline_write.go
+			return n, err
+		}
 	}
 	if err := f.writable("write"); err != nil {
 		return 0, err
