@@ -11,7 +11,7 @@
 //
 // Usage, from the module root:
 //
-//	go run ./internal/graphs [-packages docs/graphs/packages.dot] [-files docs/graphs/root-files-before.dot] [-order layers.txt] [-layers used.txt]
+//	go run ./internal/graphs [-packages docs/graphs/packages-after.dot] [-files docs/graphs/root-files-after.dot] [-order layers.txt] [-layers used.txt]
 //
 // An empty path skips that drawing; -layers FILE writes the layering used
 // in the -order format, a start for an intended one. The layering of the files is the one
@@ -38,8 +38,8 @@ import (
 func main() {
 	var (
 		root     = flag.String("root", ".", "module root (the directory holding go.mod)")
-		pkgOut   = flag.String("packages", "docs/graphs/packages.dot", "where to write the package graph (empty: skip)")
-		filesOut = flag.String("files", "docs/graphs/root-files-before.dot", "where to write the root package's file graph (empty: skip)")
+		pkgOut   = flag.String("packages", "docs/graphs/packages-after.dot", "where to write the package graph (empty: skip)")
+		filesOut = flag.String("files", "docs/graphs/root-files-after.dot", "where to write the root package's file graph (empty: skip)")
 		order    = flag.String("order", "", "file listing the intended layering of the root's files, top layer first, one layer per line")
 		layers   = flag.String("layers", "", "where to write the layering used, in the -order format (empty: skip)")
 	)
