@@ -1,8 +1,10 @@
 package ext4io_test
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"os"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -332,4 +334,63 @@ func BenchmarkEngineOverwrite(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkParallelBufferedWrite has 16 goroutines each overwrite 4 KiB
+// blocks of its own file through the page cache (File.WriteAt without
+// O_DIRECT), cycling over the file's first 64 written blocks, with a
+// File.Sync every 256 writes; -cpu changes GOMAXPROCS, not the 16
+// goroutines. The image is on a memdev, so this is the engine's cost,
+// with the contention of its shared locks (the page cache's among them).
+//
+//	go test -run XXX -bench BenchmarkParallelBufferedWrite -cpu 1,2,16 .
+func BenchmarkParallelBufferedWrite(b *testing.B) {
+	const (
+		files  = 16
+		blocks = 64
+	)
+	dev := memdev.NewBlockSize(256<<20, 4096)
+	if err := ext4io.Format(dev, ext4io.FormatOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1, CommitInterval: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer v.Close()
+	var fs [files]*ext4io.File
+	for i := range fs {
+		name := fmt.Sprintf("f%d", i)
+		directFile(b, v, name, ext4io.FallocWriteZeroes, blocks*4096).Close()
+		if fs[i], err = v.OpenFile(name, os.O_RDWR, 0); err != nil {
+			b.Fatal(err)
+		}
+		defer fs[i].Close()
+	}
+	b.SetBytes(4096)
+	b.ReportAllocs()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for g, f := range fs {
+		n := b.N / files
+		if g < b.N%files {
+			n++
+		}
+		wg.Go(func() {
+			buf := make([]byte, 4096)
+			for i := range n {
+				if _, err := f.WriteAt(buf, int64(i%blocks)*4096); err != nil {
+					b.Error(err)
+					return
+				}
+				if i%256 == 255 {
+					if err := f.Sync(); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
 }

@@ -37,7 +37,11 @@
 // Without a Validator, callers must keep mappings stable for the duration
 // of each call.
 //
+// The PageCache's metadata is sharded by file Key (see PageCache): I/O on
+// different files takes different mutexes, and one atomic count keeps the
+// page budget (I3) across the shards.
+//
 // Unfinished: COW (srcmap) and Unshare are not implemented; ZeroRange never
 // uses the device's ZeroOut; write-back submits runs synchronously, one
-// after another; the PageCache has one metadata mutex (not sharded).
+// after another.
 package iomap

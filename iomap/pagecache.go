@@ -8,7 +8,9 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/ext4io/ext4io/blockdev"
 	"github.com/ext4io/ext4io/internal/errs"
@@ -53,28 +55,57 @@ var ErrCacheFull = errors.New("iomap: page cache full of dirty pages")
 // pages are read in through mappings, dirtied by writes, and written back
 // through Begin(Writeback) mappings. It is safe for concurrent use.
 //
-// Bound: at most MaxPages pages exist. A request for a page when the cache
-// is full evicts the least recently used clean, unpinned page; if every
-// unpinned page is dirty, the oldest one's contiguous dirty run is written
-// back first (memory pressure); if every page is pinned, it waits.
+// Bound: at most MaxPages pages exist, counted by one atomic counter. A
+// request for a page when the cache is full evicts the least recently
+// used clean, unpinned page of its file's shard, failing that of another
+// shard; if every unpinned page is dirty, the oldest one's contiguous
+// dirty run (its shard's first) is written back first (memory pressure);
+// if every page is pinned, it waits.
 //
-// Locking: mu guards the page index, LRU list and each page's bookkeeping
-// (dirty, wb, pins, cached). Each page's content lock (page.mu) guards its
-// data and uptodate bit; it is taken only by a goroutine holding a pin,
-// never while holding mu waits, and mu may be taken while holding it
-// (order: page.mu → PageCache.mu). mu is never held across device I/O or
-// calls into Ops. Ops must not call back into the PageCache.
+// Shards: files are spread over numShards shards by their Key, so that
+// I/O on different files does not contend on one mutex. Each shard's mu
+// guards its file index, LRU list and the bookkeeping of its files'
+// pages (dirty, wb, pins, cached). Each page's content lock (page.mu)
+// guards its data and uptodate bit; it is taken only by a goroutine
+// holding a pin, never while holding a shard's mu, and a shard's mu may be
+// taken while holding it. No goroutine holds two shards' mu at once:
+// eviction from another shard and Sync, WritebackOldest, Len and Close
+// lock the shards one after another. space.mu, for waiting until some
+// page can be evicted, is a leaf. Lock order:
+//
+//	page.mu → shard.mu → space.mu
+//
+// No mu is held across device I/O or calls into Ops. Ops must not call
+// back into the PageCache.
 type PageCache struct {
 	dev      blockdev.Device // immutable
 	pageSize int64           // immutable
 	shift    uint            // immutable: log2(pageSize)
-	maxPages int             // immutable
+	maxPages int64           // immutable
 	maxRun   int             // immutable: pages per write-back WriteAt
 	noInline bool            // immutable: NoInlineWriteback
 	noRead   bool            // immutable: NoReadCache
 	runPool  sync.Pool       // *[]byte of maxRun pages
-	counters CounterSet      // Counters; ctr is its stripe 0
-	ctr      *atomicCounters // immutable
+	counters CounterSet      // Counters; each shard counts on a stripe
+	ctr      *atomicCounters // immutable: stripe 0, for what has no file
+
+	// npages counts the cached pages plus the slots reserved by get for
+	// pages about to be inserted; it never exceeds maxPages (I3). It is
+	// changed only by compare-and-swap up to maxPages (reserve) and by
+	// freeing a slot (unreserve); an evicted page hands its slot to the
+	// page that replaces it.
+	npages atomic.Int64
+	closed atomic.Bool // Close was called (each shard also has its own flag)
+
+	// space lets get wait, when every page is pinned, until a pin drops
+	// or a slot is freed: waiters counts the goroutines that will wait,
+	// and gen is bumped, with a broadcast, by wakeSpace when waiters > 0.
+	space struct {
+		sync.Mutex
+		cond    sync.Cond // L = &space.Mutex
+		waiters atomic.Int32
+		gen     atomic.Uint64
+	}
 
 	flusher struct {
 		sync.Mutex
@@ -82,20 +113,50 @@ type PageCache struct {
 		done chan struct{} // closed when the flusher exited
 	}
 
+	shards [numShards]shard
+}
+
+// numShards is the number of PageCache shards, a power of two.
+const (
+	shardBits = 5
+	numShards = 1 << shardBits
+)
+
+// shard is the part of a PageCache holding the files whose keys shardOf
+// maps to it, padded to whole cache lines.
+type shard struct {
+	shardState
+	_ [(128 - unsafe.Sizeof(shardState{})%128) % 128]byte
+}
+
+type shardState struct {
+	ctr *atomicCounters // immutable: the counter stripe of this shard
+	idx int             // immutable: index in PageCache.shards
+
 	mu struct {
 		sync.Mutex
-		cond    sync.Cond // L = &mu.Mutex; broadcast when pins or wb drop and waiters > 0
+		cond    sync.Cond // L = &mu.Mutex; broadcast when pins or wb of this shard's pages drop or its pages leave, and waiters > 0
 		waiters int
 		files   map[Key]*file
-		npages  int
+		npages  int  // pages in this shard
 		lru     page // sentinel of the LRU ring: lru.next is most recent
 		closed  bool
 	}
 }
 
-// file is the per-file state. All fields are guarded by PageCache.mu.
+// shardOf returns the shard of file key. Keys are mixed with a
+// multiply-shift (Fibonacci hashing), which spreads consecutive keys,
+// such as inode numbers, evenly over the shards and costs one multiply
+// (docs/performance.md compares it with xxhash).
+func (c *PageCache) shardOf(key Key) *shard {
+	return &c.shards[uint64(key)*0x9E3779B97F4A7C15>>(64-shardBits)]
+}
+
+// file is the per-file state. key and s are immutable; the other fields
+// are guarded by s.mu.
 type file struct {
 	key         Key
+	s           *shard
 	ops         Ops // from the last BufferedWrite/Read/ZeroRange; used by write-back
 	pages       map[int64]*page
 	ndirty      int
@@ -109,7 +170,7 @@ type page struct {
 	data     []byte     // guarded by mu
 	uptodate bool       // guarded by mu: data matches the file
 
-	// Guarded by PageCache.mu.
+	// Guarded by f.s.mu; f and idx are immutable.
 	f          *file
 	idx        int64
 	dirty      bool
@@ -137,16 +198,22 @@ func NewPageCache(dev blockdev.Device, opt PageCacheOptions) (*PageCache, error)
 	if opt.MaxRunBytes == 0 {
 		opt.MaxRunBytes = 1 << 20
 	}
-	c := &PageCache{dev: dev, pageSize: int64(ps), maxPages: opt.MaxPages, maxRun: max(1, opt.MaxRunBytes/ps),
+	c := &PageCache{dev: dev, pageSize: int64(ps), maxPages: int64(opt.MaxPages), maxRun: max(1, opt.MaxRunBytes/ps),
 		noInline: opt.NoInlineWriteback, noRead: opt.NoReadCache}
 	for int64(1)<<c.shift < c.pageSize {
 		c.shift++
 	}
 	c.runPool.New = func() any { b := make([]byte, c.maxRun*ps); return &b }
 	c.ctr = c.counters.first()
-	c.mu.cond.L = &c.mu.Mutex
-	c.mu.files = make(map[Key]*file)
-	c.mu.lru.next, c.mu.lru.prev = &c.mu.lru, &c.mu.lru
+	c.space.cond.L = &c.space.Mutex
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.idx = i
+		s.ctr = &c.counters.stripes[i%len(c.counters.stripes)].atomicCounters
+		s.mu.cond.L = &s.mu.Mutex
+		s.mu.files = make(map[Key]*file)
+		s.mu.lru.next, s.mu.lru.prev = &s.mu.lru, &s.mu.lru
+	}
 	return c, nil
 }
 
@@ -160,38 +227,79 @@ func (c *PageCache) Counters() Counters { return c.counters.Read() }
 func (c *PageCache) PageSize() int64 { return c.pageSize }
 
 // Len returns the number of cached pages and how many of them are dirty.
+// pages is the count held against MaxPages, which also counts a page
+// that a concurrent call is about to insert; dirty is summed over the
+// shards one after another. Both are exact when the cache is idle.
 func (c *PageCache) Len() (pages, dirty int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, f := range c.mu.files {
-		dirty += f.ndirty
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		for _, f := range s.mu.files {
+			dirty += f.ndirty
+		}
+		s.mu.Unlock()
 	}
-	return c.mu.npages, dirty
+	return int(c.npages.Load()), dirty
 }
 
-// lruRemoveLocked unlinks pg from the LRU ring.
-func (c *PageCache) lruRemoveLocked(pg *page) {
+// reserve takes a slot of the page budget, reporting false if the cache
+// is full.
+func (c *PageCache) reserve() bool {
+	for {
+		n := c.npages.Load()
+		if n >= c.maxPages {
+			return false
+		}
+		if c.npages.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// unreserve frees n slots of the page budget.
+func (c *PageCache) unreserve(n int) {
+	if n > 0 {
+		c.npages.Add(int64(-n))
+		c.wakeSpace()
+	}
+}
+
+// wakeSpace wakes the goroutines waiting in get for a page to become
+// evictable, if any. Callers call it after unpinning a page or freeing a
+// slot; they may hold a shard's mu.
+func (c *PageCache) wakeSpace() {
+	if c.space.waiters.Load() == 0 {
+		return
+	}
+	c.space.Lock()
+	c.space.gen.Add(1)
+	c.space.cond.Broadcast()
+	c.space.Unlock()
+}
+
+// lruRemoveLocked unlinks pg from its shard's LRU ring.
+func lruRemoveLocked(pg *page) {
 	pg.prev.next, pg.next.prev = pg.next, pg.prev
 	pg.prev, pg.next = nil, nil
 }
 
-// lruFrontLocked makes pg the most recently used page.
-func (c *PageCache) lruFrontLocked(pg *page) {
+// lruFrontLocked makes pg the most recently used page of shard s.
+func (s *shard) lruFrontLocked(pg *page) {
 	if pg.prev != nil {
-		c.lruRemoveLocked(pg)
+		lruRemoveLocked(pg)
 	}
-	h := &c.mu.lru
+	h := &s.mu.lru
 	pg.next, pg.prev = h.next, h
 	h.next.prev = pg
 	h.next = pg
 }
 
 // fileLocked returns the file for key, creating it, and records ops.
-func (c *PageCache) fileLocked(key Key, ops Ops) *file {
-	f := c.mu.files[key]
+func (s *shard) fileLocked(key Key, ops Ops) *file {
+	f := s.mu.files[key]
 	if f == nil {
-		f = &file{key: key, pages: make(map[int64]*page)}
-		c.mu.files[key] = f
+		f = &file{key: key, s: s, pages: make(map[int64]*page)}
+		s.mu.files[key] = f
 	}
 	if ops != nil {
 		f.ops = ops
@@ -200,22 +308,24 @@ func (c *PageCache) fileLocked(key Key, ops Ops) *file {
 }
 
 func (c *PageCache) file(key Key, ops Ops) (*file, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.mu.closed {
+	s := c.shardOf(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.closed {
 		return nil, fmt.Errorf("iomap: page cache: %w", ErrClosed)
 	}
-	return c.fileLocked(key, ops), nil
+	return s.fileLocked(key, ops), nil
 }
 
 // lookup returns the cached page idx of f pinned, or nil.
 func (c *PageCache) lookup(f *file, idx int64) *page {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	s := f.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	pg := f.pages[idx]
 	if pg != nil {
 		pg.pins++
-		c.lruFrontLocked(pg)
+		s.lruFrontLocked(pg)
 	}
 	return pg
 }
@@ -224,43 +334,46 @@ func (c *PageCache) lookup(f *file, idx int64) *page {
 // and evicting or writing back to stay within the bound. The caller must
 // hold no pins.
 func (c *PageCache) get(f *file, idx int64) (*page, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	s := f.s
+	reserved := false // this call holds one slot of c.npages
+	var data []byte   // the buffer of an evicted page, for the new one
+	s.mu.Lock()
 	for {
-		if c.mu.closed {
+		if s.mu.closed || c.closed.Load() {
+			s.mu.Unlock()
+			if reserved {
+				c.unreserve(1)
+			}
 			return nil, fmt.Errorf("iomap: page cache: %w", ErrClosed)
 		}
 		if pg := f.pages[idx]; pg != nil {
 			pg.pins++
-			c.lruFrontLocked(pg)
+			s.lruFrontLocked(pg)
+			s.mu.Unlock()
+			if reserved {
+				c.unreserve(1)
+			}
 			return pg, nil
 		}
-		var data []byte
-		if c.mu.npages >= c.maxPages {
-			victim, dirty := c.victimLocked()
-			switch {
-			case victim == nil && c.noInline:
-				return nil, fmt.Errorf("iomap: %d pages cached, none clean and unpinned: %w", c.mu.npages, ErrCacheFull)
-			case victim != nil:
+		if !reserved {
+			reserved = c.reserve()
+		}
+		if !reserved {
+			// Full: take the slot of this shard's LRU clean page.
+			victim, dirty := s.victimLocked()
+			if victim != nil {
 				data = victim.data
-				c.dropLocked(victim)
-				c.ctr.pagesEvicted.Add(1)
-			case dirty != nil:
-				// Memory pressure: write back the oldest dirty run, then retry.
-				df, didx := dirty.f, dirty.idx
-				c.mu.Unlock()
-				c.ctr.evicWb.Add(1)
-				err := c.writebackCluster(df, didx)
-				c.mu.Lock()
-				if err != nil {
-					return nil, fmt.Errorf("iomap: write-back for eviction: %w", err)
+				s.dropLocked(victim)
+				s.ctr.pagesEvicted.Add(1)
+				reserved = true
+			} else {
+				s.mu.Unlock()
+				var err error
+				if reserved, data, err = c.evictElsewhere(s, dirty); err != nil {
+					return nil, err
 				}
-				continue
-			default:
-				c.mu.waiters++
-				c.mu.cond.Wait()
-				c.mu.waiters--
-				continue
+				s.mu.Lock()
+				continue // the page may have been inserted meanwhile
 			}
 		}
 		if data == nil {
@@ -268,18 +381,98 @@ func (c *PageCache) get(f *file, idx int64) (*page, error) {
 		}
 		pg := &page{data: data, f: f, idx: idx, pins: 1}
 		f.pages[idx] = pg
-		c.lruFrontLocked(pg)
-		c.mu.npages++
-		c.ctr.pagesCached.Add(1)
+		s.lruFrontLocked(pg)
+		s.mu.npages++
+		s.ctr.pagesCached.Add(1)
+		s.mu.Unlock()
 		return pg, nil
 	}
 }
 
-// victimLocked returns the least recently used clean unpinned page, or
-// failing that the least recently used unpinned dirty page not under
+// evictElsewhere is get's path for a full cache whose shard own has no
+// clean unpinned page; dirty is own's LRU unpinned dirty page, if any. It
+// holds no shard's mu on entry or return. It evicts the LRU clean page of
+// another shard and returns its slot (reserved) and buffer; failing that
+// it writes back a dirty run (own's first), or waits until a pin drops or
+// a slot is freed, and returns reserved false: the caller tries again.
+func (c *PageCache) evictElsewhere(own *shard, dirty *page) (reserved bool, data []byte, err error) {
+	var df *file
+	var didx int64
+	if dirty != nil {
+		df, didx = dirty.f, dirty.idx // immutable; the page may be gone by now
+	}
+	for waiting := false; ; waiting = true {
+		var gen uint64
+		if waiting {
+			// Register before the last scan, so that a pin dropped after
+			// it wakes us (wakeSpace sees waiters > 0).
+			c.space.waiters.Add(1)
+			gen = c.space.gen.Load()
+		}
+		for i := range c.shards {
+			t := &c.shards[(own.idx+1+i)%numShards]
+			t.mu.Lock()
+			if t.mu.closed {
+				t.mu.Unlock()
+				continue
+			}
+			victim, d := t.victimLocked()
+			if victim != nil {
+				data = victim.data
+				t.dropLocked(victim)
+				t.ctr.pagesEvicted.Add(1)
+				t.mu.Unlock()
+				if waiting {
+					c.space.waiters.Add(-1)
+				}
+				return true, data, nil // victim's slot
+			}
+			if df == nil && d != nil {
+				df, didx = d.f, d.idx
+			}
+			t.mu.Unlock()
+		}
+		if c.reserve() { // a slot was freed meanwhile
+			if waiting {
+				c.space.waiters.Add(-1)
+			}
+			return true, nil, nil
+		}
+		switch {
+		case c.noInline:
+			if waiting {
+				c.space.waiters.Add(-1)
+			}
+			return false, nil, fmt.Errorf("iomap: %d pages cached, none clean and unpinned: %w", c.npages.Load(), ErrCacheFull)
+		case df != nil:
+			// Memory pressure: write back the oldest dirty run, then retry.
+			if waiting {
+				c.space.waiters.Add(-1)
+			}
+			own.ctr.evicWb.Add(1)
+			if err := c.writebackCluster(df, didx); err != nil {
+				return false, nil, fmt.Errorf("iomap: write-back for eviction: %w", err)
+			}
+			return false, nil, nil
+		case waiting:
+			// Every page is pinned: wait for a pin to drop or a slot to
+			// be freed, or for Close.
+			c.space.Lock()
+			for c.space.gen.Load() == gen && !c.closed.Load() {
+				c.space.cond.Wait()
+			}
+			c.space.Unlock()
+			c.space.waiters.Add(-1)
+			return false, nil, nil
+		}
+	}
+}
+
+// victimLocked returns the least recently used clean unpinned page of s,
+// or failing that its least recently used unpinned dirty page not under
 // write-back.
-func (c *PageCache) victimLocked() (clean, dirty *page) {
-	for pg := c.mu.lru.prev; pg != &c.mu.lru; pg = pg.prev {
+func (s *shard) victimLocked() (clean, dirty *page) {
+	for pg := s.mu.lru.prev; pg != &s.mu.lru; pg = pg.prev {
 		if pg.pins > 0 || pg.wb {
 			continue
 		}
@@ -293,21 +486,23 @@ func (c *PageCache) victimLocked() (clean, dirty *page) {
 	return nil, dirty
 }
 
-// dropLocked removes an unpinned page from the cache.
-func (c *PageCache) dropLocked(pg *page) {
+// dropLocked removes an unpinned page from shard s, leaving its slot of
+// the page budget to the caller (unreserve, or a page replacing it).
+func (s *shard) dropLocked(pg *page) {
 	delete(pg.f.pages, pg.idx)
 	if pg.dirty {
 		pg.f.ndirty--
 		pg.dirty = false
 	}
-	c.lruRemoveLocked(pg)
-	c.mu.npages--
+	lruRemoveLocked(pg)
+	s.mu.npages--
 }
 
 // release unpins pg; if filled, the page is now uptodate; if dirty, it is
 // marked dirty. The caller may still hold pg.mu.
 func (c *PageCache) release(pg *page, filled, dirty bool) {
-	c.mu.Lock()
+	s := pg.f.s
+	s.mu.Lock()
 	if filled {
 		pg.cached = true
 	}
@@ -318,10 +513,14 @@ func (c *PageCache) release(pg *page, filled, dirty bool) {
 		}
 	}
 	pg.pins--
-	if pg.pins == 0 && c.mu.waiters > 0 {
-		c.mu.cond.Broadcast()
+	unpinned := pg.pins == 0
+	if unpinned && s.mu.waiters > 0 {
+		s.mu.cond.Broadcast()
 	}
-	c.mu.Unlock()
+	s.mu.Unlock()
+	if unpinned {
+		c.wakeSpace()
+	}
 }
 
 // readInLocked fills pg (whose content lock is held) from mapping m, and
@@ -338,7 +537,7 @@ func (c *PageCache) readInLocked(pg *page, m Mapping, size int64) error {
 		if start < m.Offset || start+c.pageSize > m.End() {
 			return fmt.Errorf("iomap: page [%d, +%d) not inside %v: %w", start, c.pageSize, m, ErrBadMapping)
 		}
-		c.ctr.devReads.Add(1)
+		pg.f.s.ctr.devReads.Add(1)
 		addr := m.Addr + (start - m.Offset)
 		if _, err := c.dev.ReadAt(pg.data, addr); err != nil {
 			return fmt.Errorf("iomap: reading page at file %d from device %d: %w", start, addr, err)
@@ -380,7 +579,7 @@ func BufferedRead(c *PageCache, ops Ops, key Key, p []byte, off, size int64) (in
 		return 0, err
 	}
 	v, _ := ops.(Validator)
-	done, err := iter(ops, off, n, 0, c.ctr, func(m Mapping, pos, n int64) (int64, error) {
+	done, err := iter(ops, off, n, 0, f.s.ctr, func(m Mapping, pos, n int64) (int64, error) {
 		var done int64
 		// [runStart, runEnd) are uncached bytes of a Mapped mapping to be
 		// read straight from the device (NoReadCache).
@@ -392,7 +591,7 @@ func BufferedRead(c *PageCache, ops Ops, key Key, p []byte, off, size int64) (in
 			if v != nil && !v.Valid(m) {
 				return ErrStale
 			}
-			if err := c.readDirect(p[runStart-off:runEnd-off], m, runStart); err != nil {
+			if err := c.readDirect(f.s.ctr, p[runStart-off:runEnd-off], m, runStart); err != nil {
 				return err
 			}
 			runStart, runEnd = -1, -1
@@ -465,11 +664,11 @@ func BufferedRead(c *PageCache, ops Ops, key Key, p []byte, off, size int64) (in
 // readDirect reads dst, the file bytes at pos inside Mapped mapping m,
 // from the device, for pages that are not cached (NoReadCache). Bytes past
 // the file size are zeroed by the caller's size clamp (dst stops at size).
-func (c *PageCache) readDirect(dst []byte, m Mapping, pos int64) error {
+func (c *PageCache) readDirect(ctr *atomicCounters, dst []byte, m Mapping, pos int64) error {
 	if pos < m.Offset || pos+int64(len(dst)) > m.End() {
 		return fmt.Errorf("iomap: read [%d, +%d) not inside %v: %w", pos, len(dst), m, ErrBadMapping)
 	}
-	c.ctr.devReads.Add(1)
+	ctr.devReads.Add(1)
 	addr := m.Addr + (pos - m.Offset)
 	if _, err := c.dev.ReadAt(dst, addr); err != nil {
 		return fmt.Errorf("iomap: reading file %d from device %d: %w", pos, addr, err)
@@ -501,7 +700,7 @@ func bufferedWrite(c *PageCache, ops Ops, key Key, p []byte, off, length, size i
 		return 0, err
 	}
 	v, _ := ops.(Validator)
-	done, err := iter(ops, off, length, flags, c.ctr, func(m Mapping, pos, n int64) (int64, error) {
+	done, err := iter(ops, off, length, flags, f.s.ctr, func(m Mapping, pos, n int64) (int64, error) {
 		if p == nil && (m.Type == Hole || m.Type == Unwritten) {
 			// Zeroing: these read as zeroes already; zero only cached pages.
 			c.zeroCached(f, pos, n)
@@ -535,7 +734,7 @@ func bufferedWrite(c *PageCache, ops Ops, key Key, p []byte, off, length, size i
 			}
 			if p == nil {
 				clear(pg.data[po : po+l])
-				c.ctr.zeroed.Add(l)
+				f.s.ctr.zeroed.Add(l)
 			} else {
 				copy(pg.data[po:po+l], p[pos+done-off:])
 			}
@@ -558,21 +757,21 @@ func (c *PageCache) zeroCached(f *file, off, n int64) {
 	// Pin the cached pages of the range (visiting the file's pages, not
 	// the range, which may be huge), then zero them one by one.
 	lo, hi := off>>c.shift, pageCeil(end, c.shift)
-	c.mu.Lock()
+	f.s.mu.Lock()
 	var pages []*page
-	c.rangeLocked(f, lo, hi, func(pg *page) bool {
+	rangeLocked(f, lo, hi, func(pg *page) bool {
 		pg.pins++
 		pages = append(pages, pg)
 		return true
 	})
-	c.mu.Unlock()
+	f.s.mu.Unlock()
 	for _, pg := range pages {
 		start := pg.idx << c.shift
 		from, to := max(off, start)-start, min(end, start+c.pageSize)-start
 		pg.mu.Lock()
 		if pg.uptodate {
 			clear(pg.data[from:to])
-			c.ctr.zeroed.Add(to - from)
+			f.s.ctr.zeroed.Add(to - from)
 		}
 		pg.mu.Unlock()
 		c.release(pg, false, false)
@@ -604,17 +803,18 @@ func ZeroRange(c *PageCache, ops Ops, key Key, off, length, size int64) error {
 // Failed pages stay dirty. It also returns, once, a failure of an earlier
 // background or eviction write-back of the file.
 func (c *PageCache) Writeback(key Key, from, to int64) error {
-	c.mu.Lock()
-	f := c.mu.files[key]
-	c.mu.Unlock()
+	s := c.shardOf(key)
+	s.mu.Lock()
+	f := s.mu.files[key]
+	s.mu.Unlock()
 	if f == nil {
 		return nil
 	}
 	err := c.writebackRange(f, from>>c.shift, pageCeil(to, c.shift))
-	c.mu.Lock()
+	s.mu.Lock()
 	old := f.wbErr
 	f.wbErr = nil
-	c.mu.Unlock()
+	s.mu.Unlock()
 	return errors.Join(err, old)
 }
 
@@ -632,26 +832,30 @@ const syncChunk = 64 << 20
 // bytes of one: what was written back by then stays written back, the rest
 // stays dirty.
 func (c *PageCache) SyncContext(ctx context.Context) error {
-	c.mu.Lock()
-	keys := make([]Key, 0, len(c.mu.files))
-	for k, f := range c.mu.files {
-		if f.ndirty > 0 || f.wbErr != nil || f.inWriteback > 0 {
-			keys = append(keys, k)
+	var keys []Key
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		for k, f := range s.mu.files {
+			if f.ndirty > 0 || f.wbErr != nil || f.inWriteback > 0 {
+				keys = append(keys, k)
+			}
 		}
+		s.mu.Unlock()
 	}
-	c.mu.Unlock()
 	var errs []error
 	for _, k := range keys {
-		c.mu.Lock()
+		s := c.shardOf(k)
+		s.mu.Lock()
 		var dirty []int64
-		if f := c.mu.files[k]; f != nil && ctx.Done() != nil { // a context that can end
+		if f := s.mu.files[k]; f != nil && ctx.Done() != nil { // a context that can end
 			for idx, pg := range f.pages {
 				if pg.dirty || pg.wb {
 					dirty = append(dirty, idx)
 				}
 			}
 		}
-		c.mu.Unlock()
+		s.mu.Unlock()
 		slices.Sort(dirty)
 		// The chunks holding dirty pages, then the whole file once more,
 		// which also collects an earlier write-back error.
@@ -693,7 +897,7 @@ func pageCeil(off int64, shift uint) int64 {
 // writebackCluster writes back the contiguous dirty run around page idx,
 // inside idx's run-aligned window (see runBreak).
 func (c *PageCache) writebackCluster(f *file, idx int64) error {
-	c.mu.Lock()
+	f.s.mu.Lock()
 	base := idx - idx%int64(c.maxRun)
 	lo, hi := idx, idx+1
 	for lo > base {
@@ -710,7 +914,7 @@ func (c *PageCache) writebackCluster(f *file, idx int64) error {
 			break
 		}
 	}
-	c.mu.Unlock()
+	f.s.mu.Unlock()
 	return c.writebackRange(f, lo, hi)
 }
 
@@ -724,47 +928,58 @@ type WritebackLocker interface {
 	LockWriteback() (unlock func(), err error)
 }
 
-// WritebackOldest writes back the contiguous dirty run around the least
-// recently used dirty page that is not in use, for callers of a
-// NoInlineWriteback cache that got ErrCacheFull; they must hold none of
-// the locks write-back takes. It reports whether there was such a page;
-// a write-back error is returned and also kept for the file's next
-// Writeback.
+// WritebackOldest writes back the contiguous dirty run around a dirty
+// page that is not in use, for callers of a NoInlineWriteback cache that
+// got ErrCacheFull; they must hold none of the locks write-back takes.
+// The page is the least recently used such page of its shard; of the
+// shards' candidates it takes the one whose file has been dirty longest
+// (like the kernel's write-back, which goes by the inode's dirtied_when).
+// It reports whether there was such a page; a write-back error is
+// returned and also kept for the file's next Writeback.
 func (c *PageCache) WritebackOldest() (bool, error) {
-	c.mu.Lock()
-	var dirty *page
-	for pg := c.mu.lru.prev; pg != &c.mu.lru; pg = pg.prev {
-		if pg.dirty && pg.pins == 0 && !pg.wb {
-			dirty = pg
-			break
+	var f *file
+	var idx, since int64
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		for pg := s.mu.lru.prev; pg != &s.mu.lru; pg = pg.prev {
+			if pg.dirty && pg.pins == 0 && !pg.wb {
+				if f == nil || pg.f.dirtySince < since {
+					f, idx, since = pg.f, pg.idx, pg.f.dirtySince
+				}
+				break
+			}
 		}
+		s.mu.Unlock()
 	}
-	if dirty == nil {
-		c.mu.Unlock()
+	if f == nil {
 		return false, nil
 	}
-	f, idx := dirty.f, dirty.idx
-	c.mu.Unlock()
-	c.ctr.evicWb.Add(1)
+	f.s.ctr.evicWb.Add(1)
 	err := c.writebackCluster(f, idx)
 	if err != nil {
-		c.mu.Lock()
+		f.s.mu.Lock()
 		if f.wbErr == nil {
 			f.wbErr = err
 		}
-		c.mu.Unlock()
+		f.s.mu.Unlock()
 	}
 	return true, err
+}
+
+// lookupFile returns the file of key, or nil.
+func (c *PageCache) lookupFile(key Key) *file {
+	s := c.shardOf(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mu.files[key]
 }
 
 // ZeroCached zeroes the bytes of [off, off+n) of file key that are in
 // cached pages, in place, leaving their dirty state alone (for truncate
 // and hole punching, which zero the device copy themselves).
 func (c *PageCache) ZeroCached(key Key, off, n int64) {
-	c.mu.Lock()
-	f := c.mu.files[key]
-	c.mu.Unlock()
-	if f != nil && n > 0 {
+	if f := c.lookupFile(key); f != nil && n > 0 {
 		c.zeroCached(f, off, n)
 	}
 }
@@ -772,14 +987,15 @@ func (c *PageCache) ZeroCached(key Key, off, n int64) {
 // Dirty returns how many pages of file key overlapping [from, to) are
 // dirty or under write-back.
 func (c *PageCache) Dirty(key Key, from, to int64) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	f := c.mu.files[key]
+	s := c.shardOf(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.mu.files[key]
 	if f == nil || f.ndirty == 0 && f.inWriteback == 0 {
 		return 0
 	}
 	n := 0
-	c.rangeLocked(f, from>>c.shift, pageCeil(to, c.shift), func(pg *page) bool {
+	rangeLocked(f, from>>c.shift, pageCeil(to, c.shift), func(pg *page) bool {
 		if pg.dirty || pg.wb {
 			n++
 		}
@@ -789,10 +1005,11 @@ func (c *PageCache) Dirty(key Key, from, to int64) int {
 }
 
 // rangeLocked calls fn for each cached page of f with index in [lo, hi),
-// in no particular order, until fn returns false. It visits the range or
-// the file's pages, whichever is smaller, so small ranges of files with
-// many cached pages stay cheap (direct I/O checks every write's range).
-func (c *PageCache) rangeLocked(f *file, lo, hi int64, fn func(pg *page) bool) {
+// in no particular order, until fn returns false; f.s.mu is held. It
+// visits the range or the file's pages, whichever is smaller, so small
+// ranges of files with many cached pages stay cheap (direct I/O checks
+// every write's range).
+func rangeLocked(f *file, lo, hi int64, fn func(pg *page) bool) {
 	if hi-lo <= int64(len(f.pages)) {
 		for idx := lo; idx < hi; idx++ {
 			if pg := f.pages[idx]; pg != nil && !fn(pg) {
@@ -814,15 +1031,16 @@ func (c *PageCache) rangeLocked(f *file, lo, hi int64, fn func(pg *page) bool) {
 // waits for pages in use, like Invalidate. Direct I/O calls it after
 // writing the range back.
 func (c *PageCache) InvalidateClean(key Key, from, to int64) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	f := c.mu.files[key]
+	s := c.shardOf(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.mu.files[key]
 	if f == nil || len(f.pages) == 0 {
 		return true
 	}
 	lo, hi := from>>c.shift, pageCeil(to, c.shift)
 	clean := true
-	c.rangeLocked(f, lo, hi, func(pg *page) bool {
+	rangeLocked(f, lo, hi, func(pg *page) bool {
 		clean = !pg.dirty && !pg.wb
 		return clean
 	})
@@ -839,9 +1057,10 @@ func (c *PageCache) InvalidateClean(key Key, from, to int64) bool {
 // knows no page was added since. It waits for pages in use, like
 // Invalidate.
 func (c *PageCache) DropClean(key Key) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	f := c.mu.files[key]
+	s := c.shardOf(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.mu.files[key]
 	if f == nil {
 		return true
 	}
@@ -854,18 +1073,20 @@ func (c *PageCache) DropClean(key Key) bool {
 
 // Cached reports whether file key has any page in the cache.
 func (c *PageCache) Cached(key Key) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	f := c.mu.files[key]
+	s := c.shardOf(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.mu.files[key]
 	return f != nil && len(f.pages) > 0
 }
 
 // writebackRange writes back the dirty pages of f with index in [lo, hi).
 func (c *PageCache) writebackRange(f *file, lo, hi int64) error {
-	c.mu.Lock()
+	s := f.s
+	s.mu.Lock()
 	ops := f.ops
 	idle := f.ndirty == 0 && f.inWriteback == 0
-	c.mu.Unlock()
+	s.mu.Unlock()
 	if idle {
 		return nil // nothing to write or wait for: no locks taken
 	}
@@ -876,12 +1097,12 @@ func (c *PageCache) writebackRange(f *file, lo, hi int64) error {
 		}
 		defer unlock()
 	}
-	c.mu.Lock()
+	s.mu.Lock()
 	var idxs []int64
 	for {
 		busy := false
 		idxs = idxs[:0]
-		c.rangeLocked(f, lo, hi, func(pg *page) bool {
+		rangeLocked(f, lo, hi, func(pg *page) bool {
 			if pg.wb {
 				busy = true
 				return false
@@ -894,9 +1115,9 @@ func (c *PageCache) writebackRange(f *file, lo, hi int64) error {
 		if !busy {
 			break
 		}
-		c.mu.waiters++
-		c.mu.cond.Wait()
-		c.mu.waiters--
+		s.mu.waiters++
+		s.mu.cond.Wait()
+		s.mu.waiters--
 	}
 	slices.Sort(idxs)
 	// Claim every page at once; runs are written one after the other.
@@ -908,7 +1129,7 @@ func (c *PageCache) writebackRange(f *file, lo, hi int64) error {
 		pages = append(pages, pg)
 	}
 	f.inWriteback += len(pages)
-	c.mu.Unlock()
+	s.mu.Unlock()
 
 	var errs []error
 	for i := 0; i < len(pages); {
@@ -921,16 +1142,19 @@ func (c *PageCache) writebackRange(f *file, lo, hi int64) error {
 		}
 		i = j
 	}
-	c.mu.Lock()
+	s.mu.Lock()
 	for _, pg := range pages {
 		pg.wb = false
 		pg.pins--
 	}
 	f.inWriteback -= len(pages)
-	if c.mu.waiters > 0 {
-		c.mu.cond.Broadcast()
+	if s.mu.waiters > 0 {
+		s.mu.cond.Broadcast()
 	}
-	c.mu.Unlock()
+	s.mu.Unlock()
+	if len(pages) > 0 {
+		c.wakeSpace()
+	}
 	return errors.Join(errs...)
 }
 
@@ -951,12 +1175,12 @@ func (c *PageCache) writeRun(f *file, ops Ops, pages []*page) error {
 	for i, pg := range pages {
 		pg.mu.Lock()
 		copy(buf[int64(i)<<c.shift:], pg.data)
-		c.mu.Lock()
+		f.s.mu.Lock()
 		if pg.dirty {
 			pg.dirty = false
 			f.ndirty--
 		}
-		c.mu.Unlock()
+		f.s.mu.Unlock()
 		pg.mu.Unlock()
 	}
 	if ops == nil {
@@ -968,12 +1192,13 @@ func (c *PageCache) writeRun(f *file, ops Ops, pages []*page) error {
 			return c.redirty(f, pages, fmt.Errorf("iomap: write-back start [%d, +%d): %w", off, length, err))
 		}
 	}
-	done, err := iter(ops, off, length, Writeback, c.ctr, func(m Mapping, pos, n int64) (int64, error) {
+	ctr := f.s.ctr
+	done, err := iter(ops, off, length, Writeback, ctr, func(m Mapping, pos, n int64) (int64, error) {
 		src := buf[pos-off : pos-off+n]
 		switch m.Type {
 		case Mapped, Unwritten:
 			addr := m.Addr + (pos - m.Offset)
-			c.ctr.devWrites.Add(1)
+			ctr.devWrites.Add(1)
 			if _, err := c.dev.WriteAt(src, addr); err != nil {
 				return 0, fmt.Errorf("iomap: write-back of file %d [%d, +%d) at device %d: %w", f.key, pos, n, addr, err)
 			}
@@ -990,7 +1215,7 @@ func (c *PageCache) writeRun(f *file, ops Ops, pages []*page) error {
 		}
 	}
 	written := int(done >> c.shift)
-	c.ctr.pagesWritten.Add(int64(written))
+	ctr.pagesWritten.Add(int64(written))
 	if err != nil {
 		return c.redirty(f, pages[written:], err)
 	}
@@ -999,7 +1224,7 @@ func (c *PageCache) writeRun(f *file, ops Ops, pages []*page) error {
 
 // redirty marks pages dirty again after a failed write-back and returns err.
 func (c *PageCache) redirty(f *file, pages []*page, err error) error {
-	c.mu.Lock()
+	f.s.mu.Lock()
 	for _, pg := range pages {
 		if !pg.dirty {
 			pg.dirty = true
@@ -1008,7 +1233,7 @@ func (c *PageCache) redirty(f *file, pages []*page, err error) error {
 			}
 		}
 	}
-	c.mu.Unlock()
+	f.s.mu.Unlock()
 	return err
 }
 
@@ -1018,18 +1243,23 @@ func (c *PageCache) redirty(f *file, pages []*page, err error) error {
 // (before direct I/O) or zero the partial blocks first (truncate, punch).
 // Use to = math.MaxInt64 for "to the end".
 func (c *PageCache) Invalidate(key Key, from, to int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if f := c.mu.files[key]; f != nil {
+	s := c.shardOf(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if f := s.mu.files[key]; f != nil {
 		c.invalidateLocked(f, from>>c.shift, pageCeil(to, c.shift))
 	}
 }
 
+// invalidateLocked drops the pages of f with index in [lo, hi), waiting
+// (on f.s.mu.cond, so f.s.mu is released meanwhile) until none of them
+// is pinned; f.s.mu is held.
 func (c *PageCache) invalidateLocked(f *file, lo, hi int64) {
+	s := f.s
 	for {
 		busy := false
 		var victims []*page
-		c.rangeLocked(f, lo, hi, func(pg *page) bool {
+		rangeLocked(f, lo, hi, func(pg *page) bool {
 			if pg.pins > 0 {
 				busy = true
 				return false
@@ -1039,38 +1269,41 @@ func (c *PageCache) invalidateLocked(f *file, lo, hi int64) {
 		})
 		if !busy {
 			for _, pg := range victims {
-				c.dropLocked(pg)
+				s.dropLocked(pg)
 			}
-			c.ctr.pagesInval.Add(int64(len(victims)))
-			if len(victims) > 0 && c.mu.waiters > 0 {
-				c.mu.cond.Broadcast()
+			s.ctr.pagesInval.Add(int64(len(victims)))
+			if len(victims) > 0 && s.mu.waiters > 0 {
+				s.mu.cond.Broadcast()
 			}
+			c.unreserve(len(victims))
 			return
 		}
-		c.mu.waiters++
-		c.mu.cond.Wait()
-		c.mu.waiters--
+		s.mu.waiters++
+		s.mu.cond.Wait()
+		s.mu.waiters--
 	}
 }
 
 // Forget drops every page of file key, dirty or not, and its state,
 // including a pending write-back error (for a deleted or closed file).
 func (c *PageCache) Forget(key Key) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if f := c.mu.files[key]; f != nil {
+	s := c.shardOf(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if f := s.mu.files[key]; f != nil {
 		c.invalidateLocked(f, 0, math.MaxInt64)
-		delete(c.mu.files, key)
+		delete(s.mu.files, key)
 	}
 }
 
 // Present returns a hook for SeekOptions.Present reporting whether the
 // page holding a file offset is cached with data (uptodate or dirty).
 func (c *PageCache) Present(key Key) func(off int64) bool {
+	s := c.shardOf(key)
 	return func(off int64) bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		f := c.mu.files[key]
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		f := s.mu.files[key]
 		if f == nil {
 			return false
 		}
@@ -1112,24 +1345,27 @@ func (c *PageCache) StartFlusher(interval, age time.Duration) error {
 
 // flushOld writes back files dirty since before cutoff (unix nanoseconds).
 func (c *PageCache) flushOld(cutoff int64) {
-	c.mu.Lock()
 	var old []*file
-	for _, f := range c.mu.files {
-		if f.ndirty > 0 && f.dirtySince <= cutoff {
-			old = append(old, f)
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		for _, f := range s.mu.files {
+			if f.ndirty > 0 && f.dirtySince <= cutoff {
+				old = append(old, f)
+			}
 		}
+		s.mu.Unlock()
 	}
-	c.mu.Unlock()
 	for _, f := range old {
 		err := c.writebackRange(f, 0, math.MaxInt64>>c.shift)
-		c.mu.Lock()
+		f.s.mu.Lock()
 		if err != nil && f.wbErr == nil {
 			f.wbErr = err
 		}
 		if f.ndirty > 0 {
 			f.dirtySince = time.Now().UnixNano()
 		}
-		c.mu.Unlock()
+		f.s.mu.Unlock()
 	}
 }
 
@@ -1145,18 +1381,27 @@ func (c *PageCache) StopFlusher() {
 }
 
 // Close stops the flusher and drops every page; dirty data not written
-// back is lost (call Sync first). Later calls fail with ErrClosed.
+// back is lost (call Sync first). Later calls fail with ErrClosed. It
+// closes the shards one after another, waking get calls waiting for a
+// page.
 func (c *PageCache) Close() error {
 	c.StopFlusher()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.mu.closed {
+	if !c.closed.CompareAndSwap(false, true) {
 		return fmt.Errorf("iomap: page cache: %w", errs.ErrClosed)
 	}
-	for _, f := range c.mu.files {
-		c.invalidateLocked(f, 0, math.MaxInt64)
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		s.mu.closed = true
+		for _, f := range s.mu.files {
+			c.invalidateLocked(f, 0, math.MaxInt64)
+		}
+		s.mu.files = nil
+		s.mu.Unlock()
 	}
-	c.mu.files = nil
-	c.mu.closed = true
+	c.space.Lock()
+	c.space.gen.Add(1)
+	c.space.cond.Broadcast()
+	c.space.Unlock()
 	return nil
 }
