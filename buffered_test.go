@@ -25,6 +25,7 @@ import (
 // time, never at write-back: Sync and Close succeed, every byte accepted is
 // on disk, and e2fsck is clean.
 func TestDelallocFullVolume(t *testing.T) {
+	t.Parallel()
 	for _, cache := range []int64{0, 64 << 10} { // default; tiny (write-back under pressure)
 		t.Run(fmt.Sprintf("cache%d", cache), func(t *testing.T) {
 			img := formatImage(t, 16<<20, ext4io.FormatOptions{BlockSize: 1024})

@@ -59,6 +59,7 @@ func TestConvQueueOverlay(t *testing.T) {
 // full queue, Extents, an exclusive operation or a commit, and the image
 // passes e2fsck with the data in place.
 func TestQueuedConversions(t *testing.T) {
+	t.Parallel()
 	dev, v := memVolume(t, 256<<20, 4096)
 	const blocks = 3 * convQueueMax // 96 MiB: one unwritten extent, room to fill the queue
 	f, d := preallocated(t, v, "f", blocks*4096)
@@ -348,6 +349,7 @@ func queuedNoSpace(t *testing.T, truncate bool) {
 // a region with blocks left unwritten keeps its unwritten entry. A punch
 // afterwards, overwrites and reads behave, and the image passes e2fsck.
 func TestPromoteWritten(t *testing.T) {
+	t.Parallel()
 	dev, v := memVolume(t, 256<<20, 4096)
 	const blocks = escRegion + escRegion/2 // one full region, half of the next
 	f, d := preallocated(t, v, "p", blocks*4096)

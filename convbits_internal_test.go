@@ -16,6 +16,7 @@ import (
 // in the first leaf of the region directory (not region 0), across two of
 // its leaves, and at the end of the 32-bit block space.
 func TestConvBits(t *testing.T) {
+	t.Parallel()
 	for _, base := range []uint32{3 * escRegion, (convLeafLen - 2) * escRegion, 1<<32 - 4*escRegion} {
 		t.Run(fmt.Sprint(base), func(t *testing.T) { testConvBits(t, base) })
 	}

@@ -212,6 +212,7 @@ var variants = []variant{
 }
 
 func TestReadMkfsImages(t *testing.T) {
+	t.Parallel()
 	for i, vt := range variants {
 		t.Run(vt.name, func(t *testing.T) {
 			t.Parallel()

@@ -185,6 +185,7 @@ func compareReplays(t *testing.T, a, b string) {
 // same blocks outside superblocks and the journal; corrupt logs are either
 // replayed as e2fsck replays them or refused with ErrCorrupt.
 func TestRecoverE2fsprogsJournals(t *testing.T) {
+	t.Parallel()
 	dir := findTestdata(t)
 	for _, c := range []struct {
 		name    string

@@ -255,6 +255,7 @@ func checkCrashedChunks(t *testing.T, img blockdev.Device, synced, written []byt
 // against a model after every step, the extent tree each time and e2fsck
 // at each reopen.
 func TestZeroOutChunkModel(t *testing.T) {
+	t.Parallel()
 	const bs, maxSize = 4096, 2 << 20
 	img := formatImage(t, 64<<20, ext4io.FormatOptions{})
 	opts := ext4io.Options{Writable: true, Tuning: ext4io.Tuning{ZeroOutChunk: 32 << 10}, WritebackAge: -1, CommitInterval: -1}
