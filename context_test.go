@@ -146,6 +146,7 @@ func mmpSeq(t *testing.T, dev blockdev.Device) uint32 {
 }
 
 func TestSyncContext(t *testing.T) {
+	t.Parallel()
 	dev := memdev.NewBlockSize(256<<20, 4096)
 	require.NoError(t, ext4io.Format(dev, ext4io.FormatOptions{}))
 	w := &cancelOnWrite{Device: dev}
@@ -197,6 +198,7 @@ func TestSyncContext(t *testing.T) {
 }
 
 func TestFormatContextCancelled(t *testing.T) {
+	t.Parallel()
 	dev := memdev.NewBlockSize(1<<30, 4096)
 	require.NoError(t, ext4io.Format(dev, ext4io.FormatOptions{}))
 	for _, writes := range []int{1, 2, 5, 20} {

@@ -264,6 +264,7 @@ func checkImage(t *testing.T, dev *memdev.Device) {
 // passes e2fsck. Or a truncate to zero drops the queue with the blocks
 // and the next Sync commits.
 func TestQueuedConversionsNoSpace(t *testing.T) {
+	t.Parallel()
 	t.Run("free-space", func(t *testing.T) { queuedNoSpace(t, false) })
 	t.Run("truncate", func(t *testing.T) { queuedNoSpace(t, true) })
 }
@@ -417,6 +418,7 @@ func TestPromoteWritten(t *testing.T) {
 // TestSortRuns checks sortRuns against a stable comparison sort on random
 // queues of both sizes, keys confined to a few digits and full 32-bit keys.
 func TestSortRuns(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(5, 6))
 	var tmp []convRun
 	for _, n := range []int{0, 1, 100, 255, 256, 1000, 8192, 20000} {

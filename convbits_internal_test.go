@@ -77,6 +77,7 @@ func testConvBits(t *testing.T, base uint32) {
 // truncates, Syncs and the queue's full batches are checked against a
 // model, then the image passes e2fsck and reads back the same.
 func TestConvBitsTinyCache(t *testing.T) {
+	t.Parallel()
 	dev := memdev.NewBlockSize(64<<20, 4096)
 	if err := Format(dev, FormatOptions{BlockSize: 4096}); err != nil {
 		t.Fatal(err)

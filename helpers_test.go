@@ -19,6 +19,7 @@ import (
 
 	"github.com/ext4io/ext4io"
 	"github.com/ext4io/ext4io/blockdev"
+	"github.com/ext4io/ext4io/ext4iotest"
 	"github.com/ext4io/ext4io/internal/e2fs"
 )
 
@@ -358,7 +359,7 @@ func mountLoop(t *testing.T, img string) string {
 // loop device still bound to img.
 func umount(t *testing.T, mnt, img string) {
 	t.Helper()
-	if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+	if out, err := ext4iotest.UmountRetry(mnt); err != nil {
 		if !bytes.Contains(out, []byte("not mounted")) {
 			t.Errorf("umount %s: %v: %s", mnt, err, out)
 			exec.Command("umount", "-l", mnt).Run()

@@ -9,9 +9,10 @@ import (
 )
 
 // TestMain raises go test's -parallel, unless given, from GOMAXPROCS to
-// twice that (at least 4): many of the long tests that call t.Parallel
-// mostly wait (the MMP protocol's sleeps, Linux's mounts and its 11 s MMP
-// wait, e2fsck and debugfs), so two at a time would leave the CPUs idle.
+// one more: some of the long tests that call t.Parallel mostly wait (the
+// MMP protocol's sleeps, Linux's mounts and its 11 s MMP wait, e2fsck and
+// debugfs) and would leave a CPU idle. (More slots measured no faster on
+// 2 CPUs: the rest is CPU-bound, and more at once costs memory.)
 // Tests that change process-wide state (SetMMPWait, SetMMPRecheck, the
 // umask) or assert on timing do not call t.Parallel: go test runs every
 // sequential test before the parallel ones resume.
@@ -20,7 +21,7 @@ func TestMain(m *testing.M) {
 	set := false
 	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
 	if !set {
-		flag.Set("test.parallel", strconv.Itoa(max(4, 2*runtime.GOMAXPROCS(0))))
+		flag.Set("test.parallel", strconv.Itoa(runtime.GOMAXPROCS(0)+1))
 	}
 	os.Exit(m.Run())
 }

@@ -274,6 +274,7 @@ func TestReadMkfsImages(t *testing.T) {
 // made from random trees of small files (TestFS reads files byte by byte,
 // so multi-MiB files would only make it slow).
 func TestFSConformance(t *testing.T) {
+	t.Parallel()
 	for i, args := range [][]string{{"-b", "4096"}, {"-b", "1024", "-O", "inline_data"}, {"-t", "ext2"}} {
 		t.Run(strings.Join(args, ""), func(t *testing.T) {
 			dir := t.TempDir()

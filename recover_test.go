@@ -43,6 +43,7 @@ func fileMD5(t *testing.T, v *ext4io.Volume, name string) string {
 // the image, which then matches e2fsck's own replay block for block
 // (outside superblocks and the journal) and passes e2fsck -fn.
 func TestRecoverKernelCrash(t *testing.T) {
+	t.Parallel()
 	dir := findTestdata(t)
 	src := filepath.Join(dir, "_extra_kernel_made", "kcrash-mcsum64-1k-needs_recovery.img.gz")
 	img := filepath.Join(t.TempDir(), "kcrash.img")
