@@ -14,6 +14,7 @@ import (
 // blocks (groups start at block 1, so runs across a group's start split)
 // the files are only checked to read back.
 func TestAlignedPlacement(t *testing.T) {
+	t.Parallel()
 	for _, bs := range []int{1024, 4096} {
 		dev, v := memVolume(t, 96<<20, bs)
 		align := uint64(1<<20) / uint64(bs)

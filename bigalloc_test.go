@@ -22,6 +22,7 @@ import (
 )
 
 func TestBigallocReadOnly(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		name string
 		size string
@@ -96,6 +97,9 @@ func checkDump(t *testing.T, v *ext4io.Volume, img, name string) {
 // mmp is refused for bigalloc before the MMP protocol's wait, and leaves
 // the MMP block clean.
 func TestBigallocMMPRefusedAtOnce(t *testing.T) {
+	// A wait far above the test binary's ext4io.MMPTestWait, so that a
+	// refusal after the wait shows (sequential: SetMMPWait is global).
+	defer ext4io.SetMMPWait(time.Minute)()
 	img := filepath.Join(t.TempDir(), "img")
 	e2fs.Mkfs(t, img, "64M", "-O", "bigalloc,mmp", "-b", "4096", "-C", "16384")
 	start := time.Now()

@@ -25,6 +25,7 @@ import (
 // time, never at write-back: Sync and Close succeed, every byte accepted is
 // on disk, and e2fsck is clean.
 func TestDelallocFullVolume(t *testing.T) {
+	t.Parallel()
 	for _, cache := range []int64{0, 64 << 10} { // default; tiny (write-back under pressure)
 		t.Run(fmt.Sprintf("cache%d", cache), func(t *testing.T) {
 			img := formatImage(t, 16<<20, ext4io.FormatOptions{BlockSize: 1024})
@@ -295,6 +296,7 @@ func TestWriteZeroesInsideDelayedSize(t *testing.T) {
 // never write its old state over the new one. (Found by the torture
 // harness: "Entry 'd12' has deleted/unused inode".)
 func TestFreedInodeNotRewritten(t *testing.T) {
+	t.Parallel()
 	img := formatImage(t, 64<<20, ext4io.FormatOptions{})
 	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, WritebackAge: -1, CommitInterval: -1})
 	if err != nil {
@@ -395,6 +397,7 @@ func TestConversionKeepsDelayedNeighbours(t *testing.T) {
 // (ext4_should_retry_alloc). Found by `ext4io bench`, whose sequential
 // write workload deletes and recreates its 1 GiB file.
 func TestNoSpaceRetriesAfterCommit(t *testing.T) {
+	t.Parallel()
 	img := formatImage(t, 32<<20, ext4io.FormatOptions{ReservedPercent: -1})
 	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, WritebackAge: -1, CommitInterval: -1})
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 // one extent leave exactly one extent-status cache entry for it (ext4 once
 // cached the fragment each request asked for and left thousands).
 func TestRandomReadsLeaveOneCacheEntry(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	src := filepath.Join(dir, "src")
 	os.Mkdir(src, 0o755)

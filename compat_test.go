@@ -138,6 +138,7 @@ func sparseData(rng *rand.Rand, nblk, bs int) []byte {
 // filled by fallocate and an unwritten tail (size raised over it), and a
 // brand-new file that is only fallocated and punched.
 func TestUnwrittenReadsZeroes(t *testing.T) {
+	t.Parallel()
 	for i, c := range []struct {
 		name string
 		args []string
@@ -231,6 +232,7 @@ func TestUnwrittenReadsZeroes(t *testing.T) {
 // Extents equals debugfs's leaf list and that reads return the written
 // data and zeroes elsewhere.
 func TestDeepTreesFromDebugfs(t *testing.T) {
+	t.Parallel()
 	type tcase struct {
 		name      string
 		bs        int

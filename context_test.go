@@ -111,17 +111,19 @@ func TestOpenContextCancelledReplay(t *testing.T) {
 	ext4iotest.FsckDev(t, img)
 }
 
+// TestOpenContextCancelledMMP: a context that ends during the MMP open
+// protocol's wait (the test binary's ext4io.MMPTestWait) ends the wait.
 func TestOpenContextCancelledMMP(t *testing.T) {
-	defer ext4io.SetMMPWait(10 * time.Second)()
+	t.Parallel()
 	dev := memdev.NewBlockSize(64<<20, 4096)
 	require.NoError(t, ext4io.Format(dev, ext4io.FormatOptions{Features: "mmp"}))
 	before := mmpSeq(t, dev)
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), ext4io.MMPTestWait/12)
 	defer cancel()
 	start := time.Now()
 	_, err := ext4io.OpenContext(ctx, dev, ext4io.Options{Writable: true})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.Less(t, time.Since(start), 5*time.Second, "OpenContext waited out the MMP interval")
+	require.Less(t, time.Since(start), ext4io.MMPTestWait, "OpenContext waited out the MMP interval")
 	require.Equal(t, before, mmpSeq(t, dev), "the MMP block was not given back")
 
 	_, err = ext4io.OpenContext(ctx, dev, ext4io.Options{Writable: true})
@@ -144,6 +146,7 @@ func mmpSeq(t *testing.T, dev blockdev.Device) uint32 {
 }
 
 func TestSyncContext(t *testing.T) {
+	t.Parallel()
 	dev := memdev.NewBlockSize(256<<20, 4096)
 	require.NoError(t, ext4io.Format(dev, ext4io.FormatOptions{}))
 	w := &cancelOnWrite{Device: dev}
@@ -195,6 +198,7 @@ func TestSyncContext(t *testing.T) {
 }
 
 func TestFormatContextCancelled(t *testing.T) {
+	t.Parallel()
 	dev := memdev.NewBlockSize(1<<30, 4096)
 	require.NoError(t, ext4io.Format(dev, ext4io.FormatOptions{}))
 	for _, writes := range []int{1, 2, 5, 20} {

@@ -59,6 +59,7 @@ func TestConvQueueOverlay(t *testing.T) {
 // full queue, Extents, an exclusive operation or a commit, and the image
 // passes e2fsck with the data in place.
 func TestQueuedConversions(t *testing.T) {
+	t.Parallel()
 	dev, v := memVolume(t, 256<<20, 4096)
 	const blocks = 3 * convQueueMax // 96 MiB: one unwritten extent, room to fill the queue
 	f, d := preallocated(t, v, "f", blocks*4096)
@@ -263,6 +264,7 @@ func checkImage(t *testing.T, dev *memdev.Device) {
 // passes e2fsck. Or a truncate to zero drops the queue with the blocks
 // and the next Sync commits.
 func TestQueuedConversionsNoSpace(t *testing.T) {
+	t.Parallel()
 	t.Run("free-space", func(t *testing.T) { queuedNoSpace(t, false) })
 	t.Run("truncate", func(t *testing.T) { queuedNoSpace(t, true) })
 }
@@ -348,6 +350,7 @@ func queuedNoSpace(t *testing.T, truncate bool) {
 // a region with blocks left unwritten keeps its unwritten entry. A punch
 // afterwards, overwrites and reads behave, and the image passes e2fsck.
 func TestPromoteWritten(t *testing.T) {
+	t.Parallel()
 	dev, v := memVolume(t, 256<<20, 4096)
 	const blocks = escRegion + escRegion/2 // one full region, half of the next
 	f, d := preallocated(t, v, "p", blocks*4096)
@@ -415,6 +418,7 @@ func TestPromoteWritten(t *testing.T) {
 // TestSortRuns checks sortRuns against a stable comparison sort on random
 // queues of both sizes, keys confined to a few digits and full 32-bit keys.
 func TestSortRuns(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(5, 6))
 	var tmp []convRun
 	for _, n := range []int{0, 1, 100, 255, 256, 1000, 8192, 20000} {

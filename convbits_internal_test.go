@@ -16,6 +16,7 @@ import (
 // in the first leaf of the region directory (not region 0), across two of
 // its leaves, and at the end of the 32-bit block space.
 func TestConvBits(t *testing.T) {
+	t.Parallel()
 	for _, base := range []uint32{3 * escRegion, (convLeafLen - 2) * escRegion, 1<<32 - 4*escRegion} {
 		t.Run(fmt.Sprint(base), func(t *testing.T) { testConvBits(t, base) })
 	}
@@ -76,6 +77,7 @@ func testConvBits(t *testing.T, base uint32) {
 // truncates, Syncs and the queue's full batches are checked against a
 // model, then the image passes e2fsck and reads back the same.
 func TestConvBitsTinyCache(t *testing.T) {
+	t.Parallel()
 	dev := memdev.NewBlockSize(64<<20, 4096)
 	if err := Format(dev, FormatOptions{BlockSize: 4096}); err != nil {
 		t.Fatal(err)

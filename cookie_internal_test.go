@@ -74,6 +74,7 @@ func TestValidityCookie(t *testing.T) {
 // collapse and an overwrite after write-zeroes change the mapping, and
 // reads see the change at once.
 func TestFrontCache(t *testing.T) {
+	t.Parallel()
 	img := orphanImage(t, "")
 	v, err := OpenImage(img, Options{Writable: true, WritebackAge: -1, CommitInterval: -1})
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 // (outside superblocks and the journal) and then pass e2fsck -fn; and read
 // through ext4io without touching the image.
 func TestCrashRecovery(t *testing.T) {
+	t.Parallel()
 	const size = 64 << 20
 	// Torn writes are cut at the device's 4 KiB atomic-write unit (a torn
 	// 512-byte half of the superblock would need e2fsck's backup
@@ -98,6 +99,9 @@ func TestCrashRecovery(t *testing.T) {
 			continue
 		}
 		t.Run(fmt.Sprintf("flush%d", i), func(t *testing.T) {
+			// Each crash point has its own image: they are checked in
+			// parallel (e2fsck runs overlap the Go work).
+			t.Parallel()
 			dir := t.TempDir()
 			byFsck := filepath.Join(dir, "fsck.img")
 			byExt4io := filepath.Join(dir, "ext4io.img")

@@ -54,6 +54,7 @@ var csumOnly = map[string]bool{"f_extent_int_bad_csum": true, "f_extent_leaf_bad
 // suite (and the two kernel-made ones). Images that e2fsck -fn finds
 // clean are compared file by file with debugfs rdump.
 func TestE2fsprogsImages(t *testing.T) {
+	t.Parallel()
 	root := findTestdata(t)
 	var images []string
 	filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {

@@ -33,6 +33,7 @@ import (
 // with EXT4IO_LONG);
 // EXT4IO_DAMAGE_VERBOSE=1 logs every write-side failure.
 func TestRandomDamage(t *testing.T) {
+	t.Parallel()
 	seeds := sized(20, 40, 400)
 	if s := os.Getenv("EXT4IO_DAMAGE_SEEDS"); s != "" {
 		fmt.Sscan(s, &seeds)

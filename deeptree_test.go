@@ -53,6 +53,7 @@ func compareExtents(t *testing.T, img, name string) int {
 // real allocator, punches them, truncates them back to depth 0, and at each
 // stage checks debugfs's listing against ext4io's and e2fsck -fn.
 func TestDeepTreesWithAlloc(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name    string
 		opts    ext4io.FormatOptions
@@ -74,6 +75,7 @@ func TestDeepTreesWithAlloc(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			img := formatImage(t, c.size, c.opts)
 			v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
 			if err != nil {

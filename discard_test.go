@@ -193,6 +193,7 @@ func (h *discardHook) Discard(off, n int64) error {
 // they are freed, once free in the bitmap, and nothing the volume still
 // uses is lost.
 func TestDiscardNoJournal(t *testing.T) {
+	t.Parallel()
 	base := memdev.New(32 << 20)
 	if err := ext4io.Format(base, ext4io.FormatOptions{BlockSize: 1024, Features: "^has_journal"}); err != nil {
 		t.Fatal(err)
@@ -243,6 +244,7 @@ func (failingDiscard) Discard(off, n int64) error {
 // the operations that freed the blocks; they are counted, and an
 // unsupported one turns online discard off. Trim reports the error.
 func TestDiscardErrorsNotFatal(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name        string
 		wrap        func(blockdev.Device) blockdev.Device
@@ -299,6 +301,7 @@ func allocated(t *testing.T, path string) int64 {
 // the file's size), and so does online discard without Trim. The other
 // file survives and the image passes e2fsck.
 func TestTrimFile(t *testing.T) {
+	t.Parallel()
 	const size, big = 128 << 20, 32 << 20
 	for _, online := range []bool{false, true} {
 		t.Run(map[bool]string{false: "Trim", true: "online"}[online], func(t *testing.T) {

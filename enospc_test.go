@@ -66,6 +66,7 @@ func fullVolume(t *testing.T, opts ext4io.Options) (img string, v *ext4io.Volume
 // the extent splits they need draw on the reserved pool, at submission by
 // default and at I/O completion with DeferSplits.
 func TestConversionsAtFullVolume(t *testing.T) {
+	t.Parallel()
 	for _, deferSplits := range []bool{false, true} {
 		t.Run(fmt.Sprintf("defer=%v", deferSplits), func(t *testing.T) {
 			img, v := fullVolume(t, ext4io.Options{Tuning: ext4io.Tuning{DeferSplits: deferSplits}})

@@ -27,6 +27,7 @@ func TestClipRegion(t *testing.T) {
 // and reads keep the file equal to a model, and every cached entry lies in
 // one region of its own stripe.
 func TestEscStripes(t *testing.T) {
+	t.Parallel()
 	_, v := memVolume(t, 128<<20, 1024)
 	defer v.Close()
 	const size = 40 << 20

@@ -465,7 +465,14 @@ func ExampleCorruptError() {
 	sb := v.Superblock()
 	v.Close()
 	off := int64(g.InodeTable)*int64(sb.BlockSize()) + int64(sb.InodeSize) + 0x10 // i_mtime
-	if _, err := dev.WriteAt([]byte{0xff}, off); err != nil {
+	// Flip the byte (writing a fixed value would change nothing when the
+	// clock's low byte already holds it).
+	b := make([]byte, 1)
+	if _, err := dev.ReadAt(b, off); err != nil {
+		log.Fatal(err)
+	}
+	b[0] ^= 0xff
+	if _, err := dev.WriteAt(b, off); err != nil {
 		log.Fatal(err)
 	}
 

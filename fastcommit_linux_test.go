@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"unsafe"
 
@@ -543,13 +544,16 @@ func fcFixSuperCsum(t *testing.T, img string) {
 
 func fcCopyFile(t *testing.T, src, dst string) {
 	t.Helper()
-	b, err := os.ReadFile(src)
+	f, err := os.Open(src)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(dst, b, 0o644); err != nil {
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
 		t.Fatal(err)
 	}
+	saveSparse(t, f, st.Size(), dst)
 }
 
 // fcEntry is what the comparison sees of one file.
@@ -683,7 +687,11 @@ func fcCheckContents(t *testing.T, what string, v *ext4io.Volume, want map[strin
 	}
 }
 
+// fcScenarioMu serializes makeFastCommitCrash in parallel subtests.
+var fcScenarioMu sync.Mutex
+
 func TestFastCommitReplayLinux(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		bs   string
@@ -717,7 +725,16 @@ func TestFastCommitReplayLinux(t *testing.T) {
 			if tc.seed > uint64(sized(1, 1, 3)) {
 				t.Skipf("seed %d runs with EXT4IO_LONG=1", tc.seed)
 			}
-			img, want := makeFastCommitCrash(t, tc.bs, tc.sc, tc.seed)
+			t.Parallel()
+			// One scenario at a time: its unix.Sync would commit another
+			// running scenario's journal and so change its crash image.
+			var img string
+			var want map[string][]byte
+			func() {
+				fcScenarioMu.Lock()
+				defer fcScenarioMu.Unlock() // also when it skips or fails
+				img, want = makeFastCommitCrash(t, tc.bs, tc.sc, tc.seed)
+			}()
 			t.Logf("seed %d", tc.seed)
 			dir := filepath.Dir(img)
 			// Linux's replay: mount a copy (the kernel replays the journal

@@ -262,6 +262,7 @@ func TestFastCommitReplaySynthetic(t *testing.T) {
 // idempotent); e2fsck -fy then repairs whatever the interrupted replay
 // marked as in error.
 func TestFastCommitReplayInterrupted(t *testing.T) {
+	t.Parallel()
 	img, check, _ := makeSyntheticFC(t)
 	orig, err := os.ReadFile(img)
 	if err != nil {

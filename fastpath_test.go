@@ -149,6 +149,7 @@ func diff(a, b ext4io.Counters) ext4io.Counters {
 // chunk's zeroing would destroy other goroutines' data if it ever raced
 // with their writes.
 func TestConcurrentDirectWrites(t *testing.T) {
+	t.Parallel()
 	for _, o := range []ext4io.Tuning{{}, {EagerConversions: true}, {DeferSplits: true}, {ZeroOutChunk: 64 << 10}, {ZeroOutChunk: 64 << 10, DeferSplits: true}} {
 		t.Run(fmt.Sprintf("eager=%v,defer=%v,zerochunk=%d", o.EagerConversions, o.DeferSplits, o.ZeroOutChunk), func(t *testing.T) {
 			concurrentDirectWrites(t, ext4io.Options{Tuning: o})

@@ -57,6 +57,7 @@ func (m *fsxModel) zero(off, n int64, grow bool) {
 // read against an in-memory model, reopening the volume now and then, and
 // running e2fsck -fn at each reopen and at the end.
 func TestFsx(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name        string
 		opts        ext4io.FormatOptions

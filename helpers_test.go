@@ -19,6 +19,7 @@ import (
 
 	"github.com/ext4io/ext4io"
 	"github.com/ext4io/ext4io/blockdev"
+	"github.com/ext4io/ext4io/ext4iotest"
 	"github.com/ext4io/ext4io/internal/e2fs"
 )
 
@@ -108,12 +109,37 @@ func writeBlock(t *testing.T, img string, blk uint64, b []byte) {
 // saveDev writes a device's contents to a new image file.
 func saveDev(t *testing.T, dev blockdev.Device, path string) {
 	t.Helper()
+	saveSparse(t, dev, dev.Size(), path)
+}
+
+// saveSparse writes size bytes of r to a new file at path, leaving holes
+// where r has zeros (the file reads the same, but the many image copies
+// of the crash and damage tests do not fill the disk and page cache).
+func saveSparse(t *testing.T, r io.ReaderAt, size int64, path string) {
+	t.Helper()
 	f, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if _, err := io.Copy(f, io.NewSectionReader(dev, 0, dev.Size())); err != nil {
+	buf := make([]byte, 64<<10)
+	zero := make([]byte, len(buf))
+	for off := int64(0); off < size; off += int64(len(buf)) {
+		b := buf[:min(int64(len(buf)), size-off)]
+		if _, err := r.ReadAt(b, off); err != nil && !(err == io.EOF && off+int64(len(b)) == size) {
+			t.Fatal(err)
+		}
+		if bytes.Equal(b, zero[:len(b)]) {
+			continue
+		}
+		if _, err := f.WriteAt(b, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -333,7 +359,7 @@ func mountLoop(t *testing.T, img string) string {
 // loop device still bound to img.
 func umount(t *testing.T, mnt, img string) {
 	t.Helper()
-	if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+	if out, err := ext4iotest.UmountRetry(mnt); err != nil {
 		if !bytes.Contains(out, []byte("not mounted")) {
 			t.Errorf("umount %s: %v: %s", mnt, err, out)
 			exec.Command("umount", "-l", mnt).Run()

@@ -141,6 +141,7 @@ func cmpDir(d string) string {
 // checking contents against a model, e2fsck -fn at every reopen and at the
 // end, and that Linux reads the result.
 func TestInlineFsx(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name  string
 		args  []string
@@ -816,6 +817,7 @@ func TestInlineHostileDir(t *testing.T) {
 // either still inline with its old contents or converted with its old or
 // new contents (the conversion is one transaction, the write another).
 func TestInlineCrashPoints(t *testing.T) {
+	t.Parallel()
 	old := strings.Repeat("abcdefghij", 9) // 90 bytes: i_block and system.data
 	img, v := inlineImage(t, map[string]string{"long": old, "s": "short", "d/x": "1", "e/": ""})
 	if err := v.Close(); err != nil {

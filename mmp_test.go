@@ -3,7 +3,7 @@ package ext4io_test
 // Multiple mount protection against mkfs.ext4 -O mmp images, a second
 // Volume, a second process and Linux itself. The update interval is 1 s
 // (mkfs -E mmp_update_interval=1) and the open protocol's wait is cut to
-// mmpTestWait (SetMMPWait), so a test takes seconds, not the kernel's 11.
+// mmpTestWait, so a test takes seconds, not the kernel's 11.
 
 import (
 	"bytes"
@@ -22,9 +22,10 @@ import (
 	"github.com/ext4io/ext4io/layout"
 )
 
-// mmpTestWait is longer than two update intervals of 1 s: a holder's
-// updates must show within it.
-const mmpTestWait = 2500 * time.Millisecond
+// mmpTestWait is the open protocol's wait in the whole test binary
+// (ext4io.MMPTestWait, set once, so MMP tests run in parallel): longer
+// than two update intervals of 1 s, a holder's updates must show within it.
+const mmpTestWait = ext4io.MMPTestWait
 
 // mkfsMMP makes an mmp image with a 1 s update interval.
 func mkfsMMP(t *testing.T, args ...string) string {
@@ -139,7 +140,7 @@ func TestMMPWaitIsLinux(t *testing.T) {
 // every update interval; after Close the sequence is CLEAN (debugfs
 // dump_mmp), e2fsck finds the image clean and Linux mounts it.
 func TestMMPWritable(t *testing.T) {
-	defer ext4io.SetMMPWait(mmpTestWait)()
+	t.Parallel()
 	img := mkfsMMP(t)
 	start := time.Now()
 	v, err := openDev(img, ext4io.Options{Writable: true})
@@ -187,7 +188,7 @@ func TestMMPWritable(t *testing.T) {
 // refused with ErrBusy after the wait; read-only opens go on (as Linux's
 // ro mounts); once the holder closes, a writable open succeeds.
 func TestMMPSecondWriterRefused(t *testing.T) {
-	defer ext4io.SetMMPWait(mmpTestWait)()
+	t.Parallel()
 	img := mkfsMMP(t)
 	v, err := openDev(img, ext4io.Options{Writable: true})
 	if err != nil {
@@ -246,7 +247,6 @@ func TestMMPHelperProcess(t *testing.T) {
 	if arg == "" {
 		t.Skip("helper process for TestMMPSecondWriterRefused")
 	}
-	defer ext4io.SetMMPWait(mmpTestWait)()
 	mode, img, _ := strings.Cut(arg, ":")
 	v, err := openDev(img, ext4io.Options{Writable: mode == "writable"})
 	switch {
@@ -265,6 +265,8 @@ func TestMMPHelperProcess(t *testing.T) {
 // TestMMPFsckRefused: (d) seq FSCK (e2fsck running) refuses writable and
 // replaying opens at once, without the wait; read-only opens go on.
 func TestMMPFsckRefused(t *testing.T) {
+	// A wait far above mmpTestWait, so that a refusal after the wait shows
+	// (sequential: SetMMPWait is global).
 	defer ext4io.SetMMPWait(time.Minute)()
 	img := mkfsMMP(t)
 	writeMMPSeq(t, img, 0xF0000000) // unknown, above MMPSeqMax: refused too
@@ -295,7 +297,7 @@ func TestMMPFsckRefused(t *testing.T) {
 // TestMMPStaleSeqTakenOver: a sequence left by a holder that died (not
 // CLEAN, not changing) is taken over after the wait.
 func TestMMPStaleSeqTakenOver(t *testing.T) {
-	defer ext4io.SetMMPWait(mmpTestWait)()
+	t.Parallel()
 	img := mkfsMMP(t)
 	writeMMPSeq(t, img, 12345)
 	start := time.Now()
@@ -318,7 +320,7 @@ func TestMMPStaleSeqTakenOver(t *testing.T) {
 // (its kmmpd updating the block every second), writable opens are
 // refused; after umount they succeed and e2fsck is clean.
 func TestMMPLinuxMounted(t *testing.T) {
-	defer ext4io.SetMMPWait(mmpTestWait)()
+	t.Parallel()
 	img := mkfsMMP(t)
 	mnt := e2fs.Mount(t, img, false) // the kernel's own MMP wait: about 11 s
 	if err := os.WriteFile(filepath.Join(mnt, "linux"), []byte("written by Linux\n"), 0o644); err != nil {
@@ -349,7 +351,7 @@ func TestMMPLinuxMounted(t *testing.T) {
 // TestFormatMMPLinux: (e) Format with mmp: e2fsck is clean, Linux mounts
 // it read-write and leaves it clean, and ext4io opens it writable.
 func TestFormatMMPLinux(t *testing.T) {
-	defer ext4io.SetMMPWait(mmpTestWait)()
+	t.Parallel()
 	img := filepath.Join(t.TempDir(), "fmt.img")
 	dev, err := blockdev.CreateFile(img, 64<<20)
 	if err != nil {
@@ -396,7 +398,8 @@ func TestFormatMMPLinux(t *testing.T) {
 // kernel's ext4_error from kmmpd) and Close leaves the block and the
 // superblock alone.
 func TestMMPTakenOverWhileOpen(t *testing.T) {
-	defer ext4io.SetMMPWait(mmpTestWait)()
+	// Sequential: SetMMPRecheck is global, and the other tests' holders
+	// must not re-read their blocks.
 	defer ext4io.SetMMPRecheck(time.Nanosecond)()
 	img := mkfsMMP(t)
 	v, err := openDev(img, ext4io.Options{Writable: true})
@@ -455,7 +458,7 @@ func TestMMPSharedDiskLoop(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("loop devices need root")
 	}
-	defer ext4io.SetMMPWait(mmpTestWait)()
+	t.Parallel()
 	img := mkfsMMP(t)
 	out, err := exec.Command("losetup", "--find", "--show", img).CombinedOutput()
 	if err != nil {
@@ -487,7 +490,7 @@ func TestMMPLinuxRefusedWhileOpen(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("mounting needs root")
 	}
-	defer ext4io.SetMMPWait(mmpTestWait)()
+	t.Parallel()
 	img := mkfsMMP(t)
 	v, err := openDev(img, ext4io.Options{Writable: true})
 	if err != nil {

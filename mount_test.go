@@ -52,6 +52,7 @@ func (m *modelFile) zero(off, n int64, keepSize bool) {
 // TestLinuxWrittenFiles: see the file comment. Skipped with -short, when
 // not root, or where mount -o loop fails.
 func TestLinuxWrittenFiles(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("mounts an image; skipped with -short")
 	}

@@ -16,6 +16,7 @@ import (
 // ext4io, then extended (leaf and index splits in Linux's tree), thinned
 // and renamed into; e2fsck stays clean and Linux sees exactly the result.
 func TestNamespaceLinuxFilledDir(t *testing.T) {
+	t.Parallel()
 	n := nsEnv("EXT4IO_NS_LINUX", sized(6000, 12000, 40000)) // two htree levels at 1 KiB blocks
 	img := filepath.Join(t.TempDir(), "linux.img")
 	e2fs.Mkfs(t, img, "64M", "-b", "1024", "-N", "40000")

@@ -442,6 +442,7 @@ func nsEnv(name string, def int) int {
 // grows to thousands of long names so that its htree gets two levels and
 // leaf and index-node splits happen, and then loses and regains entries.
 func TestNamespaceModel(t *testing.T) {
+	t.Parallel()
 	// 600 operations and 6000 names by default (enough for a two-level
 	// htree), 20000 and 60000 with EXT4IO_LONG.
 	ops := nsEnv("EXT4IO_NS_OPS", sized(300, 600, 20000))

@@ -44,6 +44,7 @@ func listTree(t *testing.T, v *ext4io.Volume) string {
 // some prefix of the operations, no shorter than the last Volume.Sync
 // before the crash: operations are atomic and synced ones survive.
 func TestNamespaceCrashPoints(t *testing.T) {
+	t.Parallel()
 	base := memdev.NewBlockSize(32<<20, 4096)
 	if err := ext4io.Format(base, ext4io.FormatOptions{BlockSize: 1024}); err != nil {
 		t.Fatal(err)

@@ -167,6 +167,7 @@ func TestOSFile(t *testing.T) {
 // TestOSFileCopy: io.Copy into and out of buffered and direct Files, at
 // aligned and unaligned positions (ReadFrom and WriteTo).
 func TestOSFileCopy(t *testing.T) {
+	t.Parallel()
 	v, img := openOSVolume(t)
 	data := make([]byte, 3<<20+12345)
 	for i := range data {

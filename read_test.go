@@ -212,6 +212,7 @@ var variants = []variant{
 }
 
 func TestReadMkfsImages(t *testing.T) {
+	t.Parallel()
 	for i, vt := range variants {
 		t.Run(vt.name, func(t *testing.T) {
 			t.Parallel()
@@ -273,6 +274,7 @@ func TestReadMkfsImages(t *testing.T) {
 // made from random trees of small files (TestFS reads files byte by byte,
 // so multi-MiB files would only make it slow).
 func TestFSConformance(t *testing.T) {
+	t.Parallel()
 	for i, args := range [][]string{{"-b", "4096"}, {"-b", "1024", "-O", "inline_data"}, {"-t", "ext2"}} {
 		t.Run(strings.Join(args, ""), func(t *testing.T) {
 			dir := t.TempDir()

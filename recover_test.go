@@ -43,6 +43,7 @@ func fileMD5(t *testing.T, v *ext4io.Volume, name string) string {
 // the image, which then matches e2fsck's own replay block for block
 // (outside superblocks and the journal) and passes e2fsck -fn.
 func TestRecoverKernelCrash(t *testing.T) {
+	t.Parallel()
 	dir := findTestdata(t)
 	src := filepath.Join(dir, "_extra_kernel_made", "kcrash-mcsum64-1k-needs_recovery.img.gz")
 	img := filepath.Join(t.TempDir(), "kcrash.img")
@@ -185,6 +186,7 @@ func compareReplays(t *testing.T, a, b string) {
 // same blocks outside superblocks and the journal; corrupt logs are either
 // replayed as e2fsck replays them or refused with ErrCorrupt.
 func TestRecoverE2fsprogsJournals(t *testing.T) {
+	t.Parallel()
 	dir := findTestdata(t)
 	for _, c := range []struct {
 		name    string

@@ -15,6 +15,7 @@ import (
 // they reserve, not fail later at write-back: every acknowledged write
 // is on the device after Sync.
 func TestRewriteAfterTruncateNoSpace(t *testing.T) {
+	t.Parallel()
 	dev := memdev.NewBlockSize(64<<20, 4096)
 	if err := ext4io.Format(dev, ext4io.FormatOptions{}); err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 // its attributes equal those after some prefix of the operations, no
 // shorter than the last Volume.Sync: each change is one transaction.
 func TestXattrCrashPoints(t *testing.T) {
+	t.Parallel()
 	base := memdev.NewBlockSize(32<<20, 4096)
 	if err := ext4io.Format(base, ext4io.FormatOptions{BlockSize: 1024}); err != nil {
 		t.Fatal(err)

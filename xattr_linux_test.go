@@ -95,6 +95,7 @@ func ext4ioXattrs(t *testing.T, v *ext4io.Volume, files []string) xattrDump {
 // deletes in separate opens, e2fsck -fn clean after each; Linux then
 // reads exactly what ext4io reports, including what ext4io created.
 func TestXattrLinuxMatrix(t *testing.T) {
+	t.Parallel()
 	setfattr := lookTool(t, "setfattr", "attr")
 	getfattr := lookTool(t, "getfattr", "attr")
 	setfacl := lookTool(t, "setfacl", "acl")

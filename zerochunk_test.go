@@ -40,6 +40,7 @@ func fillPhysical(t *testing.T, f *ext4io.File, dev interface {
 // overwrites, the chunk stops at the on-disk size, writes past it convert
 // exactly, and nothing reads the blocks' stale contents; e2fsck is clean.
 func TestZeroOutChunk(t *testing.T) {
+	t.Parallel()
 	const chunk = 64 << 10
 	img := formatImage(t, 64<<20, ext4io.FormatOptions{})
 	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, Tuning: ext4io.Tuning{ZeroOutChunk: chunk}})
@@ -148,6 +149,7 @@ func TestZeroOutChunkOption(t *testing.T) {
 // the stale bytes the preallocated blocks held: the zeroes reach the
 // device before the conversion that exposes them is committed.
 func TestZeroOutChunkCrash(t *testing.T) {
+	t.Parallel()
 	preallocCrash(t, ext4io.Options{Tuning: ext4io.Tuning{ZeroOutChunk: 32 << 10}})
 }
 
@@ -156,6 +158,7 @@ func TestZeroOutChunkCrash(t *testing.T) {
 // the next commit: crashes keep what Sync made durable, may keep later
 // writes, and never expose the blocks' stale contents.
 func TestQueuedConversionCrash(t *testing.T) {
+	t.Parallel()
 	preallocCrash(t, ext4io.Options{})
 }
 
@@ -255,6 +258,7 @@ func checkCrashedChunks(t *testing.T, img blockdev.Device, synced, written []byt
 // against a model after every step, the extent tree each time and e2fsck
 // at each reopen.
 func TestZeroOutChunkModel(t *testing.T) {
+	t.Parallel()
 	const bs, maxSize = 4096, 2 << 20
 	img := formatImage(t, 64<<20, ext4io.FormatOptions{})
 	opts := ext4io.Options{Writable: true, Tuning: ext4io.Tuning{ZeroOutChunk: 32 << 10}, WritebackAge: -1, CommitInterval: -1}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ext4io/ext4io/blockdev"
 )
@@ -262,7 +263,21 @@ func Unmount(t testing.TB, dir string) {
 	if err := exec.Command("mountpoint", "-q", dir).Run(); err != nil {
 		return
 	}
-	if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+	if out, err := UmountRetry(dir); err != nil {
 		t.Errorf("umount %s: %v: %s", dir, err, out)
+	}
+}
+
+// UmountRetry runs umount dir, retrying for up to about 3 s while it says
+// the target is busy: a process that another goroutine forks inherits
+// the parent's open files until it execs, so a file just closed under dir
+// can keep the mount busy for a moment while tests run in parallel.
+func UmountRetry(dir string) ([]byte, error) {
+	for i := 0; ; i++ {
+		out, err := exec.Command("umount", dir).CombinedOutput()
+		if err == nil || i == 30 || !bytes.Contains(out, []byte("busy")) {
+			return out, err
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
