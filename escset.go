@@ -24,10 +24,10 @@ const (
 // escSet is a volume's striped extent-status cache.
 type escSet [escStripes]*esc.Cache
 
-func newEscSet(budget int64) *escSet {
+func newEscSet(budget int64, skipInRoot bool) *escSet {
 	var s escSet
 	for i := range s {
-		s[i] = esc.New(esc.Options{Budget: max(budget/escStripes, 1)})
+		s[i] = esc.New(esc.Options{Budget: max(budget/escStripes, 1), SkipInRoot: skipInRoot})
 	}
 	return &s
 }

@@ -135,7 +135,7 @@ func TestEscStripes(t *testing.T) {
 func TestEscInsertSplits(t *testing.T) {
 	m := &mapper{}
 	m.cfg.Ino = 7
-	m.es = newEscSet(1 << 20).inode(7)
+	m.es = newEscSet(1<<20, false).inode(7)
 	e := esc.Extent{Lblk: escRegion - 3, Len: 2*escRegion + 6, Pblk: 1000, Status: esc.Unwritten}
 	if err := m.set(e); err != nil {
 		t.Fatal(err)

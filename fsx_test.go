@@ -66,20 +66,24 @@ func TestFsx(t *testing.T) {
 		deferSplits bool  // Options.Tuning.DeferSplits
 		zeroChunk   int64 // Options.Tuning.ZeroOutChunk
 		escBudget   int64 // Options.CacheBudget
+		skipInRoot  bool  // Options.Tuning.ExtentCacheSkipInRoot
 	}{
-		{"4k", ext4io.FormatOptions{}, 256 << 20, 0, false, 0, 0},
+		{"4k", ext4io.FormatOptions{}, 256 << 20, 0, false, 0, 0, false},
 		// A 4 KiB extent-status cache: the shrinker keeps dropping
 		// entries, so lookups keep refilling from the tree. (Few of fsx's
 		// direct writes take the queued path; TestConvBitsTinyCache drives
 		// that one.)
-		{"4k-tinyesc", ext4io.FormatOptions{}, 256 << 20, 0, false, 0, 4 << 10},
+		{"4k-tinyesc", ext4io.FormatOptions{}, 256 << 20, 0, false, 0, 4 << 10, false},
+		// Mappings from in-inode extent roots are never cached: every
+		// lookup of a small file's blocks goes to i_block.
+		{"4k-skipinroot", ext4io.FormatOptions{}, 256 << 20, 0, false, 0, 0, true},
 		// Direct writes into preallocated space zero and convert 16 KiB
 		// chunks, next to buffered writes whose dirty pages keep them from
 		// zeroing a chunk.
-		{"4k-zerochunk", ext4io.FormatOptions{}, 256 << 20, 0, false, 16 << 10, 0},
+		{"4k-zerochunk", ext4io.FormatOptions{}, 256 << 20, 0, false, 16 << 10, 0, false},
 		// A 32-page cache: writers keep finding it full of dirty pages;
 		// unwritten extents split at I/O completion.
-		{"1k-nocsum-smallcache-defer", ext4io.FormatOptions{BlockSize: 1024, Features: "^metadata_csum"}, 128 << 20, 32 << 10, true, 0, 0},
+		{"1k-nocsum-smallcache-defer", ext4io.FormatOptions{BlockSize: 1024, Features: "^metadata_csum"}, 128 << 20, 32 << 10, true, 0, 0, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			seed := uint64(len(c.name)) * 7919
@@ -89,7 +93,7 @@ func TestFsx(t *testing.T) {
 			t.Logf("seed %d", seed)
 			rng := rand.New(rand.NewPCG(seed, 1))
 			img := formatImage(t, c.size, c.opts)
-			vopts := ext4io.Options{Writable: true, PageCacheBytes: c.cache, Tuning: ext4io.Tuning{DeferSplits: c.deferSplits, ZeroOutChunk: c.zeroChunk}, CacheBudget: c.escBudget}
+			vopts := ext4io.Options{Writable: true, PageCacheBytes: c.cache, Tuning: ext4io.Tuning{DeferSplits: c.deferSplits, ZeroOutChunk: c.zeroChunk, ExtentCacheSkipInRoot: c.skipInRoot}, CacheBudget: c.escBudget}
 			v, err := ext4io.OpenImage(img, vopts)
 			if err != nil {
 				t.Fatal(err)
@@ -255,6 +259,9 @@ func TestFsx(t *testing.T) {
 			}
 			for i := range files {
 				check(steps, i)
+			}
+			if skips := v.CacheStats().FillSkips; (skips > 0) != c.skipInRoot {
+				t.Errorf("extent cache: %d fills not cached with ExtentCacheSkipInRoot %v", skips, c.skipInRoot)
 			}
 			if err := v.Close(); err != nil {
 				t.Fatal(err)

@@ -142,6 +142,13 @@ type Tuning struct {
 	// soon as the write returns. DeferSplits and ZeroOutChunk imply it,
 	// as do volumes without a journal.
 	EagerConversions bool
+	// ExtentCacheSkipInRoot keeps the extent-status cache from caching
+	// the mappings of files whose whole extent tree sits in the inode
+	// (esc.Options.SkipInRoot): a miss there is found again in i_block
+	// without a block read, so small files cost no cache memory, at the
+	// price of a tree lookup on each miss. By default every answer is
+	// cached.
+	ExtentCacheSkipInRoot bool
 }
 
 // maxZeroOutChunk bounds Tuning.ZeroOutChunk.
@@ -306,7 +313,7 @@ func open(ctx context.Context, dev blockdev.Device, opts Options) (*Volume, erro
 		budget = 64 << 20
 	}
 	v := &Volume{dev: dev, opts: opts, sb: sb, bs: sb.BlockSize(), csumSeed: sb.CsumSeed(), csum: sb.MetadataCsum(),
-		cache: newEscSet(budget), inodes: make(map[uint32]*inode)}
+		cache: newEscSet(budget, opts.Tuning.ExtentCacheSkipInRoot), inodes: make(map[uint32]*inode)}
 	v.nss.init()
 	v.touch.init()
 	v.bshift = uint(bits.TrailingZeros(uint(v.bs))) // bs is 1024 << s_log_block_size

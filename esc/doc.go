@@ -18,8 +18,8 @@
 // Tree.Precache loads a small tree whole (up to Options.PrecacheLimit
 // extents), for callers that want that, for example when they open a
 // file. Neither happens on its own: the ext4io package fills on misses
-// only, caches in-root answers too (SkipInRoot off) and does not call
-// Precache.
+// only, caches in-root answers too unless its
+// Options.Tuning.ExtentCacheSkipInRoot is set, and does not call Precache.
 //
 // # Entry layout
 //
