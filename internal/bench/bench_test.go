@@ -438,7 +438,8 @@ func TestCombineRounds(t *testing.T) {
 	if got := r.Engine.Device.Writes; math.Abs(got-1400.0/600) > 1e-12 {
 		t.Fatalf("pooled writes per op %v, want %v", got, 1400.0/600)
 	}
-	// CPU 1, 2, 3 ms over 100, 200, 300 ops: pooled 6000 µs / 600.
+	// The fixture's rounds: CPU 1, 2, 3 ms over 100, 200, 300 ops, pooled
+	// as total CPU over total ops.
 	if got := r.Engine.CPUus; math.Abs(got-10) > 1e-9 {
 		t.Fatalf("pooled CPU per op %v µs, want 10", got)
 	}

@@ -27,9 +27,10 @@ func mustPlan(t *testing.T, size int64, bs int) *spacePlan {
 }
 
 // TestBenchSpacePlanDefault: the default run's plan holds for runtimes of
-// 1 s to 60 s at 8 GB/s of engine writes, because every workload's peak
-// is bounded by its budget and not by runtime × rate. The same for the memory backend's default,
-// the smallest device the bench accepts, and --size 8G.
+// 1 s to 60 s at an engine write rate (rate) above what any backend
+// reaches, because every workload's peak is bounded by its budget and not
+// by runtime × rate. The same for the memory backend's default, the
+// smallest device the bench accepts, and --size 8G.
 func TestBenchSpacePlanDefault(t *testing.T) {
 	const rate = 8e9 // bytes per second
 	for _, size := range []int64{defaultImageSize, defaultMemoryImage, minImageSize, 8 << 30} {
