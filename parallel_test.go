@@ -11,8 +11,8 @@ import (
 // TestMain raises go test's -parallel, unless given, from GOMAXPROCS to
 // one more: some of the long tests that call t.Parallel mostly wait (the
 // MMP protocol's sleeps, Linux's mounts and its 11 s MMP wait, e2fsck and
-// debugfs) and would leave a CPU idle. (More slots measured no faster on
-// 2 CPUs: the rest is CPU-bound, and more at once costs memory.)
+// debugfs) and would leave a CPU idle; the rest is CPU-bound, so one
+// slot more is enough (docs/testing.md has the measurements).
 // Tests that change process-wide state (SetMMPWait, SetMMPRecheck, the
 // umask) or assert on timing do not call t.Parallel: go test runs every
 // sequential test before the parallel ones resume.
