@@ -215,6 +215,16 @@ func (r *fcReplay) readInodeRaw(ino uint32) ([]byte, error) {
 	return buf[off : off+r.isz], nil
 }
 
+// readInode reads and decodes inode ino (its checksum unchecked, as
+// readInodeRaw).
+func (r *fcReplay) readInode(ino uint32) (*layout.Inode, error) {
+	raw, err := r.readInodeRaw(ino)
+	if err != nil {
+		return nil, err
+	}
+	return layout.DecodeInode(raw, r.isz)
+}
+
 // writeInode checksums and writes inode ino.
 func (r *fcReplay) writeInode(ino uint32, in *layout.Inode) error {
 	v := r.v
@@ -313,11 +323,7 @@ func (r *fcReplay) rangeTag(rg layout.FCRange, add bool) error {
 	if !r.inoOK(rg.Ino) || rg.Len == 0 || rg.Lblk > maxLblk {
 		return nil
 	}
-	raw, err := r.readInodeRaw(rg.Ino)
-	if err != nil {
-		return err
-	}
-	in, err := layout.DecodeInode(raw, r.isz)
+	in, err := r.readInode(rg.Ino)
 	if err != nil {
 		return err
 	}
@@ -741,11 +747,7 @@ func (r *fcReplay) link(d layout.FCDentry, creat bool) error {
 	if !r.inoOK(d.Parent) || !r.inoOK(d.Ino) {
 		return nil
 	}
-	raw, err := r.readInodeRaw(d.Ino)
-	if err != nil {
-		return err
-	}
-	in, err := layout.DecodeInode(raw, r.isz)
+	in, err := r.readInode(d.Ino)
 	if err != nil {
 		return err
 	}
@@ -818,11 +820,7 @@ func (r *fcReplay) hasBlock0(ino uint32, in *layout.Inode) (bool, error) {
 // which e2fsck then corrects.)
 func (r *fcReplay) creatDir(d layout.FCDentry, existed bool) error {
 	v := r.v
-	raw, err := r.readInodeRaw(d.Ino)
-	if err != nil {
-		return err
-	}
-	in, err := layout.DecodeInode(raw, r.isz)
+	in, err := r.readInode(d.Ino)
 	if err != nil {
 		return err
 	}
@@ -885,11 +883,7 @@ func (r *fcReplay) creatDir(d layout.FCDentry, existed bool) error {
 // subdirectory's "..", as ext4_inc_count/ext4_dec_count do with dir_nlink:
 // a count of 1 (more than EXT4_LINK_MAX subdirectories) stays 1.
 func (r *fcReplay) addDirLink(ino uint32, delta int) error {
-	raw, err := r.readInodeRaw(ino)
-	if err != nil {
-		return err
-	}
-	in, err := layout.DecodeInode(raw, r.isz)
+	in, err := r.readInode(ino)
 	if err != nil {
 		return err
 	}
@@ -920,11 +914,7 @@ func (r *fcReplay) unlink(d layout.FCDentry) error {
 	if err != nil {
 		return err
 	}
-	raw, err := r.readInodeRaw(d.Ino)
-	if err != nil {
-		return err
-	}
-	in, err := layout.DecodeInode(raw, r.isz)
+	in, err := r.readInode(d.Ino)
 	if err != nil {
 		return err
 	}
@@ -1142,11 +1132,7 @@ func (r *fcReplay) dirAdd(parent uint32, name []byte, ino uint32, ft uint8) erro
 // expandDir appends a block holding (ino, name) to linear directory dir.
 func (r *fcReplay) expandDir(dir uint32, name []byte, ino uint32, ft uint8) error {
 	v := r.v
-	raw, err := r.readInodeRaw(dir)
-	if err != nil {
-		return err
-	}
-	in, err := layout.DecodeInode(raw, r.isz)
+	in, err := r.readInode(dir)
 	if err != nil {
 		return err
 	}
