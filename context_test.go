@@ -15,6 +15,7 @@ import (
 
 	"github.com/ext4io/ext4io"
 	"github.com/ext4io/ext4io/blockdev"
+	"github.com/ext4io/ext4io/blockdev/errordev"
 	"github.com/ext4io/ext4io/blockdev/memdev"
 	"github.com/ext4io/ext4io/ext4iotest"
 	"github.com/ext4io/ext4io/layout"
@@ -222,4 +223,30 @@ func canceled() context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	return ctx
+}
+
+// TestFormatCrash: a power cut anywhere in a Format over an existing
+// filesystem leaves no filesystem (ErrNotExt4), the complete new one, or,
+// before anything of the Format was flushed, the old one untouched; never
+// the old superblock over half-written new metadata.
+func TestFormatCrash(t *testing.T) {
+	t.Parallel()
+	start := memdev.NewBlockSize(64<<20, 4096)
+	require.NoError(t, ext4io.Format(start, ext4io.FormatOptions{BlockSize: 1024}))
+	workload := func(dev blockdev.Device) error {
+		return ext4io.Format(dev, ext4io.FormatOptions{NoDiscard: true})
+	}
+	checked := ext4iotest.CrashSweep(t, start, workload, func(t *testing.T, dev *memdev.Device, rep errordev.CrashReport) {
+		v, err := ext4io.Open(dev, ext4io.Options{})
+		if errors.Is(err, ext4io.ErrNotExt4) {
+			return
+		}
+		require.NoError(t, err, "after %v", rep)
+		if v.BlockSize() != 4096 { // the old one: only while nothing of Format is durable
+			require.Zero(t, rep.Durable, "the old filesystem survived %v", rep)
+		}
+		require.NoError(t, v.Close())
+		ext4iotest.FsckDev(t, dev)
+	}, ext4iotest.SweepOptions{EveryOp: true, MaxPoints: 40, CrashAt: errordev.CrashAtOptions{KeepProb: 0.5}})
+	require.Greater(t, checked, 2)
 }
