@@ -97,13 +97,11 @@ func Claim(dev Device) (release func(), err error) {
 
 // devName names dev for messages: its path for the OS backends.
 func devName(dev Device) string {
-	switch d := dev.(type) {
-	case *File:
-		return d.path
-	case *Direct:
-		return d.path
-	case *Mmap:
-		return d.path
+	if d, ok := dev.(interface{ devPath() string }); ok {
+		return d.devPath()
 	}
 	return fmt.Sprintf("%T device", dev)
 }
+
+func (d *File) devPath() string   { return d.path }
+func (d *Direct) devPath() string { return d.path }

@@ -74,6 +74,8 @@ type Mmap struct {
 
 var _ Device = (*Mmap)(nil)
 
+func (d *Mmap) devPath() string { return d.path }
+
 // OpenMmap maps the regular file, block device or device DAX at path. A
 // file larger than the address space can hold is refused with ErrInvalid,
 // as is any other kind of file. Writable device DAX needs a CPU cache
