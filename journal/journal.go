@@ -65,6 +65,11 @@ type Journal struct {
 
 	cpMu sync.Mutex // serializes checkpoints
 
+	// logBuf stages the log blocks of a commit (logRun). Only the
+	// committer uses it: commitRunning runs on the commit goroutine, or
+	// from Close once that goroutine has stopped.
+	logBuf []byte
+
 	stats struct{ commits, checkpoints, logBlocks atomic.Uint64 } // Stats
 
 	sbMu sync.Mutex // guards sb and serializes superblock writes
@@ -322,6 +327,19 @@ func (j *Journal) writeHome(blk uint64, buf []byte) error {
 	}
 	if _, err := j.fsdev.WriteAt(buf[:j.bs], int64(blk)*int64(j.bs)); err != nil {
 		return fmt.Errorf("journal: write home block %d: %w", blk, ioErr(err))
+	}
+	return nil
+}
+
+// writeHomeRun writes consecutive file system blocks from blk on with one
+// write to FSDev.
+func (j *Journal) writeHomeRun(blk uint64, buf []byte) error {
+	n := uint64(len(buf) / j.bs)
+	if blk > uint64(1<<62)/uint64(j.bs) || n > uint64(1<<62)/uint64(j.bs)-blk || int64(blk+n)*int64(j.bs) > j.fsdev.Size() {
+		return errs.Corruptf("journal", 0, -1, "journalled blocks %d-%d are past the file system device", blk, blk+n-1)
+	}
+	if _, err := j.fsdev.WriteAt(buf, int64(blk)*int64(j.bs)); err != nil {
+		return fmt.Errorf("journal: write home blocks %d-%d: %w", blk, blk+n-1, ioErr(err))
 	}
 	return nil
 }
