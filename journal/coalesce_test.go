@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ext4io/ext4io/blockdev"
 	"github.com/stretchr/testify/assert"
@@ -56,12 +57,14 @@ func TestCommitCoalescesLogWrites(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		split bool
+		async bool
 		opts  CreateOptions
 	}{
-		{"contiguous", false, CreateOptions{CsumV3: true, Is64Bit: true}},
-		{"split-map", true, CreateOptions{CsumV3: true, Is64Bit: true}},
-		{"v1-checksum", true, CreateOptions{CsumV1: true}},
-		{"no-checksum", false, CreateOptions{}},
+		{"contiguous", false, false, CreateOptions{CsumV3: true, Is64Bit: true}},
+		{"split-map", true, false, CreateOptions{CsumV3: true, Is64Bit: true}},
+		{"v1-checksum", true, false, CreateOptions{CsumV1: true}},
+		{"no-checksum", false, false, CreateOptions{}},
+		{"async-commit", true, true, CreateOptions{CsumV3: true, Is64Bit: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mem := newMemDev(devBlks * tBS)
@@ -82,6 +85,20 @@ func TestCommitCoalescesLogWrites(t *testing.T) {
 			cfg.Map = bmap
 			j, err := Create(cfg, tc.opts)
 			require.NoError(t, err)
+			if tc.async {
+				j.sbMu.Lock()
+				nsb := j.sb
+				nsb.FeatureIncompat |= FeatureIncompatAsyncCommit
+				require.NoError(t, j.writeSuperblockLocked(&nsb, true))
+				j.sbMu.Unlock()
+				j.f = nsb.format() // before any handle: no committer yet
+			}
+			// Log blocks written in one run with the commit block: all
+			// 15 with async_commit, else the 14 before it.
+			inRun := uint32(14)
+			if tc.async {
+				inRun = 15
+			}
 			logDev := map[int64]uint32{} // device offset -> journal block
 			for b := uint32(1); b < tJLen; b++ {
 				db, _ := bmap(b)
@@ -121,7 +138,7 @@ func TestCommitCoalescesLogWrites(t *testing.T) {
 					}
 				}
 				nonCommit := []uint32{}
-				for i := range uint32(14) {
+				for i := range inRun {
 					nonCommit = append(nonCommit, j.wrap(start+i))
 				}
 				runs := 1
@@ -133,15 +150,23 @@ func TestCommitCoalescesLogWrites(t *testing.T) {
 					}
 				}
 				msg := fmt.Sprintf("round %d, log start %d: writes %v", round, start, logWrites)
-				assert.Len(t, logWrites, runs+1, msg) // the runs, then the commit block
+				if tc.async {
+					assert.Len(t, logWrites, runs, msg) // the commit block ends the last run
+				} else {
+					assert.Len(t, logWrites, runs+1, msg) // the runs, then the commit block
+				}
 				var n int64
 				for _, w := range logWrites {
 					n += w[1]
 				}
 				assert.Equal(t, int64(15*tBS), n, msg)
-				// Preflush and the commit's flush; a background checkpoint
-				// may add its own.
-				assert.GreaterOrEqual(t, flushes, 2, msg)
+				// Preflush and the commit's flush (one after an async
+				// commit); a background checkpoint may add its own.
+				if tc.async {
+					assert.GreaterOrEqual(t, flushes, 1, msg)
+				} else {
+					assert.GreaterOrEqual(t, flushes, 2, msg)
+				}
 			}
 			// A crash now keeps what the flushes made durable: recovery
 			// replays the last commit.
@@ -161,5 +186,66 @@ func TestCommitCoalescesLogWrites(t *testing.T) {
 			}
 			require.NoError(t, j.Close())
 		})
+	}
+}
+
+// homeGate blocks writes at or past from until open is closed.
+type homeGate struct {
+	blockdev.Device
+	from int64
+	open chan struct{}
+	hit  chan struct{} // closed at the first blocked write
+	once sync.Once
+}
+
+func (d *homeGate) WriteAt(p []byte, off int64) (int, error) {
+	if off >= d.from {
+		d.once.Do(func() { close(d.hit) })
+		<-d.open
+	}
+	return d.Device.WriteAt(p, off)
+}
+
+// TestCheckpointInBackground: once more than half the log is in use a
+// checkpoint runs on its own goroutine, and commits (so fsyncs) go on
+// while it writes blocks home.
+func TestCheckpointInBackground(t *testing.T) {
+	mem := newTestDev(t)
+	dev := &homeGate{Device: mem, from: tHome0 * tBS, open: make(chan struct{}), hit: make(chan struct{})}
+	cfg := testConfig(mem)
+	cfg.Dev = dev
+	j, err := Create(cfg, CreateOptions{CsumV3: true, Is64Bit: true})
+	require.NoError(t, err)
+	// Three log blocks a commit: 22 commits use more than half of the
+	// 127-block log and wake the checkpoint, which blocks on its first
+	// home write.
+	for i := range 22 {
+		commitBlock(t, j, uint64(tHome0+i%tHomeN), bytes.Repeat([]byte{byte(i)}, tBS))
+	}
+	select {
+	case <-dev.hit:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no checkpoint started with more than half the log in use")
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 10 {
+			commitBlock(t, j, uint64(tHome0+i), bytes.Repeat([]byte{0xC0 + byte(i)}, tBS))
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		close(dev.open)
+		<-done
+		t.Fatal("commits waited for the checkpoint")
+	}
+	assert.Zero(t, j.Stats().Checkpoints, "the checkpoint is still writing home")
+	close(dev.open)
+	require.NoError(t, j.Close())
+	for i := range 10 {
+		b := tHome0 + i
+		assert.Equal(t, bytes.Repeat([]byte{0xC0 + byte(i)}, tBS), mem.cur[b*tBS:(b+1)*tBS], "home block %d", b)
 	}
 }

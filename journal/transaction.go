@@ -20,6 +20,7 @@ type transaction struct {
 	buffers  map[uint64][]byte   // newest contents of dirtied blocks
 	revokes  map[uint64]struct{} // revoked blocks
 	born     time.Time           // when the first handle joined
+	syncers  int                 // Syncs that asked for its commit
 	start    uint32              // first log block, once committing
 	nblocks  uint32              // log blocks, once committing
 }
@@ -230,7 +231,8 @@ func (h *Handle) Stop() error {
 
 // Stats returns the journal's counters since Open or Create.
 func (j *Journal) Stats() Stats {
-	return Stats{Commits: j.stats.commits.Load(), Checkpoints: j.stats.checkpoints.Load(), LogBlocks: j.stats.logBlocks.Load()}
+	return Stats{Commits: j.stats.commits.Load(), Checkpoints: j.stats.checkpoints.Load(),
+		LogBlocks: j.stats.logBlocks.Load(), BatchWaits: j.stats.batchWaits.Load()}
 }
 
 // commitLoop is the commit goroutine (jbd2's kjournald2).
@@ -263,8 +265,28 @@ func (j *Journal) commitLoop() {
 		low := j.mu.err == nil && j.mu.used > (j.last-j.first)/2 && len(j.mu.checkpoint) > 0
 		j.mu.Unlock()
 		if low {
-			_ = j.Checkpoint() // errors abort the journal
+			select {
+			case j.cpKick <- struct{}{}:
+			default:
+			}
 		}
+	}
+}
+
+// checkpointLoop is the checkpoint goroutine: the commit goroutine wakes
+// it once more than half the log is in use, so that commits, and the
+// fsyncs waiting for them, go on while it writes blocks home, and Start
+// rarely finds the log short of space (a transaction takes at most a
+// quarter of it).
+func (j *Journal) checkpointLoop() {
+	defer close(j.cpDone)
+	for {
+		select {
+		case <-j.stop:
+			return
+		case <-j.cpKick:
+		}
+		_ = j.Checkpoint() // errors abort the journal
 	}
 }
 
@@ -304,10 +326,19 @@ func (j *Journal) commitRunning() {
 	j.broadcastLocked()
 	j.mu.Unlock()
 
+	began := time.Now()
 	err := j.writeTransaction(t)
+	took := time.Since(began)
 
 	j.mu.Lock()
 	j.mu.committing = nil
+	// jbd2's j_average_commit_time: a quarter of the newest, three of the
+	// average.
+	if j.mu.avgCommit == 0 {
+		j.mu.avgCommit = took
+	} else {
+		j.mu.avgCommit = (took + 3*j.mu.avgCommit) / 4
+	}
 	if err != nil {
 		// Keep the failed transaction visible to Lookup (never written
 		// home: Checkpoint refuses to run after an abort), so readers do
@@ -725,6 +756,7 @@ func (j *Journal) Close() error {
 	if started {
 		close(j.stop)
 		<-j.done
+		<-j.cpDone
 	}
 	j.commitRunning()
 	if err := j.Checkpoint(); err != nil {
