@@ -373,7 +373,8 @@ func (j *Journal) commitRunning() {
 //   - ordered data is written (Config.BeforeCommit);
 //   - revoke blocks (jbd2_journal_write_revoke_records), then descriptor
 //     blocks each followed by its journalled blocks, escaped when they begin
-//     with the jbd2 magic;
+//     with the jbd2 magic; each run of them contiguous on the device is one
+//     write (logRun);
 //   - with an external journal the file system device is flushed before the
 //     commit record ("if the journal is not located on the file system
 //     device, then we must flush the file system device");
