@@ -274,7 +274,8 @@ func (m *jmeta) commit(wait bool) error {
 		return err
 	}
 	if wait {
-		if err := m.j.Sync(context.Background()); err != nil {
+		flushed, err := m.j.SyncFlushed(context.Background())
+		if err != nil {
 			err = fmt.Errorf("ext4io: journal commit: %w", err)
 			// Stop committing, but put nothing back: the blocks are in
 			// the journal, which keeps them visible to Lookup after an
@@ -292,11 +293,15 @@ func (m *jmeta) commit(wait bool) error {
 		if last != nil {
 			<-last // the blocks this and earlier commits freed are allocatable now
 		}
-		if len(pending) == 0 && len(revokes) == 0 {
-			// Nothing to commit, so no commit flushed the device: data
-			// written since (overwrites, write-back into allocated blocks)
-			// needs a flush of its own to be durable (as ext4_sync_file
-			// issues one when the transaction has no barrier for it).
+		if len(pending) == 0 && len(revokes) == 0 && !flushed {
+			// Nothing to commit, and no commit that began after this call
+			// flushed the device (none was running, or only one already
+			// under way): data written since (overwrites, write-back into
+			// allocated blocks) needs a flush of its own to be durable (as
+			// ext4_sync_file issues one when the transaction has no
+			// barrier for it). When another goroutine's commit logged this
+			// caller's changes and has not committed yet, the Sync above
+			// committed them, and that commit's preflush covers the data.
 			if err := v.flushDev(); err != nil {
 				return err
 			}

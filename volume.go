@@ -758,6 +758,10 @@ type Counters struct {
 	// JournalCommits counts batches of metadata updates logged to the
 	// journal (each one or more jbd2 handles in one transaction).
 	JournalCommits uint64
+	// JournalTransactions counts jbd2 transactions committed to the log
+	// since the volume opened; concurrent fsyncs share them (group
+	// commit).
+	JournalTransactions uint64
 	// BufferedWrites counts writes through the page cache (no journal
 	// handle, no metadata update); DelallocBlocks counts blocks allocated
 	// for them at write-back.
@@ -784,7 +788,17 @@ func (v *Volume) Counters() Counters {
 		Conversions: s.conversions.Load() + s.convQueued.Load(), ZeroOutBlocks: s.zeroOuts.Load(), Overwrites: shared - notOver,
 		JournalCommits: s.handles.Load(), BufferedWrites: s.buffered.Load(), DelallocBlocks: s.delalloc.Load(),
 		ReservedBlocks: v.reserved(), SplitsDeferred: s.splitsDeferred.Load(),
-		ConversionsQueued: s.convQueued.Load(), ConversionBatches: s.convBatches.Load()}
+		ConversionsQueued: s.convQueued.Load(), ConversionBatches: s.convBatches.Load(),
+		JournalTransactions: v.journalTransactions()}
+}
+
+// journalTransactions returns the transactions the journal committed, or 0
+// on a volume without a running journal.
+func (v *Volume) journalTransactions() uint64 {
+	if m := v.jm; m != nil {
+		return m.j.Stats().Commits
+	}
+	return 0
 }
 
 func (v *Volume) reserved() uint64 {

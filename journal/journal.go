@@ -34,6 +34,11 @@ type Config struct {
 	// commit block of every transaction is written: ordered mode's "make
 	// newly mapped data durable" hook. An error aborts the journal.
 	BeforeCommit func(tid uint32) error
+	// MinBatchTime and MaxBatchTime bound how long a Sync waits for
+	// other goroutines' changes to join the transaction it commits
+	// (jbd2's min_batch_time and max_batch_time; see Sync). Zero
+	// MaxBatchTime means jbd2's 15 ms; negative disables the wait.
+	MinBatchTime, MaxBatchTime time.Duration
 	// Now supplies commit timestamps; nil means time.Now.
 	Now func() time.Time
 	// FastCommit, when set, is called by Recover on a journal with the
@@ -60,12 +65,21 @@ type Journal struct {
 	fcReplay   FastCommitReplayer
 	maxTxn     int // largest log footprint of one transaction
 	interval   time.Duration
+	minBatch   time.Duration // Config.MinBatchTime
+	maxBatch   time.Duration // Config.MaxBatchTime; negative: no batching
 	before     func(uint32) error
 	now        func() time.Time
 
 	cpMu sync.Mutex // serializes checkpoints
 
-	stats struct{ commits, checkpoints, logBlocks atomic.Uint64 } // Stats
+	// logBuf stages the log blocks of a commit (logRun). Only the
+	// committer uses it: commitRunning runs on the commit goroutine, or
+	// from Close once that goroutine has stopped.
+	logBuf []byte
+
+	stats struct {
+		commits, checkpoints, logBlocks, batchWaits atomic.Uint64
+	} // Stats
 
 	sbMu sync.Mutex // guards sb and serializes superblock writes
 	sb   Superblock // the on-disk superblock as last written
@@ -84,8 +98,21 @@ type Journal struct {
 		used       uint32         // log blocks from the on-disk tail to head
 		err        error          // set when the journal aborts
 		closed     bool
-		started    bool // commit goroutine running
-		changed    chan struct{}
+		started    bool // commit and checkpoint goroutines running
+		// Group commit (Sync): syncers counts the Syncs in progress;
+		// overlapAt is when one last began while another was in
+		// progress; peak is the most Syncs in progress at once since
+		// peakAt; avgCommit is the running average of a commit's
+		// duration (j_average_commit_time); avgGap that of the time
+		// between the starts of two Syncs, the last at lastSync.
+		syncers   int
+		overlapAt time.Time
+		peak      int
+		peakAt    time.Time
+		avgCommit time.Duration
+		avgGap    time.Duration
+		lastSync  time.Time
+		changed   chan struct{}
 		// forgotten maps a block freed by the file system to its Forget
 		// calls, oldest first (jbd2_journal_forget). Entries go once the
 		// transactions they concern are checkpointed.
@@ -98,9 +125,11 @@ type Journal struct {
 		// older ones went with it.
 		newest map[uint64]*transaction
 	}
-	kick chan struct{}
-	stop chan struct{}
-	done chan struct{}
+	kick   chan struct{} // wakes the commit goroutine
+	cpKick chan struct{} // wakes the checkpoint goroutine
+	stop   chan struct{} // closed by Close
+	done   chan struct{} // closed when the commit goroutine exits
+	cpDone chan struct{} // closed when the checkpoint goroutine exits
 }
 
 // Open reads and validates the journal superblock the way jbd2's
@@ -111,7 +140,11 @@ func Open(cfg Config) (*Journal, error) {
 		return nil, fmt.Errorf("journal: bad config (block size %d, %d blocks): %w", cfg.BlockSize, cfg.Blocks, ErrInvalid)
 	}
 	j := &Journal{dev: cfg.Dev, fsdev: cfg.FSDev, bmap: cfg.Map, bs: cfg.BlockSize,
-		interval: cfg.CommitInterval, before: cfg.BeforeCommit, now: cfg.Now}
+		interval: cfg.CommitInterval, before: cfg.BeforeCommit, now: cfg.Now,
+		minBatch: max(cfg.MinBatchTime, 0), maxBatch: cfg.MaxBatchTime}
+	if j.maxBatch == 0 {
+		j.maxBatch = 15 * time.Millisecond
+	}
 	if j.fsdev == nil {
 		j.fsdev = j.dev
 	}
@@ -151,8 +184,10 @@ func Open(cfg Config) (*Journal, error) {
 	j.mu.tailSeq = sb.SeqTail
 	j.mu.head, j.mu.tail = j.first, j.first
 	j.kick = make(chan struct{}, 1)
+	j.cpKick = make(chan struct{}, 1)
 	j.stop = make(chan struct{})
 	j.done = make(chan struct{})
+	j.cpDone = make(chan struct{})
 	return j, nil
 }
 
@@ -326,6 +361,19 @@ func (j *Journal) writeHome(blk uint64, buf []byte) error {
 	return nil
 }
 
+// writeHomeRun writes consecutive file system blocks from blk on with one
+// write to FSDev.
+func (j *Journal) writeHomeRun(blk uint64, buf []byte) error {
+	n := uint64(len(buf) / j.bs)
+	if blk > uint64(1<<62)/uint64(j.bs) || n > uint64(1<<62)/uint64(j.bs)-blk || int64(blk+n)*int64(j.bs) > j.fsdev.Size() {
+		return errs.Corruptf("journal", 0, -1, "journalled blocks %d-%d are past the file system device", blk, blk+n-1)
+	}
+	if _, err := j.fsdev.WriteAt(buf, int64(blk)*int64(j.bs)); err != nil {
+		return fmt.Errorf("journal: write home blocks %d-%d: %w", blk, blk+n-1, ioErr(err))
+	}
+	return nil
+}
+
 // writeSuperblockLocked encodes sb with its checksum, writes it to journal
 // block 0 and, with fua, flushes (jbd2 writes it REQ_FUA). j.sbMu is held.
 func (j *Journal) writeSuperblockLocked(sb *Superblock, fua bool) error {
@@ -417,25 +465,124 @@ func (j *Journal) abortLocked(err error) {
 // Sync commits the running transaction, if it holds changes, and returns
 // once every transaction whose handles stopped before the call is durable.
 // Concurrent Syncs share one commit (group commit).
+//
+// Batching follows jbd2_journal_stop: when other Syncs ran alongside one
+// recently (jbd2 asks whether the last synchronous writer was another
+// process), a Sync lets the transaction run until it is as old as the
+// average commit takes, bounded by Config.MinBatchTime and MaxBatchTime,
+// before it asks for the commit, so that fsyncs arriving meanwhile join
+// it. Where commits are faster than Syncs arrive (memory, fast flash) that
+// window gathers nobody, so it is also at least the time the others of a
+// recent group take to arrive: the average gap between Syncs times one
+// less than the most Syncs seen in progress at once. A Sync stops waiting
+// early once that many wait for the transaction (nobody else is likely to
+// come, and waiting longer would idle them all), or when the transaction
+// commits anyway. A lone fsync stream never waits.
 func (j *Journal) Sync(ctx context.Context) error {
+	_, err := j.SyncFlushed(ctx)
+	return err
+}
+
+// SyncFlushed is Sync that also reports whether the commit it waited for
+// flushed FSDev after the call began, so that writes to FSDev completed
+// before the call are durable without a flush of their own: true when
+// the call committed the running transaction (whose preflush, or flush
+// after an async commit, follows the call) and FSDev is Dev or is flushed
+// before each commit (Config.BeforeCommit set).
+func (j *Journal) SyncFlushed(ctx context.Context) (flushed bool, err error) {
 	j.mu.Lock()
 	if j.mu.err != nil {
 		defer j.mu.Unlock()
-		return j.mu.err
+		return false, j.mu.err
+	}
+	now := time.Now()
+	if !j.mu.lastSync.IsZero() {
+		j.mu.avgGap = (now.Sub(j.mu.lastSync) + 3*j.mu.avgGap) / 4
+	}
+	j.mu.lastSync = now
+	j.mu.syncers++
+	if j.mu.syncers > 1 {
+		j.mu.overlapAt = now
+		j.broadcastLocked() // batching Syncs count the newcomer
+	}
+	if j.mu.syncers >= j.mu.peak || now.Sub(j.mu.peakAt) > batchMemory {
+		j.mu.peak, j.mu.peakAt = j.mu.syncers, now
 	}
 	var target uint32
 	need := false
 	if t := j.mu.running; t != nil && !t.empty() {
 		target, need = t.tid, true
+		t.syncers++
+		if err := j.batchLocked(ctx, t, now); err != nil {
+			j.mu.syncers--
+			j.mu.Unlock()
+			return false, err
+		}
 		j.requestCommitLocked(t.tid)
+		flushed = j.fsdev == j.dev || j.before != nil
 	} else if t := j.mu.committing; t != nil {
 		target, need = t.tid, true
 	}
 	j.mu.Unlock()
-	if !need {
+	if need {
+		err = j.WaitCommit(ctx, target)
+	}
+	j.mu.Lock()
+	j.mu.syncers--
+	j.mu.Unlock()
+	return flushed && err == nil, err
+}
+
+// batchMemory is how long Syncs running alongside each other keep Sync
+// batching, and how long the most seen at once counts as the group size.
+const batchMemory = time.Second
+
+// batchLocked waits, for Sync, while the running transaction t may gather
+// more changes before its commit (see Sync). j.mu is held.
+func (j *Journal) batchLocked(ctx context.Context, t *transaction, now time.Time) error {
+	if j.maxBatch < 0 || j.mu.overlapAt.IsZero() || now.Sub(j.mu.overlapAt) > batchMemory {
 		return nil
 	}
-	return j.WaitCommit(ctx, target)
+	window := min(max(j.mu.avgCommit, time.Duration(j.mu.peak-1)*j.mu.avgGap, j.minBatch), j.maxBatch)
+	born := t.born
+	if born.IsZero() {
+		born = now
+	}
+	deadline := born.Add(window)
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	waited := false
+	for {
+		if j.mu.err != nil || j.mu.closed || j.mu.running != t || t.locked || t.syncers >= j.mu.peak {
+			break
+		}
+		d := time.Until(deadline)
+		if d <= 0 {
+			break
+		}
+		if timer == nil {
+			timer = time.NewTimer(d)
+		}
+		if !waited {
+			waited = true
+			j.stats.batchWaits.Add(1)
+		}
+		ch := j.mu.changed
+		j.mu.Unlock()
+		select {
+		case <-ch:
+		case <-timer.C:
+		case <-ctx.Done():
+			j.mu.Lock()
+			return ctx.Err()
+		}
+		j.mu.Lock()
+	}
+	return nil
 }
 
 // WaitCommit returns once transaction tid is committed (or the journal
@@ -484,6 +631,7 @@ func (j *Journal) startLocked() {
 	if !j.mu.started && !j.mu.closed {
 		j.mu.started = true
 		go j.commitLoop()
+		go j.checkpointLoop()
 	}
 }
 
@@ -492,6 +640,7 @@ type Stats struct {
 	Commits     uint64 // transactions committed
 	Checkpoints uint64 // checkpoint rounds
 	LogBlocks   uint64 // blocks written to the log
+	BatchWaits  uint64 // Syncs that waited for others to join their transaction
 }
 
 // forgetEvent is one Forget of a block.

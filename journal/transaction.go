@@ -20,6 +20,7 @@ type transaction struct {
 	buffers  map[uint64][]byte   // newest contents of dirtied blocks
 	revokes  map[uint64]struct{} // revoked blocks
 	born     time.Time           // when the first handle joined
+	syncers  int                 // Syncs that asked for its commit
 	start    uint32              // first log block, once committing
 	nblocks  uint32              // log blocks, once committing
 }
@@ -230,7 +231,8 @@ func (h *Handle) Stop() error {
 
 // Stats returns the journal's counters since Open or Create.
 func (j *Journal) Stats() Stats {
-	return Stats{Commits: j.stats.commits.Load(), Checkpoints: j.stats.checkpoints.Load(), LogBlocks: j.stats.logBlocks.Load()}
+	return Stats{Commits: j.stats.commits.Load(), Checkpoints: j.stats.checkpoints.Load(),
+		LogBlocks: j.stats.logBlocks.Load(), BatchWaits: j.stats.batchWaits.Load()}
 }
 
 // commitLoop is the commit goroutine (jbd2's kjournald2).
@@ -263,8 +265,28 @@ func (j *Journal) commitLoop() {
 		low := j.mu.err == nil && j.mu.used > (j.last-j.first)/2 && len(j.mu.checkpoint) > 0
 		j.mu.Unlock()
 		if low {
-			_ = j.Checkpoint() // errors abort the journal
+			select {
+			case j.cpKick <- struct{}{}:
+			default:
+			}
 		}
+	}
+}
+
+// checkpointLoop is the checkpoint goroutine: the commit goroutine wakes
+// it once more than half the log is in use, so that commits, and the
+// fsyncs waiting for them, go on while it writes blocks home, and Start
+// rarely finds the log short of space (a transaction takes at most a
+// quarter of it).
+func (j *Journal) checkpointLoop() {
+	defer close(j.cpDone)
+	for {
+		select {
+		case <-j.stop:
+			return
+		case <-j.cpKick:
+		}
+		_ = j.Checkpoint() // errors abort the journal
 	}
 }
 
@@ -304,10 +326,19 @@ func (j *Journal) commitRunning() {
 	j.broadcastLocked()
 	j.mu.Unlock()
 
+	began := time.Now()
 	err := j.writeTransaction(t)
+	took := time.Since(began)
 
 	j.mu.Lock()
 	j.mu.committing = nil
+	// jbd2's j_average_commit_time: a quarter of the newest, three of the
+	// average.
+	if j.mu.avgCommit == 0 {
+		j.mu.avgCommit = took
+	} else {
+		j.mu.avgCommit = (took + 3*j.mu.avgCommit) / 4
+	}
 	if err != nil {
 		// Keep the failed transaction visible to Lookup (never written
 		// home: Checkpoint refuses to run after an abort), so readers do
@@ -342,7 +373,8 @@ func (j *Journal) commitRunning() {
 //   - ordered data is written (Config.BeforeCommit);
 //   - revoke blocks (jbd2_journal_write_revoke_records), then descriptor
 //     blocks each followed by its journalled blocks, escaped when they begin
-//     with the jbd2 magic;
+//     with the jbd2 magic; each run of them contiguous on the device is one
+//     write (logRun);
 //   - with an external journal the file system device is flushed before the
 //     commit record ("if the journal is not located on the file system
 //     device, then we must flush the file system device");
@@ -367,25 +399,17 @@ func (j *Journal) writeTransaction(t *transaction) error {
 			return fmt.Errorf("journal: ordered data for transaction %d: %w", t.tid, err)
 		}
 	}
-	pos := t.start
-	buf := make([]byte, j.bs)
-	put := func(b []byte) error {
-		if err := j.writeLog(pos, b); err != nil {
-			return err
-		}
-		j.stats.logBlocks.Add(1)
-		pos = j.wrap(pos + 1)
-		return nil
-	}
+	lw := j.newLogRun(t.start)
 	// Revoke blocks.
 	revs := sortedKeys(t.revokes)
 	for len(revs) > 0 {
 		n := min(len(revs), j.f.RevokesPerBlock())
 		r := Revoke{Sequence: t.tid, Blocks: revs[:n]}
-		if err := r.Encode(j.f, buf); err != nil {
+		buf, err := lw.next()
+		if err != nil {
 			return err
 		}
-		if err := put(buf); err != nil {
+		if err := r.Encode(j.f, buf); err != nil {
 			return err
 		}
 		revs = revs[n:]
@@ -398,10 +422,11 @@ func (j *Journal) writeTransaction(t *transaction) error {
 	// (docs/performance.md, "Buffered, sequential and fsync-heavy writes").
 	v1, crcSum := j.f.Compat&FeatureCompatChecksum != 0, ^uint32(0)
 	tp := j.f.TagsPerDescriptor()
-	data := make([]byte, j.bs)
+	tags := make([]Tag, min(len(blocks), tp))
+	var escaped []byte // an escaped copy, for the tag checksum
 	for len(blocks) > 0 {
 		n := min(len(blocks), tp)
-		d := Descriptor{Sequence: t.tid, Tags: make([]Tag, n)}
+		d := Descriptor{Sequence: t.tid, Tags: tags[:n]}
 		for i, b := range blocks[:n] {
 			tg := Tag{Block: b, Flags: FlagSameUUID}
 			if i == 0 {
@@ -415,16 +440,25 @@ func (j *Journal) writeTransaction(t *transaction) error {
 				tg.Flags |= FlagEscape
 			}
 			if j.f.csumV2or3() {
-				copy(data, src)
+				// The checksum covers the block as logged: escaped.
 				if tg.Flags&FlagEscape != 0 {
-					clear(data[:4])
+					if escaped == nil {
+						escaped = make([]byte, j.bs)
+					}
+					copy(escaped, src)
+					clear(escaped[:4])
+					src = escaped
 				}
-				tg.Checksum = j.f.TagCsum(t.tid, data)
+				tg.Checksum = j.f.TagCsum(t.tid, src)
 				if !j.f.csumV3() {
 					tg.Checksum &= 0xFFFF
 				}
 			}
 			d.Tags[i] = tg
+		}
+		buf, err := lw.next()
+		if err != nil {
+			return err
 		}
 		if err := d.Encode(j.f, buf); err != nil {
 			return err
@@ -432,10 +466,11 @@ func (j *Journal) writeTransaction(t *transaction) error {
 		if v1 {
 			crcSum = crc32BE(crcSum, buf)
 		}
-		if err := put(buf); err != nil {
-			return err
-		}
 		for i, b := range blocks[:n] {
+			data, err := lw.next()
+			if err != nil {
+				return err
+			}
 			copy(data, t.buffers[b])
 			if d.Tags[i].Flags&FlagEscape != 0 {
 				clear(data[:4])
@@ -443,19 +478,25 @@ func (j *Journal) writeTransaction(t *transaction) error {
 			if v1 {
 				crcSum = crc32BE(crcSum, data)
 			}
-			if err := put(data); err != nil {
-				return err
-			}
 		}
 		blocks = blocks[n:]
+	}
+	async := j.f.Incompat&FeatureIncompatAsyncCommit != 0
+	if !async {
+		// The commit block is a write of its own after the preflush.
+		if err := lw.write(); err != nil {
+			return err
+		}
 	}
 	if j.fsdev != j.dev && j.before != nil {
 		if err := j.fsdev.Flush(); err != nil {
 			return fmt.Errorf("journal: flush data device: %w", ioErr(err))
 		}
 	}
-	async := j.f.Incompat&FeatureIncompatAsyncCommit != 0
 	if mutant.HomeBeforeCommit {
+		if err := lw.write(); err != nil {
+			return err
+		}
 		for _, b := range sortedKeys(t.buffers) {
 			if err := j.writeHome(b, t.buffers[b]); err != nil {
 				return err
@@ -472,15 +513,84 @@ func (j *Journal) writeTransaction(t *transaction) error {
 	if v1 {
 		c.ChksumType, c.ChksumSize, c.Chksum[0] = ChecksumTypeCRC32, crc32ChksumSize, crcSum
 	}
+	buf, err := lw.next()
+	if err != nil {
+		return err
+	}
 	c.Encode(j.f, buf)
-	if err := put(buf); err != nil {
+	if err := lw.write(); err != nil {
 		return err
 	}
 	if err := j.dev.Flush(); err != nil {
 		return fmt.Errorf("journal: flush commit %d: %w", t.tid, ioErr(err))
 	}
-	if pos != j.wrap(t.start+t.nblocks) {
-		return fmt.Errorf("journal: transaction %d wrote to %d, expected %d: %w", t.tid, pos, j.wrap(t.start+t.nblocks), ErrInvalid)
+	if end := j.wrap(t.start + t.nblocks); lw.pos != end {
+		return fmt.Errorf("journal: transaction %d wrote to %d, expected %d: %w", t.tid, lw.pos, end, ErrInvalid)
+	}
+	return nil
+}
+
+// maxLogRun bounds one coalesced log write, and so the committer's buffer.
+const maxLogRun = 1 << 20
+
+// logRun stages consecutive log blocks and writes each physically
+// contiguous run of them with one device write (jbd2 submits a
+// transaction's log buffers as one batch of bios the block layer merges).
+// A run ends where the log wraps, where the journal's BlockMap is not
+// contiguous, at maxLogRun bytes, and at write.
+type logRun struct {
+	j     *Journal
+	pos   uint32 // next log block
+	first uint32 // log block of the staged run
+	off   int64  // its device offset
+	n     int    // blocks staged
+}
+
+func (j *Journal) newLogRun(start uint32) *logRun {
+	return &logRun{j: j, pos: start, first: start}
+}
+
+// next returns the buffer of the next log block, to be filled before the
+// following next or write; it writes the staged run first when the block
+// does not continue it.
+func (r *logRun) next() ([]byte, error) {
+	j := r.j
+	off, err := j.devOffset(r.pos)
+	if err != nil {
+		return nil, err
+	}
+	if r.n > 0 && (r.pos != r.first+uint32(r.n) || off != r.off+int64(r.n)*int64(j.bs) || (r.n+1)*j.bs > maxLogRun) {
+		if err := r.write(); err != nil {
+			return nil, err
+		}
+	}
+	if r.n == 0 {
+		r.first, r.off = r.pos, off
+	}
+	need := (r.n + 1) * j.bs
+	if len(j.logBuf) < need {
+		// Grown to the largest run seen, at most maxLogRun.
+		nb := make([]byte, min(max(need, 2*len(j.logBuf)), max(maxLogRun, j.bs)))
+		copy(nb, j.logBuf[:r.n*j.bs])
+		j.logBuf = nb
+	}
+	b := j.logBuf[r.n*j.bs : need]
+	r.n++
+	r.pos = j.wrap(r.pos + 1)
+	j.stats.logBlocks.Add(1)
+	return b, nil
+}
+
+// write writes the staged run, if any, with one device write.
+func (r *logRun) write() error {
+	if r.n == 0 {
+		return nil
+	}
+	j := r.j
+	n := r.n
+	r.n = 0
+	if _, err := j.dev.WriteAt(j.logBuf[:n*j.bs], r.off); err != nil {
+		return fmt.Errorf("journal: write log blocks %d-%d: %w", r.first, r.first+uint32(n)-1, ioErr(err))
 	}
 	return nil
 }
@@ -544,15 +654,37 @@ func (j *Journal) Checkpoint() error {
 		j.mu.Unlock()
 		return err
 	}
+	// Contiguous home blocks go out with one write each run.
+	var run []byte
+	var runStart uint64
+	writeRun := func() error {
+		if len(run) == 0 {
+			return nil
+		}
+		err := j.writeHomeRun(runStart, run)
+		run = run[:0]
+		return err
+	}
 	for _, b := range sortedKeys(owner) {
-		if t := owner[b]; t != nil {
-			if forgottenSince(forgotten[b], t.tid) {
-				continue // freed since, and the free committed: its home may hold new data
-			}
-			if err := j.writeHome(b, t.buffers[b]); err != nil {
+		t := owner[b]
+		if t == nil || forgottenSince(forgotten[b], t.tid) {
+			continue // revoked, or freed since and the free committed: its home may hold new data
+		}
+		if len(run) > 0 && (b != runStart+uint64(len(run)/j.bs) || len(run)+j.bs > maxLogRun) {
+			if err := writeRun(); err != nil {
 				return fail(err)
 			}
 		}
+		if len(run) == 0 {
+			runStart = b
+			if run == nil {
+				run = make([]byte, 0, min(len(owner)*j.bs, max(maxLogRun, j.bs)))
+			}
+		}
+		run = append(run, t.buffers[b]...)
+	}
+	if err := writeRun(); err != nil {
+		return fail(err)
 	}
 	if !mutant.NoCheckpointFlush {
 		if err := j.fsdev.Flush(); err != nil {
@@ -625,6 +757,7 @@ func (j *Journal) Close() error {
 	if started {
 		close(j.stop)
 		<-j.done
+		<-j.cpDone
 	}
 	j.commitRunning()
 	if err := j.Checkpoint(); err != nil {
