@@ -103,14 +103,24 @@ type Server struct {
 	// nothing retries while it is not zero.
 	renames atomic.Int32
 
+	// polled is closed once go-fuse's poll hack has made the kernel stop
+	// sending FUSE_POLL (see Mount); open and create wait for it.
+	polled chan struct{}
+
 	bsize uint32
 }
 
 // Mount serves v at dir. The caller keeps v and closes it after Wait
 // returns (Close of a writable volume writes back, commits and marks the
 // file system clean).
+//
+// The mount is visible before Mount returns. Code in the serving process
+// must not use it until then (wait for Mount, not for /proc/self/mounts):
+// an open of a file there before the kernel has learned that the server
+// does not implement FUSE_POLL can hang the whole process (see the
+// comment in Mount). Other processes may use it at any time.
 func Mount(v *ext4io.Volume, dir string, o Options) (*Server, error) {
-	s := &Server{v: v, ro: o.ReadOnly || !v.Writable(), dio: o.DirectIO, bsize: uint32(v.BlockSize())}
+	s := &Server{v: v, ro: o.ReadOnly || !v.Writable(), dio: o.DirectIO, bsize: uint32(v.BlockSize()), polled: make(chan struct{})}
 	root := &node{s: s}
 	sec := time.Second
 	et, at := sec, sec
@@ -162,7 +172,21 @@ func Mount(v *ext4io.Volume, dir string, o Options) (*Server, error) {
 		return nil, err
 	}
 	fo.RootStableAttr = &fs.StableAttr{Ino: uint64(fi.Ino), Gen: uint64(fi.Generation), Mode: syscall.S_IFDIR}
+	// fs.Mount returns once go-fuse has opened and polled a file of its
+	// own on the mount, so that the kernel has learned (ENOSYS) that this
+	// server does not implement FUSE_POLL. Until then an open of a regular
+	// file by a Go program, which registers it with the runtime's epoll,
+	// sends FUSE_POLL from a raw epoll_ctl that keeps its thread's P: in
+	// this process, a garbage collection's stop-the-world then waits for
+	// that thread while the goroutines that would answer are stopped, and
+	// the process hangs for good. Open therefore replies only after
+	// fs.Mount returned, and so does create outside the root directory. A
+	// create in the root cannot wait: the kernel holds the root locked
+	// while it waits for the reply, and go-fuse's lookup of its own file
+	// there would wait for that lock. A program in this process must
+	// still not create files in the mount's root before Mount returns.
 	srv, err := fs.Mount(dir, root, fo)
+	close(s.polled)
 	if err != nil {
 		return nil, err
 	}
@@ -684,6 +708,9 @@ func (n *node) created(ctx context.Context, p string, mode uint32, setMode bool)
 
 // Create makes and opens a regular file.
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	if !n.IsRoot() {
+		<-n.s.polled // see Mount
+	}
 	if e := n.s.writable(); e != 0 {
 		return nil, nil, 0, e
 	}
@@ -1062,6 +1089,7 @@ var (
 // passes aligned requests through; unaligned ones fail with EINVAL as
 // ext4's do).
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	<-n.s.polled // see Mount
 	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0 {
 		if e := n.s.writable(); e != 0 {
 			return nil, 0, e
