@@ -491,47 +491,47 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 			if e == 0 {
 				n.s.fill(fi, &out.Attr)
 			}
-			if e != syscall.ENOENT {
-				return e
-			}
+			return e
 		}
-		e := n.withPath("", func(p string) syscall.Errno {
-			if setUID || setGID {
-				u, g := -1, -1
-				if setUID {
-					u = int(uid)
-				}
-				if setGID {
-					g = int(gid)
-				}
-				if err := n.s.v.Lchown(p, u, g); err != nil {
-					return errno(err)
-				}
-			}
-			if setMode {
-				if isLink {
-					return syscall.EOPNOTSUPP
-				}
-				if err := n.s.v.Chmod(p, fileMode(mode)); err != nil {
-					return errno(err)
-				}
-			}
-			if setA || setM {
-				var a, m time.Time
-				if setA {
-					a = atime
-				}
-				if setM {
-					m = mtime
-				}
-				if err := n.s.v.Lchtimes(p, a, m); err != nil {
-					return errno(err)
-				}
-			}
-			return 0
-		})
+		// A linked inode: through a File opened by number, which names
+		// the same inode as the path would without resolving it. The
+		// kernel holds the inode locked, so no unlink frees it meanwhile.
+		if isLink && setMode {
+			return syscall.EOPNOTSUPP
+		}
+		f, e := n.openIno()
 		if e != 0 {
 			return e
+		}
+		defer f.Close()
+		if setUID || setGID {
+			u, g := -1, -1
+			if setUID {
+				u = int(uid)
+			}
+			if setGID {
+				g = int(gid)
+			}
+			if err := f.Chown(u, g); err != nil {
+				return errno(err)
+			}
+		}
+		if setMode {
+			if err := f.Chmod(fileMode(mode)); err != nil {
+				return errno(err)
+			}
+		}
+		if setA || setM {
+			var a, m time.Time
+			if setA {
+				a = atime
+			}
+			if setM {
+				m = mtime
+			}
+			if err := f.Chtimes(a, m); err != nil {
+				return errno(err)
+			}
 		}
 	}
 	fi, e := n.stat(fh)
@@ -654,39 +654,49 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 	return []byte(t), 0
 }
 
-// owner sets the owner of a new inode at p to the caller, and its group to
-// the caller's or, in a setgid directory, the directory's (as
+// owner sets the owner of a new inode f to the caller, and its group to
+// the caller's or, in a setgid directory n, the directory's (as
 // inode_init_owner does). It returns whether the group came from a setgid
 // directory.
-func (n *node) owner(ctx context.Context, p string) (sgid bool, e syscall.Errno) {
+func (n *node) owner(ctx context.Context, f *ext4io.File) (sgid bool, e syscall.Errno) {
 	c, ok := fuse.FromContext(ctx)
 	if !ok {
 		return false, 0
 	}
 	uid, gid := int(c.Uid), int(c.Gid)
-	dp := p[:strings.LastIndexByte(p, '/')]
-	if dp == "" {
-		dp = "/"
-	}
-	if di, err := n.s.v.Lstat(dp); err == nil && di.IMode&syscall.S_ISGID != 0 {
+	if di, e := n.stat(nil); e == 0 && di.IMode&syscall.S_ISGID != 0 {
 		gid, sgid = int(di.GID), true
 	}
 	if uid == 0 && gid == 0 {
 		return sgid, 0
 	}
-	return sgid, errno(n.s.v.Lchown(p, uid, gid))
+	return sgid, errno(f.Chown(uid, gid))
 }
 
-// created finishes a new inode at p: mode, owner, then its entry.
-func (n *node) created(ctx context.Context, p string, mode uint32, setMode bool) (*ext4io.FileInfo, syscall.Errno) {
-	sgid, e := n.owner(ctx, p)
+// created finishes a new inode in directory n: owner, then mode. f is the
+// new inode, open, or nil to open the one at p. It works on the inode, not
+// its path, so that the path is resolved once, by the operation that made
+// it.
+func (n *node) created(ctx context.Context, p string, f *ext4io.File, mode uint32, setMode bool) (*ext4io.FileInfo, syscall.Errno) {
+	if f == nil {
+		fi, err := n.s.v.Lstat(p)
+		if err != nil {
+			return nil, errno(err)
+		}
+		if f, err = n.s.v.OpenIno(fi.Ino); err != nil {
+			return nil, errno(err)
+		}
+		defer f.Close()
+	}
+	sgid, e := n.owner(ctx, f)
 	if e != 0 {
 		return nil, e
 	}
-	fi, err := n.s.v.Lstat(p)
+	st, err := f.Stat()
 	if err != nil {
 		return nil, errno(err)
 	}
+	fi := st.(*ext4io.FileInfo)
 	if setMode {
 		m := mode & 0o7777
 		if sgid && mode&syscall.S_IFMT == syscall.S_IFDIR {
@@ -695,12 +705,13 @@ func (n *node) created(ctx context.Context, p string, mode uint32, setMode bool)
 		// Most new inodes already have their mode (Mkdir takes it, Create
 		// makes 0644): then the inode is complete in one transaction.
 		if uint32(fi.IMode)&0o7777 != m {
-			if err := n.s.v.Chmod(p, fileMode(m)); err != nil {
+			if err := f.Chmod(fileMode(m)); err != nil {
 				return nil, errno(err)
 			}
-			if fi, err = n.s.v.Lstat(p); err != nil {
+			if st, err = f.Stat(); err != nil {
 				return nil, errno(err)
 			}
+			fi = st.(*ext4io.FileInfo)
 		}
 	}
 	return fi, 0
@@ -725,7 +736,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 			return errno(err)
 		}
 		var e syscall.Errno
-		if fi, e = n.created(ctx, p, syscall.S_IFREG|mode, true); e != 0 {
+		if fi, e = n.created(ctx, p, f, syscall.S_IFREG|mode, true); e != 0 {
 			return e
 		}
 		if flags&syscall.O_DIRECT != 0 {
@@ -765,7 +776,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 			return errno(err)
 		}
 		var e syscall.Errno
-		fi, e = n.created(ctx, p, syscall.S_IFDIR|mode, true)
+		fi, e = n.created(ctx, p, nil, syscall.S_IFDIR|mode, true)
 		return e
 	})
 	if e != 0 {
@@ -804,7 +815,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 			return errno(err)
 		}
 		var e syscall.Errno
-		fi, e = n.created(ctx, p, mode, true)
+		fi, e = n.created(ctx, p, nil, mode, true)
 		return e
 	})
 	if e != 0 {
@@ -830,7 +841,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 			return errno(err)
 		}
 		var e syscall.Errno
-		fi, e = n.created(ctx, p, syscall.S_IFLNK, false)
+		fi, e = n.created(ctx, p, nil, syscall.S_IFLNK, false)
 		return e
 	})
 	if e != 0 {
