@@ -76,6 +76,11 @@ type Options struct {
 	// local file system, and keeps mtime and the size itself, sending them
 	// in setattr. Without it every write(2) is a request to the server.
 	NoWritebackCache bool
+	// KeepCache keeps a file's pages in the kernel's page cache when it
+	// is opened again (FOPEN_KEEP_CACHE, libfuse's kernel_cache): without
+	// it every open drops them. Only this mount changes the image, so the
+	// cache stays right.
+	KeepCache bool
 	// Debug logs every FUSE request.
 	Debug bool
 	// FsName is the source shown in /proc/mounts (default "ext4io").
@@ -91,8 +96,9 @@ type Options struct {
 type Server struct {
 	v   *ext4io.Volume
 	srv *fuse.Server
-	ro  bool
-	dio bool
+	ro   bool
+	dio  bool
+	keep bool
 
 	// renameMu orders path building against directory renames (see the
 	// package doc): path operations hold it shared, directory renames
@@ -120,7 +126,7 @@ type Server struct {
 // does not implement FUSE_POLL can hang the whole process (see the
 // comment in Mount). Other processes may use it at any time.
 func Mount(v *ext4io.Volume, dir string, o Options) (*Server, error) {
-	s := &Server{v: v, ro: o.ReadOnly || !v.Writable(), dio: o.DirectIO, bsize: uint32(v.BlockSize()), polled: make(chan struct{})}
+	s := &Server{v: v, ro: o.ReadOnly || !v.Writable(), dio: o.DirectIO, keep: o.KeepCache, bsize: uint32(v.BlockSize()), polled: make(chan struct{})}
 	root := &node{s: s}
 	sec := time.Second
 	et, at := sec, sec
@@ -758,6 +764,9 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 func (s *Server) openFlags(flags uint32) uint32 {
 	if s.dio || flags&syscall.O_DIRECT != 0 {
 		return fuse.FOPEN_DIRECT_IO | fuse.FOPEN_PARALLEL_DIRECT_WRITES
+	}
+	if s.keep {
+		return fuse.FOPEN_KEEP_CACHE
 	}
 	return 0
 }
