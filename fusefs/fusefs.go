@@ -94,8 +94,8 @@ type Options struct {
 
 // Server is a mounted Volume. It is safe for concurrent use.
 type Server struct {
-	v   *ext4io.Volume
-	srv *fuse.Server
+	v    *ext4io.Volume
+	srv  *fuse.Server
 	ro   bool
 	dio  bool
 	keep bool
