@@ -97,6 +97,29 @@ func (m *jmeta) Read(blk uint64) ([]byte, error) {
 	return m.dev.Read(blk)
 }
 
+// readInto reads block blk into buf as Read does (the running or
+// committing transaction's copy, else the journal's, else the device's),
+// without allocating: for lookups that scan many blocks.
+func (m *jmeta) readInto(blk uint64, buf []byte) error {
+	m.mu.Lock()
+	if b, ok := m.pending[blk]; ok {
+		copy(buf, b)
+		m.mu.Unlock()
+		return nil
+	}
+	if b, ok := m.committing[blk]; ok {
+		copy(buf, b)
+		m.mu.Unlock()
+		return nil
+	}
+	m.mu.Unlock()
+	if m.j.Lookup(blk, buf) {
+		return nil
+	}
+	_, err := readFull(m.v.dev, buf, int64(blk)*int64(m.v.bs))
+	return err
+}
+
 func (m *jmeta) GetWrite(blk uint64) ([]byte, error) { return m.Read(blk) }
 
 func (m *jmeta) Dirty(blk uint64, b []byte) error {

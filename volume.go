@@ -717,6 +717,9 @@ func (v *Volume) readBlock(blk uint64, buf []byte) error {
 	if blk >= v.sb.BlocksCount {
 		return errs.Corruptf("block pointer", blk, -1, "block %d beyond filesystem end %d", blk, v.sb.BlocksCount)
 	}
+	if v.jm != nil && v.meta == alloc.MetaIO(v.jm) {
+		return v.jm.readInto(blk, buf)
+	}
 	if v.meta != nil {
 		b, err := v.meta.Read(blk)
 		if err != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ext4io/ext4io"
 	"github.com/ext4io/ext4io/fusefs"
+	"github.com/ext4io/ext4io/fusefs/fusetest"
 )
 
 // serveEnv makes the test binary a mount server (see TestMain): its value
@@ -108,6 +109,7 @@ func TestCrashKill(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, uint64(iter)))
 		dir := t.TempDir()
 		cmd := startServer(t, img, dir)
+		wd := fusetest.Watch(t, dir, 2*time.Minute)
 
 		var mu sync.Mutex
 		synced := map[string][]byte{} // fsynced files and their contents
@@ -160,6 +162,7 @@ func TestCrashKill(t *testing.T) {
 		wg.Wait()
 		// The dead server leaves the mount point disconnected.
 		exec.Command("fusermount3", "-u", "-z", dir).Run()
+		wd.Stop()
 
 		// Reopening replays the journal.
 		v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})

@@ -76,6 +76,11 @@ type Options struct {
 	// local file system, and keeps mtime and the size itself, sending them
 	// in setattr. Without it every write(2) is a request to the server.
 	NoWritebackCache bool
+	// KeepCache keeps a file's pages in the kernel's page cache when it
+	// is opened again (FOPEN_KEEP_CACHE, libfuse's kernel_cache): without
+	// it every open drops them. Only this mount changes the image, so the
+	// cache stays right.
+	KeepCache bool
 	// Debug logs every FUSE request.
 	Debug bool
 	// FsName is the source shown in /proc/mounts (default "ext4io").
@@ -89,10 +94,11 @@ type Options struct {
 
 // Server is a mounted Volume. It is safe for concurrent use.
 type Server struct {
-	v   *ext4io.Volume
-	srv *fuse.Server
-	ro  bool
-	dio bool
+	v    *ext4io.Volume
+	srv  *fuse.Server
+	ro   bool
+	dio  bool
+	keep bool
 
 	// renameMu orders path building against directory renames (see the
 	// package doc): path operations hold it shared, directory renames
@@ -103,14 +109,24 @@ type Server struct {
 	// nothing retries while it is not zero.
 	renames atomic.Int32
 
+	// polled is closed once go-fuse's poll hack has made the kernel stop
+	// sending FUSE_POLL (see Mount); open and create wait for it.
+	polled chan struct{}
+
 	bsize uint32
 }
 
 // Mount serves v at dir. The caller keeps v and closes it after Wait
 // returns (Close of a writable volume writes back, commits and marks the
 // file system clean).
+//
+// The mount is visible before Mount returns. Code in the serving process
+// must not use it until then (wait for Mount, not for /proc/self/mounts):
+// an open of a file there before the kernel has learned that the server
+// does not implement FUSE_POLL can hang the whole process (see the
+// comment in Mount). Other processes may use it at any time.
 func Mount(v *ext4io.Volume, dir string, o Options) (*Server, error) {
-	s := &Server{v: v, ro: o.ReadOnly || !v.Writable(), dio: o.DirectIO, bsize: uint32(v.BlockSize())}
+	s := &Server{v: v, ro: o.ReadOnly || !v.Writable(), dio: o.DirectIO, keep: o.KeepCache, bsize: uint32(v.BlockSize()), polled: make(chan struct{})}
 	root := &node{s: s}
 	sec := time.Second
 	et, at := sec, sec
@@ -162,7 +178,21 @@ func Mount(v *ext4io.Volume, dir string, o Options) (*Server, error) {
 		return nil, err
 	}
 	fo.RootStableAttr = &fs.StableAttr{Ino: uint64(fi.Ino), Gen: uint64(fi.Generation), Mode: syscall.S_IFDIR}
+	// fs.Mount returns once go-fuse has opened and polled a file of its
+	// own on the mount, so that the kernel has learned (ENOSYS) that this
+	// server does not implement FUSE_POLL. Until then an open of a regular
+	// file by a Go program, which registers it with the runtime's epoll,
+	// sends FUSE_POLL from a raw epoll_ctl that keeps its thread's P: in
+	// this process, a garbage collection's stop-the-world then waits for
+	// that thread while the goroutines that would answer are stopped, and
+	// the process hangs for good. Open therefore replies only after
+	// fs.Mount returned, and so does create outside the root directory. A
+	// create in the root cannot wait: the kernel holds the root locked
+	// while it waits for the reply, and go-fuse's lookup of its own file
+	// there would wait for that lock. A program in this process must
+	// still not create files in the mount's root before Mount returns.
 	srv, err := fs.Mount(dir, root, fo)
+	close(s.polled)
 	if err != nil {
 		return nil, err
 	}
@@ -467,47 +497,47 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 			if e == 0 {
 				n.s.fill(fi, &out.Attr)
 			}
-			if e != syscall.ENOENT {
-				return e
-			}
+			return e
 		}
-		e := n.withPath("", func(p string) syscall.Errno {
-			if setUID || setGID {
-				u, g := -1, -1
-				if setUID {
-					u = int(uid)
-				}
-				if setGID {
-					g = int(gid)
-				}
-				if err := n.s.v.Lchown(p, u, g); err != nil {
-					return errno(err)
-				}
-			}
-			if setMode {
-				if isLink {
-					return syscall.EOPNOTSUPP
-				}
-				if err := n.s.v.Chmod(p, fileMode(mode)); err != nil {
-					return errno(err)
-				}
-			}
-			if setA || setM {
-				var a, m time.Time
-				if setA {
-					a = atime
-				}
-				if setM {
-					m = mtime
-				}
-				if err := n.s.v.Lchtimes(p, a, m); err != nil {
-					return errno(err)
-				}
-			}
-			return 0
-		})
+		// A linked inode: through a File opened by number, which names
+		// the same inode as the path would without resolving it. The
+		// kernel holds the inode locked, so no unlink frees it meanwhile.
+		if isLink && setMode {
+			return syscall.EOPNOTSUPP
+		}
+		f, e := n.openIno()
 		if e != 0 {
 			return e
+		}
+		defer f.Close()
+		if setUID || setGID {
+			u, g := -1, -1
+			if setUID {
+				u = int(uid)
+			}
+			if setGID {
+				g = int(gid)
+			}
+			if err := f.Chown(u, g); err != nil {
+				return errno(err)
+			}
+		}
+		if setMode {
+			if err := f.Chmod(fileMode(mode)); err != nil {
+				return errno(err)
+			}
+		}
+		if setA || setM {
+			var a, m time.Time
+			if setA {
+				a = atime
+			}
+			if setM {
+				m = mtime
+			}
+			if err := f.Chtimes(a, m); err != nil {
+				return errno(err)
+			}
 		}
 	}
 	fi, e := n.stat(fh)
@@ -630,39 +660,49 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 	return []byte(t), 0
 }
 
-// owner sets the owner of a new inode at p to the caller, and its group to
-// the caller's or, in a setgid directory, the directory's (as
+// owner sets the owner of a new inode f to the caller, and its group to
+// the caller's or, in a setgid directory n, the directory's (as
 // inode_init_owner does). It returns whether the group came from a setgid
 // directory.
-func (n *node) owner(ctx context.Context, p string) (sgid bool, e syscall.Errno) {
+func (n *node) owner(ctx context.Context, f *ext4io.File) (sgid bool, e syscall.Errno) {
 	c, ok := fuse.FromContext(ctx)
 	if !ok {
 		return false, 0
 	}
 	uid, gid := int(c.Uid), int(c.Gid)
-	dp := p[:strings.LastIndexByte(p, '/')]
-	if dp == "" {
-		dp = "/"
-	}
-	if di, err := n.s.v.Lstat(dp); err == nil && di.IMode&syscall.S_ISGID != 0 {
+	if di, e := n.stat(nil); e == 0 && di.IMode&syscall.S_ISGID != 0 {
 		gid, sgid = int(di.GID), true
 	}
 	if uid == 0 && gid == 0 {
 		return sgid, 0
 	}
-	return sgid, errno(n.s.v.Lchown(p, uid, gid))
+	return sgid, errno(f.Chown(uid, gid))
 }
 
-// created finishes a new inode at p: mode, owner, then its entry.
-func (n *node) created(ctx context.Context, p string, mode uint32, setMode bool) (*ext4io.FileInfo, syscall.Errno) {
-	sgid, e := n.owner(ctx, p)
+// created finishes a new inode in directory n: owner, then mode. f is the
+// new inode, open, or nil to open the one at p. It works on the inode, not
+// its path, so that the path is resolved once, by the operation that made
+// it.
+func (n *node) created(ctx context.Context, p string, f *ext4io.File, mode uint32, setMode bool) (*ext4io.FileInfo, syscall.Errno) {
+	if f == nil {
+		fi, err := n.s.v.Lstat(p)
+		if err != nil {
+			return nil, errno(err)
+		}
+		if f, err = n.s.v.OpenIno(fi.Ino); err != nil {
+			return nil, errno(err)
+		}
+		defer f.Close()
+	}
+	sgid, e := n.owner(ctx, f)
 	if e != 0 {
 		return nil, e
 	}
-	fi, err := n.s.v.Lstat(p)
+	st, err := f.Stat()
 	if err != nil {
 		return nil, errno(err)
 	}
+	fi := st.(*ext4io.FileInfo)
 	if setMode {
 		m := mode & 0o7777
 		if sgid && mode&syscall.S_IFMT == syscall.S_IFDIR {
@@ -671,12 +711,13 @@ func (n *node) created(ctx context.Context, p string, mode uint32, setMode bool)
 		// Most new inodes already have their mode (Mkdir takes it, Create
 		// makes 0644): then the inode is complete in one transaction.
 		if uint32(fi.IMode)&0o7777 != m {
-			if err := n.s.v.Chmod(p, fileMode(m)); err != nil {
+			if err := f.Chmod(fileMode(m)); err != nil {
 				return nil, errno(err)
 			}
-			if fi, err = n.s.v.Lstat(p); err != nil {
+			if st, err = f.Stat(); err != nil {
 				return nil, errno(err)
 			}
+			fi = st.(*ext4io.FileInfo)
 		}
 	}
 	return fi, 0
@@ -684,6 +725,9 @@ func (n *node) created(ctx context.Context, p string, mode uint32, setMode bool)
 
 // Create makes and opens a regular file.
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	if !n.IsRoot() {
+		<-n.s.polled // see Mount
+	}
 	if e := n.s.writable(); e != 0 {
 		return nil, nil, 0, e
 	}
@@ -698,7 +742,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 			return errno(err)
 		}
 		var e syscall.Errno
-		if fi, e = n.created(ctx, p, syscall.S_IFREG|mode, true); e != 0 {
+		if fi, e = n.created(ctx, p, f, syscall.S_IFREG|mode, true); e != 0 {
 			return e
 		}
 		if flags&syscall.O_DIRECT != 0 {
@@ -721,6 +765,9 @@ func (s *Server) openFlags(flags uint32) uint32 {
 	if s.dio || flags&syscall.O_DIRECT != 0 {
 		return fuse.FOPEN_DIRECT_IO | fuse.FOPEN_PARALLEL_DIRECT_WRITES
 	}
+	if s.keep {
+		return fuse.FOPEN_KEEP_CACHE
+	}
 	return 0
 }
 
@@ -738,7 +785,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 			return errno(err)
 		}
 		var e syscall.Errno
-		fi, e = n.created(ctx, p, syscall.S_IFDIR|mode, true)
+		fi, e = n.created(ctx, p, nil, syscall.S_IFDIR|mode, true)
 		return e
 	})
 	if e != 0 {
@@ -777,7 +824,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 			return errno(err)
 		}
 		var e syscall.Errno
-		fi, e = n.created(ctx, p, mode, true)
+		fi, e = n.created(ctx, p, nil, mode, true)
 		return e
 	})
 	if e != 0 {
@@ -803,7 +850,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 			return errno(err)
 		}
 		var e syscall.Errno
-		fi, e = n.created(ctx, p, syscall.S_IFLNK, false)
+		fi, e = n.created(ctx, p, nil, syscall.S_IFLNK, false)
 		return e
 	})
 	if e != 0 {
@@ -1062,6 +1109,7 @@ var (
 // passes aligned requests through; unaligned ones fail with EINVAL as
 // ext4's do).
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	<-n.s.polled // see Mount
 	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0 {
 		if e := n.s.writable(); e != 0 {
 			return nil, 0, e

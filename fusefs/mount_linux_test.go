@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -18,6 +19,7 @@ import (
 	"github.com/ext4io/ext4io"
 	"github.com/ext4io/ext4io/blockdev"
 	"github.com/ext4io/ext4io/fusefs"
+	"github.com/ext4io/ext4io/fusefs/fusetest"
 )
 
 // needFUSE skips the test, with one line, unless it can mount FUSE file
@@ -57,9 +59,14 @@ type mounted struct {
 	t   testing.TB
 	v   *ext4io.Volume
 	s   *fusefs.Server
+	w   *fusetest.Watchdog
 	dir string
 	img string
 }
+
+// mountBudget is how long a test may use one mount, its unmount included,
+// before the watchdog aborts the connection and fails the test.
+const mountBudget = 5 * time.Minute
 
 func mount(t testing.TB, img string, o fusefs.Options) *mounted {
 	t.Helper()
@@ -73,7 +80,7 @@ func mount(t testing.TB, img string, o fusefs.Options) *mounted {
 		v.Close()
 		t.Fatal(err)
 	}
-	m := &mounted{t: t, v: v, s: s, dir: dir, img: img}
+	m := &mounted{t: t, v: v, s: s, w: fusetest.Watch(t, dir, mountBudget), dir: dir, img: img}
 	t.Cleanup(func() {
 		if m.s != nil {
 			m.unmount()
@@ -90,6 +97,7 @@ func (m *mounted) unmount() {
 	}
 	m.s.Wait()
 	m.s = nil
+	m.w.Stop()
 	if err := m.v.Close(); err != nil {
 		m.t.Errorf("close: %v", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/ext4io/ext4io"
 	"github.com/ext4io/ext4io/fusefs"
@@ -31,7 +32,8 @@ const (
 func cmdMount(args []string, w io.Writer) error {
 	fs := newFlags("mount")
 	opts := fs.String("o", "", "mount options, comma-separated: ro, rw, allow_other, default_permissions,\n"+
-		"no_default_permissions, direct_io, debug, fsname=NAME; others go to FUSE as given")
+		"no_default_permissions, direct_io, no_writeback_cache, kernel_cache, cache_size=N,\n"+
+		"attr_timeout=S, entry_timeout=S, debug, fsname=NAME; others go to FUSE as given")
 	debug := fs.Bool("d", false, "log every FUSE request (as -o debug)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the mount (go tool pprof) to FILE at unmount")
 	bg := fs.Bool("background", false, "serve from a background process; return once mounted (fuse2fs's default)")
@@ -137,9 +139,19 @@ func startMount(pos []string, opts string, debug bool, cpuprofile string) (s *fu
 			o.NoWritebackCache = true
 		case "debug":
 			o.Debug = true
+		case "kernel_cache", "keep_cache":
+			o.KeepCache = true
 		default:
 			if v, ok := strings.CutPrefix(opt, "fsname="); ok {
 				o.FsName = v
+			} else if v, ok := strings.CutPrefix(opt, "attr_timeout="); ok {
+				if o.AttrTimeout, err = parseTimeout("attr_timeout", v); err != nil {
+					return nil, nil, nil, err
+				}
+			} else if v, ok := strings.CutPrefix(opt, "entry_timeout="); ok {
+				if o.EntryTimeout, err = parseTimeout("entry_timeout", v); err != nil {
+					return nil, nil, nil, err
+				}
 			} else if v, ok := strings.CutPrefix(opt, "cache_size="); ok {
 				if cache, err = parseSize(v); err != nil {
 					return nil, nil, nil, fmt.Errorf("%w: -o cache_size: %w", errUsage, err)
@@ -178,6 +190,19 @@ func startMount(pos []string, opts string, debug bool, cpuprofile string) (s *fu
 		return nil, nil, nil, err
 	}
 	return s, v, stop, nil
+}
+
+// parseTimeout parses a libfuse-style timeout in seconds ("1", "0.5";
+// "0" turns the cache off).
+func parseTimeout(name, v string) (time.Duration, error) {
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f < 0 || f > 1e6 {
+		return 0, fmt.Errorf("%w: -o %s=%s: want seconds", errUsage, name, v)
+	}
+	if f == 0 {
+		return -1, nil // fusefs.Options: negative is no caching
+	}
+	return time.Duration(f * float64(time.Second)), nil
 }
 
 // mountCache is the page cache of a mount: the -o cache_size given, else

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ext4io/ext4io"
+	"github.com/ext4io/ext4io/fusefs/fusetest"
 )
 
 // TestMountCommand runs ext4io mount, writes through the mount, unmounts
@@ -61,6 +62,8 @@ func TestMountCommand(t *testing.T) {
 		cmd.Wait()
 		t.Fatalf("mount did not start: %q %s", msg, merr.String())
 	}
+	wd := fusetest.Watch(t, dir, 2*time.Minute)
+	defer wd.Stop()
 	if err := os.WriteFile(filepath.Join(dir, "hello"), []byte("hi\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -153,6 +156,8 @@ func TestMountBackground(t *testing.T) {
 	if !mounted() {
 		t.Fatal("not mounted when mount --background returned")
 	}
+	wd := fusetest.Watch(t, dir, 2*time.Minute)
+	defer wd.Stop()
 	if err := os.WriteFile(filepath.Join(dir, "hello"), []byte("hi\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
