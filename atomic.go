@@ -1,6 +1,7 @@
 package ext4io
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 
@@ -278,16 +279,43 @@ func (f *File) atomicSwap(p []byte, off int64) error {
 	return f.v.writeInodeLocked(f.n)
 }
 
-// atomicAlloc allocates nblk blocks for logical blocks [lblk, lblk+nblk),
-// as few runs as the allocator gives, the first after the block mapping
-// lblk-1 (allocRequest), each next one after the last. On error nothing
-// stays allocated.
+// atomicAlloc allocates nblk blocks for logical blocks [lblk, lblk+nblk).
+// On error nothing stays allocated.
+//
+// Its placement keeps a file written at random from fragmenting without
+// bound. The range goes, whole, right after the blocks mapping lblk-1 or
+// right before those mapping lblk+nblk when those are free, extending a
+// neighbour's extent; otherwise through the inode's preallocation window
+// near them (allocRequest), as few runs as the allocator gives. A page
+// rewritten in place of a neighbour's extent is thus away from it after
+// one write and usually back after the next: its old blocks, freed once
+// the swap committed, are where the neighbour's extent continues, and the
+// two merge again. Every moved page is one extent at most, not several.
 func (f *File) atomicAlloc(lblk, nblk uint64) ([]extent.Extent, error) {
+	for _, goal := range f.atomicGoals(lblk, nblk) {
+		start, got, err := f.v.allocate(alloc.Request{Goal: goal, Min: nblk, Max: nblk})
+		if err != nil {
+			if errors.Is(err, ErrNoSpace) {
+				continue
+			}
+			return nil, err
+		}
+		if start == goal && got == nblk {
+			return []extent.Extent{{Lblk: uint32(lblk), Len: uint32(nblk), Pblk: start}}, nil
+		}
+		f.v.alloc.Free(start, got) // never mapped: free at once
+	}
 	var runs []extent.Extent
 	req := f.allocRequest(lblk, nblk)
+	req.Min = nblk // whole if possible, else in pieces
 	for done := uint64(0); done < nblk; {
 		req.Max = min(nblk-done, extent.MaxWrittenLen)
+		req.Min = min(req.Min, req.Max)
 		start, got, err := f.v.allocate(req)
+		if errors.Is(err, ErrNoSpace) && req.Min > 1 {
+			req.Min = 1
+			continue
+		}
 		if err == nil && got == 0 {
 			err = fmt.Errorf("allocator returned no blocks: %w", ErrNoSpace)
 		}
@@ -302,4 +330,22 @@ func (f *File) atomicAlloc(lblk, nblk uint64) ([]extent.Extent, error) {
 		req = alloc.Request{Goal: start + got, Min: 1, Ino: f.ino}
 	}
 	return runs, nil
+}
+
+// atomicGoals returns the places where nblk new blocks for lblk would
+// extend a written neighbour: after the block mapping lblk-1, before the
+// one mapping lblk+nblk.
+func (f *File) atomicGoals(lblk, nblk uint64) []uint64 {
+	var goals []uint64
+	if lblk > 0 {
+		if m, err := f.m.lookup(lblk - 1); err == nil && m.kind == mapWritten {
+			goals = append(goals, m.pblk+1)
+		}
+	}
+	if lblk+nblk < maxFileBlocks {
+		if m, err := f.m.lookup(lblk + nblk); err == nil && m.kind == mapWritten && m.pblk >= nblk {
+			goals = append(goals, m.pblk-nblk)
+		}
+	}
+	return goals
 }

@@ -406,3 +406,64 @@ func linuxReads(t *testing.T, img string, names []string, want [][]byte) {
 	ext4iotest.Unmount(t, mnt)
 	ext4iotest.Fsck(t, img)
 }
+
+// BenchmarkWriteAtomicPages writes random 16 KiB pages of a 64 MiB file
+// with WriteAtomic, a Datasync every 64 pages, and reports the file's
+// extents at the end.
+func BenchmarkWriteAtomicPages(b *testing.B) {
+	const page, size = 16 << 10, 64 << 20
+	dev := memdev.New(256 << 20)
+	require.NoError(b, ext4io.Format(dev, ext4io.FormatOptions{}))
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
+	require.NoError(b, err)
+	defer v.Close()
+	f := directFile(b, v, "db", ext4io.FallocWriteZeroes, size)
+	defer f.Close()
+	buf := bytes.Repeat([]byte{1}, page)
+	rng := rand.New(rand.NewPCG(1, 1))
+	b.SetBytes(page)
+	b.ResetTimer()
+	for i := range b.N {
+		if _, err := f.WriteAtomic(buf, rng.Int64N(size/page)*page); err != nil {
+			b.Fatal(err)
+		}
+		if i%64 == 63 {
+			require.NoError(b, f.Datasync())
+		}
+	}
+	b.StopTimer()
+	exts, err := f.Extents()
+	require.NoError(b, err)
+	b.ReportMetric(float64(len(exts)), "extents")
+}
+
+// TestWriteAtomicReturnsHome: a page moved by an atomic write goes back
+// to its old blocks, between its neighbours, on its next atomic write
+// once the first swap has committed, and the file is one extent again.
+func TestWriteAtomicReturnsHome(t *testing.T) {
+	t.Parallel()
+	dev := memdev.New(64 << 20)
+	require.NoError(t, ext4io.Format(dev, ext4io.FormatOptions{}))
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
+	require.NoError(t, err)
+	defer v.Close()
+	f := directFile(t, v, "db", ext4io.FallocWriteZeroes, 1<<20)
+	defer f.Close()
+	require.NoError(t, f.Sync())
+	home, err := f.Extents()
+	require.NoError(t, err)
+	require.Len(t, home, 1)
+	page := bytes.Repeat([]byte{3}, 16<<10)
+	_, err = f.WriteAtomic(page, 64<<10)
+	require.NoError(t, err)
+	moved, err := f.Extents()
+	require.NoError(t, err)
+	require.Len(t, moved, 3, "the page moved out of the extent")
+	require.NoError(t, f.Datasync()) // the swap commits: the old blocks are free
+	_, err = f.WriteAtomic(page, 64<<10)
+	require.NoError(t, err)
+	back, err := f.Extents()
+	require.NoError(t, err)
+	require.Equal(t, home, back, "the page went back between its neighbours")
+	ext4iotest.FsckDev(t, dev)
+}
