@@ -18,9 +18,10 @@ import (
 // crash: some of its blocks new, some old. WriteAtomic writes it so that
 // after any crash it reads entirely old or entirely new, on any device:
 //
-//  1. Inside one metadata operation (beginOp), without the inode lock, it
-//     allocates fresh blocks near the range's neighbours and writes the
-//     data to them. Writers of the same file run this step in parallel.
+//  1. Inside one metadata operation (beginOp) it allocates fresh blocks
+//     near the range's neighbours (looked up under the shared inode lock)
+//     and writes the data to them, holding no inode lock. Writers of the
+//     same file run this step in parallel.
 //  2. Under the exclusive inode lock it swaps the range's mapping for the
 //     new blocks in one extent-tree mutation (extent.Tree.Replace), sets
 //     i_blocks and the size and writes the inode. Whatever mapped the
@@ -292,7 +293,14 @@ func (f *File) atomicSwap(p []byte, off int64) error {
 // the swap committed, are where the neighbour's extent continues, and the
 // two merge again. Every moved page is one extent at most, not several.
 func (f *File) atomicAlloc(lblk, nblk uint64) ([]extent.Extent, error) {
-	for _, goal := range f.atomicGoals(lblk, nblk) {
+	// The goals come from lookups, which fill the extent-status cache
+	// from the tree: under the shared inode lock, so that no swap runs
+	// between a fill's tree lookup and its insertion (esc.Tree.Fill).
+	s := f.n.mu.RLockAt(int(lblk))
+	goals := f.atomicGoals(lblk, nblk)
+	req := f.allocRequest(lblk, nblk)
+	f.n.mu.RUnlockAt(s)
+	for _, goal := range goals {
 		start, got, err := f.v.allocate(alloc.Request{Goal: goal, Min: nblk, Max: nblk})
 		if err != nil {
 			if errors.Is(err, ErrNoSpace) {
@@ -306,7 +314,6 @@ func (f *File) atomicAlloc(lblk, nblk uint64) ([]extent.Extent, error) {
 		f.v.alloc.Free(start, got) // never mapped: free at once
 	}
 	var runs []extent.Extent
-	req := f.allocRequest(lblk, nblk)
 	req.Min = nblk // whole if possible, else in pieces
 	for done := uint64(0); done < nblk; {
 		req.Max = min(nblk-done, extent.MaxWrittenLen)
