@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 
 	"github.com/ext4io/ext4io/alloc"
 	"github.com/ext4io/ext4io/blockdev"
@@ -111,8 +112,10 @@ func deviceAtomicUnit(dev blockdev.Device, bs int64) int64 {
 // atomically), and nothing is written. The write may extend the file.
 //
 // Durability is as for WriteAt: the write is durable once a later Sync,
-// Datasync or Volume.Sync returns nil; a crash before then leaves the old
-// contents or the new ones, never a mix. Concurrent WriteAtomic calls on
+// Datasync or Volume.Sync returns nil (or when it returns, on a file
+// opened with O_SYNC); a crash before then leaves the old contents or the
+// new ones, never a mix. A file opened with O_APPEND refuses it, as it
+// refuses WriteAt. Concurrent WriteAtomic calls on
 // one file or on different files run in parallel except for the mapping
 // swap; of two overlapping ones, the one that swaps last wins the whole
 // overlap. The file's dirty cached pages of the range are written back
@@ -122,6 +125,23 @@ func deviceAtomicUnit(dev blockdev.Device, bs int64) int64 {
 // so a file written this way at random fragments unless its writes stay
 // in place on a device with a large enough AtomicWriteUnitInPlace.
 func (f *File) WriteAtomic(p []byte, off int64) (int, error) {
+	if err := f.checkOpen("atomic write"); err != nil {
+		return 0, err
+	}
+	if f.flag&os.O_APPEND != 0 {
+		return 0, errAppendWriteAt // as WriteAt
+	}
+	n, err := f.writeAtomic(p, off)
+	if err == nil && f.flag&os.O_SYNC != 0 {
+		if err = f.Sync(); err != nil {
+			err = &fs.PathError{Op: "sync", Path: f.name, Err: err}
+		}
+	}
+	return n, err
+}
+
+// writeAtomic is WriteAtomic without O_APPEND and O_SYNC.
+func (f *File) writeAtomic(p []byte, off int64) (int, error) {
 	const op = "atomic write"
 	if err := f.writable(op); err != nil {
 		return 0, err

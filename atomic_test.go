@@ -467,3 +467,42 @@ func TestWriteAtomicReturnsHome(t *testing.T) {
 	require.Equal(t, home, back, "the page went back between its neighbours")
 	ext4iotest.FsckDev(t, dev)
 }
+
+// TestWriteAtomicFlags: on an O_SYNC file the write is durable when
+// WriteAtomic returns (a crash keeping no unflushed write shows it); an
+// O_APPEND file refuses it, as it refuses WriteAt.
+func TestWriteAtomicFlags(t *testing.T) {
+	t.Parallel()
+	base := memdev.New(64 << 20)
+	require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{}))
+	dev, err := errordev.NewCrashable(base)
+	require.NoError(t, err)
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
+	require.NoError(t, err)
+	f, err := v.OpenFile("db", os.O_RDWR|os.O_CREATE|os.O_SYNC, 0o644)
+	require.NoError(t, err)
+	require.NoError(t, v.Sync()) // the file exists after a crash
+	page := bytes.Repeat([]byte{9}, 16<<10)
+	_, err = f.WriteAtomic(page, 0)
+	require.NoError(t, err)
+	img, err := dev.Crash(errordev.CrashOptions{KeepProb: 0})
+	require.NoError(t, err)
+	cv, err := ext4io.Open(img, ext4io.Options{Writable: true})
+	require.NoError(t, err)
+	cf, err := cv.Open("db")
+	require.NoError(t, err)
+	got := make([]byte, len(page))
+	_, err = cf.ReadAt(got, 0)
+	require.NoError(t, err)
+	require.Equal(t, page, got, "an O_SYNC atomic write was not durable")
+	require.NoError(t, cf.Close())
+	require.NoError(t, cv.Close())
+
+	a, err := v.OpenFile("db", os.O_RDWR|os.O_APPEND, 0)
+	require.NoError(t, err)
+	_, err = a.WriteAtomic(page, 0)
+	require.Error(t, err)
+	require.NoError(t, a.Close())
+	require.NoError(t, f.Close())
+	require.NoError(t, v.Close())
+}
