@@ -321,17 +321,16 @@ func (f *File) atomicAlloc(lblk, nblk uint64) ([]extent.Extent, error) {
 	req := f.allocRequest(lblk, nblk)
 	f.n.mu.RUnlockAt(s)
 	for _, goal := range goals {
-		start, got, err := f.v.allocate(alloc.Request{Goal: goal, Min: nblk, Max: nblk})
+		if f.v.zone.overlaps(0, goal, nblk) {
+			continue // metadata: only a lying bitmap would offer it
+		}
+		ok, err := f.v.alloc.AllocExact(goal, nblk, 0)
 		if err != nil {
-			if errors.Is(err, ErrNoSpace) {
-				continue
-			}
 			return nil, err
 		}
-		if start == goal && got == nblk {
-			return []extent.Extent{{Lblk: uint32(lblk), Len: uint32(nblk), Pblk: start}}, nil
+		if ok {
+			return []extent.Extent{{Lblk: uint32(lblk), Len: uint32(nblk), Pblk: goal}}, nil
 		}
-		f.v.alloc.Free(start, got) // never mapped: free at once
 	}
 	var runs []extent.Extent
 	req.Min = nblk // whole if possible, else in pieces
