@@ -40,7 +40,10 @@ import (
 // of the old and new runs, the inode), and WriteAtomic commits first when
 // the running transaction is already large (jmeta.commitAt), so that the
 // swap lands in one journal transaction even where jmeta.log spreads a
-// large pending set over several.
+// large pending set over several. A swap whose bound (atomicCredits)
+// exceeds jmeta.maxChunk, an eighth of the journal, is refused before it
+// changes anything: the old blocks of such a range are scattered over
+// more groups or tree leaves than a transaction can be sure to hold.
 //
 // Fast commits: a swap moves blocks between owners, which fast-commit
 // range records replay only as "map these blocks" without the frees of
@@ -109,7 +112,9 @@ func deviceAtomicUnit(dev blockdev.Device, bs int64) int64 {
 // AtomicWriteUnitMin and len(p) at most AtomicWriteUnitMax
 // (File.AtomicWriteInfo); other writes are refused, with an error
 // wrapping ErrInvalid (ErrUnsupported when the file or volume cannot write
-// atomically), and nothing is written. The write may extend the file.
+// atomically, or when the range's old blocks are so scattered that the
+// swap would not fit one journal transaction), and nothing is written.
+// The write may extend the file.
 //
 // Durability is as for WriteAt: the write is durable once a later Sync,
 // Datasync or Volume.Sync returns nil (or when it returns, on a file
@@ -278,6 +283,16 @@ func (f *File) atomicSwap(p []byte, off int64) error {
 	if f.n.delayed > 0 {
 		f.n.bops.dropDelayedLocked(lblk, nblk)
 	}
+	c, err := f.atomicCredits(lblk, nblk, runs)
+	if err != nil {
+		freeRuns()
+		return err
+	}
+	if most := f.v.jm.maxChunk; c > most {
+		freeRuns()
+		return fmt.Errorf("ext4io: inode %d: atomic write [%d, +%d): its old blocks are scattered so that the swap would change about %d metadata blocks, more than one journal transaction takes here (%d): %w",
+			f.ino, off, len(p), c, most, ErrUnsupported)
+	}
 	// One tree mutation: on error the tree is unchanged and the new
 	// blocks go back. The unmapped blocks reach freeMapped (treeAlloc).
 	if err := f.m.tree.Replace(uint32(lblk), uint32(nblk), runs, true); err != nil {
@@ -374,4 +389,42 @@ func (f *File) atomicGoals(lblk, nblk uint64) []uint64 {
 		}
 	}
 	return goals
+}
+
+// atomicCredits bounds the metadata blocks a swap of [lblk, lblk+nblk)
+// to runs changes: a block bitmap and a group descriptor block for every
+// group holding an old or new block, the extent-tree blocks holding the
+// range (extent.Tree.RangeBlocks) and the new ones splits at its two ends
+// may add (a path's worth each), the inode and the superblock. The caller
+// holds n.mu exclusively. The swap must fit one journal transaction (see
+// the top of the file), which WriteAtomic checks against jmeta.maxChunk,
+// an eighth of the journal.
+func (f *File) atomicCredits(lblk, nblk uint64, runs []extent.Extent) (int, error) {
+	bpg := uint64(f.v.sb.BlocksPerGroup)
+	first := uint64(f.v.sb.FirstDataBlock)
+	groups := map[uint64]bool{}
+	addRun := func(p, n uint64) {
+		for g := (p - min(p, first)) / bpg; g <= (p+n-1-min(p+n-1, first))/bpg; g++ {
+			groups[g] = true
+		}
+	}
+	for _, r := range runs {
+		addRun(r.Pblk, uint64(r.Len))
+	}
+	for b := lblk; b < lblk+nblk; {
+		m, err := f.m.lookupN(b, lblk+nblk-b)
+		if err != nil {
+			return 0, err
+		}
+		k := min(max(m.n, 1), lblk+nblk-b)
+		if m.kind == mapWritten || m.kind == mapUnwritten {
+			addRun(m.pblk, k)
+		}
+		b += k
+	}
+	tree, err := f.m.tree.RangeBlocks(uint32(lblk), uint32(nblk))
+	if err != nil {
+		return 0, err
+	}
+	return 2*len(groups) + tree + 2*(f.m.tree.Depth()+1) + 2, nil
 }

@@ -41,3 +41,43 @@ func (t *Tree) Replace(from, n uint32, with []Extent, mustSucceed bool) error {
 		return nil
 	})
 }
+
+// RangeBlocks returns the number of tree blocks (leaves and index blocks,
+// not the in-inode root) on the paths to the extents that map any of
+// [from, from+n): the blocks a Replace or Remove of the range changes,
+// before the splits and merges it may add. Callers use it to bound the
+// metadata of a change that must fit one journal transaction.
+func (t *Tree) RangeBlocks(from, n uint32) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n == 0 {
+		return 0, nil
+	}
+	last := uint64(from) + uint64(n) - 1
+	path, _, err := t.firstFromLocked(from)
+	if err != nil || path == nil {
+		return 0, err
+	}
+	seen := map[uint64]bool{}
+	for path != nil {
+		leaf := path[len(path)-1].n
+		if len(leaf.ext) > 0 && uint64(leaf.ext[0].Lblk) > last {
+			break
+		}
+		for _, p := range path {
+			if !p.n.root && p.n != t.mu.root {
+				seen[p.n.pblk] = true
+			}
+		}
+		if len(leaf.ext) > 0 && leaf.ext[len(leaf.ext)-1].End() > last {
+			break
+		}
+		if path, err = t.nextLeafLocked(path); err != nil {
+			return 0, err
+		}
+		if len(seen) > 1<<20 {
+			return 0, t.cfg.corrupt(0, -1, "range [%d,+%d) spans more than 2^20 tree blocks", from, n)
+		}
+	}
+	return len(seen), nil
+}

@@ -93,3 +93,33 @@ func TestReplaceNoSpace(t *testing.T) {
 	require.Len(t, al.dataFreed, 3)
 	require.Empty(t, al.errs)
 }
+
+// TestRangeBlocks counts the leaves (and index blocks) under a range.
+func TestRangeBlocks(t *testing.T) {
+	tr, _ := newReplaceTree(t)
+	for i := range uint32(4) { // in the root: no tree blocks
+		require.NoError(t, tr.Insert(Extent{Lblk: 10 * i, Len: 8, Pblk: 100_000 + 100*uint64(i)}))
+	}
+	n, err := tr.RangeBlocks(0, 40)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	for i := range uint32(400) { // several 1 KiB leaves of up to 84
+		if i >= 4 {
+			require.NoError(t, tr.Insert(Extent{Lblk: 10 * i, Len: 8, Pblk: 100_000 + 100*uint64(i)}))
+		}
+	}
+	d := tr.Depth()
+	require.Positive(t, d)
+	n, err = tr.RangeBlocks(0, 4000)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, n, 400/84+d) // every leaf and an index block above them
+	one, err := tr.RangeBlocks(100, 5)
+	require.NoError(t, err)
+	require.Equal(t, d, one, "one leaf and its index blocks")
+	two, err := tr.RangeBlocks(830, 20) // across the first two leaves
+	require.NoError(t, err)
+	require.Equal(t, d+1, two)
+	hole, err := tr.RangeBlocks(4000, 100) // past the last extent
+	require.NoError(t, err)
+	require.Zero(t, hole)
+}
