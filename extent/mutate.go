@@ -491,51 +491,55 @@ func (t *Tree) Remove(from, to uint32) error {
 	if from > to {
 		return invalidf("remove [%d,%d]", from, to)
 	}
-	return t.run(false, func(tx *txn) error {
-		cur := from
-		for {
-			path, pos, err := t.firstFromLocked(cur)
-			if err != nil || path == nil {
+	return t.run(false, func(tx *txn) error { return tx.remove(from, to) })
+}
+
+// remove is Remove's change, staged in tx.
+func (tx *txn) remove(from, to uint32) error {
+	t := tx.t
+	cur := from
+	for {
+		path, pos, err := t.firstFromLocked(cur)
+		if err != nil || path == nil {
+			return err
+		}
+		lv := len(path) - 1
+		leaf := path[lv].n
+		e := leaf.ext[pos]
+		if e.Lblk > to {
+			return nil
+		}
+		s := max(e.Lblk, cur)
+		last := min(uint32(e.End()-1), to)
+		off := uint64(s - e.Lblk)
+		tx.freeData = append(tx.freeData, [2]uint64{e.Pblk + off, uint64(last-s) + 1})
+		tx.touchSpan(leaf, pos, len(leaf.ext)-pos-1)
+		switch x := &leaf.ext[pos]; {
+		case s == e.Lblk && uint64(last)+1 == e.End():
+			tx.removeAt(path, pos)
+		case s == e.Lblk:
+			n := last - e.Lblk + 1
+			x.Lblk += n
+			x.Pblk += uint64(n)
+			x.Len -= n
+			if pos == 0 {
+				tx.fixKeys(path, lv)
+			}
+		case uint64(last)+1 == e.End():
+			x.Len = s - e.Lblk
+		default:
+			x.Len = s - e.Lblk
+			skip := last + 1 - e.Lblk
+			right := Extent{Lblk: last + 1, Len: e.Len - skip, Pblk: e.Pblk + uint64(skip), Unwritten: e.Unwritten}
+			if err := tx.insert(right, true); err != nil {
 				return err
 			}
-			lv := len(path) - 1
-			leaf := path[lv].n
-			e := leaf.ext[pos]
-			if e.Lblk > to {
-				return nil
-			}
-			s := max(e.Lblk, cur)
-			last := min(uint32(e.End()-1), to)
-			off := uint64(s - e.Lblk)
-			tx.freeData = append(tx.freeData, [2]uint64{e.Pblk + off, uint64(last-s) + 1})
-			tx.touchSpan(leaf, pos, len(leaf.ext)-pos-1)
-			switch x := &leaf.ext[pos]; {
-			case s == e.Lblk && uint64(last)+1 == e.End():
-				tx.removeAt(path, pos)
-			case s == e.Lblk:
-				n := last - e.Lblk + 1
-				x.Lblk += n
-				x.Pblk += uint64(n)
-				x.Len -= n
-				if pos == 0 {
-					tx.fixKeys(path, lv)
-				}
-			case uint64(last)+1 == e.End():
-				x.Len = s - e.Lblk
-			default:
-				x.Len = s - e.Lblk
-				skip := last + 1 - e.Lblk
-				right := Extent{Lblk: last + 1, Len: e.Len - skip, Pblk: e.Pblk + uint64(skip), Unwritten: e.Unwritten}
-				if err := tx.insert(right, true); err != nil {
-					return err
-				}
-			}
-			if last >= to {
-				return nil
-			}
-			cur = last + 1
 		}
-	})
+		if last >= to {
+			return nil
+		}
+		cur = last + 1
+	}
 }
 
 // SplitAt makes lblk the first block of an extent when an extent maps both

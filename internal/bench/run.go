@@ -456,7 +456,7 @@ func (r *benchRun) prepareRaw(w workload, eng engineSide) (rawSide, *window, err
 // unless Config.RawAtRegion, for every workload on a prepared file. Fresh
 // files have no blocks before the run.
 func (r *benchRun) rawAtFile(w workload) bool {
-	return !r.cfg.RawAtRegion && w.Prep != prepFresh
+	return !r.cfg.RawAtRegion && w.Prep != prepFresh && w.Op != opPageBatch
 }
 
 // rezero zeroes the device blocks under a write-zeroes file again before
@@ -557,7 +557,10 @@ func (r *benchRun) runWorkload(ctx context.Context, w workload) (WorkloadResult,
 			engT.gauges = gaugeKeys(after)
 		}
 	}
-	if w.Op == opSmallFsync || w.Op == opSeqWrite {
+	if w.Op == opPageBatch {
+		r.pageBatchDone(w, eng) // atomic.go
+	}
+	if w.Op == opSmallFsync || w.Op == opSeqWrite || w.Op == opPageBatch {
 		r.vPrep = prepFresh // the volume's files no longer match any prep
 	}
 	return makeResult(w, jobs, &engT, &rawT), nil
@@ -634,6 +637,8 @@ func (r *benchRun) phase(ctx context.Context, w workload, jobs, round int, s sid
 						wraps.Add(1)
 					}
 					err = s.SmallFile(n, buf)
+				case opPageBatch:
+					err = r.pageBatch(s, w, rng, buf) // atomic.go
 				}
 				if err != nil {
 					fail(err)
