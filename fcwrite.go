@@ -110,6 +110,9 @@ func (v *Volume) startFastCommit() error {
 	if err := v.jm.j.EnableFastCommit(); err != nil {
 		return fmt.Errorf("ext4io: enabling fast commits: %w", err)
 	}
+	if err := v.jm.j.ClearFastCommitArea(); err != nil {
+		return fmt.Errorf("ext4io: clearing the fast-commit area: %w", err)
+	}
 	v.fc = &fcState{inodes: map[uint32]*fcIno{}, unlinked: map[uint32]bool{}}
 	return nil
 }
@@ -248,9 +251,24 @@ func (v *Volume) fastCommit() error {
 		fc.fallbacks.Add(1)
 		return errFCFallback
 	}
+	// A full commit logged but not yet durable (an operation's commit at
+	// the end, the background committer) holds changes no longer
+	// tracked: wait for it with a full commit.
+	tid, err := m.j.FastCommitTid()
+	if errors.Is(err, journal.ErrBusy) {
+		fc.fallbacks.Add(1)
+		return errFCFallback
+	}
+	if err != nil {
+		return fmt.Errorf("ext4io: fast commit: %w", err)
+	}
 	if len(fc.inodes) == 0 && len(fc.dentries) == 0 {
-		// Everything is in the area already: the data needs a flush.
+		// Everything is durable already (the area, the log): the data
+		// needs a flush.
 		return v.flushDev()
+	}
+	if fc.off > 0 && fc.tid != tid {
+		fc.off = 0 // a full commit came between: start the area again
 	}
 	if fc.off == 0 {
 		// A new area: bring the log's transactions home first. e2fsck
@@ -262,17 +280,6 @@ func (v *Volume) fastCommit() error {
 		if err := m.j.Checkpoint(); err != nil {
 			return fmt.Errorf("ext4io: fast commit: %w", err)
 		}
-	}
-	tid, err := m.j.FastCommitTid()
-	if errors.Is(err, journal.ErrBusy) {
-		fc.fallbacks.Add(1)
-		return errFCFallback
-	}
-	if err != nil {
-		return fmt.Errorf("ext4io: fast commit: %w", err)
-	}
-	if fc.off > 0 && fc.tid != tid {
-		fc.off = 0 // a full commit came between: start the area again
 	}
 	w := fcBuilder{bs: v.bs}
 	if fc.off == 0 {
@@ -293,7 +300,11 @@ func (v *Volume) fastCommit() error {
 		fc.fallbacks.Add(1)
 		return errFCFallback
 	}
-	if err := m.j.WriteFastCommit(tid, fc.off, w.buf); err != nil {
+	// Blocks newly mapped (ADD_RANGE) must hold their data before the
+	// tags that map them are durable: flush first (journal FW3) unless
+	// Tuning.FastCommitOneFlush accepts the window.
+	preflush := w.adds && !v.opts.Tuning.FastCommitOneFlush
+	if err := m.j.WriteFastCommit(tid, fc.off, w.buf, preflush); err != nil {
 		fc.ineligible = "fast-commit write failed"
 		return fmt.Errorf("ext4io: fast commit: %w", wrapIO(err))
 	}
@@ -485,6 +496,8 @@ type fcBuilder struct {
 	buf []byte // whole blocks
 	off int    // write position in the last block; bs when none is open
 	crc uint32
+	// adds says an ADD_RANGE was added: the fast commit maps blocks.
+	adds bool
 }
 
 // reserve returns the position of a record of n bytes (header included),
@@ -512,6 +525,7 @@ func (w *fcBuilder) put(t layout.FCTag) {
 }
 
 func (w *fcBuilder) add(t layout.FCTag) {
+	w.adds = w.adds || t.Tag == layout.FCTagAddRange
 	w.reserve(layout.FCTagBaseLen + len(t.Value))
 	w.put(t)
 }

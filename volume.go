@@ -118,6 +118,14 @@ type Tuning struct {
 	// on a filesystem with the fast_commit feature (fcwrite.go), as
 	// Linux's mount option no_fc does... the feature stays set.
 	NoFastCommit bool
+	// FastCommitOneFlush makes a fast commit that maps new blocks flush
+	// the device once, after its data and its fast-commit block, instead
+	// of before and after the block (ext4's REQ_PREFLUSH|REQ_FUA, the FUA
+	// emulated by a flush). It saves a flush per fsync but opens a window,
+	// as jbd2's async_commit does: a crash before the flush may leave the
+	// new mapping durable without its data, exposing the blocks' old
+	// contents.
+	FastCommitOneFlush bool
 	// ZeroOutChunk, when set, makes direct writes into preallocated
 	// (unwritten) blocks inside the on-disk size convert whole chunks:
 	// the first write into a ZeroOutChunk-aligned chunk writes zeroes to

@@ -305,6 +305,9 @@ func (j *Journal) commitRunning() {
 	j.mu.Unlock()
 
 	err := j.writeTransaction(t)
+	if err == nil {
+		err = j.fcSuperseded() // fcwrite.go
+	}
 
 	j.mu.Lock()
 	j.mu.committing = nil
