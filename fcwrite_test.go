@@ -2,6 +2,8 @@ package ext4io_test
 
 import (
 	"fmt"
+	"io/fs"
+	"os"
 	"sync/atomic"
 	"testing"
 
@@ -10,6 +12,7 @@ import (
 
 	"github.com/ext4io/ext4io"
 	"github.com/ext4io/ext4io/blockdev"
+	"github.com/ext4io/ext4io/blockdev/errordev"
 	"github.com/ext4io/ext4io/blockdev/memdev"
 	"github.com/ext4io/ext4io/ext4iotest"
 )
@@ -93,4 +96,72 @@ func TestFastCommitCounters(t *testing.T) {
 			ext4iotest.FsckDev(t, base)
 		})
 	}
+}
+
+// TestFastCommitFallback: changes fast commits cannot express (a rename,
+// an xattr, a mkdir) make the next fsync a full commit, after which fsyncs
+// are fast again; the crash image then holds everything fsynced.
+func TestFastCommitFallback(t *testing.T) {
+	base := memdev.New(64 << 20)
+	require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{FastCommit: true, NoDiscard: true}))
+	crash, err := errordev.NewCrashable(base)
+	require.NoError(t, err)
+	v, err := ext4io.Open(crash, ext4io.Options{Writable: true, WritebackAge: -1})
+	require.NoError(t, err)
+	write := func(name string, data string) {
+		f, err := v.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+		require.NoError(t, err)
+		_, err = f.WriteAt([]byte(data), 0)
+		require.NoError(t, err)
+		require.NoError(t, f.Sync())
+		require.NoError(t, f.Close())
+	}
+	counts := func() (uint64, uint64) {
+		c := v.Counters()
+		return c.FastCommits, c.FastCommitFallbacks
+	}
+	write("a", "first")
+	write("b", "second") // fast
+	for _, tc := range []struct {
+		name   string
+		change func()
+	}{
+		{"rename", func() { require.NoError(t, v.Rename("a", "a2")) }},
+		{"xattr", func() { require.NoError(t, v.Setxattr("b", "user.x", []byte("v"), 0)) }},
+		{"mkdir", func() { require.NoError(t, v.Mkdir("d", 0o755)) }},
+	} {
+		fc0, fb0 := counts()
+		tc.change()
+		write("b", "second, "+tc.name)
+		fc1, fb1 := counts()
+		assert.Equal(t, fc0, fc1, "%s: the fsync after it is not a fast commit", tc.name)
+		assert.Equal(t, fb0+1, fb1, "%s: counted as a fallback", tc.name)
+		write("c", tc.name) // fast again
+		fc2, _ := counts()
+		assert.Equal(t, fc1+1, fc2, "%s: fsyncs are fast again after the full commit", tc.name)
+	}
+	img, err := crash.Crash(errordev.CrashOptions{})
+	require.NoError(t, err)
+	require.NoError(t, v.Close())
+	rv, err := ext4io.Open(img, ext4io.Options{})
+	require.NoError(t, err)
+	defer rv.Close()
+	assert.NotZero(t, rv.Recovery().FastCommitTags)
+	for name, want := range map[string]string{"a2": "first", "b": "second, mkdir", "c": "mkdir"} {
+		f, err := rv.Open(name)
+		require.NoError(t, err, name)
+		got := make([]byte, f.Size())
+		_, err = f.ReadAt(got, 0)
+		require.NoError(t, err)
+		f.Close()
+		assert.Equal(t, want, string(got), name)
+	}
+	val, err := rv.Getxattr("b", "user.x")
+	require.NoError(t, err)
+	assert.Equal(t, "v", string(val))
+	fi, err := rv.Stat("d")
+	require.NoError(t, err)
+	assert.True(t, fi.IsDir())
+	_, err = rv.Stat("a")
+	assert.ErrorIs(t, err, fs.ErrNotExist)
 }
