@@ -57,6 +57,12 @@ import (
 //   - the area being full, queued conversions, or the journal not idle (a
 //     full commit running or waiting: journal.ErrBusy).
 //
+// Not done: a fast commit holds txnGate exclusively through its writes
+// and flushes, so operations wait behind each fsync (a commit releases
+// the gate before waiting for the journal); renames of regular files are
+// not logged as UNLINK+LINK as Linux logs them; directory growth is not
+// expressed.
+//
 // Locking: fcState.mu guards every field of fcState but the counters. It
 // is a leaf lock, taken by the hooks inside operations (under inode locks
 // and txnGate shared) and by fastCommit, which holds txnGate exclusively
