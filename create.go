@@ -48,6 +48,7 @@ func (v *Volume) create(name string, mode uint16) (*File, error) {
 		v.alloc.FreeInode(ino, false)
 		return nil, err
 	}
+	v.fcDentry(layout.FCTagCreat, dir.ino, ino, base)
 	return v.openInode(ino, base)
 }
 
@@ -162,6 +163,7 @@ func (f *File) writeDirBlock(lblk uint64, b []byte) error {
 	if v.csum && layout.HasDirTail(b) {
 		layout.SetDirTail(layout.InodeSeed(v.csumSeed, f.ino, f.in.Generation), b)
 	}
+	v.fcDirWrite()
 	w, err := v.meta.GetWrite(m.pblk)
 	if err != nil {
 		return err

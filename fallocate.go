@@ -223,7 +223,12 @@ func (f *File) preallocLocked(off, length int64, written bool) error {
 
 // shiftRangeLocked implements collapse-range and insert-range with
 // extent.Tree.Shift, as ext4_collapse_range/ext4_insert_range do.
+//
+// Fast commits cannot express a shift (ADD_RANGE and DEL_RANGE place
+// blocks, they do not move the mapping): the Sync after it commits the
+// journal in full (Linux's EXT4_FC_REASON_FALLOC_RANGE).
 func (f *File) shiftRangeLocked(mode FallocMode, off, length int64) error {
+	f.v.fcIneligible("collapse or insert range")
 	bs := int64(f.v.bs)
 	size := int64(f.in.Size)
 	if off%bs != 0 || length%bs != 0 {

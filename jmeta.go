@@ -254,6 +254,9 @@ func (m *jmeta) commit(wait bool) error {
 		return fmt.Errorf("ext4io: volume stopped committing after an error: %w: %w", ErrReadOnly, err)
 	}
 	pending, revokes, busy := m.pending, m.revokes, m.busy
+	if len(pending) > 0 || len(revokes) > 0 {
+		v.fcFullCommit() // this transaction supersedes the fast commits (fcwrite.go)
+	}
 	m.pending, m.revokes, m.busy = make(map[uint64][]byte), make(map[uint64]struct{}), nil
 	m.countLocked()
 	m.committing = pending

@@ -34,6 +34,9 @@ type mapper struct {
 	ind  *[60]byte             // block-mapped files
 	cfg  extent.Config
 	conv *convQueue // the inode's queued conversions, which lookups answered from tree see
+	// fcTrack records mapping changes for fast commits (fcwrite.go); nil
+	// without them. Set in newMapper.
+	fcTrack func(lblk, n uint64)
 
 	// seq counts changes of the file's block mapping: the validity cookie
 	// of iomap mappings. set and drop bump it with every change they
@@ -72,6 +75,9 @@ func (m *mapper) set(e esc.Extent) error {
 	}
 	err := m.escInsert(e)
 	m.seq.Add(1)
+	if m.fcTrack != nil && e.Status != esc.Delayed {
+		m.fcTrack(uint64(e.Lblk), uint64(e.Len))
+	}
 	return err
 }
 
@@ -83,6 +89,9 @@ func (m *mapper) drop(lblk, n uint32) (delayed uint64, err error) {
 	}
 	delayed, err = m.escRemove(lblk, n)
 	m.seq.Add(1)
+	if m.fcTrack != nil {
+		m.fcTrack(uint64(lblk), uint64(n))
+	}
 	return delayed, err
 }
 
@@ -114,6 +123,10 @@ func (v *Volume) newMapper(n *inode) (*mapper, error) {
 		cfg.EOFBlock = func() uint64 { return n.diskBlocks(bs) } // called under n.mu
 	}
 	m := &mapper{cfg: cfg, conv: &n.conv}
+	if v.fc != nil {
+		dir := in.IsDir()
+		m.fcTrack = func(lblk, cnt uint64) { v.fcTrackRange(ino, dir, lblk, cnt) }
+	}
 	if in.Flags&layout.InodeFlagExtents != 0 {
 		root := in.Block
 		t, err := extent.Open(&root, cfg)

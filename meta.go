@@ -117,6 +117,7 @@ func (v *Volume) syncInodeData(n *inode, times bool) error {
 }
 
 func (v *Volume) writeInode(ino uint32, in *layout.Inode) error {
+	v.fcTrackInode(ino)
 	g, idx := v.sb.InodeLocation(ino)
 	isz := v.sb.InodeSizeBytes()
 	byteOff := uint64(idx) * uint64(isz)

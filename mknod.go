@@ -58,6 +58,7 @@ func (v *Volume) Mknod(name string, mode fs.FileMode, dev uint64) error {
 }
 
 func (v *Volume) mknod(name string, mode fs.FileMode, dev uint64) error {
+	v.fcIneligible("device node or fifo") // fast commits cannot express it (fcwrite.go)
 	var ft uint16
 	switch mode.Type() {
 	case 0:

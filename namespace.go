@@ -219,6 +219,7 @@ func unixMode(perm fs.FileMode) uint16 {
 }
 
 func (v *Volume) mkdir(name string, perm fs.FileMode) error {
+	v.fcIneligible("mkdir") // fast commits cannot express it (fcwrite.go)
 	if err := v.writableNS(); err != nil {
 		return err
 	}
@@ -343,6 +344,7 @@ func (v *Volume) Rmdir(name string) error {
 }
 
 func (v *Volume) rmdir(name string) error {
+	v.fcIneligible("rmdir") // fast commits cannot express it (fcwrite.go)
 	if err := v.writableNS(); err != nil {
 		return err
 	}
@@ -419,6 +421,7 @@ func (v *Volume) unlink(name string) error {
 	if _, err := dir.removeEntryLocked(base, child.ino); err != nil {
 		return err
 	}
+	v.fcDentry(layout.FCTagUnlink, dir.ino, child.ino, base)
 	if child.n.in.LinksCount == 0 {
 		return fmt.Errorf("inode %d had a name but no links: %w", child.ino, ErrCorrupt)
 	}
@@ -470,6 +473,7 @@ func (v *Volume) link(oldname, newname string) error {
 	if err := dir.addEntryLocked(base, src.ino, v.entryType(src.n.in.Mode)); err != nil {
 		return err
 	}
+	v.fcDentry(layout.FCTagLink, dir.ino, src.ino, base)
 	src.n.in.LinksCount++
 	src.n.in.Ctime = now()
 	return v.writeInodeLocked(src.n)
@@ -486,6 +490,7 @@ func (v *Volume) Symlink(target, name string) error {
 }
 
 func (v *Volume) symlink(target, name string) error {
+	v.fcIneligible("symlink") // fast commits cannot express it (fcwrite.go)
 	if err := v.writableNS(); err != nil {
 		return err
 	}

@@ -60,6 +60,7 @@ func (v *Volume) lockRenameDirs(oldname, newname string) (odir *File, obase stri
 // rename renames oldname; with noReplace an existing newname fails with
 // ErrExist (RENAME_NOREPLACE).
 func (v *Volume) rename(oldname, newname string, noReplace bool) error {
+	v.fcIneligible("rename") // fast commits cannot express it (fcwrite.go)
 	if err := v.writableNS(); err != nil {
 		return err
 	}
@@ -281,6 +282,7 @@ func (v *Volume) Rename2(oldname, newname string, flags uint) error {
 // Locking is rename's: renameMu, the directories ancestor first, then the
 // two inodes.
 func (v *Volume) exchange(oldname, newname string) error {
+	v.fcIneligible("rename") // fast commits cannot express it (fcwrite.go)
 	if err := v.writableNS(); err != nil {
 		return err
 	}

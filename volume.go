@@ -114,6 +114,18 @@ type Tuning struct {
 	// not be converted, and that range keeps reading as zeroes. Counters
 	// SplitsDeferred counts the conversions left to completion.
 	DeferSplits bool
+	// NoFastCommit makes File.Sync and Datasync commit the journal even
+	// on a filesystem with the fast_commit feature (fcwrite.go), as
+	// Linux's mount option no_fc does... the feature stays set.
+	NoFastCommit bool
+	// FastCommitOneFlush makes a fast commit that maps new blocks flush
+	// the device once, after its data and its fast-commit block, instead
+	// of before and after the block (ext4's REQ_PREFLUSH|REQ_FUA, the FUA
+	// emulated by a flush). It saves a flush per fsync but opens a window,
+	// as jbd2's async_commit does: a crash before the flush may leave the
+	// new mapping durable without its data, exposing the blocks' old
+	// contents.
+	FastCommitOneFlush bool
 	// ZeroOutChunk, when set, makes direct writes into preallocated
 	// (unwritten) blocks inside the on-disk size convert whole chunks:
 	// the first write into a ZeroOutChunk-aligned chunk writes zeroes to
@@ -209,6 +221,9 @@ type Volume struct {
 	sbMu sync.Mutex
 
 	jm *jmeta // journaled metadata of a writable volume with a journal, else nil
+	// fc tracks the changes fast commits log (fcwrite.go); nil unless the
+	// volume is writable, journaled and has fast_commit. Set in Open.
+	fc *fcState
 
 	// touch stamps the times of shared-lock direct writes (touchclock.go).
 	touch touchClock
@@ -384,6 +399,9 @@ func (v *Volume) openWritable() error {
 	v.meta = alloc.NewDirectIO(v.dev, v.bs)
 	if sb.HasCompat(layout.CompatHasJournal) {
 		if err := v.startJournal(); err != nil {
+			return err
+		}
+		if err := v.startFastCommit(); err != nil {
 			return err
 		}
 	}
@@ -780,6 +798,10 @@ type Counters struct {
 	// counted in Conversions); ConversionBatches counts the times a queue
 	// was applied to a tree.
 	ConversionsQueued, ConversionBatches uint64
+	// FastCommits counts fast commits written (fcwrite.go);
+	// FastCommitFallbacks counts Syncs that committed the journal instead
+	// because the changes were not eligible.
+	FastCommits, FastCommitFallbacks uint64
 }
 
 // Counters returns a snapshot of the volume's counters.
@@ -787,12 +809,16 @@ func (v *Volume) Counters() Counters {
 	s := &v.stats
 	notOver := s.sharedNotOverwrite.Load() // before shared: never more than it
 	shared := s.shared.Load()
-	return Counters{MetaUpdates: s.metaUpdates.Load(), SharedLocks: shared, ExclusiveLocks: s.exclusive.Load(),
+	c := Counters{MetaUpdates: s.metaUpdates.Load(), SharedLocks: shared, ExclusiveLocks: s.exclusive.Load(),
 		Conversions: s.conversions.Load() + s.convQueued.Load(), ZeroOutBlocks: s.zeroOuts.Load(), Overwrites: shared - notOver,
 		JournalCommits: s.handles.Load(), BufferedWrites: s.buffered.Load(), DelallocBlocks: s.delalloc.Load(),
 		ReservedBlocks: v.reserved(), SplitsDeferred: s.splitsDeferred.Load(),
 		ConversionsQueued: s.convQueued.Load(), ConversionBatches: s.convBatches.Load(),
 		JournalTransactions: v.journalTransactions()}
+	if fc := v.fc; fc != nil {
+		c.FastCommits, c.FastCommitFallbacks = fc.commits.Load(), fc.fallbacks.Load()
+	}
+	return c
 }
 
 // journalTransactions returns the transactions the journal committed, or 0

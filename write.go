@@ -505,6 +505,13 @@ func (f *File) sync(times bool) error {
 		if err := f.v.syncInodeData(f.n, times); err != nil {
 			return err
 		}
+		if f.v.fc != nil {
+			// A fast commit writes its tags after the data and flushes
+			// once (fcwrite.go); ineligible changes commit in full.
+			if err := f.v.fastCommit(); !errors.Is(err, errFCFallback) {
+				return err
+			}
+		}
 		if f.v.jm != nil {
 			// The commit flushes the device before its commit block, so
 			// data written before it is durable too (ordered mode).

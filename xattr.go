@@ -435,6 +435,7 @@ func (v *Volume) listxattrLocked(n *inode) ([]string, error) {
 // fits, else into the block; a shared block is copied first (XA3). Nothing
 // changes when it fails for space.
 func (v *Volume) setxattrLocked(n *inode, attr string, value []byte, flags int) error {
+	v.fcIneligible("xattr change") // fast commits cannot express it (fcwrite.go)
 	if n.freed {
 		return ErrNotFound
 	}

@@ -54,6 +54,7 @@
 // "journal" subcommand prints it).
 //
 // Fast commits are replayed by the file system through Config.FastCommit
-// (see FastCommitArea); this package does not write them. External
+// (see FastCommitArea). The file system builds them; WriteFastCommit
+// places them in the area and makes them durable (fcwrite.go). External
 // journals (on a device of their own) are not tested.
 package journal

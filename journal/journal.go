@@ -63,6 +63,7 @@ type Journal struct {
 	fcFirst    uint32 // first fast-commit block (j_fc_first); 0 without fast_commit
 	fcLast     uint32 // j_fc_last (s_maxlen); fast commits use [fcFirst, fcLast)
 	fcReplay   FastCommitReplayer
+	fcState        // fast commits written (fcwrite.go)
 	maxTxn     int // largest log footprint of one transaction
 	interval   time.Duration
 	minBatch   time.Duration // Config.MinBatchTime

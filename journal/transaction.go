@@ -328,6 +328,9 @@ func (j *Journal) commitRunning() {
 
 	began := time.Now()
 	err := j.writeTransaction(t)
+	if err == nil {
+		err = j.fcSuperseded() // fcwrite.go
+	}
 	took := time.Since(began)
 
 	j.mu.Lock()

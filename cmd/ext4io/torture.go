@@ -11,7 +11,7 @@ import (
 
 func init() {
 	commands["torture"] = command{
-		usage: "torture [--duration 30s] [--seed N] [--goroutines N] [--size 64M] [--block-size 4096] [--crash-every N] [--crash-points N] [--max-rounds N] [--dir DIR] [--round-seed N] [-v]",
+		usage: "torture [--duration 30s] [--seed N] [--goroutines N] [--size 64M] [--block-size 4096] [--crash-every N] [--crash-points N] [--max-rounds N] [--dir DIR] [--round-seed N] [--fast-commit] [-v]",
 		run:   cmdTorture,
 	}
 }
@@ -34,6 +34,7 @@ func cmdTorture(args []string, w io.Writer) error {
 	dir := fs.String("dir", os.TempDir(), "where failing images and op logs are saved")
 	roundSeed := fs.Uint64("round-seed", 0, "run only the round with this round seed, on a fresh device")
 	verbose := fs.Bool("v", false, "log each round")
+	fastCommit := fs.Bool("fast-commit", false, "format with fast_commit: fsyncs write fast commits")
 	if _, err := parseArgs(fs, args, 0, 0); err != nil {
 		return err
 	}
@@ -49,7 +50,7 @@ func cmdTorture(args []string, w io.Writer) error {
 	}
 	fmt.Fprintf(w, "torture: seed %d duration %s\n", *seed, *dur)
 	cfg := torture.Config{Seed: *seed, Duration: *dur, Goroutines: *gor, DeviceSize: n, BlockSize: *bs,
-		CrashEvery: *every, CrashPoints: *points, MaxRounds: *maxRounds, Dir: *dir, RoundSeed: *roundSeed}
+		CrashEvery: *every, CrashPoints: *points, MaxRounds: *maxRounds, Dir: *dir, RoundSeed: *roundSeed, FastCommit: *fastCommit}
 	if *verbose {
 		cfg.Log = w
 	}

@@ -77,6 +77,9 @@ type Config struct {
 	DeferSplits      bool
 	EagerConversions bool
 	ZeroOutChunk     int64
+	// FastCommit formats the engine's filesystem and, with Kernel,
+	// Linux's with the fast_commit feature: fsyncs write fast commits.
+	FastCommit bool
 	// Kernel also runs each round's jobs with fio on Linux's ext4 over a
 	// loop device (root, fio); the report says why when it cannot.
 	Kernel bool
@@ -368,7 +371,7 @@ func runBench(ctx context.Context, c *config) (*Report, error) {
 			continue
 		}
 		if round == 0 {
-			kenv, rep.Kernel = startKernel(ctx, kernelDir(c, b), region)
+			kenv, rep.Kernel = startKernel(ctx, kernelDir(c, b), region, c.FastCommit)
 		}
 		if kenv == nil {
 			continue

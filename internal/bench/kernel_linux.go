@@ -34,8 +34,8 @@ type kernelEnv struct {
 
 // startKernel checks that the kernel column can run and sets it up. env
 // is nil when it cannot, info.Skipped saying why; the caller tears down a
-// non-nil env.
-func startKernel(ctx context.Context, dir string, region int64) (*kernelEnv, KernelInfo) {
+// non-nil env. With fastCommit Linux's filesystem gets fast_commit too.
+func startKernel(ctx context.Context, dir string, region int64, fastCommit bool) (*kernelEnv, KernelInfo) {
 	info := KernelInfo{Backing: dir}
 	if os.Geteuid() != 0 {
 		info.Skipped = "not root: loop devices and mount need root"
@@ -53,7 +53,7 @@ func startKernel(ctx context.Context, dir string, region int64) (*kernelEnv, Ker
 	if out, err := exec.Command("fio", "--version").Output(); err == nil {
 		info.Fio = strings.TrimSpace(string(out))
 	}
-	env, err := setupKernel(ctx, dir, region)
+	env, err := setupKernel(ctx, dir, region, fastCommit)
 	if err != nil {
 		if env != nil {
 			env.teardown()
@@ -65,7 +65,7 @@ func startKernel(ctx context.Context, dir string, region int64) (*kernelEnv, Ker
 	return env, info
 }
 
-func setupKernel(ctx context.Context, dir string, region int64) (*kernelEnv, error) {
+func setupKernel(ctx context.Context, dir string, region int64, fastCommit bool) (*kernelEnv, error) {
 	env := &kernelEnv{region: region}
 	f, err := os.CreateTemp(dir, "ext4io-bench-kernel-*.img")
 	if err != nil {
@@ -88,7 +88,12 @@ func setupKernel(ctx context.Context, dir string, region int64) (*kernelEnv, err
 		env.notes = append(env.notes, "losetup --direct-io=on refused on "+dir+"; the loop device is buffered")
 	}
 	env.loop = strings.TrimSpace(string(out))
-	if out, err := exec.CommandContext(ctx, "mkfs.ext4", "-F", "-q", "-E", "lazy_itable_init=0,lazy_journal_init=0", env.loop).CombinedOutput(); err != nil {
+	args := []string{"-F", "-q", "-E", "lazy_itable_init=0,lazy_journal_init=0"}
+	if fastCommit {
+		args = append(args, "-O", "fast_commit")
+		env.notes = append(env.notes, "Linux's filesystem has fast_commit (--fast-commit)")
+	}
+	if out, err := exec.CommandContext(ctx, "mkfs.ext4", append(args, env.loop)...).CombinedOutput(); err != nil {
 		return env, fmt.Errorf("mkfs.ext4 failed: %s", strings.TrimSpace(string(out)))
 	}
 	mnt, err := os.MkdirTemp("", "ext4io-bench-mnt-*")

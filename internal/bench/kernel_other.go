@@ -10,7 +10,7 @@ import (
 // kernelEnv is never set up off Linux: startKernel says why.
 type kernelEnv struct{}
 
-func startKernel(context.Context, string, int64) (*kernelEnv, KernelInfo) {
+func startKernel(context.Context, string, int64, bool) (*kernelEnv, KernelInfo) {
 	return nil, KernelInfo{Skipped: "the Linux ext4 column needs Linux (loop devices, mount, fio)"}
 }
 

@@ -84,6 +84,13 @@ func (f *formatter) makeFiles() error {
 		if nj == 0 {
 			nj = JournalSize(sb.BlocksCount)
 		}
+		var nfc uint64
+		if sb.HasCompat(layout.CompatFastCommit) {
+			// mke2fs: the fast-commit area, 1/64 of the log, follows it
+			// (s_maxlen covers both, s_num_fc_blks the area).
+			nfc = nj / fcBlocksRatio
+			nj += nfc
+		}
 		if nj < 1024 || nj > sb.BlocksCount/2 {
 			return fmt.Errorf("mkfs: journal of %d blocks on %d: %w", nj, sb.BlocksCount, ErrInvalid)
 		}
@@ -100,7 +107,7 @@ func (f *formatter) makeFiles() error {
 				return fmt.Errorf("mkfs: zeroing journal: %w", err)
 			}
 		}
-		out = append(out, block{jr[0].start, f.journalSuper(nj)})
+		out = append(out, block{jr[0].start, f.journalSuper(nj, nfc)})
 		if err := f.fileInode(layout.JournalIno, layout.ModeReg|0o600, 1, nj*p.bs, jr, &out); err != nil {
 			return err
 		}
@@ -235,9 +242,15 @@ func (f *formatter) fileInode(ino uint32, mode, links uint16, size uint64, runs 
 	return nil
 }
 
+// fcBlocksRatio is mke2fs's EXT2_JOURNAL_TO_FC_BLKS_RATIO: log blocks per
+// fast-commit block.
+const fcBlocksRatio = 64
+
 // journalSuper returns an empty jbd2 v2 journal superblock (struct
-// journal_superblock_s, big-endian) in a full block.
-func (f *formatter) journalSuper(n uint64) []byte {
+// journal_superblock_s, big-endian) in a full block, with nfc of its n
+// blocks the fast-commit area (s_num_fc_blks; the jbd2 feature is left to
+// the first writer, as mke2fs leaves it to the kernel).
+func (f *formatter) journalSuper(n, nfc uint64) []byte {
 	b := make([]byte, f.p.bs)
 	be := binary.BigEndian
 	be.PutUint32(b[0x0:], jbd2Magic)
@@ -256,7 +269,8 @@ func (f *formatter) journalSuper(n uint64) []byte {
 	}
 	be.PutUint32(b[0x28:], inc)
 	copy(b[0x30:0x40], f.sb.UUID[:])
-	be.PutUint32(b[0x40:], 1) // s_nr_users
+	be.PutUint32(b[0x40:], 1)           // s_nr_users
+	be.PutUint32(b[0x54:], uint32(nfc)) // s_num_fc_blks
 	if f.sb.MetadataCsum() {
 		be.PutUint32(b[0xFC:], crc32c.Kernel(^uint32(0), b[:1024]))
 	}

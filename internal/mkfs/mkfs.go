@@ -71,7 +71,7 @@ const (
 
 // Features Format can create.
 const (
-	supportedCompat   = DefaultCompat
+	supportedCompat   = DefaultCompat | layout.CompatFastCommit
 	supportedRoCompat = DefaultRoCompat | layout.RoCompatGdtCsum
 	supportedIncompat = DefaultIncompat | layout.IncompatMMP
 )
@@ -103,9 +103,14 @@ type Options struct {
 	// (mkfs -E lazy_itable_init=0). The default leaves them for the
 	// kernel's lazy init, as mkfs.ext4 does.
 	ZeroInodeTables bool
-	NoDiscard       bool      // do not discard the device first
-	Now             time.Time // zero: time.Now()
-	Rand            io.Reader // randomness for UUIDs; nil: crypto/rand
+	// FastCommit turns on the fast_commit feature (as Features
+	// "fast_commit" does): the journal gets a fast-commit area of 1/64 of
+	// its log, after it (mke2fs's EXT2_JOURNAL_TO_FC_BLKS_RATIO), and
+	// ext4io and Linux log fsyncs there as fast commits.
+	FastCommit bool
+	NoDiscard  bool      // do not discard the device first
+	Now        time.Time // zero: time.Now()
+	Rand       io.Reader // randomness for UUIDs; nil: crypto/rand
 }
 
 // ApplyFeatures applies a feature list ("a,^b") to the three feature words.
@@ -323,6 +328,9 @@ func (f *formatter) buildSuper() error {
 	c, r, i := uint32(DefaultCompat), uint32(DefaultRoCompat), uint32(DefaultIncompat)
 	if err := ApplyFeatures(o.Features, &c, &r, &i); err != nil {
 		return err
+	}
+	if o.FastCommit {
+		c |= layout.CompatFastCommit
 	}
 	if i&layout.IncompatExtents == 0 {
 		return fmt.Errorf("mkfs: only extent-mapped filesystems can be created (^extent): %w", ErrUnsupported)

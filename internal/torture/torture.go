@@ -96,6 +96,9 @@ type Config struct {
 	// MaxRounds, if not 0, ends the run after this many rounds even if
 	// Duration is left (Duration 0: no time limit).
 	MaxRounds int
+	// FastCommit formats with the fast_commit feature: Syncs write fast
+	// commits, and crash images hold them for recovery to replay.
+	FastCommit bool
 }
 
 // Summary counts what Run did.
@@ -220,7 +223,7 @@ func (r *runner) doRound(seed uint64) ([]*worker, *memdev.Device, error) {
 			fillGarbage(r.dev, seed)
 			formatted += " (garbage-filled)"
 		}
-		if err := ext4io.Format(r.dev, ext4io.FormatOptions{BlockSize: r.cfg.BlockSize, Rand: rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8), byte(seed >> 16)})}); err != nil {
+		if err := ext4io.Format(r.dev, ext4io.FormatOptions{BlockSize: r.cfg.BlockSize, FastCommit: r.cfg.FastCommit, Rand: rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8), byte(seed >> 16)})}); err != nil {
 			return nil, nil, fmt.Errorf("format: %w", err)
 		}
 	}

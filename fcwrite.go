@@ -1,0 +1,552 @@
+package ext4io
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/ext4io/ext4io/extent"
+	"github.com/ext4io/ext4io/journal"
+	"github.com/ext4io/ext4io/layout"
+)
+
+// Writing fast commits (the fast_commit feature; fcreplay.go replays
+// them, layout/fastcommit.go has the tags, journal/fcwrite.go the area).
+//
+// A writable volume with fast_commit tracks, from one full commit to the
+// next, what changed in a form fast-commit tags can express: the inodes
+// written (INODE tags carry the whole on-disk inode), the logical range of
+// each inode whose mapping changed (ADD_RANGE for what is mapped there
+// now, DEL_RANGE for the holes), and the directory entries created,
+// linked and unlinked (CREAT, LINK, UNLINK), in order. File.Sync and
+// File.Datasync then write the tags of everything tracked since the last
+// fast commit to the fast-commit area, after the file's data, with one
+// device flush, instead of committing the journal; the metadata blocks
+// stay in the running transaction (jmeta's pending set) for the next full
+// commit, which supersedes the fast commits and empties the tracking.
+//
+// The layout follows fs/ext4/fast_commit.c: the first fast commit after a
+// full commit starts the area with HEAD (fc_features 0, the tid); every
+// fast commit writes, for each dentry change in order, the created inode
+// (ranges, INODE) before its CREAT, then the ranges and INODE of each
+// other inode changed, and ends with a TAIL (tid, crc32c of every record
+// since the previous TAIL) that runs to the end of its block; a record
+// that does not fit in a block is preceded by a PAD to the block's last
+// byte. Ranges go as ADD_RANGE of at most 32768 blocks (32767 unwritten)
+// and DEL_RANGE of at most 2^31-1, as ext4_map_blocks caps a lookup.
+//
+// Eligibility (a Sync falls back to a full commit, which resets the
+// tracking and the area, while any holds since the last full commit; the
+// reasons follow EXT4_FC_REASON_*):
+//   - renames (EXT4_FC_REASON_RENAME_DIR and CROSS_RENAME in Linux; every
+//     rename here), xattr changes (XATTR: in-inode xattrs lie past the
+//     bytes an INODE tag carries, xattr blocks are not logged at all),
+//     collapse and insert range (FALLOC_RANGE);
+//   - directory mapping changes: a directory that grows a block (an entry
+//     that did not fit, mkdir's first block), an htree split, rmdir;
+//     directory blocks are not logged, replay adds entries by name into
+//     the blocks it has;
+//   - symlinks and device nodes (their i_block is not logged: replay keeps
+//     the on-disk i_block of inodes without extents), inline data;
+//   - a directory block written without a dentry tag, a mapping change of
+//     a reserved inode or of a block-mapped file, an inode freed without
+//     an UNLINK since the last full commit;
+//   - the area being full, queued conversions, or the journal not idle (a
+//     full commit running or waiting: journal.ErrBusy).
+//
+// Not done: a fast commit holds txnGate exclusively through its writes
+// and flushes, so operations wait behind each fsync (a commit releases
+// the gate before waiting for the journal); renames of regular files are
+// not logged as UNLINK+LINK as Linux logs them; directory growth is not
+// expressed.
+//
+// Locking: fcState.mu guards every field of fcState but the counters. It
+// is a leaf lock, taken by the hooks inside operations (under inode locks
+// and txnGate shared) and by fastCommit, which holds txnGate exclusively
+// (no operation runs, so nothing tracked changes while it builds the
+// tags) and takes inode locks shared to read mappings: the same order as
+// jmeta.commit, which calls fcFullCommit under txnGate exclusively.
+type fcState struct {
+	mu sync.Mutex
+	// ineligible is the reason the changes since the last full commit
+	// cannot be fast-committed; "" if they can.
+	ineligible string
+	// inodes maps each inode changed since the last fast commit to its
+	// changed logical range.
+	inodes map[uint32]*fcIno
+	// dentries are the entry changes since the last fast commit, in order.
+	dentries []fcDentry
+	// dirWrites counts directory block writes not matched by a dentry
+	// change (each create, link and unlink writes one block).
+	dirWrites int
+	// off is the next block of the area; 0 when the next fast commit
+	// starts it with HEAD. tid is the tid of the area's fast commits.
+	off int
+	tid uint32
+	// unlinked holds the inodes unlinked since the last full commit.
+	unlinked map[uint32]bool
+
+	// commits and fallbacks count fast commits written and Syncs that
+	// fell back to a full commit (Counters).
+	commits, fallbacks atomic.Uint64
+}
+
+// fcIno is the tracked state of one inode: the logical blocks [lo, hi)
+// whose mapping changed (none when hi is 0).
+type fcIno struct {
+	lo, hi uint64
+}
+
+type fcDentry struct {
+	tag         uint16 // layout.FCTagCreat, FCTagLink or FCTagUnlink
+	parent, ino uint32
+	name        string
+}
+
+// startFastCommit turns fast commits on for a writable volume whose
+// superblock has fast_commit: the journal gets its jbd2 feature (as the
+// kernel sets it at mount) and the tracking starts.
+func (v *Volume) startFastCommit() error {
+	if v.jm == nil || !v.sb.HasCompat(layout.CompatFastCommit) || v.opts.Tuning.NoFastCommit {
+		return nil
+	}
+	if err := v.jm.j.EnableFastCommit(); err != nil {
+		return fmt.Errorf("ext4io: enabling fast commits: %w", err)
+	}
+	if err := v.jm.j.ClearFastCommitArea(); err != nil {
+		return fmt.Errorf("ext4io: clearing the fast-commit area: %w", err)
+	}
+	v.fc = &fcState{inodes: map[uint32]*fcIno{}, unlinked: map[uint32]bool{}}
+	return nil
+}
+
+// fcIneligible makes the changes since the last full commit ineligible
+// for fast commits.
+func (v *Volume) fcIneligible(reason string) {
+	fc := v.fc
+	if fc == nil {
+		return
+	}
+	fc.mu.Lock()
+	if fc.ineligible == "" {
+		fc.ineligible = reason
+	}
+	fc.mu.Unlock()
+}
+
+// fcInodeLocked returns the tracked state of ino, adding it. fc.mu is
+// held.
+func (fc *fcState) inodeLocked(ino uint32) *fcIno {
+	t := fc.inodes[ino]
+	if t == nil {
+		t = &fcIno{}
+		fc.inodes[ino] = t
+	}
+	return t
+}
+
+// fcTrackInode records that inode ino was written (writeInode).
+func (v *Volume) fcTrackInode(ino uint32) {
+	fc := v.fc
+	if fc == nil {
+		return
+	}
+	fc.mu.Lock()
+	fc.inodeLocked(ino)
+	fc.mu.Unlock()
+}
+
+// fcTrackRange records a mapping change of [lblk, lblk+n) of inode ino
+// (the mapper's set and drop).
+func (v *Volume) fcTrackRange(ino uint32, dir bool, lblk, n uint64) {
+	fc := v.fc
+	if fc == nil || n == 0 {
+		return
+	}
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	switch {
+	case dir:
+		if fc.ineligible == "" {
+			fc.ineligible = "directory mapping changed"
+		}
+		return
+	case ino != layout.RootIno && ino < v.sb.FirstInode():
+		if fc.ineligible == "" {
+			fc.ineligible = "reserved inode mapping changed"
+		}
+		return
+	}
+	t := fc.inodeLocked(ino)
+	end := min(lblk+n, maxLblk+1)
+	if t.hi == 0 {
+		t.lo, t.hi = lblk, end
+		return
+	}
+	t.lo, t.hi = min(t.lo, lblk), max(t.hi, end)
+}
+
+// fcDirWrite records a directory block write (writeDirBlock).
+func (v *Volume) fcDirWrite() {
+	fc := v.fc
+	if fc == nil {
+		return
+	}
+	fc.mu.Lock()
+	fc.dirWrites++
+	fc.mu.Unlock()
+}
+
+// fcDentry records an entry change of directory parent: tag is
+// layout.FCTagCreat, FCTagLink or FCTagUnlink.
+func (v *Volume) fcDentry(tag uint16, parent, ino uint32, name string) {
+	fc := v.fc
+	if fc == nil {
+		return
+	}
+	fc.mu.Lock()
+	fc.dentries = append(fc.dentries, fcDentry{tag, parent, ino, name})
+	fc.dirWrites--
+	fc.inodeLocked(parent)
+	fc.inodeLocked(ino)
+	if tag == layout.FCTagUnlink {
+		fc.unlinked[ino] = true
+	}
+	fc.mu.Unlock()
+}
+
+// fcFullCommit resets the tracking when a full commit logs a transaction:
+// it holds every change tracked so far and supersedes the fast commits in
+// the area, which the next fast commit starts again. txnGate is held
+// exclusively.
+func (v *Volume) fcFullCommit() {
+	fc := v.fc
+	if fc == nil {
+		return
+	}
+	fc.mu.Lock()
+	fc.ineligible, fc.dentries, fc.dirWrites, fc.off = "", nil, 0, 0
+	clear(fc.inodes)
+	clear(fc.unlinked)
+	fc.mu.Unlock()
+}
+
+// errFCFallback says a fast commit cannot express the changes: the caller
+// commits the journal instead.
+var errFCFallback = errors.New("fast commit not possible")
+
+// fastCommit makes every change tracked since the last full commit
+// durable as a fast commit (the caller wrote the data back). It returns
+// errFCFallback when a full commit is needed instead.
+func (v *Volume) fastCommit() error {
+	fc, m := v.fc, v.jm
+	v.txnGate.Lock()
+	defer v.txnGate.Unlock()
+	if m.isFailed.Load() || v.conversionsQueued() {
+		return errFCFallback
+	}
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	if fc.ineligible == "" && fc.dirWrites > 0 {
+		fc.ineligible = "directory block written without a dentry tag"
+	}
+	if fc.ineligible != "" {
+		fc.fallbacks.Add(1)
+		return errFCFallback
+	}
+	// A full commit logged but not yet durable (an operation's commit at
+	// the end, the background committer) holds changes no longer
+	// tracked: wait for it with a full commit.
+	tid, err := m.j.FastCommitTid()
+	if errors.Is(err, journal.ErrBusy) {
+		fc.fallbacks.Add(1)
+		return errFCFallback
+	}
+	if err != nil {
+		return fmt.Errorf("ext4io: fast commit: %w", err)
+	}
+	if len(fc.inodes) == 0 && len(fc.dentries) == 0 {
+		// Everything is durable already (the area, the log): the data
+		// needs a flush.
+		return v.flushDev()
+	}
+	if fc.off > 0 && fc.tid != tid {
+		fc.off = 0 // a full commit came between: start the area again
+	}
+	if fc.off == 0 {
+		// A new area: bring the log's transactions home first. e2fsck
+		// 1.47.0 replays fast commits with the group descriptors it read
+		// before replaying the log (inodes a logged transaction put in a
+		// group's unused area read as zeroes), so it must find the log
+		// empty; the cost falls on the first fast commit after each full
+		// commit.
+		if err := m.j.Checkpoint(); err != nil {
+			return fmt.Errorf("ext4io: fast commit: %w", err)
+		}
+	}
+	w := fcBuilder{bs: v.bs}
+	if fc.off == 0 {
+		w.add(layout.EncodeFCHead(layout.FCHead{Features: layout.FCSupportedFeatures, Tid: tid}))
+	}
+	if reason, err := v.fcTags(fc, &w); err != nil || reason != "" {
+		if err != nil {
+			return err
+		}
+		fc.ineligible = reason
+		fc.fallbacks.Add(1)
+		return errFCFallback
+	}
+	w.tail(tid)
+	nblk := len(w.buf) / v.bs
+	if fc.off+nblk > m.j.FastCommitLen() {
+		fc.ineligible = "fast-commit area full"
+		fc.fallbacks.Add(1)
+		return errFCFallback
+	}
+	// Blocks newly mapped (ADD_RANGE) must hold their data before the
+	// tags that map them are durable: flush first (journal FW3) unless
+	// Tuning.FastCommitOneFlush accepts the window.
+	preflush := w.adds && !v.opts.Tuning.FastCommitOneFlush
+	if err := m.j.WriteFastCommit(tid, fc.off, w.buf, preflush); err != nil {
+		fc.ineligible = "fast-commit write failed"
+		return fmt.Errorf("ext4io: fast commit: %w", wrapIO(err))
+	}
+	fc.off += nblk
+	fc.tid = tid
+	fc.dentries = nil
+	clear(fc.inodes)
+	fc.commits.Add(1)
+	return nil
+}
+
+// fcTags adds the tags of the tracked changes to w. A non-empty reason
+// says they cannot be expressed. fc.mu and txnGate (exclusively) are held.
+func (v *Volume) fcTags(fc *fcState, w *fcBuilder) (reason string, err error) {
+	// An inode created since the last fast commit and already without
+	// links leaves no trace: its tags are skipped.
+	gone := map[uint32]bool{}
+	for _, d := range fc.dentries {
+		if d.tag == layout.FCTagCreat {
+			raw, err := v.fcRawInode(d.ino)
+			if err != nil {
+				return "", err
+			}
+			if binary.LittleEndian.Uint16(raw[0x1A:]) == 0 { // i_links_count
+				gone[d.ino] = true
+			}
+		}
+	}
+	for _, d := range fc.dentries {
+		if gone[d.ino] {
+			continue
+		}
+		if d.tag == layout.FCTagCreat {
+			// The inode before its entry, as replay reads the mode; the
+			// inode may have been freed by an UNLINK replayed before
+			// (a reused number), hence before every CREAT.
+			if r, err := v.fcInodeTags(fc, w, d.ino, true); r != "" || err != nil {
+				return r, err
+			}
+		}
+		w.add(layout.EncodeFCDentry(d.tag, layout.FCDentry{Parent: d.parent, Ino: d.ino, Name: []byte(d.name)}))
+	}
+	inos := make([]uint32, 0, len(fc.inodes))
+	for ino := range fc.inodes {
+		inos = append(inos, ino)
+	}
+	sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
+	for _, ino := range inos {
+		if gone[ino] {
+			continue
+		}
+		if r, err := v.fcInodeTags(fc, w, ino, false); r != "" || err != nil {
+			return r, err
+		}
+	}
+	return "", nil
+}
+
+// fcInodeTags adds the range tags of inode ino's tracked range and its
+// INODE tag to w; an inode without links gets none (its UNLINK frees it
+// on replay). For a created inode (creat) the range tags cover every
+// logical block: its number may be a freed inode's whose extents are
+// still on disk (e2fsck's replay of UNLINK leaves them).
+func (v *Volume) fcInodeTags(fc *fcState, w *fcBuilder, ino uint32, creat bool) (string, error) {
+	raw, err := v.fcRawInode(ino)
+	if err != nil {
+		return "", err
+	}
+	in, err := layout.DecodeInode(raw, v.sb.InodeSizeBytes())
+	if err != nil {
+		return "", fmt.Errorf("ext4io: fast commit: inode %d: %w", ino, err)
+	}
+	if in.LinksCount == 0 {
+		if !fc.unlinked[ino] {
+			return "inode freed without an unlink", nil
+		}
+		return "", nil
+	}
+	switch {
+	case in.Flags&layout.InodeFlagInlineData != 0:
+		return "inline data", nil
+	case in.IsSymlink() || isSpecial(in):
+		return "symlink or special file", nil
+	}
+	lo, hi := uint64(0), uint64(0)
+	if t := fc.inodes[ino]; t != nil {
+		lo, hi = t.lo, t.hi
+	}
+	n := layout.GoodOldInodeSize
+	if v.sb.InodeSizeBytes() > layout.GoodOldInodeSize {
+		n += int(in.ExtraIsize)
+	}
+	inodeTag := layout.EncodeFCInode(layout.FCInode{Ino: ino, Raw: raw[:min(n, len(raw))]})
+	if creat {
+		// INODE first, as ext4_fc_commit_dentry_updates writes a created
+		// inode: replay makes the inode (an empty extent root) before its
+		// ranges go in.
+		w.add(inodeTag)
+		lo, hi = 0, maxLblk+1
+	}
+	if hi > lo {
+		if in.Flags&layout.InodeFlagExtents == 0 {
+			return "block-mapped file", nil
+		}
+		if err := v.fcRangeTags(w, ino, lo, hi); err != nil {
+			return "", err
+		}
+	}
+	if !creat {
+		w.add(inodeTag)
+	}
+	return "", nil
+}
+
+// fcRawInode returns the on-disk inode ino as the next full commit would
+// log it (its inode table block in the running transaction).
+func (v *Volume) fcRawInode(ino uint32) ([]byte, error) {
+	g, idx := v.sb.InodeLocation(ino)
+	isz := v.sb.InodeSizeBytes()
+	byteOff := uint64(idx) * uint64(isz)
+	blk := v.groups[g].InodeTable + byteOff/uint64(v.bs)
+	off := int(byteOff % uint64(v.bs))
+	b, err := v.meta.Read(blk)
+	if err != nil {
+		return nil, fmt.Errorf("ext4io: fast commit: inode %d: %w", ino, err)
+	}
+	return b[off : off+isz], nil
+}
+
+// Largest ranges one tag carries: EXT_INIT_MAX_LEN, EXT_UNWRITTEN_MAX_LEN
+// and ext4_map_blocks's INT_MAX cap of a lookup (the kernel's DEL_RANGE).
+const (
+	fcMaxWritten   = 32768
+	fcMaxUnwritten = 32767
+	fcMaxDel       = 1<<31 - 1
+)
+
+// fcRangeTags adds ADD_RANGE tags for the extents of inode ino's tree in
+// [lo, hi) and DEL_RANGE tags for the holes between them, as
+// ext4_fc_write_inode_data does with ext4_map_blocks.
+func (v *Volume) fcRangeTags(w *fcBuilder, ino uint32, lo, hi uint64) error {
+	n, err := v.getInode(ino)
+	if err != nil {
+		return fmt.Errorf("ext4io: fast commit: inode %d: %w", ino, err)
+	}
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	if n.m == nil || n.m.tree == nil {
+		return fmt.Errorf("ext4io: fast commit: inode %d has no extent tree: %w", ino, ErrCorrupt)
+	}
+	del := func(from, to uint64) {
+		for from < to {
+			cnt := min(to-from, fcMaxDel)
+			w.add(layout.EncodeFCRange(layout.FCRange{Ino: ino, Lblk: uint32(from), Len: uint32(cnt)}, false))
+			from += cnt
+		}
+	}
+	next := lo
+	err = n.m.walk(func(e extent.Extent) error {
+		s, end := max(uint64(e.Lblk), next), min(uint64(e.Lblk)+uint64(e.Len), hi)
+		if s >= end {
+			return nil
+		}
+		del(next, s)
+		limit := uint64(fcMaxWritten)
+		if e.Unwritten {
+			limit = fcMaxUnwritten
+		}
+		for l := s; l < end; {
+			cnt := min(end-l, limit)
+			w.add(layout.EncodeFCRange(layout.FCRange{Ino: ino, Lblk: uint32(l), Len: uint32(cnt),
+				Pblk: e.Pblk + (l - uint64(e.Lblk)), Unwritten: e.Unwritten}, true))
+			l += cnt
+		}
+		next = end
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("ext4io: fast commit: inode %d: %w", ino, err)
+	}
+	del(next, hi)
+	return nil
+}
+
+// fcBuilder lays tags out in blocks as ext4_fc_reserve_space does, with
+// the running crc of the fast commit.
+type fcBuilder struct {
+	bs  int
+	buf []byte // whole blocks
+	off int    // write position in the last block; bs when none is open
+	crc uint32
+	// adds says an ADD_RANGE was added: the fast commit maps blocks.
+	adds bool
+}
+
+// reserve returns the position of a record of n bytes (header included),
+// padding the current block when the record and a PAD header after it do
+// not fit.
+func (w *fcBuilder) reserve(n int) int {
+	if len(w.buf) == 0 {
+		w.buf = make([]byte, w.bs)
+		w.off = 0
+	}
+	if w.off+n+layout.FCTagBaseLen+1 > w.bs {
+		pad := layout.FCTag{Tag: layout.FCTagPad, Value: make([]byte, w.bs-w.off-1-layout.FCTagBaseLen)}
+		w.put(pad)
+		w.buf = append(w.buf, make([]byte, w.bs)...)
+		w.off = 0
+	}
+	return len(w.buf) - w.bs + w.off
+}
+
+func (w *fcBuilder) put(t layout.FCTag) {
+	at := len(w.buf) - w.bs + w.off
+	copy(w.buf[at:], t.Encode(nil))
+	w.off += layout.FCTagBaseLen + len(t.Value)
+	w.crc = layout.FCRecordCrc(w.crc, t)
+}
+
+func (w *fcBuilder) add(t layout.FCTag) {
+	w.adds = w.adds || t.Tag == layout.FCTagAddRange
+	w.reserve(layout.FCTagBaseLen + len(t.Value))
+	w.put(t)
+}
+
+// tail ends the fast commit with a TAIL running to the end of its block.
+func (w *fcBuilder) tail(tid uint32) {
+	w.reserve(layout.FCTagBaseLen + 8)
+	at := len(w.buf) - w.bs + w.off
+	vlen := w.bs - w.off - layout.FCTagBaseLen
+	crc := layout.FCTailCrc(w.crc, tid, vlen)
+	b, le := w.buf[at:], binary.LittleEndian
+	le.PutUint16(b[0:], layout.FCTagTail)
+	le.PutUint16(b[2:], uint16(vlen))
+	le.PutUint32(b[4:], tid)
+	le.PutUint32(b[8:], crc)
+	w.off = w.bs
+	w.crc = 0
+}
