@@ -47,11 +47,11 @@ import (
 //
 // Fast commits: a swap moves blocks between owners, which fast-commit
 // range records replay only as "map these blocks" without the frees of
-// the old ones being ordered against their reuse. A fast-commit writer
-// must treat an inode changed by WriteAtomic as ineligible (as Linux
-// marks EXT4_FC_REASON_SWAP_BOOT/FALLOC_RANGE) and force a full commit;
-// the swap itself is always logged as ordinary metadata in the running
-// transaction.
+// the old ones being ordered against their reuse. So a swap makes the
+// running transaction ineligible for fast commits (fcIneligible, as
+// Linux marks EXT4_FC_REASON_SWAP_BOOT/FALLOC_RANGE): the next fsync
+// commits the journal in full; the swap itself is always logged as
+// ordinary metadata in the running transaction.
 //
 // Where the device guarantees untorn writes of the size
 // (blockdev.AtomicWriter) and the range lies in written blocks of one
@@ -293,6 +293,9 @@ func (f *File) atomicSwap(p []byte, off int64) error {
 		return fmt.Errorf("ext4io: inode %d: atomic write [%d, +%d): its old blocks are scattered so that the swap would change about %d metadata blocks, more than one journal transaction takes here (%d): %w",
 			f.ino, off, len(p), c, most, ErrUnsupported)
 	}
+	// Inside the operation, so that the full commit that ends the fast
+	// commits' eligibility is the one holding the swap.
+	f.v.fcIneligible("atomic write remap")
 	// One tree mutation: on error the tree is unchanged and the new
 	// blocks go back. The unmapped blocks reach freeMapped (treeAlloc).
 	if err := f.m.tree.Replace(uint32(lblk), uint32(nblk), runs, true); err != nil {
