@@ -49,6 +49,14 @@ type Options struct {
 	// SkipChecksums disables metadata checksum verification on read (for
 	// salvaging data from damaged images). Structural checks stay on.
 	SkipChecksums bool
+	// MetaCacheBytes bounds the metadata buffer cache of a writable
+	// volume (0: 16 MiB; negative: none, every metadata read goes to the
+	// journal's copy or the device). The cache keeps the clean copies of
+	// bitmaps, group descriptors, inode table, directory, extent tree and
+	// xattr blocks, so that each is read once and not copied per access;
+	// blocks changed by the running or committing transaction are held
+	// apart from it until logged, whatever the budget.
+	MetaCacheBytes int64
 	// PageCacheBytes bounds the page cache of a writable volume, which
 	// holds the pages of buffered writes until write-back (0: 64 MiB;
 	// negative: no page cache, every write goes to the device at once, as
@@ -185,6 +193,7 @@ type Volume struct {
 	alloc    *alloc.Allocator // writable volumes only; safe for concurrent use
 	pc       *iomap.PageCache // buffered writes of a writable volume; nil if disabled
 	meta     alloc.MetaIO     // metadata block I/O of a writable volume
+	mcache   *metaCache       // metadata buffer cache of a writable volume (mdcache.go); nil if disabled
 	blkLocks blockLocks
 	xcache   xattrCache // xattr blocks by hash, for sharing (xattr.go)
 
@@ -382,10 +391,13 @@ func (v *Volume) openWritable() error {
 		return fmt.Errorf("ext4io: filesystem has errors recorded (run e2fsck): %w", ErrReadOnly)
 	}
 	v.meta = alloc.NewDirectIO(v.dev, v.bs)
+	v.mcache = newMetaCache(v.bs, v.opts.MetaCacheBytes)
 	if sb.HasCompat(layout.CompatHasJournal) {
 		if err := v.startJournal(); err != nil {
 			return err
 		}
+	} else if v.mcache != nil {
+		v.meta = &cachedIO{dev: v.meta, c: v.mcache}
 	}
 	if c := v.opts.Tuning.ZeroOutChunk; c < 0 || c > maxZeroOutChunk || c%int64(v.bs) != 0 {
 		return fmt.Errorf("ext4io: ZeroOutChunk %d is not a multiple of the %d-byte block size between 0 and %d: %w", c, v.bs, maxZeroOutChunk, ErrInvalid)
@@ -716,6 +728,9 @@ func (v *Volume) checkOpen() error {
 func (v *Volume) readBlock(blk uint64, buf []byte) error {
 	if blk >= v.sb.BlocksCount {
 		return errs.Corruptf("block pointer", blk, -1, "block %d beyond filesystem end %d", blk, v.sb.BlocksCount)
+	}
+	if r, ok := v.meta.(metaReaderInto); ok {
+		return r.readInto(blk, buf)
 	}
 	if v.meta != nil {
 		b, err := v.meta.Read(blk)
