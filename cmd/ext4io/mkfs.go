@@ -75,7 +75,10 @@ func cmdMkfs(args []string, w io.Writer) (err error) {
 		return err
 	}
 	if tree != nil {
-		v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
+		// No page cache: each file is written whole, in one call per
+		// MiB, so buffering gains nothing, and a cache full of dirty
+		// pages makes every new page search it for a victim.
+		v, err := ext4io.Open(dev, ext4io.Options{Writable: true, PageCacheBytes: -1})
 		if err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/ext4io/ext4io"
 	"github.com/ext4io/ext4io/layout"
@@ -236,7 +237,7 @@ func (im *importer) importTree(t *srcTree, dst string, attrs bool) error {
 	if !attrs {
 		return nil
 	}
-	return im.attrs(t.root, dst)
+	return im.dirAttrs(t.root, dst)
 }
 
 // fill creates the entries of the directory e in the image directory dst.
@@ -269,11 +270,9 @@ func (im *importer) one(e *srcEntry, d string) error {
 		if err := im.fill(e, d); err != nil {
 			return err
 		}
+		return im.dirAttrs(e, d)
 	case m.IsRegular():
-		if err := im.copyFile(e, d); err != nil {
-			return err
-		}
-		return im.times(e, d) // attributes set through the open file
+		return im.copyFile(e, d) // attributes and times set through the open file
 	case m&fs.ModeSymlink != 0:
 		if err := im.v.Symlink(e.target, d); err != nil {
 			return err
@@ -308,6 +307,9 @@ func (im *importer) copyFile(e *srcEntry, d string) error {
 	err = im.copyData(out, in, st.Size())
 	if err == nil {
 		err = setAttrs(out, e)
+	}
+	if err == nil {
+		err = out.Chtimes(hostAtime(e.fi), e.fi.ModTime())
 	}
 	if cerr := out.Close(); err == nil {
 		err = cerr
@@ -377,11 +379,32 @@ func (im *importer) attrs(e *srcEntry, d string) error {
 // times sets d's atime and mtime from e, last: writing and setting
 // attributes change them.
 func (im *importer) times(e *srcEntry, d string) error {
-	atime := e.fi.ModTime()
-	if at, _, _, ok := hostStat(e.fi); ok {
-		atime = at
+	return im.v.Lchtimes(d, hostAtime(e.fi), e.fi.ModTime())
+}
+
+// hostAtime returns fi's atime, or its mtime where the host has none.
+func hostAtime(fi fs.FileInfo) time.Time {
+	if at, _, _, ok := hostStat(fi); ok {
+		return at
 	}
-	return im.v.Lchtimes(d, atime, e.fi.ModTime())
+	return fi.ModTime()
+}
+
+// dirAttrs sets the attributes and times of the filled directory d from
+// e through one open File: one path lookup instead of one per attribute.
+func (im *importer) dirAttrs(e *srcEntry, d string) error {
+	f, err := im.v.Open(d)
+	if err != nil {
+		return err
+	}
+	err = setAttrs(f, e)
+	if err == nil {
+		err = f.Chtimes(hostAtime(e.fi), e.fi.ModTime())
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // attrTarget is what setAttrs changes: an open *ext4io.File (no path
