@@ -19,7 +19,8 @@ import (
 // jmeta is the alloc.MetaIO of a writable volume with a journal. Metadata
 // blocks changed by an operation collect in the pending set (the running
 // transaction, in jbd2's terms); reads see pending copies first, then the
-// journal's uncheckpointed copies, then the device. A commit moves the
+// metadata cache (mdcache.go), which a miss fills from the journal's
+// uncheckpointed copy or the device. A commit moves the
 // pending set into one journal handle and commits it. Operations hold the
 // volume's txnGate shared from their first metadata change to their last
 // (beginOp/endOp), and a commit takes it exclusively, so no operation's

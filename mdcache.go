@@ -1,10 +1,14 @@
 package ext4io
 
 import (
+	"cmp"
+	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
 	"github.com/ext4io/ext4io/alloc"
+	"github.com/ext4io/ext4io/blockdev"
 )
 
 // The metadata buffer cache.
@@ -23,6 +27,13 @@ import (
 // cache's copy of a block is then what the device holds. A block is
 // evicted, least recently used first, whenever the cache holds more than
 // its byte budget (Options.MetaCacheBytes).
+//
+// With Tuning.NoJournal (cachedIO.writeBack) the cache also holds dirty
+// blocks: Dirty installs the new copy without writing it, and the dirty
+// blocks are written home, sorted and in runs of adjacent blocks, when
+// they fill half the budget and before every device flush (flushDev:
+// Sync, Close). Dirty blocks are off the recency list, so never evicted;
+// written home they join it as clean blocks.
 //
 // The cache's slices are never changed once inserted: Read hands them out
 // shared (alloc.MetaIO's callers do not modify what Read returns), and
@@ -43,6 +54,7 @@ type metaCache struct {
 	lru    cblock             // sentinel of the recency list, most recent first; guarded by mu
 	used   int64              // bytes held; guarded by mu
 	gen    uint64             // advanced by every install and drop; guarded by mu
+	dirty  int64              // bytes of dirty blocks (write-back only); guarded by mu
 
 	hits, misses, evictions atomic.Int64
 }
@@ -51,6 +63,7 @@ type metaCache struct {
 type cblock struct {
 	blk        uint64
 	data       []byte // never changed once inserted
+	dirty      bool   // not yet written home (write-back only); not on the recency list
 	prev, next *cblock
 }
 
@@ -77,8 +90,10 @@ func (c *metaCache) get(blk uint64) ([]byte, uint64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.blocks[blk]; e != nil {
-		c.unlinkLocked(e)
-		c.pushLocked(e)
+		if !e.dirty {
+			c.unlinkLocked(e)
+			c.pushLocked(e)
+		}
 		c.hits.Add(1)
 		return e.data, 0, true
 	}
@@ -102,13 +117,30 @@ func (c *metaCache) put(blk uint64, b []byte, gen uint64) {
 // on. c.mu is held.
 func (c *metaCache) installLocked(blk uint64, b []byte) {
 	c.gen++
-	if e := c.blocks[blk]; e != nil {
+	if e := c.blocks[blk]; e != nil && !e.dirty {
+		c.used += int64(len(b) - len(e.data))
 		e.data = b // readers holding the old slice keep it unchanged
 		c.unlinkLocked(e)
 		c.pushLocked(e)
 		return
+	} else if e != nil {
+		c.removeLocked(e)
 	}
 	c.insertLocked(blk, b)
+}
+
+// installDirtyLocked makes b blk's contents, not yet written home. c.mu
+// is held.
+func (c *metaCache) installDirtyLocked(blk uint64, b []byte) {
+	c.gen++
+	if e := c.blocks[blk]; e != nil {
+		c.removeLocked(e)
+	}
+	e := &cblock{blk: blk, data: b, dirty: true}
+	c.blocks[blk] = e
+	c.used += int64(len(b))
+	c.dirty += int64(len(b))
+	c.evictLocked()
 }
 
 // install is installLocked taking c.mu.
@@ -146,16 +178,26 @@ func (c *metaCache) insertLocked(blk uint64, b []byte) {
 	c.blocks[blk] = e
 	c.pushLocked(e)
 	c.used += int64(len(b))
+	c.evictLocked()
+}
+
+func (c *metaCache) removeLocked(e *cblock) {
+	if e.dirty {
+		c.dirty -= int64(len(e.data))
+	} else {
+		c.unlinkLocked(e)
+	}
+	delete(c.blocks, e.blk)
+	c.used -= int64(len(e.data))
+}
+
+// evictLocked evicts clean blocks, least recently used first, while the
+// cache is over its budget. c.mu is held.
+func (c *metaCache) evictLocked() {
 	for c.used > c.budget && c.lru.prev != &c.lru {
 		c.removeLocked(c.lru.prev)
 		c.evictions.Add(1)
 	}
-}
-
-func (c *metaCache) removeLocked(e *cblock) {
-	c.unlinkLocked(e)
-	delete(c.blocks, e.blk)
-	c.used -= int64(len(e.data))
 }
 
 func (c *metaCache) pushLocked(e *cblock) {
@@ -176,13 +218,20 @@ func (c *metaCache) len() (int, int64) {
 	return len(c.blocks), c.used
 }
 
-// cachedIO is the alloc.MetaIO of a writable volume without a journal:
-// the device's MetaIO behind a metaCache. Dirty writes through to the
-// device and installs a copy. It is safe for concurrent use; the cache's
-// lock guards its state.
+// cachedIO is the alloc.MetaIO of a writable volume without a journal
+// (or with Tuning.NoJournal): the device's MetaIO behind a metaCache.
+// Dirty writes through to the device and installs a copy, or with
+// writeBack installs the copy dirty, for writeBackAll. It is safe for
+// concurrent use; the cache's lock guards its state, and wbMu serializes
+// write-backs.
 type cachedIO struct {
-	dev alloc.MetaIO
-	c   *metaCache
+	dev       alloc.MetaIO
+	c         *metaCache
+	writeBack bool // fixed at creation
+	devW      blockdev.Device
+	bs        int
+
+	wbMu sync.Mutex
 }
 
 var _ alloc.MetaIO = (*cachedIO)(nil)
@@ -213,11 +262,85 @@ func (m *cachedIO) GetWrite(blk uint64) ([]byte, error) {
 // Dirty writes b to the device and makes a copy of it the cached block.
 // A failed write drops the block, whose device contents are unknown.
 func (m *cachedIO) Dirty(blk uint64, b []byte) error {
+	if m.writeBack {
+		m.c.mu.Lock()
+		m.c.installDirtyLocked(blk, append([]byte(nil), b...))
+		full := m.c.dirty > m.c.budget/2
+		m.c.mu.Unlock()
+		if full {
+			return m.writeBackAll()
+		}
+		return nil
+	}
 	if err := m.dev.Dirty(blk, b); err != nil {
 		m.c.drop(blk)
 		return err
 	}
 	m.c.install(blk, append([]byte(nil), b...))
+	return nil
+}
+
+// writeBackAll writes the dirty blocks home, sorted, each run of adjacent
+// blocks (up to 1 MiB) in one device write, and marks them clean unless a
+// newer copy was installed meanwhile. A failed write leaves the blocks
+// dirty and returns an error wrapping ErrIO.
+func (m *cachedIO) writeBackAll() error {
+	if !m.writeBack {
+		return nil
+	}
+	m.wbMu.Lock()
+	defer m.wbMu.Unlock()
+	type wb struct {
+		blk  uint64
+		data []byte
+	}
+	m.c.mu.Lock()
+	var todo []wb
+	for blk, e := range m.c.blocks {
+		if e.dirty {
+			todo = append(todo, wb{blk, e.data})
+		}
+	}
+	m.c.mu.Unlock()
+	if len(todo) == 0 {
+		return nil
+	}
+	slices.SortFunc(todo, func(a, b wb) int { return cmp.Compare(a.blk, b.blk) })
+	maxRun := max(1, (1<<20)/m.bs)
+	run := make([]byte, 0, maxRun*m.bs)
+	for i := 0; i < len(todo); {
+		j := i + 1
+		for j < len(todo) && j-i < maxRun && todo[j].blk == todo[j-1].blk+1 {
+			j++
+		}
+		run = run[:0]
+		for _, w := range todo[i:j] {
+			run = append(run, w.data...)
+		}
+		if _, err := m.devW.WriteAt(run, int64(todo[i].blk)*int64(m.bs)); err != nil {
+			return fmt.Errorf("ext4io: writing back metadata blocks %d+%d: %w", todo[i].blk, j-i, wrapIO(err))
+		}
+		i = j
+	}
+	m.c.mu.Lock()
+	defer m.c.mu.Unlock()
+	for _, w := range todo {
+		if e := m.c.blocks[w.blk]; e != nil && e.dirty && &e.data[0] == &w.data[0] {
+			e.dirty = false
+			m.c.dirty -= int64(len(e.data))
+			m.c.pushLocked(e)
+		}
+	}
+	m.c.evictLocked()
+	return nil
+}
+
+// writeBackMeta writes the dirty metadata blocks of a Tuning.NoJournal
+// volume home (before a device flush).
+func (v *Volume) writeBackMeta() error {
+	if m, ok := v.meta.(*cachedIO); ok {
+		return m.writeBackAll()
+	}
 	return nil
 }
 

@@ -100,6 +100,16 @@ type Options struct {
 // the rare paths); the zero value is the engine's default, right for
 // everyone else.
 type Tuning struct {
+	// NoJournal writes metadata in place, without the journal, as
+	// mke2fs -d and e2fsprogs' tools do: changed metadata blocks collect
+	// in the metadata cache and are written home in sorted runs when they
+	// fill half of it (MetaCacheBytes) and before every device flush
+	// (Sync, Close). Nothing is crash-consistent until Close has flushed
+	// and marked the filesystem clean: a crash before leaves an image
+	// for e2fsck or for deleting. For building images (ext4io mkfs -d),
+	// not for volumes that must survive a crash. A journal the
+	// filesystem has is left as it is (it must not need recovery).
+	NoJournal bool
 	// ReservedPool is the number of blocks only allocations that must not
 	// fail for space may take: tree blocks for the extent splits of writes
 	// into preallocated (unwritten) space and for delayed-allocation
@@ -392,11 +402,17 @@ func (v *Volume) openWritable() error {
 	}
 	v.meta = alloc.NewDirectIO(v.dev, v.bs)
 	v.mcache = newMetaCache(v.bs, v.opts.MetaCacheBytes)
-	if sb.HasCompat(layout.CompatHasJournal) {
+	switch {
+	case sb.HasCompat(layout.CompatHasJournal) && !v.opts.Tuning.NoJournal:
 		if err := v.startJournal(); err != nil {
 			return err
 		}
-	} else if v.mcache != nil {
+	case v.opts.Tuning.NoJournal:
+		if v.mcache == nil {
+			v.mcache = newMetaCache(v.bs, 0) // write-back needs the cache
+		}
+		v.meta = &cachedIO{dev: v.meta, c: v.mcache, writeBack: true, devW: v.dev, bs: v.bs}
+	case v.mcache != nil:
 		v.meta = &cachedIO{dev: v.meta, c: v.mcache}
 	}
 	if c := v.opts.Tuning.ZeroOutChunk; c < 0 || c > maxZeroOutChunk || c%int64(v.bs) != 0 {
@@ -506,6 +522,9 @@ func (v *Volume) writeSuperLocked() error {
 }
 
 func (v *Volume) flushDev() error {
+	if err := v.writeBackMeta(); err != nil {
+		return err
+	}
 	if err := v.dev.Flush(); err != nil {
 		return fmt.Errorf("ext4io: flush: %w", wrapIO(err))
 	}

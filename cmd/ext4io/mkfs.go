@@ -75,10 +75,14 @@ func cmdMkfs(args []string, w io.Writer) (err error) {
 		return err
 	}
 	if tree != nil {
-		// No page cache: each file is written whole, in one call per
-		// MiB, so buffering gains nothing, and a cache full of dirty
-		// pages makes every new page search it for a victim.
-		vopts := ext4io.Options{Writable: true, PageCacheBytes: -1}
+		// The import writes unjournaled and marks the image clean at
+		// Close, as mkfs.ext4 -d does (Tuning.NoJournal): a failed or
+		// interrupted mkfs leaves no filesystem worth keeping anyway, and
+		// the journal would write every metadata block twice and flush
+		// once per commit. No page cache: each file is written whole, in
+		// one call per MiB, so buffering gains nothing, and a cache full
+		// of dirty pages makes every new page search it for a victim.
+		vopts := ext4io.Options{Writable: true, PageCacheBytes: -1, Tuning: ext4io.Tuning{NoJournal: true}}
 		v, err := ext4io.Open(dev, vopts)
 		if err != nil {
 			return err
@@ -125,7 +129,7 @@ func cmdMkfs(args []string, w io.Writer) (err error) {
 
 // mkfsInodesPerOpen is how many inodes mkfs -d makes before it reopens
 // the volume (see cmdMkfs).
-const mkfsInodesPerOpen = 4096
+var mkfsInodesPerOpen = 4096
 
 // mkfsPlan walks and validates the source tree src for an image img of
 // size bytes formatted with opts, and checks on a scratch device that
