@@ -128,7 +128,7 @@ func cmdMkfs(args []string, w io.Writer) (err error) {
 }
 
 // mkfsInodesPerOpen is how many inodes mkfs -d makes before it reopens
-// the volume (see cmdMkfs).
+// the volume (see cmdMkfs); a variable for tests.
 var mkfsInodesPerOpen = 4096
 
 // mkfsPlan walks and validates the source tree src for an image img of
