@@ -64,6 +64,10 @@ type cblock struct {
 	blk        uint64
 	data       []byte // never changed once inserted
 	dirty      bool   // not yet written home (write-back only); not on the recency list
+	// shared is set once data may be referenced outside the cache (handed
+	// out by Read, or being written home): cachedIO.update then changes a
+	// copy, never data in place.
+	shared bool
 	prev, next *cblock
 }
 
@@ -94,11 +98,30 @@ func (c *metaCache) get(blk uint64) ([]byte, uint64, bool) {
 			c.unlinkLocked(e)
 			c.pushLocked(e)
 		}
+		e.shared = true
 		c.hits.Add(1)
 		return e.data, 0, true
 	}
 	c.misses.Add(1)
 	return nil, c.gen, false
+}
+
+// getInto copies blk's cached contents into buf and reports whether it
+// was cached.
+func (c *metaCache) getInto(blk uint64, buf []byte) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.blocks[blk]
+	if e == nil {
+		return false
+	}
+	if !e.dirty {
+		c.unlinkLocked(e)
+		c.pushLocked(e)
+	}
+	copy(buf, e.data)
+	c.hits.Add(1)
+	return true
 }
 
 // put inserts b, read at generation gen, as blk's contents unless a newer
@@ -174,7 +197,7 @@ func (c *metaCache) dropRange(blk, n uint64) {
 }
 
 func (c *metaCache) insertLocked(blk uint64, b []byte) {
-	e := &cblock{blk: blk, data: b}
+	e := &cblock{blk: blk, data: b, shared: true}
 	c.blocks[blk] = e
 	c.pushLocked(e)
 	c.used += int64(len(b))
@@ -280,6 +303,35 @@ func (m *cachedIO) Dirty(blk uint64, b []byte) error {
 	return nil
 }
 
+// update changes block blk with fn, for a write-back cachedIO: in place
+// when the cache holds it dirty and nobody else refers to its slice, else
+// in a copy installed dirty. The caller serializes updates of blk
+// (blkLocks, as writeInode does); fn runs with the cache's lock held and
+// must not call m.
+func (m *cachedIO) update(blk uint64, fn func(b []byte)) error {
+	c := m.c
+	c.mu.Lock()
+	if e := c.blocks[blk]; e != nil && e.dirty && !e.shared {
+		fn(e.data)
+		c.mu.Unlock()
+		return nil
+	}
+	c.mu.Unlock()
+	b, err := m.GetWrite(blk)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	fn(b)
+	c.installDirtyLocked(blk, b)
+	full := c.dirty > c.budget/2
+	c.mu.Unlock()
+	if full {
+		return m.writeBackAll()
+	}
+	return nil
+}
+
 // writeBackAll writes the dirty blocks home, sorted, each run of adjacent
 // blocks (up to 1 MiB) in one device write, and marks them clean unless a
 // newer copy was installed meanwhile. A failed write leaves the blocks
@@ -298,6 +350,7 @@ func (m *cachedIO) writeBackAll() error {
 	var todo []wb
 	for blk, e := range m.c.blocks {
 		if e.dirty {
+			e.shared = true // written outside the lock: update must copy
 			todo = append(todo, wb{blk, e.data})
 		}
 	}
@@ -410,6 +463,9 @@ func (m *jmeta) readInto(blk uint64, buf []byte) error {
 }
 
 func (m *cachedIO) readInto(blk uint64, buf []byte) error {
+	if m.c.getInto(blk, buf) {
+		return nil
+	}
 	b, err := m.Read(blk)
 	if err != nil {
 		return err

@@ -134,6 +134,12 @@ func (v *Volume) writeInode(ino uint32, in *layout.Inode) error {
 		}
 		return nil
 	}
+	if m, ok := v.meta.(*cachedIO); ok && m.writeBack {
+		if err := m.update(blk, func(b []byte) { copy(b[off:off+isz], in.Raw) }); err != nil {
+			return fmt.Errorf("ext4io: inode %d: %w", ino, err)
+		}
+		return nil
+	}
 	b, err := v.meta.GetWrite(blk)
 	if err != nil {
 		return fmt.Errorf("ext4io: inode %d: %w", ino, err)
