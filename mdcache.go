@@ -35,9 +35,10 @@ import (
 // Sync, Close). Dirty blocks are off the recency list, so never evicted;
 // written home they join it as clean blocks.
 //
-// The cache's slices are never changed once inserted: Read hands them out
+// The cache's slices are not changed once handed out: Read hands them out
 // shared (alloc.MetaIO's callers do not modify what Read returns), and
-// GetWrite hands out a private copy.
+// GetWrite hands out a private copy. Only a dirty block no reader or
+// write-back refers to is changed in place (cachedIO.update).
 //
 // A reader that misses fills the cache after reading the journal or the
 // device without any lock held; a newer copy installed, or a block
@@ -61,13 +62,13 @@ type metaCache struct {
 
 // cblock is one cached block.
 type cblock struct {
-	blk        uint64
-	data       []byte // never changed once inserted
-	dirty      bool   // not yet written home (write-back only); not on the recency list
+	blk   uint64
+	data  []byte // changed in place only while dirty and not shared
+	dirty bool   // not yet written home (write-back only); not on the recency list
 	// shared is set once data may be referenced outside the cache (handed
 	// out by Read, or being written home): cachedIO.update then changes a
 	// copy, never data in place.
-	shared bool
+	shared     bool
 	prev, next *cblock
 }
 
