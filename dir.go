@@ -222,7 +222,8 @@ func (f *File) scanDir(fn func(layout.DirEntry) error) error {
 		return f.scanInlineDir(fn)
 	}
 	bs := uint64(f.v.bs)
-	buf := make([]byte, bs)
+	buf := getBlockBuf(f.v.bs) // fn copies what it keeps of an entry
+	defer putBlockBuf(buf)
 	return f.dirBlocks((f.in.Size+bs-1)/bs, buf, func(lblk uint64) error {
 		return f.leafEntries(lblk, buf, fn)
 	})

@@ -302,12 +302,12 @@ func (v *Volume) evictLocked(n *inode) error {
 	n.conv.bits.clear(0, maxFileBlocks)
 	var err error
 	if n.m != nil && n.m.tree != nil {
-		if n.in.IsDir() && v.jm != nil {
+		if n.in.IsDir() && (v.jm != nil || v.mcache != nil) {
 			// Directory blocks are metadata: revoke them so that the
 			// journal never writes an old copy over their next user.
 			err = n.m.tree.Walk(func(e extent.Extent) error {
 				for i := uint64(0); i < uint64(e.Len); i++ {
-					v.jm.revoke(e.Pblk + i)
+					v.forgetMeta(e.Pblk + i)
 				}
 				return nil
 			})

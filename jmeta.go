@@ -19,7 +19,8 @@ import (
 // jmeta is the alloc.MetaIO of a writable volume with a journal. Metadata
 // blocks changed by an operation collect in the pending set (the running
 // transaction, in jbd2's terms); reads see pending copies first, then the
-// journal's uncheckpointed copies, then the device. A commit moves the
+// metadata cache (mdcache.go), which a miss fills from the journal's
+// uncheckpointed copy or the device. A commit moves the
 // pending set into one journal handle and commits it. Operations hold the
 // volume's txnGate shared from their first metadata change to their last
 // (beginOp/endOp), and a commit takes it exclusively, so no operation's
@@ -36,6 +37,9 @@ type jmeta struct {
 	v   *Volume
 	j   *journal.Journal
 	dev alloc.MetaIO // device access for reads and ZeroOut
+	// cache holds clean blocks (mdcache.go), nil if disabled. Lock order:
+	// mu before cache.mu.
+	cache *metaCache
 
 	mu      sync.Mutex
 	pending map[uint64][]byte   // guarded by mu
@@ -77,50 +81,58 @@ type jmeta struct {
 
 var _ alloc.MetaIO = (*jmeta)(nil)
 
+// Read returns blk's contents: a copy of its pending or committing copy,
+// else the metadata cache's block (shared: not to be modified, as
+// alloc.MetaIO's contract says), filled on a miss from the journal's
+// uncheckpointed copy or the device.
 func (m *jmeta) Read(blk uint64) ([]byte, error) {
+	b, _, err := m.read(blk)
+	return b, err
+}
+
+// read is Read that also says whether the slice is the cache's.
+func (m *jmeta) read(blk uint64) (b []byte, shared bool, err error) {
 	m.mu.Lock()
 	if b, ok := m.pending[blk]; ok {
 		c := append([]byte(nil), b...)
 		m.mu.Unlock()
-		return c, nil
+		return c, false, nil
 	}
 	if b, ok := m.committing[blk]; ok {
 		c := append([]byte(nil), b...)
 		m.mu.Unlock()
-		return c, nil
+		return c, false, nil
+	}
+	var gen uint64
+	if m.cache != nil {
+		var hit bool
+		if b, gen, hit = m.cache.get(blk); hit {
+			m.mu.Unlock()
+			return b, true, nil
+		}
 	}
 	m.mu.Unlock()
-	b := make([]byte, m.v.bs)
-	if m.j.Lookup(blk, b) {
-		return b, nil
+	b = make([]byte, m.v.bs)
+	if !m.j.Lookup(blk, b) {
+		if b, err = m.dev.Read(blk); err != nil {
+			return nil, false, err
+		}
 	}
-	return m.dev.Read(blk)
+	if m.cache == nil {
+		return b, false, nil
+	}
+	m.cache.put(blk, b, gen)
+	return b, true, nil
 }
 
-// readInto reads block blk into buf as Read does (the running or
-// committing transaction's copy, else the journal's, else the device's),
-// without allocating: for lookups that scan many blocks.
-func (m *jmeta) readInto(blk uint64, buf []byte) error {
-	m.mu.Lock()
-	if b, ok := m.pending[blk]; ok {
-		copy(buf, b)
-		m.mu.Unlock()
-		return nil
+// GetWrite returns a private copy of blk's contents.
+func (m *jmeta) GetWrite(blk uint64) ([]byte, error) {
+	b, shared, err := m.read(blk)
+	if err != nil || !shared {
+		return b, err
 	}
-	if b, ok := m.committing[blk]; ok {
-		copy(buf, b)
-		m.mu.Unlock()
-		return nil
-	}
-	m.mu.Unlock()
-	if m.j.Lookup(blk, buf) {
-		return nil
-	}
-	_, err := readFull(m.v.dev, buf, int64(blk)*int64(m.v.bs))
-	return err
+	return append([]byte(nil), b...), nil
 }
-
-func (m *jmeta) GetWrite(blk uint64) ([]byte, error) { return m.Read(blk) }
 
 func (m *jmeta) Dirty(blk uint64, b []byte) error {
 	m.mu.Lock()
@@ -150,7 +162,7 @@ func (m *jmeta) update(blk uint64, fn func(b []byte)) error {
 		return nil
 	}
 	m.mu.Unlock()
-	cur, err := m.Read(blk)
+	cur, err := m.GetWrite(blk)
 	if err != nil {
 		return err
 	}
@@ -193,7 +205,13 @@ func (m *jmeta) recycleLocked(set map[uint64][]byte) {
 	}
 }
 
-func (m *jmeta) ZeroOut(blk, n uint64) error { return m.dev.ZeroOut(blk, n) }
+func (m *jmeta) ZeroOut(blk, n uint64) error {
+	err := m.dev.ZeroOut(blk, n)
+	if m.cache != nil {
+		m.cache.dropRange(blk, n)
+	}
+	return err
+}
 
 // revoke records that metadata block blk was freed: its pending copy is
 // dropped, a revoke goes into the next commit, and the journal forgets its
@@ -204,6 +222,9 @@ func (m *jmeta) revoke(blk uint64) {
 	delete(m.pending, blk)
 	m.revokes[blk] = struct{}{}
 	m.countLocked()
+	if m.cache != nil {
+		m.cache.drop(blk)
+	}
 	m.mu.Unlock()
 	m.j.Forget(blk)
 }
@@ -292,7 +313,7 @@ func (m *jmeta) commit(wait bool) error {
 	if err != nil {
 		m.failLocked(err, pending, revokes)
 	} else {
-		m.recycleLocked(pending) // the journal holds copies now
+		m.installLocked(pending) // the journal holds copies now
 	}
 	m.mu.Unlock()
 	v.txnGate.Unlock()
@@ -489,7 +510,7 @@ func (v *Volume) startJournal() error {
 		return fmt.Errorf("ext4io: the journal holds transactions but needs_recovery is not set: %w", ErrCorrupt)
 	}
 	blocks := int(cfg.Blocks)
-	v.jm = &jmeta{v: v, j: j, dev: v.meta, pending: make(map[uint64][]byte), revokes: make(map[uint64]struct{}),
+	v.jm = &jmeta{v: v, j: j, dev: v.meta, cache: v.mcache, pending: make(map[uint64][]byte), revokes: make(map[uint64]struct{}),
 		commitAt: max(blocks/16, 8), maxChunk: max(blocks/8, 16)}
 	v.meta = v.jm
 	v.sb.FeatureIncompat |= layout.IncompatRecover

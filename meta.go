@@ -135,6 +135,12 @@ func (v *Volume) writeInode(ino uint32, in *layout.Inode) error {
 		}
 		return nil
 	}
+	if m, ok := v.meta.(*cachedIO); ok && m.writeBack {
+		if err := m.update(blk, func(b []byte) { copy(b[off:off+isz], in.Raw) }); err != nil {
+			return fmt.Errorf("ext4io: inode %d: %w", ino, err)
+		}
+		return nil
+	}
 	b, err := v.meta.GetWrite(blk)
 	if err != nil {
 		return fmt.Errorf("ext4io: inode %d: %w", ino, err)
@@ -151,6 +157,9 @@ func (v *Volume) writeInode(ino uint32, in *layout.Inode) error {
 type treeIO struct{ v *Volume }
 
 func (t treeIO) ReadBlock(pblk uint64, buf []byte) error {
+	if r, ok := t.v.meta.(metaReaderInto); ok {
+		return r.readInto(pblk, buf)
+	}
 	b, err := t.v.meta.Read(pblk)
 	if err != nil {
 		return err
@@ -230,9 +239,7 @@ func (a treeAlloc) FreeTreeBlock(pblk uint64) error {
 	if err := a.v.freeMapped(pblk, 1); err != nil {
 		return err
 	}
-	if a.v.jm != nil {
-		a.v.jm.revoke(pblk)
-	}
+	a.v.forgetMeta(pblk)
 	return a.addBlocks(-1)
 }
 
@@ -243,11 +250,11 @@ func (a treeAlloc) FreeData(pblk, n uint64) error {
 	if err := a.v.freeMapped(pblk, n); err != nil {
 		return err
 	}
-	if a.v.jm != nil && a.n.in.IsDir() {
+	if a.n.in.IsDir() {
 		// Directory blocks are metadata: revoke them so that replaying
 		// an older copy never overwrites whatever reuses them.
 		for b := pblk; b < pblk+n; b++ {
-			a.v.jm.revoke(b)
+			a.v.forgetMeta(b)
 		}
 	}
 	return a.addBlocks(-int64(n))

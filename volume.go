@@ -49,6 +49,14 @@ type Options struct {
 	// SkipChecksums disables metadata checksum verification on read (for
 	// salvaging data from damaged images). Structural checks stay on.
 	SkipChecksums bool
+	// MetaCacheBytes bounds the metadata buffer cache of a writable
+	// volume (0: 16 MiB; negative: none, every metadata read goes to the
+	// journal's copy or the device). The cache keeps the clean copies of
+	// bitmaps, group descriptors, inode table, directory, extent tree and
+	// xattr blocks, so that each is read once and not copied per access;
+	// blocks changed by the running or committing transaction are held
+	// apart from it until logged, whatever the budget.
+	MetaCacheBytes int64
 	// PageCacheBytes bounds the page cache of a writable volume, which
 	// holds the pages of buffered writes until write-back (0: 64 MiB;
 	// negative: no page cache, every write goes to the device at once, as
@@ -92,6 +100,16 @@ type Options struct {
 // the rare paths); the zero value is the engine's default, right for
 // everyone else.
 type Tuning struct {
+	// NoJournal writes metadata in place, without the journal, as
+	// mke2fs -d and e2fsprogs' tools do: changed metadata blocks collect
+	// in the metadata cache and are written home in sorted runs when they
+	// fill half of it (MetaCacheBytes) and before every device flush
+	// (Sync, Close). Nothing is crash-consistent until Close has flushed
+	// and marked the filesystem clean: a crash before leaves an image
+	// for e2fsck or for deleting. For building images (ext4io mkfs -d),
+	// not for volumes that must survive a crash. A journal the
+	// filesystem has is left as it is (it must not need recovery).
+	NoJournal bool
 	// ReservedPool is the number of blocks only allocations that must not
 	// fail for space may take: tree blocks for the extent splits of writes
 	// into preallocated (unwritten) space and for delayed-allocation
@@ -197,6 +215,7 @@ type Volume struct {
 	alloc    *alloc.Allocator // writable volumes only; safe for concurrent use
 	pc       *iomap.PageCache // buffered writes of a writable volume; nil if disabled
 	meta     alloc.MetaIO     // metadata block I/O of a writable volume
+	mcache   *metaCache       // metadata buffer cache of a writable volume (mdcache.go); nil if disabled
 	blkLocks blockLocks
 	xcache   xattrCache // xattr blocks by hash, for sharing (xattr.go)
 
@@ -397,13 +416,22 @@ func (v *Volume) openWritable() error {
 		return fmt.Errorf("ext4io: filesystem has errors recorded (run e2fsck): %w", ErrReadOnly)
 	}
 	v.meta = alloc.NewDirectIO(v.dev, v.bs)
-	if sb.HasCompat(layout.CompatHasJournal) {
+	v.mcache = newMetaCache(v.bs, v.opts.MetaCacheBytes)
+	switch {
+	case sb.HasCompat(layout.CompatHasJournal) && !v.opts.Tuning.NoJournal:
 		if err := v.startJournal(); err != nil {
 			return err
 		}
 		if err := v.startFastCommit(); err != nil {
 			return err
 		}
+	case v.opts.Tuning.NoJournal:
+		if v.mcache == nil {
+			v.mcache = newMetaCache(v.bs, 0) // write-back needs the cache
+		}
+		v.meta = &cachedIO{dev: v.meta, c: v.mcache, writeBack: true, devW: v.dev, bs: v.bs}
+	case v.mcache != nil:
+		v.meta = &cachedIO{dev: v.meta, c: v.mcache}
 	}
 	if c := v.opts.Tuning.ZeroOutChunk; c < 0 || c > maxZeroOutChunk || c%int64(v.bs) != 0 {
 		return fmt.Errorf("ext4io: ZeroOutChunk %d is not a multiple of the %d-byte block size between 0 and %d: %w", c, v.bs, maxZeroOutChunk, ErrInvalid)
@@ -512,6 +540,9 @@ func (v *Volume) writeSuperLocked() error {
 }
 
 func (v *Volume) flushDev() error {
+	if err := v.writeBackMeta(); err != nil {
+		return err
+	}
 	if err := v.dev.Flush(); err != nil {
 		return fmt.Errorf("ext4io: flush: %w", wrapIO(err))
 	}
@@ -735,8 +766,8 @@ func (v *Volume) readBlock(blk uint64, buf []byte) error {
 	if blk >= v.sb.BlocksCount {
 		return errs.Corruptf("block pointer", blk, -1, "block %d beyond filesystem end %d", blk, v.sb.BlocksCount)
 	}
-	if v.jm != nil && v.meta == alloc.MetaIO(v.jm) {
-		return v.jm.readInto(blk, buf)
+	if r, ok := v.meta.(metaReaderInto); ok {
+		return r.readInto(blk, buf)
 	}
 	if v.meta != nil {
 		b, err := v.meta.Read(blk)

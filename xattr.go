@@ -189,9 +189,7 @@ func (v *Volume) putXattrBlockRef(ino uint32, blk uint64) error {
 	v.xcache.remove(blk)
 	mu.Unlock()
 	// The last reference: out of the cache, nobody else reaches the block.
-	if v.jm != nil {
-		v.jm.revoke(blk)
-	}
+	v.forgetMeta(blk)
 	return v.freeMapped(blk, 1)
 }
 

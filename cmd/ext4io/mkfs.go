@@ -75,14 +75,37 @@ func cmdMkfs(args []string, w io.Writer) (err error) {
 		return err
 	}
 	if tree != nil {
-		v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
+		// The import writes unjournaled and marks the image clean at
+		// Close, as mkfs.ext4 -d does (Tuning.NoJournal): a failed or
+		// interrupted mkfs leaves no filesystem worth keeping anyway, and
+		// the journal would write every metadata block twice and flush
+		// once per commit. No page cache: each file is written whole, in
+		// one call per MiB, so buffering gains nothing, and a cache full
+		// of dirty pages makes every new page search it for a victim.
+		vopts := ext4io.Options{Writable: true, PageCacheBytes: -1, Tuning: ext4io.Tuning{NoJournal: true}}
+		v, err := ext4io.Open(dev, vopts)
 		if err != nil {
 			return err
 		}
 		im := newImporter(v)
 		im.lostFound = true
+		// A volume keeps every inode it used in memory until it closes:
+		// the import closes and reopens it every mkfsInodesPerOpen
+		// inodes, so that its memory does not grow with the tree.
+		var cerr error
+		im.reopen = func(v *ext4io.Volume, made int) (*ext4io.Volume, error) {
+			if made < mkfsInodesPerOpen {
+				return v, nil
+			}
+			if cerr = v.Close(); cerr != nil {
+				return nil, cerr
+			}
+			return ext4io.Open(dev, vopts)
+		}
 		ierr := im.importTree(tree, "/", true)
-		cerr := v.Close()
+		if im.v != nil && cerr == nil {
+			cerr = im.v.Close()
+		}
 		if ierr != nil || cerr != nil {
 			if created {
 				return fmt.Errorf("importing %s: %w (%s removed)", *srcDir, errors.Join(ierr, cerr), img)
@@ -103,6 +126,10 @@ func cmdMkfs(args []string, w io.Writer) (err error) {
 	}
 	return nil
 }
+
+// mkfsInodesPerOpen is how many inodes mkfs -d makes before it reopens
+// the volume (see cmdMkfs); a variable for tests.
+var mkfsInodesPerOpen = 4096
 
 // mkfsPlan walks and validates the source tree src for an image img of
 // size bytes formatted with opts, and checks on a scratch device that

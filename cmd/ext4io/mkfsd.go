@@ -11,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/ext4io/ext4io"
 	"github.com/ext4io/ext4io/layout"
@@ -26,6 +27,12 @@ import (
 // so mkfs -d refuses a bad tree before it formats anything. What can
 // still fail while writing is what the walk cannot know: the image runs
 // out of blocks, or the source changes meanwhile.
+//
+// Neither pass keeps the tree in memory: the walk keeps only its counts
+// and the host inodes with more than one link, and the import reads each
+// directory again as it copies it (in the same, sorted, order). Memory
+// grows with the depth of the tree and the size of its largest directory
+// listing, and with the number of hard-linked inodes, not with the tree.
 //
 // Fidelity, as mkfs.ext4 -d: hard links stay links (one inode per host
 // (dev, ino), its link count the number of names in the tree); fifos,
@@ -48,12 +55,9 @@ type srcEntry struct {
 	target string            // a symlink's target
 	xattrs map[string][]byte // extended attributes
 	rdev   uint64            // a device's number, as ext4io.Mkdev encodes it
-	first  *srcEntry         // an earlier name of the same host inode, or nil
-	kids   []*srcEntry       // a directory's entries, by name
-	dst    string            // where import put it (for later hard links)
 }
 
-// srcTree is a validated source tree.
+// srcTree is a validated source tree: its top entry and counts.
 type srcTree struct {
 	root   *srcEntry
 	inodes int   // inodes to allocate (the top excluded)
@@ -74,7 +78,7 @@ const maxWalkProblems = 20
 
 type walker struct {
 	lim      srcLimits
-	links    map[fileID]*srcEntry
+	links    map[fileID]struct{} // host inodes of more than one link seen
 	problems []error
 	more     int
 	tree     *srcTree
@@ -101,7 +105,7 @@ func walkSource(top string, lim srcLimits, anyType bool) (*srcTree, error) {
 	if !anyType && !fi.IsDir() {
 		return nil, fmt.Errorf("%s: not a directory", top)
 	}
-	w := &walker{lim: lim, links: map[fileID]*srcEntry{}, tree: &srcTree{}}
+	w := &walker{lim: lim, links: map[fileID]struct{}{}, tree: &srcTree{}}
 	root := &srcEntry{host: top, fi: fi}
 	w.tree.root = root
 	w.entry(root, true)
@@ -120,7 +124,7 @@ func (w *walker) entry(e *srcEntry, top bool) {
 		w.problem(fmt.Errorf("%s: name of %d bytes (ext4 holds at most %d): %w", e.host, len(e.name), layout.MaxNameLen, ext4io.ErrInvalid))
 		return
 	}
-	id, nlink, rdev, ok := hostID(e.fi)
+	id, nlink, _, ok := hostID(e.fi)
 	if ok && w.lim.hasSkip && id == w.lim.skip {
 		w.problem(fmt.Errorf("%s: the image itself is inside the source tree (it would copy itself): %w", e.host, ext4io.ErrInvalid))
 		return
@@ -132,37 +136,24 @@ func (w *walker) entry(e *srcEntry, top bool) {
 	}
 	if !top && !lostFound {
 		if ok && !e.fi.IsDir() && nlink > 1 {
-			if f := w.links[id]; f != nil {
-				e.first = f
+			if _, seen := w.links[id]; seen {
 				return // a further name of an inode already checked
 			}
-			w.links[id] = e
+			w.links[id] = struct{}{}
 		}
 		w.tree.inodes++
 	}
-	attrs, err := hostXattrs(e.host)
-	if err != nil {
+	if err := e.load(); err != nil {
 		w.problem(err)
-	} else if err := w.checkXattrs(e.host, attrs); err != nil {
+	} else if err := w.checkXattrs(e.host, e.xattrs); err != nil {
 		w.problem(err)
 	}
-	e.xattrs = attrs
 	m := e.fi.Mode()
 	switch {
 	case m.IsDir():
-		ents, err := os.ReadDir(e.host)
+		err := readDirEntries(e, func(k *srcEntry) { w.entry(k, false) })
 		if err != nil {
 			w.problem(err)
-			return
-		}
-		for _, de := range ents {
-			k := &srcEntry{host: filepath.Join(e.host, de.Name()), name: de.Name()}
-			if k.fi, err = os.Lstat(k.host); err != nil {
-				w.problem(err)
-				continue
-			}
-			e.kids = append(e.kids, k)
-			w.entry(k, false)
 		}
 	case m.IsRegular():
 		f, err := openSource(e.host)
@@ -173,20 +164,55 @@ func (w *walker) entry(e *srcEntry, top bool) {
 		f.Close()
 		w.tree.bytes += e.fi.Size()
 	case m&fs.ModeSymlink != 0:
-		t, err := os.Readlink(e.host)
-		switch max := min(w.lim.blockSize, 4096) - 1; {
-		case err != nil:
-			w.problem(err)
-		case len(t) > max:
-			w.problem(fmt.Errorf("%s: symlink target of %d bytes (at most %d with %d-byte blocks): %w", e.host, len(t), max, w.lim.blockSize, ext4io.ErrInvalid))
+		if max := min(w.lim.blockSize, 4096) - 1; len(e.target) > max {
+			w.problem(fmt.Errorf("%s: symlink target of %d bytes (at most %d with %d-byte blocks): %w", e.host, len(e.target), max, w.lim.blockSize, ext4io.ErrInvalid))
 		}
-		e.target = t
 	case m&fs.ModeNamedPipe != 0, m&fs.ModeSocket != 0:
 	case m&fs.ModeDevice != 0 && ok:
-		e.rdev = rdev
 	default:
 		w.problem(fmt.Errorf("%s: file type %v not supported: %w", e.host, m.Type(), ext4io.ErrUnsupported))
 	}
+}
+
+// load reads what the entry e (lstat'ed) holds besides its stat: its
+// extended attributes, a symlink's target, a device's number.
+func (e *srcEntry) load() error {
+	attrs, err := hostXattrs(e.host)
+	if err != nil {
+		return err
+	}
+	e.xattrs = attrs
+	switch m := e.fi.Mode(); {
+	case m&fs.ModeSymlink != 0:
+		if e.target, err = os.Readlink(e.host); err != nil {
+			return err
+		}
+	case m&fs.ModeDevice != 0:
+		if _, _, rdev, ok := hostID(e.fi); ok {
+			e.rdev = rdev
+		}
+	}
+	return nil
+}
+
+// readDirEntries lstats the entries of the host directory e, by name, and
+// calls fn with each; an entry that cannot be lstat'ed ends the listing
+// with its error.
+func readDirEntries(e *srcEntry, fn func(k *srcEntry)) error {
+	ents, err := os.ReadDir(e.host)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, de := range ents {
+		k := &srcEntry{host: filepath.Join(e.host, de.Name()), name: de.Name()}
+		if k.fi, err = os.Lstat(k.host); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		fn(k)
+	}
+	return errors.Join(errs...)
 }
 
 // checkXattrs refuses attributes ext4 cannot store: a namespace it does
@@ -220,11 +246,19 @@ type importer struct {
 	bs        int
 	buf       []byte
 	zero      []byte
+	// links maps host inodes of more than one link to the image path of
+	// their first name, for the later names.
+	links map[fileID]string
+	// reopen, if set, is called before every entry with the number of
+	// inodes made since the last call that returned a volume; it may
+	// replace the volume (mkfs -d bounds its in-memory inodes so).
+	reopen func(v *ext4io.Volume, made int) (*ext4io.Volume, error)
+	made   int
 }
 
 func newImporter(v *ext4io.Volume) *importer {
 	bs := v.BlockSize()
-	return &importer{v: v, bs: bs, buf: make([]byte, max(1<<20, bs)), zero: make([]byte, bs)}
+	return &importer{v: v, bs: bs, buf: make([]byte, max(1<<20, bs)), zero: make([]byte, bs), links: map[fileID]string{}}
 }
 
 // importTree copies the validated tree t into the volume's directory dst,
@@ -236,27 +270,49 @@ func (im *importer) importTree(t *srcTree, dst string, attrs bool) error {
 	if !attrs {
 		return nil
 	}
-	return im.attrs(t.root, dst)
+	return im.dirAttrs(t.root, dst)
 }
 
-// fill creates the entries of the directory e in the image directory dst.
+// fill creates the entries of the host directory e in the image
+// directory dst, reading e again.
 func (im *importer) fill(e *srcEntry, dst string) error {
-	for _, k := range e.kids {
-		d := path.Join(dst, k.name)
-		if err := im.one(k, d); err != nil {
-			return fmt.Errorf("%s: %w", k.host, err)
+	var err error
+	lerr := readDirEntries(e, func(k *srcEntry) {
+		if err != nil {
+			return
+		}
+		if err = k.load(); err == nil {
+			err = im.one(k, path.Join(dst, k.name))
+		}
+		if err != nil {
+			err = fmt.Errorf("%s: %w", k.host, err)
+		}
+	})
+	if err == nil {
+		err = lerr
+	}
+	return err
+}
+
+// one creates the entry e (loaded) at d.
+func (im *importer) one(e *srcEntry, d string) error {
+	if im.reopen != nil {
+		v, err := im.reopen(im.v, im.made)
+		if v != im.v {
+			im.v, im.made = v, 0 // nil after a failed reopen
+		}
+		if err != nil {
+			return err
 		}
 	}
-	return nil
-}
-
-// one creates the entry e at d.
-func (im *importer) one(e *srcEntry, d string) error {
-	if e.first != nil {
-		return im.v.Link(e.first.dst, d)
-	}
-	e.dst = d
 	m := e.fi.Mode()
+	if id, nlink, _, ok := hostID(e.fi); ok && !m.IsDir() && nlink > 1 {
+		if first, seen := im.links[id]; seen {
+			return im.v.Link(first, d)
+		}
+		im.links[id] = d
+	}
+	im.made++
 	switch {
 	case m.IsDir():
 		err := im.v.Mkdir(d, 0o700)
@@ -269,11 +325,9 @@ func (im *importer) one(e *srcEntry, d string) error {
 		if err := im.fill(e, d); err != nil {
 			return err
 		}
+		return im.dirAttrs(e, d)
 	case m.IsRegular():
-		if err := im.copyFile(e, d); err != nil {
-			return err
-		}
-		return im.times(e, d) // attributes set through the open file
+		return im.copyFile(e, d) // attributes and times set through the open file
 	case m&fs.ModeSymlink != 0:
 		if err := im.v.Symlink(e.target, d); err != nil {
 			return err
@@ -308,6 +362,9 @@ func (im *importer) copyFile(e *srcEntry, d string) error {
 	err = im.copyData(out, in, st.Size())
 	if err == nil {
 		err = setAttrs(out, e)
+	}
+	if err == nil {
+		err = out.Chtimes(hostAtime(e.fi), e.fi.ModTime())
 	}
 	if cerr := out.Close(); err == nil {
 		err = cerr
@@ -377,11 +434,32 @@ func (im *importer) attrs(e *srcEntry, d string) error {
 // times sets d's atime and mtime from e, last: writing and setting
 // attributes change them.
 func (im *importer) times(e *srcEntry, d string) error {
-	atime := e.fi.ModTime()
-	if at, _, _, ok := hostStat(e.fi); ok {
-		atime = at
+	return im.v.Lchtimes(d, hostAtime(e.fi), e.fi.ModTime())
+}
+
+// hostAtime returns fi's atime, or its mtime where the host has none.
+func hostAtime(fi fs.FileInfo) time.Time {
+	if at, _, _, ok := hostStat(fi); ok {
+		return at
 	}
-	return im.v.Lchtimes(d, atime, e.fi.ModTime())
+	return fi.ModTime()
+}
+
+// dirAttrs sets the attributes and times of the filled directory d from
+// e through one open File: one path lookup instead of one per attribute.
+func (im *importer) dirAttrs(e *srcEntry, d string) error {
+	f, err := im.v.Open(d)
+	if err != nil {
+		return err
+	}
+	err = setAttrs(f, e)
+	if err == nil {
+		err = f.Chtimes(hostAtime(e.fi), e.fi.ModTime())
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // attrTarget is what setAttrs changes: an open *ext4io.File (no path

@@ -11,6 +11,10 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/ext4io/ext4io"
 	"github.com/ext4io/ext4io/blockdev"
@@ -215,4 +219,61 @@ func TestMkfsDirNoSpaceSaysState(t *testing.T) {
 		t.Errorf("mkfs -F -d out of space: exit %d, %q", code, errOut)
 	}
 	e2fs.Fsck(t, old)
+}
+
+// TestMkfsDirReopens: mkfs -d reopens the volume every mkfsInodesPerOpen
+// inodes (to drop the inodes it no longer needs); a tree far larger than
+// that comes through whole: contents, hard links whose names fall in
+// different opens, and directory times set after their entries.
+func TestMkfsDirReopens(t *testing.T) {
+	old := mkfsInodesPerOpen
+	mkfsInodesPerOpen = 3
+	defer func() { mkfsInodesPerOpen = old }()
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	files := map[string][]byte{}
+	for d := range 4 {
+		sub := filepath.Join(src, fmt.Sprintf("d%d", d))
+		require.NoError(t, os.MkdirAll(sub, 0o750))
+		for f := range 5 {
+			name := fmt.Sprintf("d%d/f%d", d, f)
+			data := bytes.Repeat([]byte(name), 100*f)
+			require.NoError(t, os.WriteFile(filepath.Join(src, name), data, 0o640))
+			files[name] = data
+		}
+	}
+	require.NoError(t, os.Link(filepath.Join(src, "d0/f1"), filepath.Join(src, "d3/link")))
+	files["d3/link"] = files["d0/f1"]
+	mtime := time.Date(2001, 2, 3, 4, 5, 6, 7, time.UTC)
+	for d := range 4 {
+		require.NoError(t, os.Chtimes(filepath.Join(src, fmt.Sprintf("d%d", d)), mtime, mtime))
+	}
+	img := filepath.Join(dir, "img")
+	out, errOut, code := runCmd(t, "mkfs", "-b", "1024", "-d", src, img, "32M")
+	require.Zero(t, code, "mkfs -d: %s %s", out, errOut)
+	e2fs.Fsck(t, img)
+	dev, err := blockdev.OpenFile(img, true)
+	require.NoError(t, err)
+	defer dev.Close()
+	v, err := ext4io.Open(dev, ext4io.Options{})
+	require.NoError(t, err)
+	defer v.Close()
+	assert.GreaterOrEqual(t, int(v.Superblock().MntCount), 7, "the import reopened the volume every 3 inodes")
+	for name, data := range files {
+		got, err := v.ReadFile(name)
+		require.NoError(t, err, name)
+		assert.True(t, bytes.Equal(data, got), "%s: contents", name)
+	}
+	a, err := v.Lstat("d0/f1")
+	require.NoError(t, err)
+	b, err := v.Lstat("d3/link")
+	require.NoError(t, err)
+	assert.Equal(t, a.Ino, b.Ino, "a hard link across opens")
+	assert.EqualValues(t, 2, b.Nlink)
+	for d := range 4 {
+		fi, err := v.Lstat(fmt.Sprintf("d%d", d))
+		require.NoError(t, err)
+		assert.True(t, fi.ModTime().Equal(mtime), "d%d mtime %v", d, fi.ModTime())
+		assert.Equal(t, fs.ModeDir|0o750, fi.Mode())
+	}
 }
