@@ -104,7 +104,9 @@ func checkDio(what string, dev blockdev.Device, n int, off int64, opt *DioOption
 // its Aligner offset alignment); otherwise the error wraps ErrInvalid.
 // Delalloc mappings are an error wrapping ErrBadMapping: callers write back
 // the page cache over the range first. The caller clips reads at EOF.
-// It returns the bytes read before the first error.
+// It returns the bytes read before the first error. An ops that
+// implements Overwriter is asked MapOverwrite first; when it answers, the
+// read is that one ReadAt.
 //
 // DirectRead is safe for concurrent use if ops and dev are.
 func DirectRead(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOptions) (int, error) {
@@ -174,7 +176,9 @@ func DirectRead(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOptio
 // and EndIO only ever see completed bytes. Without opt.EndIO, an ops that
 // implements Completer has its EndIO called instead. An overwrite Ops that
 // refuses the rest of the range stops the write with an error matching
-// ErrNeedNormal, after the bytes it did map.
+// ErrNeedNormal, after the bytes it did map. An ops that implements
+// Overwriter is asked MapOverwrite first; when it answers, the write is
+// that one WriteAt.
 //
 // DirectWrite is safe for concurrent use if ops and dev are; concurrent
 // sub-block writes into the same New or Unwritten block race on the zeroing
