@@ -11,6 +11,7 @@ import (
 	"github.com/ext4io/ext4io/blockdev/memdev"
 	"github.com/ext4io/ext4io/ext4iotest"
 	"github.com/ext4io/ext4io/iomap"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -206,4 +207,44 @@ func TestMapOverwriteAgreesWithBegin(t *testing.T) {
 	}
 	require.NotZero(t, served)
 	require.NotZero(t, refused)
+}
+
+// TestDirectWriteIntoHoleAfterWrittenBlocks: an aligned direct write
+// whose first blocks are written and whose next blocks are a punched hole
+// inside the size is written by the overwrite ops up to the hole (outside
+// any operation) and by the normal ops from there, each byte once: the
+// data reads back, and the counters show two shared attempts that were
+// not overwrites (the one outside the operation and the one inside,
+// which finds the hole too) and one exclusive write.
+func TestDirectWriteIntoHoleAfterWrittenBlocks(t *testing.T) {
+	const bs = 4096
+	dev := memdev.New(64 << 20)
+	require.NoError(t, ext4io.Format(dev, ext4io.FormatOptions{}))
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1})
+	require.NoError(t, err)
+	d, err := v.OpenFile("f", os.O_RDWR|os.O_CREATE|ext4io.O_DIRECT, 0o644)
+	require.NoError(t, err)
+	_, err = d.WriteAt(bytes.Repeat([]byte{1}, 6*bs), 0)
+	require.NoError(t, err)
+	require.NoError(t, d.Fallocate(ext4io.FallocPunchHole, 2*bs, 2*bs))
+
+	before := v.Counters()
+	want := bytes.Repeat([]byte{2}, 5*bs)
+	n, err := d.WriteAt(want, 0)
+	require.NoError(t, err)
+	require.Equal(t, len(want), n)
+	require.Equal(t, int64(6*bs), d.Size())
+	c := v.Counters()
+	assert.Equal(t, uint64(2), c.SharedLocks-before.SharedLocks, "shared")
+	assert.Equal(t, uint64(0), c.Overwrites-before.Overwrites, "overwrites")
+	assert.Equal(t, uint64(1), c.ExclusiveLocks-before.ExclusiveLocks, "exclusive")
+
+	got := make([]byte, 6*bs)
+	_, err = d.ReadAt(got, 0)
+	require.NoError(t, err)
+	require.Equal(t, want, got[:len(want)])
+	require.Equal(t, bytes.Repeat([]byte{1}, bs), got[len(want):])
+	require.NoError(t, d.Close())
+	require.NoError(t, v.Close())
+	ext4iotest.FsckDev(t, dev)
 }
