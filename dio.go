@@ -343,12 +343,14 @@ func (f *File) directOverwrite(p []byte, off int64) (n int, err error, ok bool) 
 	case err == nil:
 		f.v.stats.shared.Add(s, 1)
 		return n, nil, true
-	case errors.Is(err, ErrIO) && !errors.Is(err, ErrCorrupt):
+	case err != errNeedExclusive && errors.Is(err, ErrIO) && !errors.Is(err, ErrCorrupt):
 		// The device failed (the data write, or reading a tree block
-		// for the lookup): no metadata changed.
+		// for the lookup): no metadata changed. (The usual refusal,
+		// errNeedExclusive, comes unwrapped from iomap.)
 		f.v.stats.shared.Add(s, 1)
 		return n, fmt.Errorf("ext4io: inode %d: direct write [%d, +%d): %w", f.ino, off, len(p), err), true
-	case n > 0:
+	}
+	if n > 0 {
 		f.v.stats.shared.Add(s, 1)
 		f.v.stats.sharedNotOverwrite.Add(1) // the rest goes on in an operation
 	}

@@ -305,6 +305,12 @@ func (c *cursor) begin() error {
 		if c.fused != nil {
 			c.ctr.countBegin(c.flags)
 		}
+		if err == ErrNeedNormal || err == ErrWouldBlock {
+			// A refusal, not a failure: returned as it is, without the
+			// cost of wrapping, for callers that go on with other ops
+			// (the bytes done say where the refusal began).
+			return err
+		}
 		return fmt.Errorf("iomap: begin [%d, +%d): %w", c.pos, c.end-c.pos, err)
 	}
 	if m.Length <= 0 || m.Offset > c.pos || m.Length > math.MaxInt64-m.Offset || m.End() <= c.pos ||
