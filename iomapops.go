@@ -165,7 +165,10 @@ func (f *File) LockIO(kind IomapKind, off, length int64) (*IOLock, error) {
 		return nil, err
 	}
 	if kind == IomapBuffered {
-		return l, f.lockBuffered(off, length)
+		if err := f.lockBuffered(off, length); err != nil {
+			return nil, err
+		}
+		return l, nil
 	}
 	if err := f.checkRange("lock", off, length); err != nil {
 		return nil, err
