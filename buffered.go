@@ -310,19 +310,27 @@ func (f *File) writeBufferedOnce(p []byte, off int64) (int, error) {
 	size := int64(n.in.Size)
 	k, err := iomap.BufferedWrite(f.v.pc, n.bops, n.bops.key(), p, off, size)
 	if k > 0 {
-		n.dataMu.Lock()
-		if end := uint64(off) + uint64(k); end > n.in.Size {
-			if !n.sizeAhead.Load() {
-				n.disksize.Store(n.in.Size)
-				n.sizeAhead.Store(true)
-			}
-			n.in.Size = end
-		}
-		f.touchLocked()
-		n.dirty = true
-		n.dataMu.Unlock()
+		f.wroteBufferedLocked(off, k)
 	}
 	return k, err
+}
+
+// wroteBufferedLocked records k bytes copied into the page cache at off:
+// the size grows in memory (the on-disk size stays until write-back) and
+// the times change. The caller holds n.mu exclusively.
+func (f *File) wroteBufferedLocked(off int64, k int) {
+	n := f.n
+	n.dataMu.Lock()
+	if end := uint64(off) + uint64(k); end > n.in.Size {
+		if !n.sizeAhead.Load() {
+			n.disksize.Store(n.in.Size)
+			n.sizeAhead.Store(true)
+		}
+		n.in.Size = end
+	}
+	f.touchLocked()
+	n.dirty = true
+	n.dataMu.Unlock()
 }
 
 // readBuffered is ReadAt for a file with cached pages: cached pages are

@@ -18,6 +18,7 @@ import (
 	"github.com/ext4io/ext4io/blockdev/errordev"
 	"github.com/ext4io/ext4io/blockdev/memdev"
 	"github.com/ext4io/ext4io/internal/e2fs"
+	"github.com/stretchr/testify/require"
 )
 
 // TestDelallocFullVolume: buffered writes reserve their blocks, so a
@@ -30,9 +31,7 @@ func TestDelallocFullVolume(t *testing.T) {
 		t.Run(fmt.Sprintf("cache%d", cache), func(t *testing.T) {
 			img := formatImage(t, 16<<20, ext4io.FormatOptions{BlockSize: 1024})
 			v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, PageCacheBytes: cache, WritebackAge: -1, CommitInterval: -1})
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			rng := rand.New(rand.NewPCG(1, 2))
 			want := map[string][]byte{}
 			full := false
@@ -57,9 +56,7 @@ func TestDelallocFullVolume(t *testing.T) {
 						full = true
 						break
 					}
-					if err != nil {
-						t.Fatal(err)
-					}
+					require.NoError(t, err)
 				}
 				want[name] = data
 			}
@@ -75,14 +72,10 @@ func TestDelallocFullVolume(t *testing.T) {
 			if c := v.Counters(); c.ReservedBlocks != 0 || c.DelallocBlocks == 0 {
 				t.Fatalf("after Sync: %+v; want every reservation allocated", c)
 			}
-			if err := v.Close(); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, v.Close())
 			e2fs.Fsck(t, img)
 			ro, err := ext4io.OpenImage(img, ext4io.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			defer ro.Close()
 			checkSynced(t, ro, want)
 			t.Logf("%d files, %d free blocks left", len(want), ro.Superblock().FreeBlocksCount)
@@ -97,9 +90,7 @@ func TestDelallocFullVolume(t *testing.T) {
 func TestDelallocReservations(t *testing.T) {
 	img := formatImage(t, 64<<20, ext4io.FormatOptions{})
 	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, WritebackAge: -1, CommitInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	data := bytes.Repeat([]byte("delalloc"), 1<<17) // 1 MiB: 256 blocks
 	reserved := func() uint64 { return v.Counters().ReservedBlocks }
 	steps := []struct {
@@ -116,9 +107,7 @@ func TestDelallocReservations(t *testing.T) {
 	for i, s := range steps {
 		name := fmt.Sprintf("%s-%d", s.name, i)
 		f, err := v.Create(name)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		if _, err := f.WriteAt(data, 0); err != nil {
 			t.Fatal(err)
 		}
@@ -135,9 +124,7 @@ func TestDelallocReservations(t *testing.T) {
 		if got := reserved(); got != s.left {
 			t.Fatalf("%s: %d blocks still reserved; want %d", s.name, got, s.left)
 		}
-		if err := f.Close(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, f.Close())
 		if err := v.Sync(); err != nil {
 			t.Fatal(err)
 		}
@@ -145,9 +132,7 @@ func TestDelallocReservations(t *testing.T) {
 			t.Fatalf("%s: %d blocks reserved after Sync", s.name, got)
 		}
 	}
-	if err := v.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, v.Close())
 	e2fs.Fsck(t, img)
 }
 
@@ -158,21 +143,15 @@ func TestDelallocReservations(t *testing.T) {
 func TestDelallocSizeOnDisk(t *testing.T) {
 	img := formatImage(t, 32<<20, ext4io.FormatOptions{})
 	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, WritebackAge: -1, CommitInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer v.Close()
 	f, err := v.Create("grow")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	first := bytes.Repeat([]byte{1}, 10000)
 	if _, err := f.WriteAt(first, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, f.Sync())
 	if _, err := f.WriteAt(bytes.Repeat([]byte{2}, 50000), 10000); err != nil {
 		t.Fatal(err)
 	}
@@ -182,32 +161,20 @@ func TestDelallocSizeOnDisk(t *testing.T) {
 	// Commit metadata (other changes) without writing this file back: the
 	// on-disk size must stay at the synced 10000.
 	g, err := v.Create("other")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, g.Sync())
 	ro, err := ext4io.OpenImage(img, ext4io.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	fi, err := ro.Stat("grow")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if fi.Size() != 10000 {
 		t.Fatalf("on-disk size %d before write-back; want 10000", fi.Size())
 	}
 	checkSynced(t, ro, map[string][]byte{"grow": first})
 	ro.Close()
-	if err := f.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, f.Sync())
 	ro, err = ext4io.OpenImage(img, ext4io.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer ro.Close()
 	want := append(first, bytes.Repeat([]byte{2}, 50000)...)
 	checkSynced(t, ro, map[string][]byte{"grow": want})
@@ -222,15 +189,11 @@ func TestSyncFlushesOverwrites(t *testing.T) {
 	v, dev := crashableVolume(t)
 	defer v.Close()
 	f, err := v.Create("f")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if _, err := f.WriteAt(bytes.Repeat([]byte{1}, 64<<10), 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := v.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, v.Sync())
 	want := bytes.Repeat([]byte{1}, 64<<10)
 	copy(want[8192:], bytes.Repeat([]byte{2}, 4096))
 	if _, err := f.WriteAt(want[8192:12288], 8192); err != nil {
@@ -238,16 +201,10 @@ func TestSyncFlushesOverwrites(t *testing.T) {
 	}
 	// Write the inode and commit it, so that the write-back below finds no
 	// metadata to commit.
-	if err := f.Truncate(64 << 10); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, f.Truncate(64<<10))
 	g, err := v.Create("g")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, g.Sync())
 	if err := f.Sync(); err != nil {
 		t.Fatal(err)
 	}
@@ -264,26 +221,16 @@ func TestWriteZeroesInsideDelayedSize(t *testing.T) {
 	v, dev := crashableVolume(t)
 	defer v.Close()
 	f, err := v.Create("f")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if _, err := f.WriteAt([]byte("tail"), 160000); err != nil { // delayed, size 160004 in memory only
 		t.Fatal(err)
 	}
-	if err := f.Fallocate(ext4io.FallocWriteZeroes, 3000, 30000); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, f.Fallocate(ext4io.FallocWriteZeroes, 3000, 30000))
 	g, err := v.Create("g") // commit the journal without writing f back
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, g.Sync())
 	img, err := dev.Crash(errordev.CrashOptions{Seed: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "crashed.img")
 	saveDev(t, img, path)
 	exec.Command(e2fs.Tool(t, "e2fsck"), "-E", "journal_only", "-y", path).Run()
@@ -299,9 +246,7 @@ func TestFreedInodeNotRewritten(t *testing.T) {
 	t.Parallel()
 	img := formatImage(t, 64<<20, ext4io.FormatOptions{})
 	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, WritebackAge: -1, CommitInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	stop := make(chan struct{})
 	syncErr := make(chan error, 1)
 	go func() {
@@ -321,26 +266,18 @@ func TestFreedInodeNotRewritten(t *testing.T) {
 	for i := 0; i < 300; i++ {
 		name := fmt.Sprintf("f%d", i)
 		f, err := v.Create(name)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		if _, err := f.WriteAt([]byte("x"), int64(i)*100); err != nil {
 			t.Fatal(err)
 		}
-		if err := v.Unlink(name); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, v.Unlink(name))
 		if err := f.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if err := v.Mkdir(fmt.Sprintf("d%d", i), 0o755); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, v.Mkdir(fmt.Sprintf("d%d", i), 0o755))
 	}
 	close(stop)
-	if err := <-syncErr; err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, <-syncErr)
 	if err := v.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -357,13 +294,9 @@ func TestFreedInodeNotRewritten(t *testing.T) {
 func TestConversionKeepsDelayedNeighbours(t *testing.T) {
 	img := formatImage(t, 32<<20, ext4io.FormatOptions{})
 	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, WritebackAge: -1, CommitInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	f, err := v.Create("f")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if err := f.Fallocate(ext4io.FallocKeepSize, 6*4096, 10*4096); err != nil { // unwritten 6..15
 		t.Fatal(err)
 	}
@@ -377,17 +310,13 @@ func TestConversionKeepsDelayedNeighbours(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := v.Counters().DelallocBlocks
-	if err := f.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, f.Sync())
 	c := v.Counters()
 	if c.ReservedBlocks != 0 || c.DelallocBlocks-before != 1 {
 		t.Fatalf("after write-back: %d blocks still reserved, %d allocated from the reservation; want 0 and 1",
 			c.ReservedBlocks, c.DelallocBlocks-before)
 	}
-	if err := v.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, v.Close())
 	e2fs.Fsck(t, img)
 }
 
@@ -400,17 +329,13 @@ func TestNoSpaceRetriesAfterCommit(t *testing.T) {
 	t.Parallel()
 	img := formatImage(t, 32<<20, ext4io.FormatOptions{ReservedPercent: -1})
 	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, WritebackAge: -1, CommitInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer v.Close()
 	chunk := make([]byte, 1<<20)
 	fill := func(name string, direct bool) int64 {
 		t.Helper()
 		f, err := v.Create(name)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		if direct {
 			f.Close()
 			if f, err = v.OpenFile(name, os.O_RDWR|ext4io.O_DIRECT, 0); err != nil {
@@ -425,31 +350,23 @@ func TestNoSpaceRetriesAfterCommit(t *testing.T) {
 			if errors.Is(err, ext4io.ErrNoSpace) {
 				return off
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 		}
 	}
 	for _, direct := range []bool{true, false} {
 		first := fill("a", direct)
-		if err := v.Sync(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, v.Sync())
 		if err := v.Unlink("a"); err != nil { // frees everything, uncommitted
 			t.Fatal(err)
 		}
 		if second := fill("b", direct); second < first*9/10 {
 			t.Fatalf("direct=%v: %d bytes fit after deleting a %d-byte file; the freed blocks were not reused", direct, second, first)
 		}
-		if err := v.Sync(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, v.Sync())
 		if err := v.Unlink("b"); err != nil {
 			t.Fatal(err)
 		}
-		if err := v.Sync(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, v.Sync())
 	}
 }
 
@@ -466,13 +383,9 @@ func checkAfterCrash(t *testing.T, dev *errordev.Crashable, seed uint64, synced 
 func openCrashed(t *testing.T, dev *errordev.Crashable, seed uint64) *ext4io.Volume {
 	t.Helper()
 	img, err := dev.Crash(errordev.CrashOptions{Seed: seed})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ro, err := ext4io.Open(img, ext4io.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return ro
 }
 
@@ -482,17 +395,11 @@ func openCrashed(t *testing.T, dev *errordev.Crashable, seed uint64) *ext4io.Vol
 func crashableVolume(t *testing.T) (*ext4io.Volume, *errordev.Crashable) {
 	t.Helper()
 	base := memdev.NewBlockSize(32<<20, 4096)
-	if err := ext4io.Format(base, ext4io.FormatOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{}))
 	dev, err := errordev.NewCrashable(base)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1, CommitInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return v, dev
 }
 
@@ -504,41 +411,29 @@ func TestDatasync(t *testing.T) {
 	v, dev := crashableVolume(t)
 	defer v.Close()
 	f, err := v.Create("f")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	want := bytes.Repeat([]byte{1}, 64<<10)
 	if _, err := f.WriteAt(want, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Fallocate(ext4io.FallocAllocate, 64<<10, 64<<10); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, f.Fallocate(ext4io.FallocAllocate, 64<<10, 64<<10))
 	want = append(want, make([]byte, 64<<10)...)
-	if err := f.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, f.Sync())
 	d, err := v.OpenFile("f", os.O_RDWR|ext4io.O_DIRECT, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	over := bytes.Repeat([]byte{2}, 4096)
 	if _, err := d.WriteAt(over, 8192); err != nil {
 		t.Fatal(err)
 	}
 	copy(want[8192:], over)
 	before := v.Counters()
-	if err := d.Datasync(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, d.Datasync())
 	after := v.Counters()
 	if after.MetaUpdates != before.MetaUpdates || after.JournalCommits != before.JournalCommits {
 		t.Errorf("Datasync after an overwrite: %d metadata updates, %d commits; want none",
 			after.MetaUpdates-before.MetaUpdates, after.JournalCommits-before.JournalCommits)
 	}
-	if err := f.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, f.Sync())
 	if c := v.Counters(); c.MetaUpdates == after.MetaUpdates || c.JournalCommits == after.JournalCommits {
 		t.Error("Sync after Datasync wrote and committed no inode (the times were left for it)")
 	}
@@ -553,9 +448,7 @@ func TestDatasync(t *testing.T) {
 	}
 	want = append(want, make([]byte, 200000-len(want))...)
 	want = append(want, tail...)
-	if err := f.Datasync(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, f.Datasync())
 	checkAfterCrash(t, dev, 3, map[string][]byte{"f": want})
 }
 
@@ -567,25 +460,17 @@ func TestSharedWriteTimes(t *testing.T) {
 	v, dev := crashableVolume(t)
 	defer v.Close()
 	f, err := v.Create("f")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Fallocate(ext4io.FallocWriteZeroes, 0, 64<<10); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, f.Fallocate(ext4io.FallocWriteZeroes, 0, 64<<10))
 	if err := f.Sync(); err != nil {
 		t.Fatal(err)
 	}
 	d, err := v.OpenFile("f", os.O_RDWR|ext4io.O_DIRECT, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	mtime := func() time.Time {
 		t.Helper()
 		fi, err := v.Stat("f")
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return fi.Mtime
 	}
 	buf := bytes.Repeat([]byte{7}, 4096)
@@ -605,9 +490,7 @@ func TestSharedWriteTimes(t *testing.T) {
 	// A directory listing shows the pending time too.
 	start := overwrite()
 	ents, err := fs.ReadDir(v.FS(), ".")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, e := range ents {
 		if fi, err := e.Info(); err != nil {
 			t.Fatal(err)
@@ -631,15 +514,11 @@ func TestSharedWriteTimes(t *testing.T) {
 	}
 	// Sync writes the time of an overwrite nothing else has looked at.
 	last := overwrite()
-	if err := f.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, f.Sync())
 	ro := openCrashed(t, dev, 1)
 	defer ro.Close()
 	fi, err := ro.Stat("f")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if fi.Mtime.Before(last) || fi.Ctime.Before(last) {
 		t.Fatalf("after Sync and a crash: mtime %v ctime %v, want at least %v", fi.Mtime, fi.Ctime, last)
 	}
@@ -681,9 +560,7 @@ func TestSharedWriteTimeBounds(t *testing.T) {
 	for n := 0; time.Now().Before(deadline); n++ {
 		before := done.Load()
 		fi, err := v.Stat("f")
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		if m := fi.Mtime.UnixNano(); m < before {
 			t.Fatalf("Stat %d: mtime %v before the start %v of a write that had completed", n, fi.Mtime, time.Unix(0, before))
 		}
@@ -701,9 +578,7 @@ func TestSharedWriteTimeBounds(t *testing.T) {
 	end := time.Now()
 	time.Sleep(200 * time.Millisecond)
 	fi, err := v.Stat("f")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if fi.Mtime.Before(start) || fi.Mtime.After(end.Add(100*time.Millisecond)) {
 		t.Fatalf("mtime %v for a write in [%v, %v] applied 200 ms later: want within the write's epoch", fi.Mtime, start, end)
 	}
@@ -726,27 +601,19 @@ func (d *readCounter) ReadAt(p []byte, off int64) (int, error) {
 // not from the pages.
 func TestDirectReadCachedFile(t *testing.T) {
 	dev := &readCounter{Device: memdev.NewBlockSize(64<<20, 4096)}
-	if err := ext4io.Format(dev, ext4io.FormatOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, ext4io.Format(dev, ext4io.FormatOptions{}))
 	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1, CommitInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer v.Close()
 	f, err := v.Create("f")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer f.Close()
 	data := bytes.Repeat([]byte("cached pages "), 10000)[:64<<10]
 	if _, err := f.WriteAt(data, 0); err != nil {
 		t.Fatal(err)
 	}
 	d, err := v.OpenFile("f", os.O_RDWR|ext4io.O_DIRECT, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer d.Close()
 	read := func(off int64, what string) {
 		t.Helper()
@@ -763,9 +630,7 @@ func TestDirectReadCachedFile(t *testing.T) {
 		}
 	}
 	read(8<<10, "dirty pages") // written back by the read
-	if err := f.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, f.Sync())
 	read(32<<10, "clean pages")
 	// A buffered write after that is seen by the next direct read.
 	copy(data[40<<10:], bytes.Repeat([]byte{0xa5}, 4096))

@@ -16,6 +16,7 @@ import (
 	"github.com/ext4io/ext4io/extent"
 	"github.com/ext4io/ext4io/internal/e2fs"
 	"github.com/ext4io/ext4io/iomap"
+	"github.com/stretchr/testify/require"
 )
 
 func TestConvQueueOverlay(t *testing.T) {
@@ -68,12 +69,8 @@ func TestQueuedConversions(t *testing.T) {
 		_, err := dev.WriteAt(bytes.Repeat([]byte{0xAB}, int(e.Length)), e.Physical)
 		return err
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := v.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, v.Sync())
 	model := make([]byte, blocks*4096)
 	rng := rand.New(rand.NewPCG(3, 4))
 	write := func(blk int) {
@@ -130,9 +127,7 @@ func TestQueuedConversions(t *testing.T) {
 	}
 	// Extents applies the queue.
 	ext, err := d.Extents()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	written := 0
 	for _, e := range ext {
 		if !e.Unwritten {
@@ -165,9 +160,7 @@ func TestQueuedConversions(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		write(rng.IntN(blocks))
 	}
-	if err := d.Fallocate(FallocPunchHole, 100*4096, 4096); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, d.Fallocate(FallocPunchHole, 100*4096, 4096))
 	clear(model[100*4096 : 101*4096])
 	if f.n.conv.pending() {
 		t.Fatal("the queue survived a punch")
@@ -178,9 +171,7 @@ func TestQueuedConversions(t *testing.T) {
 		write(rng.IntN(blocks))
 	}
 	before = v.Counters()
-	if err := d.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, d.Sync())
 	if f.n.conv.pending() || v.Counters().ConversionBatches == before.ConversionBatches {
 		t.Fatal("Sync left the queue")
 	}
@@ -214,9 +205,7 @@ func TestQueuedConversionsNearFull(t *testing.T) {
 		t.Fatalf("%d conversions queued with free space, want 1", q)
 	}
 	filler, err := v.Create("filler")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if err := v.Sync(); err != nil { // gives back the first write's reservation
 		t.Fatal(err)
 	}
@@ -251,9 +240,7 @@ func checkImage(t *testing.T, dev *memdev.Device) {
 	if _, err := dev.ReadAt(b, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(img, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(img, b, 0o644))
 	e2fs.Fsck(t, img)
 }
 
@@ -271,18 +258,12 @@ func TestQueuedConversionsNoSpace(t *testing.T) {
 
 func queuedNoSpace(t *testing.T, truncate bool) {
 	dev := memdev.NewBlockSize(32<<20, 1024)
-	if err := Format(dev, FormatOptions{BlockSize: 1024, ReservedPercent: -1}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, Format(dev, FormatOptions{BlockSize: 1024, ReservedPercent: -1}))
 	v, err := Open(dev, Options{Writable: true, WritebackAge: -1, Tuning: Tuning{ReservedPool: -1}, CommitInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	const blocks = 4096
 	f, d := preallocated(t, v, "f", blocks*1024)
-	if err := v.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, v.Sync())
 	model := make([]byte, blocks*1024)
 	rng := rand.New(rand.NewPCG(9, 9))
 	before := v.Counters()
@@ -298,9 +279,7 @@ func queuedNoSpace(t *testing.T, truncate bool) {
 		t.Fatalf("%d conversions queued", q)
 	}
 	fill, err := v.Create("fill")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for off := int64(0); v.alloc.Available(alloc.MustSucceed) > 0; {
 		n := max(int64(v.alloc.Available(alloc.MustSucceed))-8, 1)
 		if err := fill.Fallocate(FallocAllocate, off, n*1024); err != nil && !errors.Is(err, ErrNoSpace) {
@@ -330,9 +309,7 @@ func queuedNoSpace(t *testing.T, truncate bool) {
 		if err := v.Sync(); err != nil || f.n.conv.pending() {
 			t.Fatalf("Sync after the truncate: %v, queue pending %v", err, f.n.conv.pending())
 		}
-		if err := v.Close(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, v.Close())
 		checkImage(t, dev)
 		return
 	}
@@ -387,9 +364,7 @@ func TestPromoteWritten(t *testing.T) {
 		t.Fatalf("region 1 (a block never written) cached as %+v, want unwritten", e)
 	}
 	// A punch in the promoted region, then overwrites and a read of all.
-	if err := d.Fallocate(FallocPunchHole, 100*4096, 3*4096); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, d.Fallocate(FallocPunchHole, 100*4096, 3*4096))
 	clear(model[100*4096 : 103*4096])
 	for _, b := range []int{0, 99, 103, escRegion - 1, escRegion + 7} {
 		p := bytes.Repeat([]byte{0xee}, 4096)

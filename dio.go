@@ -27,10 +27,14 @@ import (
 // metadata that exposes it: under the shared lock the completion queues
 // the conversion for the extent tree (conv.go), otherwise (and with
 // Options.Tuning.EagerConversions) it converts in the tree itself. Each mapping
-// carries the inode's change counter as its validity cookie. An aligned
-// write that lies in written blocks of one extent does not reach iomap at
-// all: directOverwrite looks it up and writes it itself. Both variants are
-// public as File.NormalOps and File.OverwriteOps (iomapops.go).
+// carries the inode's change counter as its validity cookie. Both variants
+// are public as File.NormalOps and File.OverwriteOps (iomapops.go), and
+// File's direct writes run on those values through iomap.DirectWrite
+// only: an aligned write first tries the overwrite ops with
+// iomap.OverwriteOnly outside any operation (directOverwrite), where a
+// write into written blocks of one extent takes iomap's single-extent
+// fast path (MapOverwrite, iomap.Overwriter: one lookup, one device
+// write).
 
 // dioAlign is the alignment iomap.DirectWrite requires on dev: its logical
 // block size, or its Aligner's offset alignment if larger.
@@ -142,6 +146,34 @@ func (o *dioOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, err
 	}
 	return out, nil
 }
+
+// MapOverwrite is Begin's written case alone (iomap.Overwriter), the
+// single-extent fast path of iomap.DirectWrite and DirectRead: the device
+// address of off when written blocks of one extent cover [off,
+// off+length), inside the on-disk size for the overwrite ops' writes.
+// Such a mapping needs no End and no completion. Anything else is
+// false, and Begin maps it (or refuses it) as usual; lookup errors and
+// extents past the end of the volume are Begin's to report.
+func (o *dioOps) MapOverwrite(off, length int64, flags iomap.Flags) (int64, bool) {
+	f := o.f
+	if flags&(iomap.Direct|iomap.Report) == 0 || length <= 0 {
+		return 0, false
+	}
+	bs, sh := int64(f.v.bs), f.v.bshift
+	lblk := uint64(off) >> sh
+	endBlk := uint64(off+length+bs-1) >> sh
+	if o.shared && flags&iomap.Write != 0 && endBlk > (f.n.diskSize()+uint64(bs)-1)>>sh {
+		return 0, false // Begin would clip the mapping at the on-disk size
+	}
+	nblk := endBlk - lblk
+	m, err := f.m.lookupN(lblk, nblk)
+	if err != nil || m.kind != mapWritten || m.n < nblk || m.pblk+nblk > f.v.sb.BlocksCount {
+		return 0, false
+	}
+	return int64(m.pblk)<<sh + off&(bs-1), true
+}
+
+var _ iomap.Overwriter = (*dioOps)(nil)
 
 // endIO is the completion hook (ext4_dio_write_end_io): [off, off+n) of m
 // is on the device, with the rest of its partial new or unwritten blocks
@@ -281,48 +313,48 @@ func (f *File) directWrite(p []byte, off int64) (int, error) {
 	return done + k, f.wroteLocked(pos, k, err)
 }
 
-// directOverwrite writes p at off when all of it lies in written blocks of
-// one extent inside the on-disk size, the common case of an aligned
-// direct write: under the shared inode lock alone, outside any operation
-// (no txnGate), as nothing but data and the in-memory times changes. ok
-// is false, with nothing written, when the write is not such an
-// overwrite; the caller then writes it as usual. A device error fails the
-// write and leaves the volume writable: no metadata changed.
+// directOverwrite is the first attempt of a block-aligned direct write:
+// the overwrite ops (File.OverwriteOps) with iomap.OverwriteOnly, through
+// iomap.DirectWrite, under the shared inode lock alone and outside any
+// journal operation (no txnGate): the ops then map written blocks inside
+// the on-disk size only, so nothing but data and the in-memory times
+// changes. It returns the bytes written; ok is true when the write is
+// done (or failed on the device, which changes no metadata and leaves the
+// volume writable), false when the rest, from off+n, needs what the
+// overwrite ops refused (allocation, a conversion, a size change) and
+// goes on inside an operation. Errors from the mapping, and corrupt
+// mappings, are reported by that path too.
 //
-// It is the shared Begin's mapped case (dioOps.Begin: no handle, no
-// allocation) folded into the write, as readAt is for reads: one lookup
-// and one device write, without iomap's iterator, whose Begin would look
-// the range up a second time and whose cursor, End and counters cost
-// more than the rest of the overwrite (docs/performance.md has the
-// BenchmarkEngineOverwrite figures, with and without the iterator and
-// through the public OverwriteOps). This path is OverwriteOps' mapped
-// case, the same lookup and the same device write, without the iterator
-// around them. The mapping needs no cookie: it is used under the inode lock it was looked
-// up under, and nothing that holds that lock shared unmaps or moves
-// written blocks.
+// It is ext4's ext4_dio_write_iter deciding "overwrite" and running
+// iomap_dio_rw with the overwrite ops; unlike ext4, it decides by
+// trying: the overwrite ops' Begin is the only lookup of an overwrite.
 func (f *File) directOverwrite(p []byte, off int64) (n int, err error, ok bool) {
-	defer f.n.mu.RUnlockAt(f.n.mu.RLockAt(stripe.OfBuf(p)))
-	if err := f.closedLocked(); err != nil {
-		return 0, err, true
-	}
+	s := stripe.OfBuf(p)
+	t := f.n.mu.RLockAt(s)
 	end := off + int64(len(p))
-	if end > int64(f.n.diskSize()) {
-		return 0, nil, false
-	}
-	lblk, nblk := uint64(off)>>f.v.bshift, uint64(end-off)>>f.v.bshift
-	m, err := f.m.lookupN(lblk, nblk)
-	if err != nil || m.kind != mapWritten || m.n < nblk || m.pblk+nblk > f.v.sb.BlocksCount {
-		return 0, nil, false // errors and corrupt mappings are reported by the usual path
-	}
-	if !f.cacheCleanLocked(off, end) {
-		return 0, nil, false
+	if f.closed.Load() || end > int64(f.n.diskSize()) || !f.cacheCleanLocked(off, end) {
+		f.n.mu.RUnlockAt(t)
+		return 0, nil, false // a closed file fails in the usual path
 	}
 	f.v.touch.stamp(f.n) // as in directShared
-	f.v.stats.shared.Add(stripe.OfBuf(p), 1)
-	if _, err := f.v.dev.WriteAt(p, int64(m.pblk)<<f.v.bshift); err != nil {
-		return 0, fmt.Errorf("ext4io: inode %d: direct write [%d, +%d) at block %d: %w", f.ino, off, len(p), m.pblk, err), true
+	n, err = iomap.DirectWrite(f.v.dev, &f.dio[1], p, off, &f.v.owOpts)
+	f.n.mu.RUnlockAt(t)
+	switch {
+	case err == nil:
+		f.v.stats.shared.Add(s, 1)
+		return n, nil, true
+	case err != errNeedExclusive && errors.Is(err, ErrIO) && !errors.Is(err, ErrCorrupt):
+		// The device failed (the data write, or reading a tree block
+		// for the lookup): no metadata changed. (The usual refusal,
+		// errNeedExclusive, comes unwrapped from iomap.)
+		f.v.stats.shared.Add(s, 1)
+		return n, fmt.Errorf("ext4io: inode %d: direct write [%d, +%d): %w", f.ino, off, len(p), err), true
 	}
-	return len(p), nil, true
+	if n > 0 {
+		f.v.stats.shared.Add(s, 1)
+		f.v.stats.sharedNotOverwrite.Add(1) // the rest goes on in an operation
+	}
+	return n, nil, false
 }
 
 // directShared runs a block-aligned direct write under the shared inode

@@ -17,6 +17,7 @@ import (
 	"github.com/ext4io/ext4io/blockdev/errordev"
 	"github.com/ext4io/ext4io/blockdev/memdev"
 	"github.com/ext4io/ext4io/ext4iotest"
+	"github.com/stretchr/testify/require"
 )
 
 // discardWorkload runs random creates, writes, truncates and unlinks on
@@ -48,31 +49,23 @@ func discardWorkload(t *testing.T, v *ext4io.Volume, seed uint64, ops int) map[s
 			}
 			copy(data[off:], p)
 			files[name] = data
-			if err := f.Close(); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, f.Close())
 		case op < 7 && exists: // truncate
 			f, err := v.OpenFile(name, os.O_RDWR, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			size := int64(rng.IntN(len(data) + 1))
 			if err := f.Truncate(size); err != nil {
 				t.Fatalf("op %d: truncate %s: %v", i, name, err)
 			}
 			files[name] = data[:size]
-			if err := f.Close(); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, f.Close())
 		case op < 9 && exists: // unlink
 			if err := v.Unlink(name); err != nil {
 				t.Fatalf("op %d: unlink %s: %v", i, name, err)
 			}
 			delete(files, name)
 		default:
-			if err := v.Sync(); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, v.Sync())
 		}
 	}
 	return files
@@ -104,13 +97,9 @@ func TestDiscardAfterCommit(t *testing.T) {
 	for _, bs := range []int{1024, 4096} {
 		t.Run(fmt.Sprint(bs), func(t *testing.T) {
 			base := memdev.NewBlockSize(64<<20, 4096)
-			if err := ext4io.Format(base, ext4io.FormatOptions{BlockSize: bs}); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{BlockSize: bs}))
 			rec, err := errordev.NewRecorder(base)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			// Every discarded block must be free in the live volume when
 			// its discard is issued: not allocated again before.
 			var live atomic.Pointer[ext4io.Volume]
@@ -124,15 +113,11 @@ func TestDiscardAfterCommit(t *testing.T) {
 			}}
 			// A short commit interval mixes background commits in.
 			v, err := ext4io.Open(hook, ext4io.Options{Writable: true, Discard: true, CommitInterval: 3 * time.Millisecond})
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			live.Store(v)
 			files := discardWorkload(t, v, uint64(bs), 150)
 			st := v.DiscardStats()
-			if err := v.Close(); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, v.Close())
 			if st.Discards == 0 || st.Failures != 0 || st.Disabled {
 				t.Fatalf("stats %+v: want discards and no failures", st)
 			}
@@ -149,18 +134,14 @@ func TestDiscardAfterCommit(t *testing.T) {
 			for _, p := range points {
 				_, off, n := rec.Entry(p)
 				img, rep, err := rec.CrashAt(p-1, errordev.CrashAtOptions{})
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				cv, err := ext4io.Open(img, ext4io.Options{})
 				if err != nil {
 					t.Fatalf("discard %d (%s): open: %v", p, rep, err)
 				}
 				for b := off / int64(bs); b < (off+n)/int64(bs); b++ {
 					free, err := ext4io.BlockFree(cv, uint64(b))
-					if err != nil {
-						t.Fatal(err)
-					}
+					require.NoError(t, err)
 					if !free {
 						t.Fatalf("log entry %d discards block %d (%d+%d bytes), in use in the durable state before it (%s)", p, b, off, n, rep)
 					}
@@ -168,9 +149,7 @@ func TestDiscardAfterCommit(t *testing.T) {
 				cv.Close()
 			}
 			v, err = ext4io.Open(rec, ext4io.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			checkFiles(t, v, files)
 			v.Close()
 			ext4iotest.FsckDev(t, base)
@@ -195,9 +174,7 @@ func (h *discardHook) Discard(off, n int64) error {
 func TestDiscardNoJournal(t *testing.T) {
 	t.Parallel()
 	base := memdev.New(32 << 20)
-	if err := ext4io.Format(base, ext4io.FormatOptions{BlockSize: 1024, Features: "^has_journal"}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{BlockSize: 1024, Features: "^has_journal"}))
 	// Every discarded block is free when its discard is issued: the
 	// free was checked (so a corrupt mapping cannot get metadata
 	// discarded) and the bitmap changed first.
@@ -211,18 +188,14 @@ func TestDiscardNoJournal(t *testing.T) {
 		}
 	}}
 	v, err := ext4io.Open(hook, ext4io.Options{Writable: true, Discard: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	live.Store(v)
 	files := discardWorkload(t, v, 7, 120)
 	if st := v.DiscardStats(); st.Discards == 0 {
 		t.Fatalf("no discards: %+v", st)
 	}
 	checkFiles(t, v, files)
-	if err := v.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, v.Close())
 	ext4iotest.FsckDev(t, base)
 }
 
@@ -256,17 +229,11 @@ func TestDiscardErrorsNotFatal(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			base := memdev.New(32 << 20)
-			if err := ext4io.Format(base, ext4io.FormatOptions{BlockSize: 1024}); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{BlockSize: 1024}))
 			v, err := ext4io.Open(tc.wrap(base), ext4io.Options{Writable: true, Discard: true, CommitInterval: -1})
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			files := discardWorkload(t, v, 3, 80)
-			if err := v.Sync(); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, v.Sync())
 			st := v.DiscardStats()
 			if st.Discards != 0 || st.Failures == 0 || st.Disabled != tc.disabled || st.LastError == nil {
 				t.Fatalf("stats %+v", st)
@@ -278,9 +245,7 @@ func TestDiscardErrorsNotFatal(t *testing.T) {
 				t.Errorf("Trim: %v; want %v", err, tc.trimFailure)
 			}
 			checkFiles(t, v, files)
-			if err := v.Close(); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, v.Close())
 			ext4iotest.FsckDev(t, base)
 		})
 	}
@@ -290,9 +255,7 @@ func TestDiscardErrorsNotFatal(t *testing.T) {
 func allocated(t *testing.T, path string) int64 {
 	t.Helper()
 	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, syscall.Stat(path, &st))
 	return st.Blocks * 512
 }
 
@@ -307,42 +270,28 @@ func TestTrimFile(t *testing.T) {
 		t.Run(map[bool]string{false: "Trim", true: "online"}[online], func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "img")
 			dev, err := blockdev.CreateFile(path, size)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			defer dev.Close()
-			if err := ext4io.Format(dev, ext4io.FormatOptions{}); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, ext4io.Format(dev, ext4io.FormatOptions{}))
 			v, err := ext4io.Open(dev, ext4io.Options{Writable: true, Discard: online})
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			data := bytes.Repeat([]byte("trim me "), big/8)
 			keep := bytes.Repeat([]byte("keep "), 100_000)
 			for name, p := range map[string][]byte{"big": data, "keep": keep} {
-				if err := v.WriteFile(name, p, 0o644); err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, v.WriteFile(name, p, 0o644))
 			}
-			if err := v.Sync(); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, v.Sync())
 			before := allocated(t, path)
 			if before < big {
 				t.Skipf("the host file system allocated %d bytes for %d written", before, big)
 			}
-			if err := v.Unlink("big"); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, v.Unlink("big"))
 			if err := v.Sync(); err != nil {
 				t.Fatal(err)
 			}
 			afterRm := allocated(t, path)
 			n, err := v.Trim(0, size, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			after := allocated(t, path)
 			t.Logf("allocated: %d before rm, %d after rm, %d after Trim of %d bytes; stats %+v", before, afterRm, after, n, v.DiscardStats())
 			if online {
@@ -367,9 +316,7 @@ func TestTrimFile(t *testing.T) {
 			if got, err := v.ReadFile("keep"); err != nil || !bytes.Equal(got, keep) {
 				t.Fatalf("keep: %v", err)
 			}
-			if err := v.Close(); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, v.Close())
 			ext4iotest.Fsck(t, path)
 		})
 	}
@@ -378,21 +325,15 @@ func TestTrimFile(t *testing.T) {
 // TestTrimArgs: FITRIM's argument checks, and read-only volumes.
 func TestTrimArgs(t *testing.T) {
 	base := memdev.New(16 << 20)
-	if err := ext4io.Format(base, ext4io.FormatOptions{BlockSize: 1024}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{BlockSize: 1024}))
 	ro, err := ext4io.Open(base, ext4io.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if _, err := ro.Trim(0, 1<<30, 0); !errors.Is(err, ext4io.ErrReadOnly) {
 		t.Errorf("read-only Trim: %v", err)
 	}
 	ro.Close()
 	v, err := ext4io.Open(base, ext4io.Options{Writable: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer v.Close()
 	for _, a := range [][3]int64{{0, 512, 0}, {16 << 20, 1 << 20, 0}, {-1, 1 << 20, 0}, {0, 1 << 20, 1 << 30}} {
 		if n, err := v.Trim(a[0], a[1], a[2]); !errors.Is(err, ext4io.ErrInvalid) {

@@ -17,10 +17,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/ext4io/ext4io"
 	"github.com/ext4io/ext4io/blockdev"
 	"github.com/ext4io/ext4io/ext4iotest"
 	"github.com/ext4io/ext4io/internal/e2fs"
+	"github.com/stretchr/testify/require"
 )
 
 // Helpers shared by the external tests of several files: images made and
@@ -50,12 +52,8 @@ func formatImage(t *testing.T, size int64, opts ext4io.FormatOptions) string {
 	t.Helper()
 	img := filepath.Join(t.TempDir(), "fmt.img")
 	dev, err := blockdev.CreateFile(img, size)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ext4io.Format(dev, opts); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, ext4io.Format(dev, opts))
 	if err := dev.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -68,14 +66,10 @@ func fsckOpen(t *testing.T, img, name string) *ext4io.File {
 	t.Helper()
 	e2fs.Fsck(t, img)
 	ro, err := ext4io.OpenImage(img, ext4io.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { ro.Close() })
 	f, err := ro.Open(name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return f
 }
 
@@ -83,9 +77,7 @@ func fsckOpen(t *testing.T, img, name string) *ext4io.File {
 func readBlocks(t *testing.T, img string, blk, n uint64) []byte {
 	t.Helper()
 	f, err := os.Open(img)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer f.Close()
 	b := make([]byte, n*4096)
 	if _, err := f.ReadAt(b, int64(blk)*4096); err != nil {
@@ -97,9 +89,7 @@ func readBlocks(t *testing.T, img string, blk, n uint64) []byte {
 func writeBlock(t *testing.T, img string, blk uint64, b []byte) {
 	t.Helper()
 	f, err := os.OpenFile(img, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer f.Close()
 	if _, err := f.WriteAt(b, int64(blk)*4096); err != nil {
 		t.Fatal(err)
@@ -118,9 +108,7 @@ func saveDev(t *testing.T, dev blockdev.Device, path string) {
 func saveSparse(t *testing.T, r io.ReaderAt, size int64, path string) {
 	t.Helper()
 	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer f.Close()
 	buf := make([]byte, 64<<10)
 	zero := make([]byte, len(buf))
@@ -136,9 +124,7 @@ func saveSparse(t *testing.T, r io.ReaderAt, size int64, path string) {
 			t.Fatal(err)
 		}
 	}
-	if err := f.Truncate(size); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, f.Truncate(size))
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -178,9 +164,7 @@ func guarded(t testing.TB, label string, deadline time.Duration, fn func()) bool
 func findTestdata(t *testing.T) string {
 	t.Helper()
 	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for {
 		p := filepath.Join(dir, "shared", "testdata", "e2fsprogs")
 		if st, err := os.Stat(p); err == nil && st.IsDir() {
@@ -345,9 +329,7 @@ func mountLoop(t *testing.T, img string) string {
 		t.Skip("mount -o loop needs root")
 	}
 	mnt := filepath.Join(t.TempDir(), "mnt")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.Mkdir(mnt, 0o755))
 	if out, err := exec.Command("mount", "-o", "loop", "-t", "ext4", img, mnt).CombinedOutput(); err != nil {
 		t.Skipf("mount -o loop does not work here: %v: %s", err, strings.TrimSpace(string(out)))
 	}
@@ -377,9 +359,7 @@ func openOSVolume(t *testing.T) (*ext4io.Volume, string) {
 	t.Helper()
 	img := formatImage(t, 32<<20, ext4io.FormatOptions{})
 	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return v, img
 }
 
@@ -389,13 +369,9 @@ func openWritableWithFile(t *testing.T) (string, *ext4io.Volume, *ext4io.File) {
 	t.Helper()
 	img := formatImage(t, 32<<20, ext4io.FormatOptions{})
 	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	f, err := v.Create("f")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if _, err := f.WriteAt(make([]byte, 8192), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -434,4 +410,13 @@ func sized(short, def, long int) int {
 		return long
 	}
 	return def
+}
+
+// digestOf returns the xxhash digest of r's bytes and how many there
+// were, read through a 64 KiB buffer: a file compared with a model
+// without a second copy of its contents.
+func digestOf(r io.Reader) (uint64, int64, error) {
+	h := xxhash.New()
+	n, err := io.CopyBuffer(h, r, make([]byte, 64<<10))
+	return h.Sum64(), n, err
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/ext4io/ext4io/internal/e2fs"
 	"github.com/ext4io/ext4io/iomap"
 	"github.com/ext4io/ext4io/layout"
+	"github.com/stretchr/testify/require"
 )
 
 // hostileImage builds an 8 MiB image (4 KiB blocks, metadata_csum, no
@@ -30,13 +31,9 @@ func hostileImage(t *testing.T, names ...string) string {
 	t.Helper()
 	dir := t.TempDir()
 	src := filepath.Join(dir, "src")
-	if err := os.MkdirAll(filepath.Join(src, "dir"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.MkdirAll(filepath.Join(src, "dir"), 0o755))
 	for _, n := range names {
-		if err := os.WriteFile(filepath.Join(src, "dir", n), []byte("data of "+n), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.WriteFile(filepath.Join(src, "dir", n), []byte("data of "+n), 0o644))
 	}
 	img := filepath.Join(dir, "img")
 	e2fs.Mkfs(t, img, "8M", "-d", src, "-O", "^has_journal,metadata_csum", "-b", "4096")
@@ -48,13 +45,9 @@ func hostileImage(t *testing.T, names ...string) string {
 func editDirBlock(t *testing.T, img, dir string, edit func(b []byte)) {
 	t.Helper()
 	v, err := ext4io.OpenImage(img, ext4io.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	fi, err := v.Stat(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	sb := v.Superblock()
 	bs := v.BlockSize()
 	v.Close()
@@ -64,9 +57,7 @@ func editDirBlock(t *testing.T, img, dir string, edit func(b []byte)) {
 		t.Fatalf("bmap of %s: %q", dir, out)
 	}
 	f, err := os.OpenFile(img, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer f.Close()
 	b := make([]byte, bs)
 	if _, err := f.ReadAt(b, int64(pblk)*int64(bs)); err != nil {
@@ -120,9 +111,7 @@ func TestHostileDirNames(t *testing.T) {
 			img := hostileImage(t, "aaaa", victim, "zzzz")
 			editDirBlock(t, img, "dir", func(b []byte) { tc.edit(t, b) })
 			v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			defer v.Close()
 			ents, err := v.ReadDir("dir")
 			if !errors.Is(err, ext4io.ErrCorrupt) {
@@ -147,9 +136,7 @@ func TestHostileNegativeSize(t *testing.T) {
 	img := hostileImage(t, "victim")
 	e2fs.Debugfs(t, img, true, "sif dir/victim size 0x8000000000000010")
 	v, err := ext4io.OpenImage(img, ext4io.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer v.Close()
 	if fi, err := v.Stat("dir/victim"); !errors.Is(err, ext4io.ErrCorrupt) {
 		t.Errorf("Stat: size %v, %v; want ErrCorrupt", fi, err)
@@ -183,9 +170,7 @@ func TestHostileDirSize(t *testing.T) {
 			img := hostileImage(t, "victim")
 			e2fs.Debugfs(t, img, true, "sif dir size "+size)
 			v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			hung := false
 			defer func() {
 				if !hung { // a hung operation may hold the directory's lock
@@ -244,9 +229,7 @@ func TestDirHoleWalkedByRuns(t *testing.T) {
 		fmt.Sprintf("sif dir size %d", (far+1)*4096),
 	})
 	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ok := guarded(t, "walk", 10*time.Second, func() {
 		ents, err := v.ReadDir("dir")
 		if err != nil || len(ents) != len(names) {
@@ -281,13 +264,9 @@ func TestHostileInodeBitmap(t *testing.T) {
 		t.Run(fmt.Sprintf("open=%v", open), func(t *testing.T) {
 			img := hostileImage(t, "victim", "other")
 			v, err := ext4io.OpenImage(img, ext4io.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			fi, err := v.Stat("dir/victim")
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			v.Close()
 			// An attacker keeps the counts consistent with the bitmap.
 			out := e2fs.Debugfs(t, img, false, "stats")
@@ -304,22 +283,16 @@ func TestHostileInodeBitmap(t *testing.T) {
 				"set_bg 0 checksum calc",
 			})
 			v, err = ext4io.OpenImage(img, ext4io.Options{Writable: true})
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			if open {
 				// Unlinked second, the victim's i_dtime links it to the
 				// other orphan: on disk it then looks deleted (links 0,
 				// dtime set), and only the inode cache knows it is live.
 				for _, name := range []string{"dir/other", "dir/victim"} {
 					f, err := v.OpenFile(name, os.O_RDWR, 0)
-					if err != nil {
-						t.Fatal(err)
-					}
+					require.NoError(t, err)
 					defer f.Close()
-					if err := v.Unlink(name); err != nil {
-						t.Fatal(err)
-					}
+					require.NoError(t, v.Unlink(name))
 				}
 			}
 			// The allocation itself must refuse, before the inode is
@@ -352,9 +325,7 @@ func zoneImage(t *testing.T) (img string, ino, gen uint32, tree []uint64) {
 	src := filepath.Join(dir, "src")
 	os.MkdirAll(filepath.Join(src, "dir"), 0o755)
 	f, err := os.Create(filepath.Join(src, "dir", "victim"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for i := range 5 {
 		f.WriteAt(bytes.Repeat([]byte{byte('a' + i)}, 4096), int64(i)<<20)
 	}
@@ -366,14 +337,10 @@ func zoneImage(t *testing.T) (img string, ino, gen uint32, tree []uint64) {
 		t.Skipf("victim has tree blocks %v, want one leaf", tree)
 	}
 	v, err := ext4io.OpenImage(img, ext4io.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer v.Close()
 	fi, err := v.Stat("dir/victim")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return img, fi.Ino, fi.Generation, tree
 }
 
@@ -400,9 +367,7 @@ func TestHostileExtentIntoMetadata(t *testing.T) {
 		t.Run("leaf-extent-into-"+tg.name, func(t *testing.T) {
 			img, ino, gen, tree := zoneImage(t)
 			v, err := ext4io.OpenImage(img, ext4io.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			sb := v.Superblock()
 			var target uint64
 			if tg.name == "journal" {
@@ -424,9 +389,7 @@ func TestHostileExtentIntoMetadata(t *testing.T) {
 			before := readBlocks(t, img, target, 1)
 
 			v, err = ext4io.OpenImage(img, ext4io.Options{Writable: true})
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			ops := []struct {
 				name string
 				fn   func() error
@@ -502,9 +465,7 @@ func TestHostileExtentIntoMetadata(t *testing.T) {
 		writeBlock(t, img, target, readBlocks(t, img, tree[0], 1))
 		e2fs.Debugfs(t, img, true, fmt.Sprintf("sif dir/victim block[4] %d", target))
 		v, err := ext4io.OpenImage(img, ext4io.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		defer v.Close()
 		if _, err := fs.ReadFile(v.FS(), "dir/victim"); !errors.Is(err, ext4io.ErrCorrupt) {
 			t.Errorf("ReadFile through an index block in the reserved GDT: %v; want ErrCorrupt", err)
@@ -545,9 +506,7 @@ func TestHostileEntryNamesReservedInode(t *testing.T) {
 			e2fs.Debugfs(t, img, true, fmt.Sprintf("ln <%d> victim", ino))
 			before := e2fs.Debugfs(t, img, false, fmt.Sprintf("stat <%d>", ino))
 			v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			if _, err := v.Stat("victim"); !errors.Is(err, ext4io.ErrCorrupt) {
 				t.Errorf("Stat: %v, want ErrCorrupt", err)
 			}

@@ -23,6 +23,7 @@ import (
 	"github.com/ext4io/ext4io/blockdev/memdev"
 	"github.com/ext4io/ext4io/ext4iotest"
 	"github.com/ext4io/ext4io/layout"
+	"github.com/stretchr/testify/require"
 )
 
 // inlineTree is a model of a directory tree: file contents by path and
@@ -41,9 +42,7 @@ func writeInlineTree(t *testing.T, rng *rand.Rand) (string, *inlineTree) {
 	for i := range 12 {
 		parent := dirs[rng.IntN(len(dirs))]
 		d := path.Join(parent, fmt.Sprintf("d%d", i))
-		if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.Mkdir(filepath.Join(root, d), 0o755))
 		m.dirs[d] = true
 		dirs = append(dirs, d)
 	}
@@ -58,22 +57,16 @@ func writeInlineTree(t *testing.T, rng *rand.Rand) (string, *inlineTree) {
 		for j := range data {
 			data[j] = byte('a' + rng.IntN(26))
 		}
-		if err := os.WriteFile(filepath.Join(root, name), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.WriteFile(filepath.Join(root, name), data, 0o644))
 		m.files[name] = data
 	}
 	for i := range 4 { // surely inline: empty, or one short name
 		d := fmt.Sprintf("e%d", i)
-		if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.Mkdir(filepath.Join(root, d), 0o755))
 		m.dirs[d] = true
 		if i%2 == 1 {
 			name := d + "/x"
-			if err := os.WriteFile(filepath.Join(root, name), []byte("short"), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, os.WriteFile(filepath.Join(root, name), []byte("short"), 0o644))
 			m.files[name] = []byte("short")
 		}
 	}
@@ -83,9 +76,7 @@ func writeInlineTree(t *testing.T, rng *rand.Rand) (string, *inlineTree) {
 func inlineFlag(t *testing.T, v *ext4io.Volume, name string) bool {
 	t.Helper()
 	fi, err := v.Lstat(name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return fi.Sys().(*ext4io.FileInfo).Flags&layout.InodeFlagInlineData != 0
 }
 
@@ -163,9 +154,7 @@ func TestInlineFsx(t *testing.T) {
 			ext4iotest.Mkfs(t, img, "32M", append(c.args, "-d", src)...)
 			ext4iotest.Fsck(t, img)
 			v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, PageCacheBytes: c.cache})
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			defer func() { v.Close() }()
 			ninl := 0
 			for p := range m.files {
@@ -203,9 +192,7 @@ func TestInlineFsx(t *testing.T) {
 			for p := range m.files {
 				if len(handles) < 8 && !keep[p] && inlineFlag(t, v, p) {
 					f, err := v.Open(p)
-					if err != nil {
-						t.Fatal(err)
-					}
+					require.NoError(t, err)
 					handles = append(handles, held{p, f})
 				}
 			}
@@ -268,9 +255,7 @@ func TestInlineFsx(t *testing.T) {
 					if _, err := f.WriteAt(data, off); err != nil {
 						t.Fatalf("step %d: write %s: %v", step, p, err)
 					}
-					if err := f.Close(); err != nil {
-						t.Fatal(err)
-					}
+					require.NoError(t, f.Close())
 					d := m.files[p]
 					if end := int(off) + len(data); end > len(d) {
 						d = append(d, make([]byte, end-len(d))...)
@@ -431,9 +416,7 @@ func TestInlineFsx(t *testing.T) {
 					if _, err := f.WriteAt(data, off); err != nil {
 						t.Fatalf("step %d: direct write %s: %v", step, p, err)
 					}
-					if err := f.Close(); err != nil {
-						t.Fatal(err)
-					}
+					require.NoError(t, f.Close())
 					d := m.files[p]
 					if end := int(off) + len(data); end > len(d) {
 						d = append(d, make([]byte, end-len(d))...)
@@ -455,9 +438,7 @@ func TestInlineFsx(t *testing.T) {
 					if err := f.Fallocate(mode, off, n); err != nil {
 						t.Fatalf("step %d: fallocate %v %s [%d,+%d): %v", step, mode, p, off, n, err)
 					}
-					if err := f.Close(); err != nil {
-						t.Fatal(err)
-					}
+					require.NoError(t, f.Close())
 					d := m.files[p]
 					end := off + n
 					grow := mode == ext4io.FallocAllocate || mode == ext4io.FallocZeroRange
@@ -469,9 +450,7 @@ func TestInlineFsx(t *testing.T) {
 					}
 					m.files[p] = d
 				default: // reopen, e2fsck, check everything
-					if err := v.Close(); err != nil {
-						t.Fatal(err)
-					}
+					require.NoError(t, v.Close())
 					ext4iotest.Fsck(t, img)
 					if v, err = ext4io.OpenImage(img, ext4io.Options{Writable: true, PageCacheBytes: c.cache}); err != nil {
 						t.Fatal(err)
@@ -497,9 +476,7 @@ func TestInlineFsx(t *testing.T) {
 					t.Errorf("%s was converted though its data never changed", p)
 				}
 			}
-			if err := v.Close(); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, v.Close())
 			ext4iotest.Fsck(t, img)
 			checkSystemData(t, img, m)
 
@@ -528,9 +505,7 @@ func TestInlineFsx(t *testing.T) {
 				}
 				return nil
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			if n != len(m.files)+len(m.dirs)-1 {
 				t.Fatalf("Linux sees %d names, model %d", n, len(m.files)+len(m.dirs)-1)
 			}
@@ -594,14 +569,10 @@ func inlineImage(t *testing.T, tree map[string]string, args ...string) (string, 
 	for p, data := range tree {
 		full := filepath.Join(src, p)
 		if strings.HasSuffix(p, "/") {
-			if err := os.MkdirAll(full, 0o755); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, os.MkdirAll(full, 0o755))
 			continue
 		}
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.MkdirAll(filepath.Dir(full), 0o755))
 		if err := os.WriteFile(full, []byte(data), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -609,18 +580,14 @@ func inlineImage(t *testing.T, tree map[string]string, args ...string) (string, 
 	img := filepath.Join(t.TempDir(), "inline.img")
 	ext4iotest.Mkfs(t, img, "16M", append(append([]string{"-O", "inline_data"}, args...), "-d", src)...)
 	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return img, v
 }
 
 func statInfo(t *testing.T, v *ext4io.Volume, name string) *ext4io.FileInfo {
 	t.Helper()
 	fi, err := v.Lstat(name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return fi.Sys().(*ext4io.FileInfo)
 }
 
@@ -638,13 +605,9 @@ func TestInlineConvertFile(t *testing.T) {
 		}
 	}
 	h, err := v.Open("long")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	f, err := v.OpenFile("long", os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if _, err := f.WriteAt([]byte(strings.Repeat("XY", 150)), 99); err != nil { // outgrows the inode
 		t.Fatal(err)
 	}
@@ -668,21 +631,15 @@ func TestInlineConvertFile(t *testing.T) {
 	if fi := statInfo(t, v, "empty"); fi.Flags&layout.InodeFlagInlineData != 0 || fi.Blocks != 0 {
 		t.Fatalf("empty file after truncate: flags %#x, %d sectors", fi.Flags, fi.Blocks)
 	}
-	if err := v.Link("other", "other2"); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, v.Link("other", "other2"))
 	if err := v.Setxattr("other2", "user.a", []byte("b"), 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := v.Chmod("other", 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, v.Chmod("other", 0o600))
 	if fi := statInfo(t, v, "other"); fi.Flags&layout.InodeFlagInlineData == 0 || fi.Nlink != 2 {
 		t.Fatalf("other after link, setxattr, chmod: flags %#x, %d links", fi.Flags, fi.Nlink)
 	}
-	if err := v.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, v.Close())
 	ext4iotest.Fsck(t, img)
 	for p, w := range map[string]string{"long": want, "empty": string(make([]byte, 5000)), "other2": "abc"} {
 		got := ext4iotest.Dump(t, img, p)
@@ -712,26 +669,18 @@ func linuxAppends(t *testing.T, img string, files ...string) {
 	for _, p := range files {
 		full := filepath.Join(mnt, p)
 		before, err := os.ReadFile(full)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		f, err := os.OpenFile(full, os.O_WRONLY|os.O_APPEND, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		if _, err := f.WriteString("+linux"); err != nil {
 			t.Fatal(err)
 		}
-		if err := f.Close(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, f.Close())
 		if got, err := os.ReadFile(full); err != nil || string(got) != string(before)+"+linux" {
 			t.Fatalf("Linux appended to %s: %q, %v", p, got, err)
 		}
 	}
-	if err := os.Mkdir(filepath.Join(mnt, "linuxdir"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.Mkdir(filepath.Join(mnt, "linuxdir"), 0o755))
 	ext4iotest.Unmount(t, mnt)
 	ext4iotest.Fsck(t, img)
 }
@@ -748,9 +697,7 @@ func TestInlineConvertDir(t *testing.T) {
 				t.Fatal("b is not inline in the image")
 			}
 			// a converts (a new entry); b moves into it and stays inline.
-			if err := v.Rename("b", "a/b"); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, v.Rename("b", "a/b"))
 			bi := statInfo(t, v, "a/b")
 			if bi.Flags&layout.InodeFlagInlineData == 0 {
 				t.Fatalf("moved directory lost its inline data: flags %#x", bi.Flags)
@@ -758,9 +705,7 @@ func TestInlineConvertDir(t *testing.T) {
 			if got, want := statInfo(t, v, "a/b/..").Ino, statInfo(t, v, "a").Ino; got != want {
 				t.Fatalf("a/b/.. is inode %d, want %d", got, want)
 			}
-			if err := v.Remove("a/b/x"); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, v.Remove("a/b/x"))
 			if err := v.WriteFile("a/b/z", []byte("3"), 0o644); err != nil {
 				t.Fatal(err)
 			}
@@ -769,9 +714,7 @@ func TestInlineConvertDir(t *testing.T) {
 				t.Fatalf("b after entry changes: flags %#x, size %d", bi.Flags, bi.Size())
 			}
 			ents, err := v.ReadDir("a/b")
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			var names []string
 			for _, e := range ents {
 				names = append(names, e.Name())
@@ -782,9 +725,7 @@ func TestInlineConvertDir(t *testing.T) {
 			if err := v.Remove("c"); err != nil { // an empty inline directory goes
 				t.Fatal(err)
 			}
-			if err := v.Close(); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, v.Close())
 			ext4iotest.Fsck(t, img)
 			linuxAppends(t, img, "a/b/y", "a/b/z")
 		})
@@ -800,9 +741,7 @@ func TestInlineHostileDir(t *testing.T) {
 	// rec_len, name_len and file type.
 	ext4iotest.Debugfs(t, img, true, "sif /d block[2] 0x0101fff0")
 	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer v.Close()
 	if err := v.WriteFile("d/y", []byte("2"), 0o644); !errors.Is(err, ext4io.ErrCorrupt) {
 		t.Fatalf("create in a corrupt inline directory: %v", err)
@@ -820,13 +759,9 @@ func TestInlineCrashPoints(t *testing.T) {
 	t.Parallel()
 	old := strings.Repeat("abcdefghij", 9) // 90 bytes: i_block and system.data
 	img, v := inlineImage(t, map[string]string{"long": old, "s": "short", "d/x": "1", "e/": ""})
-	if err := v.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, v.Close())
 	raw, err := os.ReadFile(img)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	start := memdev.NewBlockSize(int64(len(raw)), 4096)
 	if _, err := start.WriteAt(raw, 0); err != nil {
 		t.Fatal(err)
@@ -870,14 +805,10 @@ func TestInlineCrashPoints(t *testing.T) {
 	}
 	n := ext4iotest.CrashSweep(t, start, workload, func(t *testing.T, crashed *memdev.Device, _ errordev.CrashReport) {
 		v, err := ext4io.Open(crashed, ext4io.Options{Replay: true})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		defer v.Close()
 		got, err := v.ReadFile("long")
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		inl := statInfo(t, v, "long").Flags&layout.InodeFlagInlineData != 0
 		if string(got) != old && (inl || string(got) != newer) {
 			t.Fatalf("long (inline %v) reads %q", inl, got)
@@ -887,9 +818,7 @@ func TestInlineCrashPoints(t *testing.T) {
 		}
 		for d, names := range map[string][]string{"d": {"x", "x,y"}, "e": {"", "sub"}} {
 			ents, err := v.ReadDir(d)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			var ns []string
 			for _, e := range ents {
 				ns = append(ns, e.Name())
@@ -919,9 +848,7 @@ func TestInlineConcurrentConvert(t *testing.T) {
 	var handles []*ext4io.File
 	for i := range 8 {
 		h, err := v.Open(fmt.Sprintf("d/f%d", i))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		handles = append(handles, h)
 	}
 	done := make(chan struct{})
@@ -967,9 +894,7 @@ func TestInlineConcurrentConvert(t *testing.T) {
 	for i := range 8 {
 		name := fmt.Sprintf("d/f%d", i)
 		f, err := v.OpenFile(name, os.O_RDWR, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		if _, err := f.WriteAt([]byte("NEW"), 0); err != nil {
 			t.Fatal(err)
 		}
@@ -982,13 +907,9 @@ func TestInlineConcurrentConvert(t *testing.T) {
 	}
 	close(done)
 	for range 3 {
-		if err := <-errc; err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, <-errc)
 	}
-	if err := v.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, v.Close())
 	ext4iotest.Fsck(t, img)
 }
 
@@ -1003,9 +924,7 @@ func TestInlineWriteInPlace(t *testing.T) {
 	img, v := inlineImage(t, map[string]string{"small": "hello"})
 	defer func() { v.Close() }()
 	h, err := v.Open("small")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer h.Close()
 	expect := func(name, want string, inline bool) {
 		t.Helper()
@@ -1018,9 +937,7 @@ func TestInlineWriteInPlace(t *testing.T) {
 		}
 	}
 	f, err := v.OpenFile("small", os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if _, err := f.WriteAt([]byte("J"), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -1030,26 +947,18 @@ func TestInlineWriteInPlace(t *testing.T) {
 	if n, _ := h.ReadAt(b, 0); string(b[:n]) != "Jello" {
 		t.Fatalf("old handle reads %q", b[:n])
 	}
-	if err := v.Truncate("small", 3); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, v.Truncate("small", 3))
 	expect("small", "Jel", true)
 	if err := v.Truncate("small", 80); err != nil { // into system.data
 		t.Fatal(err)
 	}
 	expect("small", "Jel"+string(make([]byte, 77)), true)
-	if err := v.WriteFile("new1", []byte(strings.Repeat("n", 30)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, v.WriteFile("new1", []byte(strings.Repeat("n", 30)), 0o644))
 	expect("new1", strings.Repeat("n", 30), true)
-	if err := v.WriteFile("new2", []byte(strings.Repeat("m", 5000)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, v.WriteFile("new2", []byte(strings.Repeat("m", 5000)), 0o644))
 	expect("new2", strings.Repeat("m", 5000), false)
 	g, err := v.Create("new3")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var want string
 	converted := false
 	for i := range 30 {
@@ -1069,9 +978,7 @@ func TestInlineWriteInPlace(t *testing.T) {
 		t.Fatal("300 bytes still inline")
 	}
 	expect("new3", want, false)
-	if err := v.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, v.Close())
 	ext4iotest.Fsck(t, img)
 	checkSystemData(t, img, &inlineTree{files: map[string][]byte{"small": nil, "new1": nil, "new2": nil, "new3": nil}, dirs: map[string]bool{}})
 	linuxAppends(t, img, "small", "new1", "new2", "new3")

@@ -21,6 +21,9 @@ const (
 	IomapOverwrite
 	// IomapReport is ext4_iomap_report_ops (File.ReportOps).
 	IomapReport
+	// IomapBuffered is the buffered-I/O ops of the volume's page cache
+	// (File.BufferedOps; ext4's delalloc write path).
+	IomapBuffered
 )
 
 func (k IomapKind) String() string {
@@ -31,20 +34,61 @@ func (k IomapKind) String() string {
 		return "overwrite"
 	case IomapReport:
 		return "report"
+	case IomapBuffered:
+		return "buffered"
 	}
 	return fmt.Sprintf("IomapKind(%d)", uint8(k))
 }
 
 // IomapOps returns the file's ops of the given kind: NormalOps,
-// OverwriteOps or ReportOps.
+// OverwriteOps, ReportOps or BufferedOps (nil without a page cache).
 func (f *File) IomapOps(kind IomapKind) iomap.Ops {
 	switch kind {
 	case IomapNormal:
 		return f.NormalOps()
 	case IomapOverwrite:
 		return f.OverwriteOps()
+	case IomapBuffered:
+		ops, _ := f.BufferedOps()
+		return ops
 	}
 	return f.ReportOps()
+}
+
+// PageCache returns the volume's page cache, the one File's buffered
+// writes go through, or nil when the volume has none (read-only volumes,
+// and Options that disable it). Files are keyed in it by
+// File.BufferedOps' key.
+func (v *Volume) PageCache() *iomap.PageCache { return v.pc }
+
+// BufferedOps returns the ops of the file's buffered I/O, ext4's delalloc
+// path on the volume's page cache (Volume.PageCache), and the file's key
+// in that cache: the values File's own buffered writes hand to
+// iomap.BufferedWrite and iomap.BufferedRead. ops is nil when the volume
+// has no page cache. The ops are valid while the file is open.
+//
+// Maps: for reads (flags 0) written blocks as Mapped, preallocated blocks
+// as Unwritten, blocks reserved by earlier buffered writes as Delalloc and
+// holes as Hole; each mapping carries the extent change counter as its
+// cookie (the ops implement iomap.Validator). Allocates: a buffered write
+// (iomap.Write) into a hole reserves one block per page (no journal
+// handle, no device I/O) and maps the range Delalloc; End releases the
+// reservations of pages the write did not reach. The blocks are allocated
+// and mapped at write-back (iomap.Writeback, driven by the page cache
+// under the ops' iomap.WritebackLocker: one journal operation with the
+// inode lock shared). Lock: the caller holds File.LockIO(IomapBuffered,
+// ...) (the exclusive inode lock) across iomap.BufferedWrite, and passes
+// IOLock.Size as size; IOLock.Unlock then grows the size in memory
+// (the on-disk size follows at write-back). Cannot serve: the page cache
+// full of dirty pages fails the call with iomap.ErrCacheFull; the caller
+// unlocks, calls PageCache().WritebackOldest and goes on with the rest.
+// Direct requests (iomap.Direct) are the normal and overwrite ops' and
+// are not served here.
+func (f *File) BufferedOps() (iomap.Ops, iomap.Key) {
+	if f.n.bops == nil {
+		return nil, 0
+	}
+	return f.n.bops, f.n.bops.key()
 }
 
 // NormalOps returns the file's normal mapping ops, ext4's ext4_iomap_ops,
@@ -66,7 +110,7 @@ func (f *File) IomapOps(kind IomapKind) iomap.Ops {
 // Both NormalOps and OverwriteOps serve direct I/O (and Report) requests
 // only: a buffered request (no iomap.Direct, as from an iomap.PageCache)
 // fails with ErrUnsupported, for the file's page cache has ops of its own
-// (delayed allocation, write-back), which are not public.
+// (delayed allocation, write-back): File.BufferedOps.
 func (f *File) NormalOps() iomap.Ops { return &f.dio[0] }
 
 // OverwriteOps returns the file's overwrite mapping ops, ext4's
@@ -107,6 +151,8 @@ type IOLock struct {
 // the inode lock, exclusive for IomapNormal (and applies the conversions
 // queued by earlier shared writes) or shared for IomapOverwrite. For
 // IomapReport it takes nothing: ReportOps' Begin locks for itself. For
+// IomapBuffered it takes the inode lock exclusively and no journal
+// operation, as File's buffered writes do (BufferedOps). For
 // the write kinds the file must be writable (an extent-mapped regular
 // file on a writable volume); reads may also use IomapOverwrite's shared
 // lock with either ops.
@@ -117,6 +163,12 @@ func (f *File) LockIO(kind IomapKind, off, length int64) (*IOLock, error) {
 	}
 	if err := f.writable("lock"); err != nil {
 		return nil, err
+	}
+	if kind == IomapBuffered {
+		if err := f.lockBuffered(off, length); err != nil {
+			return nil, err
+		}
+		return l, nil
 	}
 	if err := f.checkRange("lock", off, length); err != nil {
 		return nil, err
@@ -151,8 +203,33 @@ func (f *File) LockIO(kind IomapKind, off, length int64) (*IOLock, error) {
 	return l, nil
 }
 
+// lockBuffered is LockIO(IomapBuffered): the exclusive inode lock, as
+// File's buffered writes take it (writeBufferedOnce), and no journal
+// operation (write-back takes its own).
+func (f *File) lockBuffered(off, length int64) error {
+	if f.n.bops == nil {
+		return &fs.PathError{Op: "lock", Path: f.name, Err: fmt.Errorf("the volume has no page cache: %w", ErrUnsupported)}
+	}
+	if err := f.checkRange("lock", off, length); err != nil {
+		return err
+	}
+	f.n.mu.Lock()
+	if err := f.closedLocked(); err != nil {
+		f.n.mu.Unlock()
+		return &fs.PathError{Op: "lock", Path: f.name, Err: err}
+	}
+	f.v.stats.buffered.Add(1)
+	f.n.mayCache.Store(true) // before any page is added: flushCache looks for pages by it
+	return nil
+}
+
+// Size returns the file's size as the lock's holder sees it: the size
+// to pass to iomap.BufferedWrite and BufferedRead under
+// LockIO(IomapBuffered) (File.Size would wait for the lock).
+func (l *IOLock) Size() int64 { return int64(l.f.n.in.Size) }
+
 func (l *IOLock) unlockInode() {
-	if l.kind == IomapNormal {
+	if l.kind == IomapNormal || l.kind == IomapBuffered {
 		l.f.n.mu.Unlock()
 	} else {
 		l.f.n.mu.RUnlockAt(l.stripe)
@@ -162,12 +239,21 @@ func (l *IOLock) unlockInode() {
 // Unlock releases the lock. off and n are the file range the caller
 // wrote under it (n = 0 if it wrote nothing: reads, refused writes):
 // under IomapNormal a write that ended past the file's size grows it, and
-// the inode is written with the new size and times. err is the I/O's
+// the inode is written with the new size and times; under IomapBuffered
+// the size grows and the times change in memory, and reach the disk
+// with write-back. err is the I/O's
 // error, returned with Unlock's own: an I/O or corruption error fails the
 // volume as File.WriteAt's would.
 func (l *IOLock) Unlock(off int64, n int, err error) error {
 	f := l.f
 	if l.kind == IomapReport {
+		return err
+	}
+	if l.kind == IomapBuffered {
+		if n > 0 {
+			f.wroteBufferedLocked(off, n)
+		}
+		l.unlockInode()
 		return err
 	}
 	if l.kind == IomapNormal && n > 0 {

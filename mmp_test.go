@@ -20,6 +20,7 @@ import (
 	"github.com/ext4io/ext4io/blockdev"
 	"github.com/ext4io/ext4io/internal/e2fs"
 	"github.com/ext4io/ext4io/layout"
+	"github.com/stretchr/testify/require"
 )
 
 // mmpTestWait is the open protocol's wait in the whole test binary
@@ -39,20 +40,12 @@ func mkfsMMP(t *testing.T, args ...string) string {
 func readMMP(t *testing.T, img string) (*layout.Superblock, *layout.MMP) {
 	t.Helper()
 	b, err := os.ReadFile(img)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	sb, err := layout.DecodeSuperblock(b[layout.SuperblockOffset:])
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	m, err := layout.DecodeMMP(b[int(sb.MmpBlock)*sb.BlockSize():], sb.MmpBlock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.VerifyChecksum(sb.MetadataCsum(), sb.CsumSeed(), sb.MmpBlock); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, m.VerifyChecksum(sb.MetadataCsum(), sb.CsumSeed(), sb.MmpBlock))
 	return sb, m
 }
 
@@ -63,9 +56,7 @@ func writeMMPSeq(t *testing.T, img string, seq uint32) {
 	m.Seq = seq
 	m.SetChecksum(sb.MetadataCsum(), sb.CsumSeed())
 	f, err := os.OpenFile(img, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer f.Close()
 	if _, err := f.WriteAt(m.Raw[:], int64(sb.MmpBlock)*int64(sb.BlockSize())); err != nil {
 		t.Fatal(err)
@@ -156,24 +147,18 @@ func TestMMPWritable(t *testing.T) {
 		t.Fatalf("open MMP block: seq %#x node %q, want a live sequence from %q", m1.Seq, m1.NodenameString(), host)
 	}
 	f, err := v.Create("file")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	data := bytes.Repeat([]byte("mmp!"), 5000)
 	if _, err := f.WriteAt(data, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, f.Close())
 	time.Sleep(2500 * time.Millisecond)
 	_, m2 := readMMP(t, img)
 	if m2.Seq == m1.Seq || m2.Seq > layout.MMPSeqMax {
 		t.Fatalf("MMP sequence %#x then %#x: the updater does not run", m1.Seq, m2.Seq)
 	}
-	if err := v.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, v.Close())
 	if seq := debugfsMMPSeq(t, img); seq != fmt.Sprintf("%x", uint32(layout.MMPSeqClean)) {
 		t.Fatalf("after Close debugfs dump_mmp says sequence %s, want clean", seq)
 	}
@@ -218,9 +203,7 @@ func TestMMPSecondWriterRefused(t *testing.T) {
 	}
 	r.Close()
 
-	if err := v.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, v.Close())
 	out, err = helperProcess(t, img, "writable")
 	if err != nil || !strings.Contains(out, "opened") {
 		t.Fatalf("second process after Close: %v\n%s", err, out)
@@ -308,9 +291,7 @@ func TestMMPStaleSeqTakenOver(t *testing.T) {
 	if d := time.Since(start); d < 2*mmpTestWait {
 		t.Errorf("Open took %v, want two waits (%v)", d, 2*mmpTestWait)
 	}
-	if err := v.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, v.Close())
 	if _, m := readMMP(t, img); m.Seq != layout.MMPSeqClean {
 		t.Fatalf("sequence %#x after Close", m.Seq)
 	}
@@ -323,9 +304,7 @@ func TestMMPLinuxMounted(t *testing.T) {
 	t.Parallel()
 	img := mkfsMMP(t)
 	mnt := e2fs.Mount(t, img, false) // the kernel's own MMP wait: about 11 s
-	if err := os.WriteFile(filepath.Join(mnt, "linux"), []byte("written by Linux\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(filepath.Join(mnt, "linux"), []byte("written by Linux\n"), 0o644))
 	_, err := openDev(img, ext4io.Options{Writable: true})
 	if !errors.Is(err, ext4io.ErrBusy) {
 		t.Fatalf("writable Open while Linux has it mounted: %v, want ErrBusy", err)
@@ -339,9 +318,7 @@ func TestMMPLinuxMounted(t *testing.T) {
 	if err != nil {
 		t.Fatalf("writable Open after umount: %v", err)
 	}
-	if err := v.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, v.Close())
 	e2fs.Fsck(t, img)
 	if got := string(e2fs.Dump(t, img, "linux")); got != "written by Linux\n" {
 		t.Fatalf("file Linux wrote reads %q", got)
@@ -354,12 +331,8 @@ func TestFormatMMPLinux(t *testing.T) {
 	t.Parallel()
 	img := filepath.Join(t.TempDir(), "fmt.img")
 	dev, err := blockdev.CreateFile(img, 64<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ext4io.Format(dev, ext4io.FormatOptions{Features: "mmp", MMPUpdateInterval: 1}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, ext4io.Format(dev, ext4io.FormatOptions{Features: "mmp", MMPUpdateInterval: 1}))
 	dev.Close()
 	e2fs.Fsck(t, img)
 	if seq := debugfsMMPSeq(t, img); seq != "ff4d4d50" {
@@ -370,16 +343,12 @@ func TestFormatMMPLinux(t *testing.T) {
 		t.Fatalf("writable Open of a formatted mmp image: %v", err)
 	}
 	f, err := v.Create("from-ext4io")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if _, err := f.WriteAt([]byte("hello\n"), 0); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
-	if err := v.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, v.Close())
 	e2fs.Fsck(t, img)
 	mnt := e2fs.Mount(t, img, false)
 	got, err := os.ReadFile(filepath.Join(mnt, "from-ext4io"))
@@ -403,13 +372,9 @@ func TestMMPTakenOverWhileOpen(t *testing.T) {
 	defer ext4io.SetMMPRecheck(time.Nanosecond)()
 	img := mkfsMMP(t)
 	v, err := openDev(img, ext4io.Options{Writable: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	f, err := v.Create("file")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		sb, m := readMMP(t, img)
@@ -417,9 +382,7 @@ func TestMMPTakenOverWhileOpen(t *testing.T) {
 		m.SetNames("other-node", "sdz")
 		m.SetChecksum(sb.MetadataCsum(), sb.CsumSeed())
 		fd, err := os.OpenFile(img, os.O_RDWR, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		fd.WriteAt(m.Raw[:], int64(sb.MmpBlock)*int64(sb.BlockSize()))
 		fd.Close()
 		time.Sleep(300 * time.Millisecond)
@@ -468,16 +431,12 @@ func TestMMPSharedDiskLoop(t *testing.T) {
 	defer exec.Command("losetup", "--detach", loop).Run()
 
 	v, err := openDev(img, ext4io.Options{Writable: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	_, err = openDev(loop, ext4io.Options{Writable: true})
 	if !errors.Is(err, ext4io.ErrBusy) {
 		t.Fatalf("writable Open through %s while the file is held: %v, want ErrBusy", loop, err)
 	}
-	if err := v.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, v.Close())
 }
 
 // TestMMPLinuxRefusedWhileOpen: while ext4io holds the image, Linux's own
@@ -493,9 +452,7 @@ func TestMMPLinuxRefusedWhileOpen(t *testing.T) {
 	t.Parallel()
 	img := mkfsMMP(t)
 	v, err := openDev(img, ext4io.Options{Writable: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer v.Close()
 	dir := t.TempDir()
 	out, err := exec.Command("mount", "-o", "loop", "-t", "ext4", img, dir).CombinedOutput()
@@ -511,8 +468,6 @@ func TestMMPLinuxRefusedWhileOpen(t *testing.T) {
 			exec.Command("losetup", "-d", dev).Run()
 		}
 	}
-	if err := v.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, v.Close())
 	e2fs.Mount(t, img, false)
 }

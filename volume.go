@@ -211,6 +211,9 @@ type Volume struct {
 	zchunk   uint64      // Tuning.ZeroOutChunk in blocks (set before writes start)
 	lbs      int64       // dev's logical block size
 	align    int64       // dev's direct I/O alignment (dioAlign)
+	// owOpts are the options of the overwrite attempt of direct writes
+	// (directOverwrite), set with align and read-only after.
+	owOpts iomap.DioOptions
 
 	alloc    *alloc.Allocator // writable volumes only; safe for concurrent use
 	pc       *iomap.PageCache // buffered writes of a writable volume; nil if disabled
@@ -352,6 +355,7 @@ func open(ctx context.Context, dev blockdev.Device, opts Options) (*Volume, erro
 	v.touch.init()
 	v.bshift = uint(bits.TrailingZeros(uint(v.bs))) // bs is 1024 << s_log_block_size
 	v.lbs, v.align = int64(dev.LogicalBlockSize()), dioAlign(dev)
+	v.owOpts = iomap.DioOptions{BlockSize: int64(v.bs), Align: v.align, Flags: iomap.OverwriteOnly}
 	if size := dev.Size(); uint64(size)/uint64(v.bs) < sb.BlocksCount {
 		return nil, errs.Corruptf("superblock", 0, -1, "filesystem has %d blocks of %d bytes but the device holds %d bytes", sb.BlocksCount, v.bs, size)
 	}

@@ -32,6 +32,11 @@ func (f *File) writable(op string) error {
 	if err := f.checkOpen(op); err != nil {
 		return err
 	}
+	return f.writableOpen(op)
+}
+
+// writableOpen is writable for a caller that checked f open (checkOpen).
+func (f *File) writableOpen(op string) error {
 	if f.v.alloc == nil {
 		return &fs.PathError{Op: op, Path: f.name, Err: ErrReadOnly}
 	}
@@ -68,7 +73,7 @@ func (f *File) pwrite(p []byte, off int64) (int, error) {
 			return n, err
 		}
 	}
-	if err := f.writable("write"); err != nil {
+	if err := f.writableOpen("write"); err != nil { // the callers checked f open
 		return 0, err
 	}
 	if err := f.checkRange("write", off, int64(len(p))); err != nil {
@@ -90,18 +95,21 @@ func (f *File) pwrite(p []byte, off int64) (int, error) {
 		}
 	}
 	retried := false
+	done := 0 // bytes the overwrite ops wrote before refusing the rest
 	for {
 		// Direct I/O: dirty cached pages of the range go first.
 		if err := f.flushCache(off, off+int64(len(p))); err != nil {
-			return 0, &fs.PathError{Op: "write", Path: f.name, Err: err}
+			return done, &fs.PathError{Op: "write", Path: f.name, Err: err}
 		}
 		if bs := int64(f.v.bs); off&(bs-1) == 0 && int64(len(p))&(bs-1) == 0 && len(p) > 0 {
-			if k, err, ok := f.directOverwrite(p, off); ok {
+			k, err, ok := f.directOverwrite(p, off) // dio.go
+			if ok {
 				if err != nil {
-					return k, &fs.PathError{Op: "write", Path: f.name, Err: err}
+					return done + k, &fs.PathError{Op: "write", Path: f.name, Err: err}
 				}
-				return k, nil
+				return done + k, nil
 			}
+			done, p, off = done+k, p[k:], off+int64(k)
 		}
 		s := f.v.beginOpAt(stripe.OfBuf(p))
 		var n int
@@ -120,9 +128,9 @@ func (f *File) pwrite(p []byte, off int64) (int, error) {
 			continue
 		}
 		if err != nil {
-			return n, &fs.PathError{Op: "write", Path: f.name, Err: err}
+			return done + n, &fs.PathError{Op: "write", Path: f.name, Err: err}
 		}
-		return n, nil
+		return done + n, nil
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/ext4io/ext4io/blockdev/memdev"
 	"github.com/ext4io/ext4io/internal/e2fs"
 	"github.com/ext4io/ext4io/layout"
+	"github.com/stretchr/testify/require"
 )
 
 // memImage writes dev's bytes to an image file for e2fsck.
@@ -23,9 +24,7 @@ func memImage(t *testing.T, dev *memdev.Device) string {
 	t.Helper()
 	img := filepath.Join(t.TempDir(), "mem.img")
 	f, err := os.Create(img)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer f.Close()
 	buf := make([]byte, 1<<20)
 	for off := int64(0); off < dev.Size(); off += int64(len(buf)) {
@@ -37,22 +36,16 @@ func memImage(t *testing.T, dev *memdev.Device) string {
 			t.Fatal(err)
 		}
 	}
-	if err := f.Truncate(dev.Size()); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, f.Truncate(dev.Size()))
 	return img
 }
 
 func newXattrVolume(t *testing.T, size int64, fo ext4io.FormatOptions) (*memdev.Device, *ext4io.Volume) {
 	t.Helper()
 	dev := memdev.New(size)
-	if err := ext4io.Format(dev, fo); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, ext4io.Format(dev, fo))
 	v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return dev, v
 }
 
@@ -63,9 +56,7 @@ func TestXattrBasic(t *testing.T) {
 		t.Run(fmt.Sprint(bs), func(t *testing.T) {
 			dev, v := newXattrVolume(t, 32<<20, ext4io.FormatOptions{BlockSize: bs})
 			f, err := v.Create("f")
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			if _, err := v.Getxattr("f", "user.none"); !errors.Is(err, ext4io.ErrNoAttr) {
 				t.Fatalf("missing attr: %v", err)
 			}
@@ -75,9 +66,7 @@ func TestXattrBasic(t *testing.T) {
 			}
 			must := func(err error) {
 				t.Helper()
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 			}
 			must(v.Setxattr("f", "user.small", []byte("hi"), 0))
 			must(v.Setxattr("f", "user.empty", nil, ext4io.XATTR_CREATE))
@@ -225,9 +214,7 @@ func TestXattrModel(t *testing.T) {
 	for err := range errc {
 		t.Error(err)
 	}
-	if err := v.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, v.Close())
 	e2fs.Fsck(t, memImage(t, dev))
 }
 
@@ -245,27 +232,19 @@ func testXattrShare(t *testing.T, features string) {
 	img := filepath.Join(t.TempDir(), "share.img")
 	e2fs.Mkfs(t, img, "16M", "-b", "1024", "-I", "256", "-O", features)
 	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	big := bytes.Repeat([]byte("S"), 400)
 	for i := range 5 {
 		name := fmt.Sprintf("f%d", i)
 		f, err := v.Create(name)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		f.Close()
-		if err := v.Setxattr(name, "user.big", big, 0); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, v.Setxattr(name, "user.big", big, 0))
 		if err := v.Setxattr(name, "user.big2", big, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := v.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, v.Close())
 	e2fs.Fsck(t, img)
 	blk := fileACL(t, img, "/f0")
 	for i := 1; i < 5; i++ {
@@ -274,14 +253,10 @@ func testXattrShare(t *testing.T, features string) {
 		}
 	}
 	v, err = ext4io.OpenImage(img, ext4io.Options{Writable: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	must := func(err error) {
 		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 	}
 	must(v.Setxattr("f1", "user.big", []byte("changed"), 0)) // copy on write
 	must(v.Removexattr("f2", "user.big2"))
@@ -300,16 +275,10 @@ func testXattrShare(t *testing.T, features string) {
 func TestXattrConcurrentIO(t *testing.T) {
 	dev, v := newXattrVolume(t, 64<<20, ext4io.FormatOptions{BlockSize: 4096})
 	f, err := v.Create("f")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Fallocate(ext4io.FallocWriteZeroes, 0, 1<<20); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, f.Fallocate(ext4io.FallocWriteZeroes, 0, 1<<20))
 	d, err := v.OpenFile("f", os.O_RDWR|ext4io.O_DIRECT, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	wg.Add(2)
@@ -348,9 +317,7 @@ func TestXattrConcurrentIO(t *testing.T) {
 	}()
 	for i := range 200 {
 		val := bytes.Repeat([]byte{byte(i)}, i*3%700)
-		if err := v.Setxattr("f", "user.k", val, 0); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, v.Setxattr("f", "user.k", val, 0))
 		if got, err := f.Getxattr("user.k"); err != nil || !bytes.Equal(got, val) {
 			t.Fatalf("step %d: %d bytes, %v", i, len(got), err)
 		}
@@ -359,9 +326,7 @@ func TestXattrConcurrentIO(t *testing.T) {
 	wg.Wait()
 	d.Close()
 	f.Close()
-	if err := v.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, v.Close())
 	e2fs.Fsck(t, memImage(t, dev))
 }
 
@@ -371,13 +336,9 @@ func TestXattrConcurrentIO(t *testing.T) {
 func TestXattrACL(t *testing.T) {
 	dev, v := newXattrVolume(t, 32<<20, ext4io.FormatOptions{BlockSize: 1024})
 	f, err := v.Create("f")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	f.Close()
-	if err := v.Mkdir("d", 0o755); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, v.Mkdir("d", 0o755))
 	e := func(tag, perm uint16, id uint32) layout.ACLEntry {
 		return layout.ACLEntry{Tag: tag, Perm: perm, ID: id}
 	}
@@ -385,9 +346,7 @@ func TestXattrACL(t *testing.T) {
 	named := layout.EncodeACLXattr([]layout.ACLEntry{e(layout.ACLUserObj, 7, u), e(layout.ACLUser, 6, 1000),
 		e(layout.ACLGroupObj, 5, u), e(layout.ACLMask, 6, u), e(layout.ACLOther, 1, u)})
 	const acl = "system.posix_acl_access"
-	if err := v.Setxattr("f", acl, named, 0); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, v.Setxattr("f", acl, named, 0))
 	if got, err := v.Getxattr("f", acl); err != nil || !bytes.Equal(got, named) {
 		t.Fatalf("ACL read back %x %v, want %x", got, err, named)
 	}
@@ -395,9 +354,7 @@ func TestXattrACL(t *testing.T) {
 		t.Fatalf("mode %v after the ACL, want -rwxrw---x", fi.Mode())
 	}
 	base := layout.EncodeACLXattr([]layout.ACLEntry{e(layout.ACLUserObj, 6, u), e(layout.ACLGroupObj, 4, u), e(layout.ACLOther, 4, u)})
-	if err := v.Setxattr("f", acl, base, 0); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, v.Setxattr("f", acl, base, 0))
 	if _, err := v.Getxattr("f", acl); !errors.Is(err, ext4io.ErrNoAttr) {
 		t.Fatalf("an ACL equal to the mode is stored: %v", err)
 	}
@@ -418,22 +375,16 @@ func TestXattrACL(t *testing.T) {
 	if err := v.Setxattr("f", "system.posix_acl_default", named, 0); !errors.Is(err, ext4io.ErrInvalid) {
 		t.Fatalf("default ACL on a file: %v", err)
 	}
-	if err := v.Setxattr("d", "system.posix_acl_default", named, 0); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, v.Setxattr("d", "system.posix_acl_default", named, 0))
 	if fi, _ := v.Stat("d"); fi.Mode().Perm() != 0o755 {
 		t.Fatalf("a default ACL changed the mode: %v", fi.Mode())
 	}
 	empty := layout.EncodeACLXattr(nil)
-	if err := v.Setxattr("d", "system.posix_acl_default", empty, 0); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, v.Setxattr("d", "system.posix_acl_default", empty, 0))
 	if names, _ := v.Listxattr("d"); len(names) != 0 {
 		t.Fatalf("an empty ACL left %v", names)
 	}
-	if err := v.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, v.Close())
 	e2fs.Fsck(t, memImage(t, dev))
 }
 
@@ -442,20 +393,14 @@ func TestXattrACL(t *testing.T) {
 // (allocatable after the commit the retry waits for), it succeeds.
 func TestXattrNoSpace(t *testing.T) {
 	dev := memdev.New(8 << 20)
-	if err := ext4io.Format(dev, ext4io.FormatOptions{BlockSize: 1024}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, ext4io.Format(dev, ext4io.FormatOptions{BlockSize: 1024}))
 	// No timed commits: blocks freed by "small" wait for a commit (the
 	// retry's, or the unlink's own).
 	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, CommitInterval: -1, WritebackAge: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	must := func(err error) {
 		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 	}
 	f, err := v.Create("x")
 	must(err)
@@ -512,26 +457,18 @@ func TestXattrNoSpace(t *testing.T) {
 func TestXattrOrphan(t *testing.T) {
 	dev, v := newXattrVolume(t, 32<<20, ext4io.FormatOptions{BlockSize: 1024})
 	f, err := v.Create("f")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := v.Unlink("f"); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, v.Unlink("f"))
 	if err := f.Setxattr("user.big", bytes.Repeat([]byte("O"), 700), 0); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := f.Getxattr("user.big"); err != nil || len(got) != 700 {
 		t.Fatalf("orphan's attribute: %d bytes, %v", len(got), err)
 	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, f.Close())
 	if _, err := f.Listxattr(); !errors.Is(err, ext4io.ErrClosed) {
 		t.Fatalf("Listxattr on a closed File: %v", err)
 	}
-	if err := v.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, v.Close())
 	e2fs.Fsck(t, memImage(t, dev))
 }

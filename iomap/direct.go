@@ -2,6 +2,7 @@ package iomap
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/ext4io/ext4io/blockdev"
 )
@@ -103,7 +104,9 @@ func checkDio(what string, dev blockdev.Device, n int, off int64, opt *DioOption
 // its Aligner offset alignment); otherwise the error wraps ErrInvalid.
 // Delalloc mappings are an error wrapping ErrBadMapping: callers write back
 // the page cache over the range first. The caller clips reads at EOF.
-// It returns the bytes read before the first error.
+// It returns the bytes read before the first error. An ops that
+// implements Overwriter is asked MapOverwrite first; when it answers, the
+// read is that one ReadAt.
 //
 // DirectRead is safe for concurrent use if ops and dev are.
 func DirectRead(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOptions) (int, error) {
@@ -115,6 +118,17 @@ func DirectRead(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOptio
 	if opt != nil {
 		flags |= opt.Flags
 		ctr = opt.Counters.forBuf(p)
+	}
+	if ow, ok := ops.(Overwriter); ok {
+		if addr, ok := ow.MapOverwrite(off, int64(len(p)), flags); ok && addr >= 0 {
+			if ctr != nil {
+				ctr.dioReadsDev.Add(1)
+			}
+			if _, err := dev.ReadAt(p, addr); err != nil {
+				return 0, fmt.Errorf("iomap: direct read file [%d, +%d) at device %d: %w", off, len(p), addr, err)
+			}
+			return len(p), nil
+		}
 	}
 	c := cursor{ops: ops, pos: off, end: off + int64(len(p)), flags: flags, ctr: ctr}
 	if ctr != nil {
@@ -162,12 +176,31 @@ func DirectRead(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOptio
 // and EndIO only ever see completed bytes. Without opt.EndIO, an ops that
 // implements Completer has its EndIO called instead. An overwrite Ops that
 // refuses the rest of the range stops the write with an error matching
-// ErrNeedNormal, after the bytes it did map.
+// ErrNeedNormal, after the bytes it did map. An ops that implements
+// Overwriter is asked MapOverwrite first; when it answers, the write is
+// that one WriteAt.
 //
 // DirectWrite is safe for concurrent use if ops and dev are; concurrent
 // sub-block writes into the same New or Unwritten block race on the zeroing
 // (as in Linux), so callers serialise unaligned writes.
 func DirectWrite(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOptions) (int, error) {
+	if ow, ok := ops.(Overwriter); ok && opt != nil && opt.Align > 0 && opt.Flags&^dioRequestFlags == 0 {
+		// The single-extent fast path, with checkDio's checks for a
+		// caller that set Align.
+		n := int64(len(p))
+		if off >= 0 && n > 0 && n <= math.MaxInt64-off && aligned(off, opt.Align) && aligned(n, opt.Align) &&
+			(opt.BlockSize == 0 || opt.BlockSize > 0 && opt.BlockSize&(opt.BlockSize-1) == 0) {
+			if addr, ok := ow.MapOverwrite(off, n, Write|Direct|opt.Flags); ok && addr >= 0 {
+				if ctr := opt.Counters.forBuf(p); ctr != nil {
+					ctr.dioWritesDev.Add(1)
+				}
+				if _, err := dev.WriteAt(p, addr); err != nil {
+					return 0, fmt.Errorf("iomap: direct write file [%d, +%d) at device %d: %w", off, n, addr, err)
+				}
+				return len(p), nil
+			}
+		}
+	}
 	if err := checkDio("direct write", dev, len(p), off, opt); err != nil {
 		return 0, err
 	}
@@ -175,13 +208,15 @@ func DirectWrite(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOpti
 	if opt != nil {
 		o = *opt
 	}
+	// The Completer is called through its interface: a method value
+	// would be allocated on every write.
+	var comp Completer
 	if o.EndIO == nil {
-		if c, ok := ops.(Completer); ok {
-			o.EndIO = c.EndIO
-		}
+		comp, _ = ops.(Completer)
 	}
 	ctr := o.Counters.forBuf(p)
-	c := cursor{ops: ops, pos: off, end: off + int64(len(p)), flags: Write | Direct | o.Flags, ctr: ctr}
+	flags := Write | Direct | o.Flags
+	c := cursor{ops: ops, pos: off, end: off + int64(len(p)), flags: flags, ctr: ctr}
 	if ctr != nil {
 		c.fused, c.fusedDev = &ctr.dioWrites, &ctr.dioWritesDev
 	}
@@ -193,14 +228,19 @@ func DirectWrite(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOpti
 		var err error
 		switch c.m.Type {
 		case Mapped, Unwritten:
-			c.devIO, err = dioWriteSegment(dev, &o, ctr, c.m, b, c.pos) // the data write, counted with End
+			c.devIO, err = dioWriteSegment(dev, o.BlockSize, ctr, c.m, b, c.pos) // the data write, counted with End
 		case Inline:
 			copy(c.m.InlineData[c.pos-c.m.Offset:], b)
 		default:
 			err = fmt.Errorf("iomap: direct write at %d got %v mapping (Begin must allocate): %w", c.pos, c.m.Type, ErrBadMapping)
 		}
-		if err == nil && o.EndIO != nil {
-			if err = o.EndIO(c.pos, c.n, c.m); err != nil {
+		if err == nil && (o.EndIO != nil || comp != nil) {
+			if o.EndIO != nil {
+				err = o.EndIO(c.pos, c.n, c.m)
+			} else {
+				err = comp.EndIO(c.pos, c.n, c.m)
+			}
+			if err != nil {
 				err = fmt.Errorf("iomap: end io [%d, +%d): %w", c.pos, c.n, err)
 			} else if ctr != nil {
 				ctr.endIO.Add(c.n)
@@ -221,10 +261,10 @@ func DirectWrite(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOpti
 // rest of partial blocks first when m is New or Unwritten. issued reports
 // whether the data's WriteAt was called, for the caller to count (the
 // zeroing writes count themselves, on ctr).
-func dioWriteSegment(dev blockdev.Device, o *DioOptions, ctr *atomicCounters, m Mapping, b []byte, pos int64) (issued bool, err error) {
+func dioWriteSegment(dev blockdev.Device, bs int64, ctr *atomicCounters, m Mapping, b []byte, pos int64) (issued bool, err error) {
 	addr := m.Addr + (pos - m.Offset)
 	n := int64(len(b))
-	if bs := o.BlockSize; bs > 0 && (m.Flags&MapNew != 0 || m.Type == Unwritten) {
+	if bs > 0 && (m.Flags&MapNew != 0 || m.Type == Unwritten) {
 		if head := pos & (bs - 1); head != 0 {
 			head = min(head, pos-m.Offset) // never zero outside the mapping
 			if err := zeroDevice(dev, ctr, addr-head, head); err != nil {

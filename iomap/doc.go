@@ -37,6 +37,10 @@
 // Without a Validator, callers must keep mappings stable for the duration
 // of each call.
 //
+// Ops that implement Overwriter give DirectWrite and DirectRead a
+// single-extent fast path: a request one flagless Mapped mapping covers
+// is one device I/O, with no Begin or End call.
+//
 // The PageCache's metadata is sharded by file Key (see PageCache): I/O on
 // different files takes different mutexes, and one atomic count keeps the
 // page budget (I3) across the shards.

@@ -192,6 +192,23 @@ type Ops interface {
 	End(off, length, written int64, flags Flags, m Mapping) error
 }
 
+// Overwriter is an optional interface of Ops: the single-extent fast path
+// of DirectWrite and DirectRead (what ext4's overwrite ops serve most
+// often). MapOverwrite is asked first, with the whole request and the
+// flags Begin would get; it returns the device address of off and true
+// only when Begin would return one Mapped mapping with no MapFlags that
+// covers all of [off, off+length), and End and any completion hook
+// (Completer) would have nothing to do for it. The iterator then issues
+// the one device I/O at addr and calls neither Begin nor End. Otherwise it
+// returns false, having changed nothing and taken nothing, and the
+// iterator maps with Begin as usual. MapOverwrite must answer as Begin
+// would under the same flags (OverwriteOnly, NoWait included): it is a
+// shortcut, never a different mapping. Counters count an answered
+// MapOverwrite as one Begin, End and device I/O.
+type Overwriter interface {
+	MapOverwrite(off, length int64, flags Flags) (addr int64, ok bool)
+}
+
 // Completer is an optional interface of Ops: EndIO is their direct-write
 // completion hook (iomap_dio_ops->end_io), with DioOptions.EndIO's
 // contract. DirectWrite calls it when DioOptions.EndIO is nil, so an Ops
@@ -287,6 +304,12 @@ func (c *cursor) begin() error {
 	if err != nil {
 		if c.fused != nil {
 			c.ctr.countBegin(c.flags)
+		}
+		if err == ErrNeedNormal || err == ErrWouldBlock {
+			// A refusal, not a failure: returned as it is, without the
+			// cost of wrapping, for callers that go on with other ops
+			// (the bytes done say where the refusal began).
+			return err
 		}
 		return fmt.Errorf("iomap: begin [%d, +%d): %w", c.pos, c.end-c.pos, err)
 	}
