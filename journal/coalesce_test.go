@@ -170,7 +170,7 @@ func TestCommitCoalescesLogWrites(t *testing.T) {
 			}
 			// A crash now keeps what the flushes made durable: recovery
 			// replays the last commit.
-			img := memDevFrom(mem.durable)
+			img := memDevFrom(mem.durableCopy())
 			cfg.Dev = img
 			rj, err := Open(cfg)
 			require.NoError(t, err)

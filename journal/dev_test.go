@@ -88,6 +88,13 @@ func memDevFrom(img []byte) *memDev {
 	copy(d.durable, img)
 	return d
 }
+// durableCopy returns what a crash now would leave: the flushed writes.
+// The journal's background checkpoint may be flushing meanwhile.
+func (d *memDev) durableCopy() []byte {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]byte(nil), d.durable...)
+}
 func (d *memDev) snapshot() []byte {
 	d.mu.Lock()
 	defer d.mu.Unlock()
