@@ -465,6 +465,14 @@ func (f *File) truncateLocked(size uint64) error {
 		if err := f.zeroPartial(size, bs-size%bs); err != nil {
 			return err
 		}
+		// The inode's preallocation window lies past the blocks just
+		// freed: dropping it lets the file's next blocks start again
+		// from its goal, where the freed ones become free after the
+		// commit, instead of ever further on (ext4_truncate discards
+		// the inode's preallocations too).
+		if f.v.alloc != nil {
+			f.v.alloc.ReleasePrealloc(f.ino)
+		}
 	}
 	f.n.setSizeLocked(size)
 	f.touchLocked()
