@@ -524,7 +524,7 @@ func median(xs []float64) float64 {
 
 // unit is the figure a workload is read by.
 func (r *WorkloadResult) unit() string {
-	if r.IOSize >= 1<<20 || r.Name == "buffered-4k" {
+	if r.IOSize >= 1<<20 || r.Name == "buffered-4k" || r.Name == "seqread-4k" {
 		return "MB/s"
 	}
 	return "IOPS"

@@ -39,6 +39,7 @@ const (
 	opRandRead                 // same, reading
 	opSeqWrite                 // IOSize sequential; a new file when the region is full
 	opSmallFsync               // create a file, write IOSize, Sync (raw: write + flush)
+	opSeqRead                  // IOSize sequential reads, from the start again at the region's end
 )
 
 // workload is one of the bench's jobs.
@@ -66,6 +67,7 @@ var allWorkloads = []workload{
 	{Name: "writezeroes-2", Title: "4k random direct write after write-zeroes", Jobs: 2, IOSize: 4096, Prep: prepWriteZeroes, Op: opRandWrite, Direct: true},
 	{Name: "seqwrite-1m", Title: "1 MiB sequential direct write, new file", Jobs: 1, IOSize: 1 << 20, Prep: prepFresh, Op: opSeqWrite, Direct: true},
 	{Name: "buffered-4k", Title: "4k buffered sequential write + final sync", Jobs: 1, IOSize: 4096, Prep: prepFresh, Op: opSeqWrite, Sync: true},
+	{Name: "seqread-4k", Title: "4k buffered sequential read", Jobs: 1, IOSize: 4096, Prep: prepWritten, Op: opSeqRead},
 	{Name: "fsync-small", Title: "small files: create, 4k write, fsync", Jobs: 4, IOSize: 4096, Prep: prepFresh, Op: opSmallFsync},
 }
 
@@ -114,7 +116,7 @@ func selectWorkloads(names []string) ([]workload, error) {
 // jobs returns the goroutines w runs with. Sequential workloads always
 // use one: a single stream is what they measure.
 func (c *config) jobs(w workload) int {
-	if c.Goroutines > 0 && w.Op != opSeqWrite {
+	if c.Goroutines > 0 && w.Op != opSeqWrite && w.Op != opSeqRead {
 		return c.Goroutines
 	}
 	return w.Jobs
@@ -663,6 +665,16 @@ func (r *benchRun) phase(ctx context.Context, w workload, jobs, round int, s sid
 					seq.off += int64(w.IOSize)
 					seqMu.Unlock()
 					_, err = s.WriteAt(buf, off)
+				case opSeqRead:
+					seqMu.Lock()
+					if seq.off+int64(w.IOSize) > r.region {
+						seq.off = 0
+						wraps.Add(1)
+					}
+					off := seq.off
+					seq.off += int64(w.IOSize)
+					seqMu.Unlock()
+					_, err = s.ReadAt(buf, off)
 				case opSmallFsync:
 					n := small.Add(1)
 					if n > r.plan.SmallFiles {
