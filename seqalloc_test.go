@@ -91,3 +91,34 @@ func TestSequentialWritesReuseTruncatedBlocks(t *testing.T) {
 	v = nil
 	e2fs.Fsck(t, img)
 }
+
+// TestSequentialWritesLogMetadataOnce checks that 64 allocating 1 MiB
+// direct writes, each one metadata update (inode, extent, bitmap and
+// group descriptor), log those blocks once for the transaction that
+// holds them all, not once per write.
+func TestSequentialWritesLogMetadataOnce(t *testing.T) {
+	img := formatImage(t, 256<<20, ext4io.FormatOptions{NoDiscard: true})
+	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
+	require.NoError(t, err)
+	defer v.Close()
+	f, err := v.OpenFile("/seq.dat", os.O_RDWR|os.O_CREATE|ext4io.O_DIRECT, 0o644)
+	require.NoError(t, err)
+	defer f.Close()
+	require.NoError(t, f.Sync())
+	const writes = 64
+	buf := make([]byte, 1<<20)
+	before := v.Counters()
+	for i := range writes {
+		_, err := f.WriteAt(buf, int64(i)<<20)
+		require.NoError(t, err)
+	}
+	require.NoError(t, f.Sync())
+	after := v.Counters()
+	assert.Equal(t, uint64(writes), after.MetaUpdates-before.MetaUpdates, "metadata updates")
+	assert.LessOrEqual(t, after.JournalTransactions-before.JournalTransactions, uint64(2), "transactions")
+	// The inode's table block, a block bitmap, a group descriptor block
+	// and the superblock at most, with a descriptor and a commit block,
+	// in one or two transactions.
+	assert.LessOrEqual(t, after.JournalLogBlocks-before.JournalLogBlocks, uint64(16), "blocks logged")
+	assert.Positive(t, after.JournalLogBlocks-before.JournalLogBlocks, "blocks logged")
+}
