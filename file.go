@@ -49,6 +49,8 @@ type File struct {
 	// it set: no write lands in an inode that Close then frees. Loads
 	// before the lock are only an early exit.
 	closed atomic.Bool
+
+	ra readahead // buffered sequential reads (readahead.go)
 }
 
 // errNotOpen is the error of a method called on a zero (or nil) File or
@@ -185,7 +187,7 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 		// the range again after the flush above.
 		n, err = f.readBuffered(p, off)
 	} else {
-		n, err = f.readAt(p, off)
+		n, err = f.readSeq(p, off) // readahead.go
 	}
 	if err == nil && n < want {
 		err = io.EOF
@@ -282,6 +284,7 @@ func (f *File) Close() error {
 	if was {
 		return &fs.PathError{Op: "close", Path: f.name, Err: ErrClosed}
 	}
+	f.ra.release()
 	if f.v.alloc != nil && !f.v.closed.Load() {
 		// Free unlinked files whose last handle this was.
 		f.v.beginOp()

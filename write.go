@@ -63,6 +63,7 @@ func (f *File) checkRange(op string, off, n int64) error {
 // grows when the write ends past its size. Unaligned writes into new or
 // unwritten blocks zero the rest of those blocks.
 func (f *File) pwrite(p []byte, off int64) (int, error) {
+	defer f.n.dataGen.Add(1) // read-ahead windows are stale once it is done
 	if f.n.inline.live.Load() {
 		if n, ok, err := f.writeInline(p, off); ok { // inline_write.go
 			return n, err
@@ -444,6 +445,7 @@ func (f *File) Truncate(size int64) error {
 }
 
 func (f *File) truncateLocked(size uint64) error {
+	defer f.n.dataGen.Add(1)
 	bs := uint64(f.v.bs)
 	if size < f.in.Size {
 		// Queued conversions of blocks the truncate removes go with them,
