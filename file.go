@@ -182,9 +182,19 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 	}
 	var n int
 	var err error
-	if f.cached() && !(f.direct && f.cacheCleanLocked(off, off+int64(len(p)))) {
+	useCache := f.cached()
+	switch {
+	case useCache && f.direct:
 		// Direct reads read the device unless a buffered write dirtied
 		// the range again after the flush above.
+		useCache = !f.cacheCleanLocked(off, off+int64(len(p)))
+	case useCache && f.continuesRead(off, len(p)) && !f.v.pc.Has(f.n.bops.key(), off):
+		// A sequential buffered read of bytes not in the cache drops
+		// the clean pages of the read-ahead window's range and reads
+		// ahead from the device if none is dirty (readahead.go).
+		useCache = !f.cacheCleanLocked(off, off+readaheadBytes)
+	}
+	if useCache {
 		n, err = f.readBuffered(p, off)
 	} else {
 		n, err = f.readSeq(p, off) // readahead.go

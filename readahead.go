@@ -6,6 +6,10 @@ import "sync"
 //
 // The page cache holds only pages that buffered writes touched (see
 // buffered.go): a read of a file without cached pages goes to the device.
+// A sequential read of bytes the cache does not hold, in a file that has
+// cached pages, drops the clean pages of the window's range, as a direct
+// read does, and reads ahead without the cache if none was dirty (see
+// ReadAt); bytes the cache holds are copied from it.
 // A File opened without Direct keeps a read-ahead window of its own
 // instead: a read that continues the previous one on that File and is
 // smaller than the window reads the window from the device (one device
@@ -72,6 +76,19 @@ func (f *File) readSeq(p []byte, off int64) (int, error) {
 	}
 	ra.buf, ra.off, ra.gen, ra.seq = buf, off, gen, seq
 	return copy(p, buf), nil
+}
+
+// continuesRead reports whether a read of n bytes at off would use the
+// read-ahead window: it continues the File's last read or lies in the
+// window. ReadAt then drops the clean cached pages of the window's range
+// (File.cacheCleanLocked) and reads through readSeq if none is dirty.
+func (f *File) continuesRead(off int64, n int) bool {
+	if f.direct || f.m == nil || n >= readaheadBytes || f.n.noReadahead.Load() || !f.ra.mu.TryLock() {
+		return false
+	}
+	defer f.ra.mu.Unlock()
+	ra := &f.ra
+	return off == ra.next || off >= ra.off && off < ra.off+int64(len(ra.buf))
 }
 
 // release drops the window's memory (Close).

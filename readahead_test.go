@@ -199,3 +199,51 @@ func TestReadaheadConcurrent(t *testing.T) {
 	close(stop)
 	require.NoError(t, <-werr)
 }
+
+// TestReadaheadAfterBufferedWrites reads sequentially a file of 1 MiB
+// whose last 256 KiB of clean pages its buffered writes left in a cache
+// of that size, as the bench's prepared file has: bytes not cached are
+// read ahead, cached ones copied. Buffered writes not yet written back,
+// ahead of the reader, are read from their dirty pages.
+func TestReadaheadAfterBufferedWrites(t *testing.T) {
+	dev := &readCounter{Device: memdev.NewBlockSize(64<<20, 4096)}
+	require.NoError(t, ext4io.Format(dev, ext4io.FormatOptions{}))
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1, PageCacheBytes: 256 << 10})
+	require.NoError(t, err)
+	defer v.Close()
+	data := make([]byte, 1<<20)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range data {
+		data[i] = byte(rng.Uint32())
+	}
+	w, err := v.Create("f")
+	require.NoError(t, err)
+	defer w.Close()
+	_, err = w.WriteAt(data, 0)
+	require.NoError(t, err)
+	require.NoError(t, w.Sync())
+
+	r, err := v.Open("f")
+	require.NoError(t, err)
+	defer r.Close()
+	buf := make([]byte, 4096)
+	before := dev.reads.Load()
+	for off := 0; off < 512<<10; off += len(buf) {
+		_, err := r.ReadAt(buf, int64(off))
+		require.NoError(t, err)
+		require.True(t, bytes.Equal(data[off:off+len(buf)], buf), "bytes at %d", off)
+	}
+	assert.LessOrEqual(t, dev.reads.Load()-before, int64(6), "device reads for 128 sequential 4 KiB reads of uncached bytes")
+
+	// A dirty page ahead of the reader, inside and past its window.
+	for _, off := range []int{512<<10 + 8192, 700 << 10} {
+		copy(data[off:], bytes.Repeat([]byte{7}, 4096))
+		_, err = w.WriteAt(data[off:off+4096], int64(off))
+		require.NoError(t, err)
+	}
+	for off := 512 << 10; off < len(data); off += len(buf) {
+		_, err := r.ReadAt(buf, int64(off))
+		require.NoError(t, err)
+		require.True(t, bytes.Equal(data[off:off+len(buf)], buf), "bytes at %d after buffered writes", off)
+	}
+}
