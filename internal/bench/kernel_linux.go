@@ -72,8 +72,14 @@ func setupKernel(ctx context.Context, dir string, region int64) (*kernelEnv, err
 		return nil, fmt.Errorf("backing file: %w", err)
 	}
 	env.backing = f.Name()
-	err = f.Truncate(2*region + 256<<20)
-	f.Close()
+	// Written whole, not sparse: the engine's and raw's blocks are
+	// written before their sequential writers run (warmsDevice), and a
+	// first write into a hole of the backing file would cost Linux the
+	// host's allocation they no longer pay.
+	err = fillSeq(f, 2*region+256<<20)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return env, fmt.Errorf("backing file: %w", err)
 	}
