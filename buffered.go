@@ -39,7 +39,8 @@ import (
 // pages drops its lock, writes back the oldest dirty run, and goes on
 // (balance_dirty_pages). Reads never cache pages (NoReadCache): the cache
 // holds exactly the pages writes touched, so only buffered writes (under
-// the exclusive inode lock) add pages.
+// the exclusive inode lock) add pages. Sequential reads of uncached data
+// go through the File's own read-ahead window instead (readahead.go).
 //
 // Operations that change the mapping (truncate, punch, zero-range,
 // write-zeroes) zero and drop the cached pages of their range and release

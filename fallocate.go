@@ -74,6 +74,7 @@ func (f *File) Fallocate(mode FallocMode, off, length int64) error {
 	if length == 0 {
 		return &fs.PathError{Op: "fallocate", Path: f.name, Err: fmt.Errorf("zero length: %w", ErrInvalid)}
 	}
+	defer f.n.dataGen.Add(1) // read-ahead windows (readahead.go)
 	shift := mode == FallocCollapseRange || mode == FallocInsertRange
 	retried := false
 	for {

@@ -49,6 +49,8 @@ type File struct {
 	// it set: no write lands in an inode that Close then frees. Loads
 	// before the lock are only an early exit.
 	closed atomic.Bool
+
+	ra readahead // buffered sequential reads (readahead.go)
 }
 
 // errNotOpen is the error of a method called on a zero (or nil) File or
@@ -180,12 +182,22 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 	}
 	var n int
 	var err error
-	if f.cached() && !(f.direct && f.cacheCleanLocked(off, off+int64(len(p)))) {
+	useCache := f.cached()
+	switch {
+	case useCache && f.direct:
 		// Direct reads read the device unless a buffered write dirtied
 		// the range again after the flush above.
+		useCache = !f.cacheCleanLocked(off, off+int64(len(p)))
+	case useCache && f.continuesRead(off, len(p)) && !f.v.pc.Has(f.n.bops.key(), off):
+		// A sequential buffered read of bytes not in the cache drops
+		// the clean pages of the read-ahead window's range and reads
+		// ahead from the device if none is dirty (readahead.go).
+		useCache = !f.cacheCleanLocked(off, off+readaheadBytes)
+	}
+	if useCache {
 		n, err = f.readBuffered(p, off)
 	} else {
-		n, err = f.readAt(p, off)
+		n, err = f.readSeq(p, off) // readahead.go
 	}
 	if err == nil && n < want {
 		err = io.EOF
@@ -282,6 +294,7 @@ func (f *File) Close() error {
 	if was {
 		return &fs.PathError{Op: "close", Path: f.name, Err: ErrClosed}
 	}
+	f.ra.release()
 	if f.v.alloc != nil && !f.v.closed.Load() {
 		// Free unlinked files whose last handle this was.
 		f.v.beginOp()

@@ -66,6 +66,12 @@ type inode struct {
 	// on a file without cached pages skips the cache's lock entirely.
 	mayCache atomic.Bool
 
+	// dataGen counts the changes of the file's data, each counted when it
+	// is done; noReadahead is set once iomap ops were handed out, whose
+	// writes dataGen does not see (readahead.go).
+	dataGen     atomic.Uint64
+	noReadahead atomic.Bool
+
 	// zeroing lists the block ranges whose unwritten blocks a direct write
 	// is zeroing before converting them (Options.Tuning.ZeroOutChunk); a writer
 	// into an overlapping range waits for done. Guarded like in.

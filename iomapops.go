@@ -88,6 +88,7 @@ func (f *File) BufferedOps() (iomap.Ops, iomap.Key) {
 	if f.n.bops == nil {
 		return nil, 0
 	}
+	f.n.noReadahead.Store(true) // writes through them bypass inode.dataGen
 	return f.n.bops, f.n.bops.key()
 }
 
@@ -111,7 +112,10 @@ func (f *File) BufferedOps() (iomap.Ops, iomap.Key) {
 // only: a buffered request (no iomap.Direct, as from an iomap.PageCache)
 // fails with ErrUnsupported, for the file's page cache has ops of its own
 // (delayed allocation, write-back): File.BufferedOps.
-func (f *File) NormalOps() iomap.Ops { return &f.dio[0] }
+func (f *File) NormalOps() iomap.Ops {
+	f.n.noReadahead.Store(true) // writes through them bypass inode.dataGen
+	return &f.dio[0]
+}
 
 // OverwriteOps returns the file's overwrite mapping ops, ext4's
 // ext4_iomap_overwrite_ops, for iomap.DirectWrite and iomap.DirectRead:
@@ -128,7 +132,10 @@ func (f *File) NormalOps() iomap.Ops { return &f.dio[0] }
 // and with iomap.OverwriteOnly an unwritten block, give
 // iomap.ErrNeedNormal after the bytes already done: the caller unlocks,
 // takes LockIO(IomapNormal, ...) and writes the rest with NormalOps.
-func (f *File) OverwriteOps() iomap.Ops { return &f.dio[1] }
+func (f *File) OverwriteOps() iomap.Ops {
+	f.n.noReadahead.Store(true) // writes through them bypass inode.dataGen
+	return &f.dio[1]
+}
 
 // EndIO is the ops' direct-write completion hook (iomap.Completer):
 // [off, off+n) of m is on the device.

@@ -818,6 +818,10 @@ type Counters struct {
 	// since the volume opened; concurrent fsyncs share them (group
 	// commit).
 	JournalTransactions uint64
+	// JournalLogBlocks counts the blocks those transactions wrote to the
+	// log (descriptors, revoke and commit blocks, and each metadata block
+	// once per transaction however often it changed in it).
+	JournalLogBlocks uint64
 	// BufferedWrites counts writes through the page cache (no journal
 	// handle, no metadata update); DelallocBlocks counts blocks allocated
 	// for them at write-back.
@@ -849,11 +853,20 @@ func (v *Volume) Counters() Counters {
 		JournalCommits: s.handles.Load(), BufferedWrites: s.buffered.Load(), DelallocBlocks: s.delalloc.Load(),
 		ReservedBlocks: v.reserved(), SplitsDeferred: s.splitsDeferred.Load(),
 		ConversionsQueued: s.convQueued.Load(), ConversionBatches: s.convBatches.Load(),
-		JournalTransactions: v.journalTransactions()}
+		JournalTransactions: v.journalTransactions(), JournalLogBlocks: v.journalLogBlocks()}
 	if fc := v.fc; fc != nil {
 		c.FastCommits, c.FastCommitFallbacks = fc.commits.Load(), fc.fallbacks.Load()
 	}
 	return c
+}
+
+// journalLogBlocks returns the blocks the journal wrote to its log, or 0
+// on a volume without a running journal.
+func (v *Volume) journalLogBlocks() uint64 {
+	if m := v.jm; m != nil {
+		return m.j.Stats().LogBlocks
+	}
+	return 0
 }
 
 // journalTransactions returns the transactions the journal committed, or 0

@@ -68,6 +68,7 @@ func (f *File) checkRange(op string, off, n int64) error {
 // grows when the write ends past its size. Unaligned writes into new or
 // unwritten blocks zero the rest of those blocks.
 func (f *File) pwrite(p []byte, off int64) (int, error) {
+	defer f.n.dataGen.Add(1) // read-ahead windows are stale once it is done
 	if f.n.inline.live.Load() {
 		if n, ok, err := f.writeInline(p, off); ok { // inline_write.go
 			return n, err
@@ -452,6 +453,7 @@ func (f *File) Truncate(size int64) error {
 }
 
 func (f *File) truncateLocked(size uint64) error {
+	defer f.n.dataGen.Add(1)
 	bs := uint64(f.v.bs)
 	if size < f.in.Size {
 		// Queued conversions of blocks the truncate removes go with them,
@@ -472,6 +474,14 @@ func (f *File) truncateLocked(size uint64) error {
 		}
 		if err := f.zeroPartial(size, bs-size%bs); err != nil {
 			return err
+		}
+		// The inode's preallocation window lies past the blocks just
+		// freed: dropping it lets the file's next blocks start again
+		// from its goal, where the freed ones become free after the
+		// commit, instead of ever further on (ext4_truncate discards
+		// the inode's preallocations too).
+		if f.v.alloc != nil {
+			f.v.alloc.ReleasePrealloc(f.ino)
 		}
 	}
 	f.n.setSizeLocked(size)

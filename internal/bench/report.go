@@ -22,7 +22,7 @@ import (
 // engine changes.
 var engineVersionNotes = []string{
 	"buffered writes go through a bounded page cache (64 MiB) with delayed allocation: blocks are reserved at write time and allocated, written and mapped at write-back (Sync, age 5 s, or memory pressure)",
-	"ext4io.O_DIRECT (OpenFile) bypasses the page cache: aligned I/O straight to the device; reads without Direct also go to the device (the cache holds only pages writes touched)",
+	"ext4io.O_DIRECT (OpenFile) bypasses the page cache: aligned I/O straight to the device; reads without Direct also go to the device (the cache holds only pages writes touched), through a 128 KiB read-ahead window of the File when sequential",
 	"metadata is journaled (jbd2): operations batch into commits (Counters.JournalCommits); Sync waits for a commit",
 }
 
@@ -524,7 +524,7 @@ func median(xs []float64) float64 {
 
 // unit is the figure a workload is read by.
 func (r *WorkloadResult) unit() string {
-	if r.IOSize >= 1<<20 || r.Name == "buffered-4k" {
+	if r.IOSize >= 1<<20 || r.Name == "buffered-4k" || r.Name == "seqread-4k" {
 		return "MB/s"
 	}
 	return "IOPS"
