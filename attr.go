@@ -58,7 +58,9 @@ func (v *Volume) setattrNoFollow(op, name string, fn func(*layout.Inode)) error 
 }
 
 func (v *Volume) setattrFollow(op, name string, follow bool, fn func(*layout.Inode)) error {
-	v.beginOp()
+	if err := v.beginOp(); err != nil {
+		return &fs.PathError{Op: op, Path: name, Err: err}
+	}
 	err := v.setattrOp(name, follow, fn)
 	if err = v.endOpErr(err); err != nil {
 		return &fs.PathError{Op: op, Path: name, Err: err}
@@ -119,7 +121,9 @@ func (f *File) setattrCtime(op string, fn func(*layout.Inode), ctime bool) error
 		return err
 	}
 	v := f.v
-	v.beginOp()
+	if err := v.beginOp(); err != nil {
+		return &fs.PathError{Op: op, Path: f.name, Err: err}
+	}
 	err := v.writableNS()
 	if err == nil {
 		f.n.mu.Lock()

@@ -249,7 +249,9 @@ func (o *bufOps) LockWriteback() (func(), error) {
 	if err := o.v.failed(); err != nil {
 		return nil, fmt.Errorf("%w after an earlier error: %w", ErrReadOnly, err)
 	}
-	o.v.beginOp()
+	if err := o.v.beginInternalOp(); err != nil {
+		return nil, err
+	}
 	o.n.mu.RLock()
 	if o.n.freed {
 		// Deleted while this write-back waited for the lock: its pages

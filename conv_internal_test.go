@@ -443,7 +443,10 @@ func BenchmarkApplyBatch(b *testing.B) {
 		}
 		// As a direct write's completion: inside an operation, under the
 		// shared inode lock.
-		op := v.beginOpAt(i)
+		op, err := v.beginOpAt(i)
+		if err != nil {
+			b.Fatal(err)
+		}
 		s := d.n.mu.RLockAt(i)
 		r := convRun{lblk: lblk, n: 1, pblk: m.pblk}
 		full := d.queueConversion(r)

@@ -84,9 +84,11 @@ func (f *File) Fallocate(mode FallocMode, off, length int64) error {
 				return &fs.PathError{Op: "fallocate " + mode.String(), Path: f.name, Err: err}
 			}
 		}
-		f.v.beginOp()
-		err := f.fallocate(mode, off, length)
-		if err = f.v.endOpErr(err); err == errCacheRace {
+		err := f.v.beginOp()
+		if err == nil {
+			err = f.v.endOpErr(f.fallocate(mode, off, length))
+		}
+		if err == errCacheRace {
 			continue
 		}
 		if !retried && f.v.retryNoSpace(err) {

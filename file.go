@@ -297,7 +297,9 @@ func (f *File) Close() error {
 	f.ra.release()
 	if f.v.alloc != nil && !f.v.closed.Load() {
 		// Free unlinked files whose last handle this was.
-		f.v.beginOp()
+		if err := f.v.beginInternalOp(); err != nil {
+			return nil // Close released the orphans
+		}
 		return f.v.endOpErr(f.v.releaseOrphans(false))
 	}
 	return nil
@@ -319,7 +321,9 @@ func (f *File) Extents() ([]FileExtent, error) {
 	}
 	if f.n.conv.pending() {
 		// Queued conversions go into the tree first, in an operation.
-		f.v.beginOp()
+		if err := f.v.beginOp(); err != nil {
+			return nil, &fs.PathError{Op: "extents", Path: f.name, Err: err}
+		}
 		f.n.mu.Lock()
 		err := f.v.applyConversionsLocked(f.n)
 		f.n.mu.Unlock()

@@ -113,7 +113,9 @@ func (f *File) ensureNotInline(op string) error {
 
 // convertInline is ensureNotInline's conversion.
 func (f *File) convertInline(op string) error {
-	f.v.beginOp()
+	if err := f.v.beginOp(); err != nil {
+		return &fs.PathError{Op: op, Path: f.name, Err: err}
+	}
 	f.n.mu.Lock()
 	err := f.closedLocked()
 	if err == nil && f.n.in.IsReg() {

@@ -49,7 +49,9 @@ func (f *File) changeInline(op string, maxLen int64, change func(old []byte) []b
 	if f.checkOpen(op) != nil || f.v.alloc == nil || f.checkWriteMode(op) != nil || f.v.failed() != nil {
 		return false, nil // writable reports it
 	}
-	f.v.beginOp()
+	if err := f.v.beginOp(); err != nil {
+		return true, &fs.PathError{Op: op, Path: f.name, Err: err}
+	}
 	f.n.mu.Lock()
 	ok, err := false, f.closedLocked()
 	if err == nil && f.n.inline.live.Load() && !f.n.freed && f.in.IsReg() {

@@ -184,7 +184,10 @@ func (f *File) LockIO(kind IomapKind, off, length int64) (*IOLock, error) {
 		if err := f.flushCache(off, off+length); err != nil {
 			return nil, &fs.PathError{Op: "lock", Path: f.name, Err: err}
 		}
-		l.op = f.v.beginOpAt(0)
+		var err error
+		if l.op, err = f.v.beginOpAt(0); err != nil {
+			return nil, &fs.PathError{Op: "lock", Path: f.name, Err: err}
+		}
 		if kind == IomapNormal {
 			f.n.mu.Lock()
 		} else {

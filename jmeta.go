@@ -73,6 +73,12 @@ type jmeta struct {
 	commitAt int // pending blocks that trigger a commit at the end of an operation
 	maxChunk int // most blocks one journal handle takes
 
+	// stopped is set by the last commit, at Close: later commits log
+	// nothing (the journal is closing or closed) and later operations fail
+	// with ErrClosed. Guarded by the volume's txnGate: written with it held
+	// exclusively, read with it held either way.
+	stopped bool
+
 	// stopTimer and timerDone stop and wait for the background
 	// committer; nil when none runs. Set by startCommitter before the
 	// volume is shared and cleared by stopCommitter at Close.
@@ -247,10 +253,29 @@ func (m *jmeta) setFailedLocked(err error) {
 }
 
 // commit moves the pending set into the journal and, with wait, waits
-// until it is durable. The caller must not be inside an operation.
-func (m *jmeta) commit(wait bool) error {
+// until it is durable. The caller must not be inside an operation. After
+// the volume's last commit (Close) it logs nothing: with wait it returns
+// an error matching ErrClosed, without it nil (the operation that asked
+// for it left the gate before the last commit, which took its changes).
+func (m *jmeta) commit(wait bool) error { return m.commitFinal(wait, false) }
+
+// commitFinal is commit; with final it is the volume's last commit, after
+// which no operation changes metadata (see stopped).
+func (m *jmeta) commitFinal(wait, final bool) error {
 	v := m.v
 	v.txnGate.Lock()
+	if m.stopped {
+		v.txnGate.Unlock()
+		if wait {
+			return fmt.Errorf("ext4io: commit: %w", ErrClosed)
+		}
+		return nil
+	}
+	if final {
+		// Whatever happens below, nothing commits after this (an
+		// operation that enters the gate later fails with ErrClosed).
+		m.stopped = true
+	}
 	// Queued conversions go into this transaction. A batch that fails for
 	// space leaves its runs queued and the tree consistent: the commit
 	// goes on, and with wait reports the error (the runs are not durable
@@ -466,18 +491,53 @@ func (v *Volume) failed() error {
 
 // beginOp enters a metadata-changing operation (see jmeta). Lock order:
 // txnGate (shared) before any inode lock; operations do not nest, and
-// endOp is called with no inode lock held.
-func (v *Volume) beginOp() { v.beginOpAt(0) }
+// endOp is called with no inode lock held. It fails with an error
+// matching ErrClosed, holding nothing, once Close has begun: Close's last
+// commit takes the gate exclusively, so an operation either entered
+// before Close and its changes are in that commit, or fails here.
+func (v *Volume) beginOp() error {
+	_, err := v.beginOpAt(0)
+	return err
+}
 
 // beginOpAt is beginOp on txnGate's stripe for hint (stripe.OfBuf of the
 // I/O buffer on the direct I/O paths, so that writers on different CPUs
 // do not share a reader count). It returns the stripe for endOpAt.
-func (v *Volume) beginOpAt(hint int) int {
+func (v *Volume) beginOpAt(hint int) (int, error) {
 	if v.jm == nil {
-		return 0
+		if v.closed.Load() {
+			return 0, errVolumeClosed()
+		}
+		return 0, nil
 	}
-	return v.txnGate.RLock(hint)
+	s := v.txnGate.RLock(hint)
+	if v.closed.Load() {
+		v.txnGate.RUnlock(s)
+		return 0, errVolumeClosed()
+	}
+	return s, nil
 }
+
+// beginInternalOp is beginOp for the operations Close itself runs before
+// its last commit (write-back, deferred inode updates, orphan release):
+// they fail only once the last commit has run, so that nothing changes
+// metadata (or the allocator's counts, which Close writes to the
+// superblock) after it.
+func (v *Volume) beginInternalOp() error {
+	if v.jm == nil {
+		return nil
+	}
+	s := v.txnGate.RLock(0)
+	if v.jm.stopped {
+		v.txnGate.RUnlock(s)
+		return errVolumeClosed()
+	}
+	return nil
+}
+
+// errVolumeClosed is the error of an operation that found the volume
+// closed.
+func errVolumeClosed() error { return fmt.Errorf("ext4io: volume is closed: %w", ErrClosed) }
 
 // endOp leaves an operation, committing when the pending set is large.
 func (v *Volume) endOp() error { return v.endOpAt(0) }
@@ -524,12 +584,15 @@ func (v *Volume) stopJournal() error {
 	}
 	if ferr := v.failed(); ferr != nil {
 		// Checkpoint what committed; drop the rest.
+		v.txnGate.Lock()
+		v.jm.stopped = true
+		v.txnGate.Unlock()
 		if cerr := v.jm.j.Close(); cerr != nil {
 			return errors.Join(ferr, cerr)
 		}
 		return ferr
 	}
-	err := v.jm.commit(true)
+	err := v.jm.commitFinal(true, true)
 	if cerr := v.jm.j.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("ext4io: closing the journal: %w", cerr)
 	}

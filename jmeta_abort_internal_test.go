@@ -118,7 +118,9 @@ func TestCommitWaitsForEarlierReleases(t *testing.T) {
 	_, v := memVolume(t, 64<<20, 4096)
 	defer v.Close()
 	var blks []uint64
-	v.beginOp()
+	if err := v.beginOp(); err != nil {
+		t.Fatal(err)
+	}
 	for range 4000 {
 		s, _, err := v.alloc.Alloc(0, 1, 1)
 		if err != nil {
@@ -132,7 +134,9 @@ func TestCommitWaitsForEarlierReleases(t *testing.T) {
 	if err := v.jm.commit(true); err != nil {
 		t.Fatal(err)
 	}
-	v.beginOp()
+	if err := v.beginOp(); err != nil {
+		t.Fatal(err)
+	}
 	for _, b := range blks {
 		if err := v.freeMapped(b, 1); err != nil {
 			t.Fatal(err)

@@ -91,7 +91,9 @@ func (v *Volume) syncInode(n *inode) error { return v.syncInodeData(n, true) }
 // syncInodeData writes n if it is dirty; without times, only if its size
 // needs writing (fdatasync leaves a times-only change for later).
 func (v *Volume) syncInodeData(n *inode, times bool) error {
-	v.beginOp()
+	if err := v.beginInternalOp(); err != nil {
+		return err
+	}
 	err := func() error {
 		n.mu.RLock()
 		defer n.mu.RUnlock()

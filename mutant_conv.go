@@ -14,7 +14,9 @@ func (f *File) convertBeforeData(off, n int64) error {
 	}
 	bs := int64(f.v.bs)
 	lblk, end := uint64(off/bs), uint64((off+n+bs-1)/bs)
-	f.v.beginOp()
+	if err := f.v.beginOp(); err != nil {
+		return err
+	}
 	f.n.mu.Lock()
 	err := f.v.applyConversionsLocked(f.n)
 	converted := false

@@ -59,7 +59,9 @@ const linkMax = 65000
 // op runs one metadata-changing operation as one journal handle: fn
 // takes and releases its inode locks inside (see beginOp).
 func (v *Volume) op(fn func() error) error {
-	v.beginOp()
+	if err := v.beginOp(); err != nil {
+		return err
+	}
 	return v.endOpErr(fn())
 }
 

@@ -127,7 +127,9 @@ func (v *Volume) openFile(name string, flag int, perm fs.FileMode, hops int) (*F
 		if v.alloc == nil {
 			return nil, ErrReadOnly
 		}
-		v.beginOp()
+		if err := v.beginOp(); err != nil {
+			return nil, err
+		}
 		f, err = v.create(name, layout.ModeReg|unixMode(perm))
 		err = v.endOpErr(err)
 		if errors.Is(err, ErrExist) && flag&os.O_EXCL == 0 {

@@ -241,6 +241,11 @@ type Volume struct {
 	// sbMu guards sb's mutable fields (state, counters, times) and
 	// serializes superblock writes.
 	sbMu sync.Mutex
+	// unmounted is set by Close once the journal is checkpointed: the
+	// superblock is written without needs_recovery. sb's feature fields
+	// stay as they are, as operations still in flight read them without
+	// a lock. Guarded by sbMu.
+	unmounted bool
 
 	jm *jmeta // journaled metadata of a writable volume with a journal, else nil
 	// fc tracks the changes fast commits log (fcwrite.go); nil unless the
@@ -480,7 +485,9 @@ func (v *Volume) openWritable() error {
 		return err
 	}
 	// Finish what a crash left on the orphan list, as Linux does at mount.
-	v.beginOp()
+	if err := v.beginInternalOp(); err != nil {
+		return err
+	}
 	if err := v.endOpErr(v.processOrphans()); err != nil {
 		return err
 	}
@@ -506,6 +513,9 @@ func (v *Volume) openWritable() error {
 // are read without sbMu).
 func (v *Volume) encodeSuperLocked() []byte {
 	c := *v.sb
+	if v.unmounted {
+		c.FeatureIncompat &^= layout.IncompatRecover
+	}
 	if v.alloc != nil {
 		if v.orphanPresent.Load() {
 			c.FeatureRoCompat |= layout.RoCompatOrphanPresent
@@ -649,6 +659,9 @@ func (v *Volume) Superblock() layout.Superblock {
 	v.sbMu.Lock()
 	defer v.sbMu.Unlock()
 	c := *v.sb
+	if v.unmounted {
+		c.FeatureIncompat &^= layout.IncompatRecover
+	}
 	if v.alloc != nil && v.orphanPresent.Load() {
 		c.FeatureRoCompat |= layout.RoCompatOrphanPresent
 	}
@@ -665,8 +678,12 @@ func (v *Volume) BlockSize() int {
 
 // Close releases the volume (and the device, if OpenImage opened it).
 // A second Close returns an error matching ErrClosed, as os.File's does.
-// Files of the volume must not be in use while it closes: their later
-// calls fail with ErrClosed.
+// Files of the volume may be in use while it closes: a call that began
+// before Close either completes (a metadata change it made is in the
+// closed image) or fails with an error matching ErrClosed, and later
+// calls fail with ErrClosed. On a journaled volume Close waits for the
+// metadata-changing operations in flight; a volume without a journal does
+// not, and its Files should not be in use while it closes.
 //
 // Closing a writable volume writes the free counts, marks the superblock
 // clean and flushes the device; the first error is returned and the
@@ -680,6 +697,13 @@ func (v *Volume) Close() error {
 	}
 	var err error
 	if v.alloc != nil {
+		if v.jm != nil {
+			// Wait for the operations in flight: those that enter the
+			// gate from now on see closed and fail with ErrClosed.
+			v.txnGate.Lock()
+			//lint:ignore SA2001 a barrier: taking the gate waits out the operations holding it
+			v.txnGate.Unlock()
+		}
 		err = v.unmount()
 	}
 	if merr := v.stopMMP(); err == nil {
@@ -722,7 +746,9 @@ func (v *Volume) unmount() error {
 		if err := v.writeDirtyInodes(); err != nil {
 			return abandon(err)
 		}
-		v.beginOp()
+		if err := v.beginInternalOp(); err != nil {
+			return abandon(err)
+		}
 		if err := v.endOpErr(v.releaseOrphans(true)); err != nil {
 			return abandon(err)
 		}
@@ -741,10 +767,9 @@ func (v *Volume) unmount() error {
 		return err
 	}
 	v.alloc.FillSuperblock(v.sb)
-	v.sb.FeatureIncompat &^= layout.IncompatRecover
+	v.unmounted = true
 	v.sb.State |= layout.StateValid
 	v.sb.Wtime = time.Now().Unix()
-	v.jm = nil // the journal is closed: from here on, write directly
 	if err := v.writeSuperDirectLocked(); err != nil {
 		return err
 	}

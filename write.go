@@ -112,9 +112,11 @@ func (f *File) pwrite(p []byte, off int64) (int, error) {
 			}
 			done, p, off = done+k, p[k:], off+int64(k)
 		}
-		s := f.v.beginOpAt(stripe.OfBuf(p))
+		s, err := f.v.beginOpAt(stripe.OfBuf(p))
+		if err != nil {
+			return 0, &fs.PathError{Op: "write", Path: f.name, Err: err}
+		}
 		var n int
-		var err error
 		if a := f.v.align; aligned(off, a) && aligned(int64(len(p)), a) {
 			n, err = f.directWrite(p, off) // through iomap.DirectWrite
 		} else {
@@ -436,7 +438,9 @@ func (f *File) Truncate(size int64) error {
 	if err := f.checkRange("truncate", size, 0); err != nil {
 		return err
 	}
-	f.v.beginOp()
+	if err := f.v.beginOp(); err != nil {
+		return &fs.PathError{Op: "truncate", Path: f.name, Err: err}
+	}
 	f.n.mu.Lock()
 	err := f.closedLocked()
 	if err == nil {

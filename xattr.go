@@ -761,7 +761,9 @@ func (v *Volume) xattrOp(op, name string, follow, write bool, fn func(n *inode) 
 	err := v.checkOpen()
 	if err == nil && write {
 		for retried := false; ; retried = true {
-			v.beginOp()
+			if err = v.beginOp(); err != nil {
+				break
+			}
 			err = v.writableNS()
 			if err == nil {
 				err = v.xattrResolved(name, follow, write, fn)
@@ -892,7 +894,9 @@ func (f *File) fileXattrOp(op string, write bool, fn func(n *inode) error) error
 	}
 	if err == nil && write {
 		for retried := false; ; retried = true {
-			v.beginOp()
+			if err = v.beginOp(); err != nil {
+				break
+			}
 			err = v.writableNS()
 			if err == nil {
 				err = lockedXattr(f.n, true, fn)

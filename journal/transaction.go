@@ -109,7 +109,15 @@ func (j *Journal) Start(credits int) (*Handle, error) {
 				t.locked = true
 				j.requestCommitLocked(t.tid)
 				j.waitLocked()
+			case !j.cpMu.TryLock():
+				// A checkpoint has taken the committed transactions off
+				// the list but frees their log space only once the new
+				// tail is written: wait for it.
+				j.mu.Unlock()
+				j.WaitCheckpoint()
+				j.mu.Lock()
 			default:
+				j.cpMu.Unlock()
 				j.mu.Unlock()
 				return nil, fmt.Errorf("journal: %d credits do not fit an empty log: %w", credits, ErrInvalid)
 			}
