@@ -186,8 +186,11 @@ func (f *File) writeAtomic(p []byte, off int64) (int, error) {
 			// reports it.
 			_ = m.commit(false)
 		}
-		s := f.v.beginOpAt(stripe.OfBuf(p))
-		err := f.atomicSwap(p, off)
+		s, err := f.v.beginOpAt(stripe.OfBuf(p))
+		if err != nil {
+			return 0, &fs.PathError{Op: op, Path: f.name, Err: err}
+		}
+		err = f.atomicSwap(p, off)
 		err = f.v.endOpErrAt(s, err)
 		if err == errCacheRace {
 			continue // a buffered write dirtied the range again
