@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -517,6 +518,35 @@ func TestHostileEntryNamesReservedInode(t *testing.T) {
 			if after := e2fs.Debugfs(t, img, false, fmt.Sprintf("stat <%d>", ino)); after != before {
 				t.Errorf("inode %d changed:\n%s\n->\n%s", ino, before, after)
 			}
+		})
+	}
+}
+
+// TestHostileBlocksCountNoJournal: a file whose i_blocks counts fewer
+// blocks than its tree maps, on a volume without a journal, fails unlink
+// and rename-over with ErrCorrupt before anything is written: e2fsck finds
+// the same problems afterwards, not an entry removed from a file it still
+// counts.
+func TestHostileBlocksCountNoJournal(t *testing.T) {
+	for _, op := range []string{"unlink", "rename-over"} {
+		t.Run(op, func(t *testing.T) {
+			img := hostileImage(t, "victim", "other")
+			e2fs.DebugfsScript(t, img, true, []string{"sif dir/victim blocks 0"})
+			fsck := func() string {
+				out, _ := exec.Command("e2fsck", "-fn", img).CombinedOutput()
+				return string(out)
+			}
+			before := fsck()
+			v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
+			require.NoError(t, err)
+			if op == "unlink" {
+				err = v.Unlink("dir/victim")
+			} else {
+				err = v.Rename("dir/other", "dir/victim")
+			}
+			require.ErrorIs(t, err, ext4io.ErrCorrupt)
+			v.Close()
+			require.Equal(t, before, fsck(), "the refused %s changed what e2fsck finds", op)
 		})
 	}
 }

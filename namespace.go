@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ext4io/ext4io/extent"
 	"github.com/ext4io/ext4io/internal/errs"
 	"github.com/ext4io/ext4io/layout"
 )
@@ -322,6 +323,40 @@ func (f *File) appendBlockLocked(b []byte) (uint64, error) {
 	return lblk, v.writeInodeLocked(f.n)
 }
 
+// checkEvictLocked fails with ErrCorrupt when inode n (locked) could not
+// be evicted whole: its tree maps more blocks than i_blocks counts, which
+// evictLocked finds only after it has begun. A volume without a journal
+// calls it before an unlink, rmdir or rename removes n's last name, so
+// that such an inode fails the operation before anything is written (with
+// a journal, the failed operation is never committed). It reads every
+// tree block, as the eviction would.
+func (v *Volume) checkEvictLocked(n *inode) error {
+	if v.jm != nil || n.m == nil || n.m.tree == nil {
+		return nil
+	}
+	var blocks uint64
+	err := n.m.tree.Walk(func(e extent.Extent) error {
+		blocks += uint64(e.Len)
+		return nil
+	})
+	if err == nil {
+		err = n.m.tree.Blocks(func(uint64, int) error {
+			blocks++
+			return nil
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("ext4io: inode %d: %w", n.ino, err)
+	}
+	if n.in.FileACL != 0 {
+		blocks++
+	}
+	if have := n.in.Blocks(v.sb); have < blocks*uint64(v.bs/512) {
+		return errs.Corruptf("inode", 0, -1, "inode %d: maps %d blocks, more than i_blocks %d sectors counts", n.ino, blocks, have)
+	}
+	return nil
+}
+
 // releaseLinkLocked handles an inode whose link count dropped (n locked):
 // at zero it is freed, or put on the orphan list while it is open.
 // inUse says whether a File has it open (checked before locking n).
@@ -366,6 +401,9 @@ func (v *Volume) rmdir(name string) error {
 	child.n.mu.Lock()
 	defer child.n.mu.Unlock()
 	if err := child.checkEmpty(); err != nil {
+		return err
+	}
+	if err := v.checkEvictLocked(child.n); err != nil {
 		return err
 	}
 	if _, err := dir.removeEntryLocked(base, child.ino); err != nil {
@@ -420,6 +458,11 @@ func (v *Volume) unlink(name string) error {
 	inUse := v.inodeInUse(child.ino)
 	child.n.mu.Lock()
 	defer child.n.mu.Unlock()
+	if child.n.in.LinksCount == 1 && !inUse {
+		if err := v.checkEvictLocked(child.n); err != nil {
+			return err
+		}
+	}
 	if _, err := dir.removeEntryLocked(base, child.ino); err != nil {
 		return err
 	}

@@ -147,6 +147,11 @@ func (v *Volume) rename(oldname, newname string, noReplace bool) error {
 				return err
 			}
 		}
+		if dst.in.IsDir() || dst.n.in.LinksCount == 1 && !dstInUse {
+			if err := v.checkEvictLocked(dst.n); err != nil {
+				return err
+			}
+		}
 	}
 	ft := v.entryType(src.n.in.Mode)
 	// New name first, then the old one goes: a crash in between leaves two

@@ -88,6 +88,7 @@ func memDevFrom(img []byte) *memDev {
 	copy(d.durable, img)
 	return d
 }
+
 // durableCopy returns what a crash now would leave: the flushed writes.
 // The journal's background checkpoint may be flushing meanwhile.
 func (d *memDev) durableCopy() []byte {
