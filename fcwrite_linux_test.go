@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -109,6 +110,33 @@ func TestFastCommitWriteCrash(t *testing.T) {
 		fcCopyFile(t, crashImg, filepath.Join(keep, t.Name()+".img"))
 	}
 	fcCheckCrashImage(t, dir, crashImg, want)
+}
+
+// TestFastCommitGroupCrash: four writers fsync files concurrently, so
+// that fast commits are shared and built while other operations run; the
+// crash image taken right after the last fsync returns holds every file
+// after e2fsck's, ext4io's and Linux's replays.
+func TestFastCommitGroupCrash(t *testing.T) {
+	base := memdev.New(64 << 20)
+	require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{FastCommit: true, NoDiscard: true}))
+	crash, err := errordev.NewCrashable(base)
+	require.NoError(t, err)
+	dev := &countDev{Device: crash, flushDelay: 200 * time.Microsecond}
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
+	require.NoError(t, err)
+	for job := range 4 {
+		require.NoError(t, v.Mkdir(fmt.Sprintf("d%d", job), 0o755))
+	}
+	require.NoError(t, v.Sync())
+	_, flushes, want := fsyncConcurrently(t, v, dev, 4, 25, 3000)
+	c := v.Counters()
+	t.Logf("fast commits %d, shared %d, fallbacks %d, journal commits %d, %.2f flushes per fsync",
+		c.FastCommits, c.FastCommitShared, c.FastCommitFallbacks, c.JournalCommits, flushes)
+	assert.NotZero(t, c.FastCommitShared, "concurrent fsyncs share fast commits")
+	img, err := crash.Crash(errordev.CrashOptions{}) // only what the flushes covered
+	require.NoError(t, err)
+	require.NoError(t, v.Close())
+	fcCheckCrashImage(t, t.TempDir(), ext4iotest.ImageOf(t, img), want)
 }
 
 // fcCheckCrashImage checks a crash image with fast commits pending
