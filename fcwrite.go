@@ -57,18 +57,20 @@ import (
 //   - the area being full, queued conversions, or the journal not idle (a
 //     full commit running or waiting: journal.ErrBusy).
 //
-// Not done: a fast commit holds txnGate exclusively through its writes
-// and flushes, so operations wait behind each fsync (a commit releases
-// the gate before waiting for the journal); renames of regular files are
-// not logged as UNLINK+LINK as Linux logs them; directory growth is not
-// expressed.
+// Concurrent fsyncs share fast commits (fcGroup), and a fast commit holds
+// txnGate exclusively only while it builds its tags: its device writes and
+// flushes run without it (fastCommitOnce).
 //
-// Locking: fcState.mu guards every field of fcState but the counters. It
-// is a leaf lock, taken by the hooks inside operations (under inode locks
-// and txnGate shared) and by fastCommit, which holds txnGate exclusively
-// (no operation runs, so nothing tracked changes while it builds the
-// tags) and takes inode locks shared to read mappings: the same order as
-// jmeta.commit, which calls fcFullCommit under txnGate exclusively.
+// Not done: renames of regular files are not logged as UNLINK+LINK as
+// Linux logs them; directory growth is not expressed.
+//
+// Locking: fcState.mu guards every field of fcState but the counters and
+// group. It is a leaf lock, taken by the hooks inside operations (under
+// inode locks and txnGate shared) and by fastCommitOnce, which holds
+// txnGate exclusively while it builds the tags (no operation runs, so
+// nothing tracked changes meanwhile) and takes inode locks shared to read
+// mappings: the same order as jmeta.commit, which calls fcFullCommit under
+// txnGate exclusively. group.mu is taken with no other lock held.
 type fcState struct {
 	mu sync.Mutex
 	// ineligible is the reason the changes since the last full commit

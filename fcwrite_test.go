@@ -109,7 +109,11 @@ func TestFastCommitCounters(t *testing.T) {
 // bytes in its directory d<job> (which must exist), writing and fsyncing
 // each, and returns the device writes and flushes per fsynced file and
 // what every file holds.
-func fsyncConcurrently(t *testing.T, v *ext4io.Volume, dev *countDev, jobs, n, size int) (writes, flushes float64, want map[string][]byte) {
+//
+// With check set, check(name, data) runs right after some fsyncs return
+// (every 8th file of each job), while the other jobs go on.
+func fsyncConcurrently(t *testing.T, v *ext4io.Volume, dev *countDev, jobs, n, size int,
+	check func(name string, data []byte)) (writes, flushes float64, want map[string][]byte) {
 	t.Helper()
 	w0, f0 := dev.writes.Load(), dev.flushes.Load()
 	want = map[string][]byte{}
@@ -130,6 +134,9 @@ func fsyncConcurrently(t *testing.T, v *ext4io.Volume, dev *countDev, jobs, n, s
 				_, err = f.WriteAt(data, 0)
 				assert.NoError(t, err)
 				assert.NoError(t, f.Sync())
+				if check != nil && i%8 == 7 {
+					check(name, data)
+				}
 				assert.NoError(t, f.Close())
 				mu.Lock()
 				want[name] = data
@@ -164,7 +171,7 @@ func TestFastCommitGroup(t *testing.T) {
 			}
 			require.NoError(t, v.Sync()) // the mkdirs commit in full
 			c0 := v.Counters()
-			writes, flushes, _ := fsyncConcurrently(t, v, dev, tc.jobs, 40, 4096)
+			writes, flushes, _ := fsyncConcurrently(t, v, dev, tc.jobs, 40, 4096, nil)
 			c := v.Counters()
 			t.Logf("%d jobs: %.2f device writes, %.2f flushes per fsynced file (fast commits %d, shared %d, fallbacks %d)",
 				tc.jobs, writes, flushes, c.FastCommits-c0.FastCommits, c.FastCommitShared-c0.FastCommitShared,
