@@ -57,18 +57,20 @@ import (
 //   - the area being full, queued conversions, or the journal not idle (a
 //     full commit running or waiting: journal.ErrBusy).
 //
-// Not done: a fast commit holds txnGate exclusively through its writes
-// and flushes, so operations wait behind each fsync (a commit releases
-// the gate before waiting for the journal); renames of regular files are
-// not logged as UNLINK+LINK as Linux logs them; directory growth is not
-// expressed.
+// Concurrent fsyncs share fast commits (fcGroup), and a fast commit holds
+// txnGate exclusively only while it builds its tags: its device writes and
+// flushes run without it (fastCommitOnce).
 //
-// Locking: fcState.mu guards every field of fcState but the counters. It
-// is a leaf lock, taken by the hooks inside operations (under inode locks
-// and txnGate shared) and by fastCommit, which holds txnGate exclusively
-// (no operation runs, so nothing tracked changes while it builds the
-// tags) and takes inode locks shared to read mappings: the same order as
-// jmeta.commit, which calls fcFullCommit under txnGate exclusively.
+// Not done: renames of regular files are not logged as UNLINK+LINK as
+// Linux logs them; directory growth is not expressed.
+//
+// Locking: fcState.mu guards every field of fcState but the counters and
+// group. It is a leaf lock, taken by the hooks inside operations (under
+// inode locks and txnGate shared) and by fastCommitOnce, which holds
+// txnGate exclusively while it builds the tags (no operation runs, so
+// nothing tracked changes meanwhile) and takes inode locks shared to read
+// mappings: the same order as jmeta.commit, which calls fcFullCommit under
+// txnGate exclusively. group.mu is taken with no other lock held.
 type fcState struct {
 	mu sync.Mutex
 	// ineligible is the reason the changes since the last full commit
@@ -92,6 +94,10 @@ type fcState struct {
 	// commits and fallbacks count fast commits written and Syncs that
 	// fell back to a full commit (Counters).
 	commits, fallbacks atomic.Uint64
+
+	// group shares fast commits between concurrent fsyncs; it has its
+	// own lock.
+	group fcGroup
 }
 
 // fcIno is the tracked state of one inode: the logical blocks [lo, hi)
@@ -238,13 +244,88 @@ func (v *Volume) fcFullCommit() {
 // commits the journal instead.
 var errFCFallback = errors.New("fast commit not possible")
 
+// fcRun is one fast commit of the group (fcGroup): the fsyncs that
+// joined it return its result.
+type fcRun struct {
+	done bool
+	err  error
+}
+
+// fcGroup lets concurrent fsyncs share fast commits, as ext4_fc_commit
+// does: one fast commit writes every change tracked when it starts, so an
+// fsync that finds one being written waits for it to end and then joins
+// the next one with every other fsync that arrived meanwhile; the first of
+// them to see the device free writes it for all. An fsync joins only a
+// fast commit that has not started building its tags, after its own data
+// went to the device and its changes were tracked, so that commit's
+// flushes cover both.
+//
+// Locking: mu guards cur and next; it is taken with no other lock held and
+// released before the writer takes txnGate.
+type fcGroup struct {
+	mu   sync.Mutex
+	cond sync.Cond // on mu; broadcast when a fast commit ends
+	// cur is the fast commit being written; next the one fsyncs join
+	// while cur runs (nil until one does).
+	cur, next *fcRun
+	// shared counts fsyncs that returned another fsync's fast commit
+	// (Counters.FastCommitShared).
+	shared atomic.Uint64
+}
+
 // fastCommit makes every change tracked since the last full commit
-// durable as a fast commit (the caller wrote the data back). It returns
-// errFCFallback when a full commit is needed instead.
+// durable as a fast commit, shared with the fsyncs running concurrently
+// (fcGroup); the caller wrote its data back. It returns errFCFallback when
+// a full commit is needed instead.
 func (v *Volume) fastCommit() error {
+	g := &v.fc.group
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.cond.L == nil {
+		g.cond.L = &g.mu
+	}
+	if g.next == nil {
+		g.next = &fcRun{}
+	}
+	r := g.next
+	for !r.done {
+		if g.cur == nil && g.next == r {
+			g.cur, g.next = r, nil
+			g.mu.Unlock()
+			err := v.fastCommitOnce()
+			g.mu.Lock()
+			r.err, r.done, g.cur = err, true, nil
+			g.cond.Broadcast()
+			return err
+		}
+		g.cond.Wait()
+	}
+	switch {
+	case r.err == nil:
+		g.shared.Add(1)
+	case errors.Is(r.err, errFCFallback):
+		v.fc.fallbacks.Add(1)
+	}
+	return r.err
+}
+
+// fastCommitOnce writes one fast commit of every change tracked so far.
+// It builds the tags under txnGate held exclusively (no operation runs,
+// so nothing tracked changes meanwhile) and takes the tracking with them,
+// then releases the gate before the device writes and flushes: operations
+// go on while the fast commit is in flight, and what they change is
+// tracked for the next one. A full commit that starts meanwhile carries
+// this fast commit's tid and supersedes it; the journal orders the two
+// (journal.Journal.WriteFastCommit, FW1).
+func (v *Volume) fastCommitOnce() error {
 	fc, m := v.fc, v.jm
 	v.txnGate.Lock()
-	defer v.txnGate.Unlock()
+	locked := true
+	defer func() {
+		if locked {
+			v.txnGate.Unlock()
+		}
+	}()
 	if m.isFailed.Load() || v.conversionsQueued() {
 		return errFCFallback
 	}
@@ -269,9 +350,15 @@ func (v *Volume) fastCommit() error {
 		return fmt.Errorf("ext4io: fast commit: %w", err)
 	}
 	if len(fc.inodes) == 0 && len(fc.dentries) == 0 {
-		// Everything is durable already (the area, the log): the data
-		// needs a flush.
-		return v.flushDev()
+		// Everything is durable already (the area, the log: earlier
+		// fast commits of the group ended before this one started): the
+		// data needs a flush.
+		fc.mu.Unlock()
+		v.txnGate.Unlock()
+		locked = false
+		err := v.flushDev()
+		fc.mu.Lock()
+		return err
 	}
 	if fc.off > 0 && fc.tid != tid {
 		fc.off = 0 // a full commit came between: start the area again
@@ -306,18 +393,34 @@ func (v *Volume) fastCommit() error {
 		fc.fallbacks.Add(1)
 		return errFCFallback
 	}
-	// Blocks newly mapped (ADD_RANGE) must hold their data before the
-	// tags that map them are durable: flush first (journal FW3) unless
-	// Tuning.FastCommitOneFlush accepts the window.
-	preflush := w.adds && !v.opts.Tuning.FastCommitOneFlush
-	if err := m.j.WriteFastCommit(tid, fc.off, w.buf, preflush); err != nil {
-		fc.ineligible = "fast-commit write failed"
-		return fmt.Errorf("ext4io: fast commit: %w", wrapIO(err))
-	}
+	// The tags hold the tracked changes now: the tracking starts again
+	// for the next fast commit, whose blocks follow these.
+	off := fc.off
 	fc.off += nblk
 	fc.tid = tid
 	fc.dentries = nil
 	clear(fc.inodes)
+	fc.mu.Unlock()
+	v.txnGate.Unlock()
+	locked = false
+
+	// Blocks newly mapped (ADD_RANGE) must hold their data before the
+	// tags that map them are durable: flush first (journal FW3) unless
+	// Tuning.FastCommitOneFlush accepts the window.
+	preflush := w.adds && !v.opts.Tuning.FastCommitOneFlush
+	err = m.j.WriteFastCommit(tid, off, w.buf, preflush)
+	fc.mu.Lock()
+	switch {
+	case errors.Is(err, journal.ErrSuperseded):
+		// A full commit that started after the tags were built is
+		// durable: it holds every change they carry.
+		return nil
+	case err != nil:
+		// The changes taken from the tracking are in no durable fast
+		// commit: the next fsync commits in full.
+		fc.ineligible = "fast-commit write failed"
+		return fmt.Errorf("ext4io: fast commit: %w", wrapIO(err))
+	}
 	fc.commits.Add(1)
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -109,6 +110,64 @@ func TestFastCommitWriteCrash(t *testing.T) {
 		fcCopyFile(t, crashImg, filepath.Join(keep, t.Name()+".img"))
 	}
 	fcCheckCrashImage(t, dir, crashImg, want)
+}
+
+// TestFastCommitGroupCrash: four writers fsync files concurrently, so
+// that fast commits are shared and built while other operations run; the
+// crash image taken right after the last fsync returns holds every file
+// after e2fsck's, ext4io's and Linux's replays.
+func TestFastCommitGroupCrash(t *testing.T) {
+	// A 16384-block log: its 256-block fast-commit area holds every fast
+	// commit, so none falls back for a full area.
+	base := memdev.New(256 << 20)
+	require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{FastCommit: true, NoDiscard: true, JournalBlocks: 16384}))
+	crash, err := errordev.NewCrashable(base)
+	require.NoError(t, err)
+	dev := &countDev{Device: crash, flushDelay: 200 * time.Microsecond}
+	// No background write-back: its commits would make fsyncs fall back,
+	// and the crash image could hold only the log, not fast commits.
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1})
+	require.NoError(t, err)
+	for job := range 4 {
+		require.NoError(t, v.Mkdir(fmt.Sprintf("d%d", job), 0o755))
+	}
+	require.NoError(t, v.Sync())
+	// The durable state right after an fsync returns holds its file
+	// (ext4io's in-memory replay), whatever the other jobs are doing.
+	check := func(name string, data []byte) {
+		img, err := crash.Crash(errordev.CrashOptions{})
+		if !assert.NoError(t, err) {
+			return
+		}
+		rv, err := ext4io.Open(img, ext4io.Options{})
+		if !assert.NoError(t, err, "%s: open the crash image", name) {
+			return
+		}
+		defer rv.Close()
+		f, err := rv.Open(name)
+		if !assert.NoError(t, err, "%s: fsynced, then missing from the crash image", name) {
+			return
+		}
+		defer f.Close()
+		got := make([]byte, f.Size())
+		_, err = f.ReadAt(got, 0)
+		assert.NoError(t, err)
+		assert.True(t, bytes.Equal(data, got), "%s: fsynced, then %d bytes in the crash image, want %d", name, len(got), len(data))
+	}
+	_, flushes, want := fsyncConcurrently(t, v, dev, 4, 25, 3000, check)
+	c := v.Counters()
+	t.Logf("fast commits %d, shared %d, fallbacks %d, journal commits %d, %.2f flushes per fsync",
+		c.FastCommits, c.FastCommitShared, c.FastCommitFallbacks, c.JournalCommits, flushes)
+	assert.NotZero(t, c.FastCommitShared, "concurrent fsyncs share fast commits")
+	assert.Zero(t, c.FastCommitFallbacks)
+	img, err := crash.Crash(errordev.CrashOptions{}) // only what the flushes covered
+	require.NoError(t, err)
+	require.NoError(t, v.Close())
+	crashImg := ext4iotest.ImageOf(t, img)
+	if keep := os.Getenv("EXT4IO_FC_KEEP"); keep != "" {
+		fcCopyFile(t, crashImg, filepath.Join(keep, t.Name()+".img"))
+	}
+	fcCheckCrashImage(t, t.TempDir(), crashImg, want)
 }
 
 // fcCheckCrashImage checks a crash image with fast commits pending

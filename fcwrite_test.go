@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -17,10 +19,12 @@ import (
 	"github.com/ext4io/ext4io/ext4iotest"
 )
 
-// countDev counts the writes and flushes that reach a device.
+// countDev counts the writes and flushes that reach a device; a flush
+// takes flushDelay at least, as a real device's does.
 type countDev struct {
 	blockdev.Device
 	writes, flushes atomic.Int64
+	flushDelay      time.Duration
 }
 
 func (c *countDev) WriteAt(p []byte, off int64) (int, error) {
@@ -30,6 +34,9 @@ func (c *countDev) WriteAt(p []byte, off int64) (int, error) {
 
 func (c *countDev) Flush() error {
 	c.flushes.Add(1)
+	if c.flushDelay > 0 {
+		time.Sleep(c.flushDelay)
+	}
 	return c.Device.Flush()
 }
 
@@ -91,6 +98,90 @@ func TestFastCommitCounters(t *testing.T) {
 				assert.EqualValues(t, 1, c.FastCommitFallbacks)
 			} else {
 				assert.Zero(t, c.FastCommits)
+			}
+			require.NoError(t, v.Close())
+			ext4iotest.FsckDev(t, base)
+		})
+	}
+}
+
+// fsyncConcurrently runs jobs goroutines, each creating n files of size
+// bytes in its directory d<job> (which must exist), writing and fsyncing
+// each, and returns the device writes and flushes per fsynced file and
+// what every file holds.
+//
+// With check set, check(name, data) runs right after some fsyncs return
+// (every 8th file of each job), while the other jobs go on.
+func fsyncConcurrently(t *testing.T, v *ext4io.Volume, dev *countDev, jobs, n, size int,
+	check func(name string, data []byte)) (writes, flushes float64, want map[string][]byte) {
+	t.Helper()
+	w0, f0 := dev.writes.Load(), dev.flushes.Load()
+	want = map[string][]byte{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for job := range jobs {
+		wg.Go(func() {
+			for i := range n {
+				name := fmt.Sprintf("d%d/f%d", job, i)
+				data := make([]byte, size+i*37)
+				for k := range data {
+					data[k] = byte(job*31 + i + k)
+				}
+				f, err := v.Create(name)
+				if !assert.NoError(t, err) {
+					return
+				}
+				_, err = f.WriteAt(data, 0)
+				assert.NoError(t, err)
+				assert.NoError(t, f.Sync())
+				if check != nil && i%8 == 7 {
+					check(name, data)
+				}
+				assert.NoError(t, f.Close())
+				mu.Lock()
+				want[name] = data
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	files := float64(jobs * n)
+	return float64(dev.writes.Load()-w0) / files, float64(dev.flushes.Load()-f0) / files, want
+}
+
+// TestFastCommitGroup: concurrent fsyncs share fast commits (fcGroup).
+// With a device whose flush takes 200 µs, one writer costs 2 flushes per
+// fsynced file (before and after the tags; the first fast commit also
+// checkpoints the log, 2 more flushes over 40 files) and four writers
+// less than 1: the fsyncs that arrive while a fast commit is in flight
+// share the next.
+func TestFastCommitGroup(t *testing.T) {
+	for _, tc := range []struct {
+		jobs       int
+		maxFlushes float64
+	}{{1, 2.1}, {4, 0.99}} {
+		t.Run(fmt.Sprintf("jobs=%d", tc.jobs), func(t *testing.T) {
+			base := memdev.New(256 << 20)
+			require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{FastCommit: true, NoDiscard: true, JournalBlocks: 16384}))
+			dev := &countDev{Device: base, flushDelay: 200 * time.Microsecond}
+			v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1})
+			require.NoError(t, err)
+			for job := range tc.jobs {
+				require.NoError(t, v.Mkdir(fmt.Sprintf("d%d", job), 0o755))
+			}
+			require.NoError(t, v.Sync()) // the mkdirs commit in full
+			c0 := v.Counters()
+			writes, flushes, _ := fsyncConcurrently(t, v, dev, tc.jobs, 40, 4096, nil)
+			c := v.Counters()
+			t.Logf("%d jobs: %.2f device writes, %.2f flushes per fsynced file (fast commits %d, shared %d, fallbacks %d)",
+				tc.jobs, writes, flushes, c.FastCommits-c0.FastCommits, c.FastCommitShared-c0.FastCommitShared,
+				c.FastCommitFallbacks-c0.FastCommitFallbacks)
+			assert.LessOrEqual(t, flushes, tc.maxFlushes)
+			assert.Zero(t, c.FastCommitFallbacks-c0.FastCommitFallbacks)
+			if tc.jobs == 1 {
+				assert.Zero(t, c.FastCommitShared)
+			} else {
+				assert.NotZero(t, c.FastCommitShared)
 			}
 			require.NoError(t, v.Close())
 			ext4iotest.FsckDev(t, base)

@@ -864,8 +864,10 @@ type Counters struct {
 	ConversionsQueued, ConversionBatches uint64
 	// FastCommits counts fast commits written (fcwrite.go);
 	// FastCommitFallbacks counts Syncs that committed the journal instead
-	// because the changes were not eligible.
-	FastCommits, FastCommitFallbacks uint64
+	// because the changes were not eligible; FastCommitShared counts
+	// Syncs that returned with a fast commit another Sync wrote for both
+	// (concurrent fsyncs share fast commits).
+	FastCommits, FastCommitFallbacks, FastCommitShared uint64
 }
 
 // Counters returns a snapshot of the volume's counters.
@@ -881,6 +883,7 @@ func (v *Volume) Counters() Counters {
 		JournalTransactions: v.journalTransactions(), JournalLogBlocks: v.journalLogBlocks()}
 	if fc := v.fc; fc != nil {
 		c.FastCommits, c.FastCommitFallbacks = fc.commits.Load(), fc.fallbacks.Load()
+		c.FastCommitShared = fc.group.shared.Load()
 	}
 	return c
 }

@@ -3,13 +3,24 @@ package journal
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 )
 
 // fcState is the fast-commit writing state of a Journal.
+//
+// Locking: fcMu serializes fast-commit writes with the zeroing of the area
+// after a full commit (fcSuperseded) and with Close, and guards
+// fcCommitted. It is taken before sbMu and j.mu, and never while either
+// is held.
 type fcState struct {
 	// fcUsed says fast commits were written since the last full commit.
 	fcUsed atomic.Bool
+	fcMu   sync.Mutex
+	// fcCommitted is the tid of the newest full commit made durable
+	// (set by fcSuperseded) and fcCommittedSet says there was one.
+	fcCommitted    uint32
+	fcCommittedSet bool
 }
 
 // Writing fast commits.
@@ -24,10 +35,16 @@ type fcState struct {
 // when a full commit ends).
 //
 // Invariants:
-//   - FW1: a fast commit is written only while the journal is idle: no
-//     transaction is committing and the running one, if any, holds nothing.
-//     Every earlier transaction is then durable, and recovery's
-//     end_transaction is the tid the fast commit carries.
+//   - FW1: a fast commit is built only while the journal is idle: no
+//     transaction is committing and the running one, if any, holds nothing
+//     (FastCommitTid). Every earlier transaction is then durable, and
+//     recovery's end_transaction is the tid the fast commit carries. The
+//     file system may let handles start and a full commit begin before the
+//     blocks are written: that commit has the fast commit's tid and holds
+//     its changes, so it supersedes it. The area's zeroing after that
+//     commit (FW4) waits for a fast-commit write in flight, and a write
+//     that finds the commit of its tid durable is not made (ErrSuperseded),
+//     so no fast commit lands in the area after the zeroing.
 //   - FW2: recovery runs only when the on-disk superblock's s_start is not
 //     0; a fast commit on an empty (flushed) journal first rewrites the
 //     superblock with s_start at the log head and s_sequence the fast
@@ -47,6 +64,11 @@ type fcState struct {
 //     device is flushed once after both, and a crash before that flush may
 //     keep tags that map blocks whose data did not arrive (the window of
 //     jbd2's async_commit).
+
+// ErrSuperseded is returned by WriteFastCommit when the full commit of the
+// fast commit's tid is durable already: it holds every change the fast
+// commit would carry, which is not written.
+var ErrSuperseded = errors.New("journal: fast commit superseded by a durable full commit")
 
 // ErrBusy is returned by FastCommitTid while a full commit is running or
 // pending: the caller falls back to a full commit.
@@ -146,19 +168,43 @@ func (j *Journal) FastCommitTid() (uint32, error) {
 // size) to the fast-commit area from its block first on, for a fast
 // commit of tid (from FastCommitTid, with nothing started since), and
 // flushes the device after them, with preflush also before them (FW2,
-// FW3). Physically contiguous blocks go in one write.
+// FW3). Physically contiguous blocks go in one write. It returns
+// ErrSuperseded, writing nothing, when the full commit of tid is durable
+// (FW1).
 func (j *Journal) WriteFastCommit(tid uint32, first int, blocks []byte, preflush bool) error {
 	n := len(blocks) / j.bs
 	if j.fcFirst == 0 || first < 0 || len(blocks)%j.bs != 0 || first+n > j.FastCommitLen() {
 		return fmt.Errorf("journal: fast commit of %d blocks at %d of %d: %w", n, first, j.FastCommitLen(), ErrInvalid)
 	}
+	j.fcMu.Lock()
+	defer j.fcMu.Unlock()
+	if j.fcCommittedSet && int32(j.fcCommitted-tid) >= 0 {
+		return ErrSuperseded
+	}
+	j.mu.Lock()
+	err, closed := j.mu.err, j.mu.closed
+	j.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if closed {
+		return fmt.Errorf("journal: fast commit: %w", ErrClosed)
+	}
 	j.sbMu.Lock()
 	if j.sb.Start == 0 {
+		// The log starts at its oldest live transaction: a full commit
+		// may have begun since the fast commit was built (FW1), and
+		// its superblock update (writeTransaction) sees s_start set.
 		j.mu.Lock()
-		head := j.mu.head
+		start, seq := j.mu.head, tid
+		if len(j.mu.checkpoint) > 0 {
+			start, seq = j.mu.checkpoint[0].start, j.mu.checkpoint[0].tid
+		} else if c := j.mu.committing; c != nil {
+			start, seq = c.start, c.tid
+		}
 		j.mu.Unlock()
 		nsb := j.sb
-		nsb.Start, nsb.SeqTail = head, tid
+		nsb.Start, nsb.SeqTail = start, seq
 		if err := j.writeSuperblockLocked(&nsb, false); err != nil {
 			j.sbMu.Unlock()
 			return err
@@ -208,9 +254,15 @@ func (j *Journal) WriteFastCommit(tid uint32, first int, blocks []byte, preflush
 // fast commits were written since the last one (FW4). It runs in the
 // commit goroutine, after the commit block is durable and before the
 // transaction stops counting as committing, so no fast commit runs
-// meanwhile (FW1).
-func (j *Journal) fcSuperseded() error {
-	if j.fcFirst == 0 || !j.fcUsed.Load() {
+// meanwhile (FW1); a fast-commit write in flight ends first.
+func (j *Journal) fcSuperseded(tid uint32) error {
+	if j.fcFirst == 0 {
+		return nil
+	}
+	j.fcMu.Lock()
+	defer j.fcMu.Unlock()
+	j.fcCommitted, j.fcCommittedSet = tid, true
+	if !j.fcUsed.Load() {
 		return nil
 	}
 	if err := j.writeLog(j.fcFirst, make([]byte, j.bs)); err != nil {

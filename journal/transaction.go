@@ -337,7 +337,7 @@ func (j *Journal) commitRunning() {
 	began := time.Now()
 	err := j.writeTransaction(t)
 	if err == nil {
-		err = j.fcSuperseded() // fcwrite.go
+		err = j.fcSuperseded(t.tid) // fcwrite.go
 	}
 	took := time.Since(began)
 
@@ -765,6 +765,11 @@ func (j *Journal) Close() error {
 	started := j.mu.started
 	j.broadcastLocked()
 	j.mu.Unlock()
+	// A fast-commit write in flight ends before the superblock is
+	// written for the last time; later ones see the journal closed.
+	j.fcMu.Lock()
+	//lint:ignore SA2001 the empty critical section waits for the writer
+	j.fcMu.Unlock()
 	if started {
 		close(j.stop)
 		<-j.done
