@@ -326,6 +326,12 @@ func (v *Volume) fastCommitOnce() error {
 			v.txnGate.Unlock()
 		}
 	}()
+	if m.stopped {
+		// Close's last commit ran (it holds the gate to set stopped):
+		// nothing may be written to the journal any more, as for the
+		// commits after it.
+		return errVolumeClosed()
+	}
 	if m.isFailed.Load() || v.conversionsQueued() {
 		return errFCFallback
 	}
