@@ -242,6 +242,9 @@ func (f *File) shiftRangeLocked(mode FallocMode, off, length int64) error {
 		if off+length >= size {
 			return fmt.Errorf("collapse-range [%d,+%d) reaches EOF %d: %w", off, length, size, ErrInvalid)
 		}
+		if err := f.v.checkRemoveLocked(f.n, first, uint32(off/bs+n-1)); err != nil {
+			return err
+		}
 		if err := f.m.tree.Remove(first, uint32(off/bs+n-1)); err != nil {
 			return err
 		}
@@ -283,6 +286,9 @@ func (f *File) punchLocked(off, length int64) error {
 			return f.zeroPartial(end/bs*bs, end%bs)
 		}
 		return nil
+	}
+	if err := f.v.checkRemoveLocked(f.n, uint32(first), uint32(last-1)); err != nil {
+		return err
 	}
 	if err := f.zeroPartial(start, first*bs-start); err != nil {
 		return err

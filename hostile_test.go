@@ -550,3 +550,63 @@ func TestHostileBlocksCountNoJournal(t *testing.T) {
 		})
 	}
 }
+
+// TestHostileDoubleMappingNoJournal: a file whose two extents map the
+// same block, on a volume without a journal, fails truncate and punch with
+// ErrCorrupt before freeing anything (the second free of the block would
+// fail after the first stayed on disk): e2fsck finds the same problems
+// afterwards.
+func TestHostileDoubleMappingNoJournal(t *testing.T) {
+	for _, op := range []string{"truncate", "punch", "unlink"} {
+		t.Run(op, func(t *testing.T) {
+			dir := t.TempDir()
+			src := filepath.Join(dir, "src")
+			require.NoError(t, os.MkdirAll(src, 0o755))
+			f, err := os.Create(filepath.Join(src, "victim"))
+			require.NoError(t, err)
+			_, err = f.WriteAt(bytes.Repeat([]byte{1}, 4096), 0)
+			require.NoError(t, err)
+			_, err = f.WriteAt(bytes.Repeat([]byte{2}, 4096), 50*4096)
+			require.NoError(t, err)
+			require.NoError(t, f.Close())
+			img := filepath.Join(dir, "img")
+			e2fs.Mkfs(t, img, "8M", "-d", src, "-O", "^has_journal,metadata_csum", "-b", "4096")
+
+			v, err := ext4io.OpenImage(img, ext4io.Options{})
+			require.NoError(t, err)
+			vf, err := v.Open("victim")
+			require.NoError(t, err)
+			exts, err := vf.Extents()
+			require.NoError(t, err)
+			vf.Close()
+			v.Close()
+			require.Len(t, exts, 2)
+			// The second extent (i_block[6..8]) gets the first's start.
+			e2fs.DebugfsScript(t, img, true, []string{fmt.Sprintf("sif victim block[8] %d", exts[0].Physical)})
+			fsck := func() string {
+				out, _ := exec.Command("e2fsck", "-fn", img).CombinedOutput()
+				return string(out)
+			}
+			before := fsck()
+			require.Contains(t, before, "multiply-claimed")
+
+			v, err = ext4io.OpenImage(img, ext4io.Options{Writable: true})
+			require.NoError(t, err)
+			switch op {
+			case "truncate":
+				err = v.Truncate("victim", 1)
+			case "punch":
+				var w *ext4io.File
+				w, err = v.OpenFile("victim", os.O_RDWR, 0)
+				require.NoError(t, err)
+				err = w.Fallocate(ext4io.FallocPunchHole|ext4io.FallocKeepSize, 0, 51*4096)
+				w.Close()
+			case "unlink":
+				err = v.Unlink("victim")
+			}
+			require.ErrorIs(t, err, ext4io.ErrCorrupt)
+			v.Close()
+			require.Equal(t, before, fsck(), "the refused %s changed what e2fsck finds", op)
+		})
+	}
+}

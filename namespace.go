@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -353,6 +354,57 @@ func (v *Volume) checkEvictLocked(n *inode) error {
 	}
 	if have := n.in.Blocks(v.sb); have < blocks*uint64(v.bs/512) {
 		return errs.Corruptf("inode", 0, -1, "inode %d: maps %d blocks, more than i_blocks %d sectors counts", n.ino, blocks, have)
+	}
+	return v.checkRemoveLocked(n, 0, extent.EndLblk-1)
+}
+
+// checkRemoveLocked fails with ErrCorrupt when removing logical blocks
+// [from, to] of inode n (locked) would free a block the file still maps
+// elsewhere or frees twice (two extents mapping it), or a block the bitmap
+// does not count as in use or that is file system metadata: on a volume
+// without a journal, callers check before the tree's Remove, whose frees
+// up to such a block would stay on disk. With a journal it does nothing
+// (a failed operation is never committed). It walks the whole tree, and
+// refuses a tree with any block mapped twice.
+func (v *Volume) checkRemoveLocked(n *inode, from, to uint32) error {
+	if v.jm != nil || n.m == nil || n.m.tree == nil || from > to {
+		return nil
+	}
+	type run struct {
+		start, n uint64
+		freed    bool
+	}
+	var runs []run
+	err := n.m.tree.Walk(func(e extent.Extent) error {
+		lo, hi := max(uint64(e.Lblk), uint64(from)), min(e.End(), uint64(to)+1)
+		if lo >= hi {
+			runs = append(runs, run{e.Pblk, uint64(e.Len), false})
+			return nil
+		}
+		if lo > uint64(e.Lblk) {
+			runs = append(runs, run{e.Pblk, lo - uint64(e.Lblk), false})
+		}
+		runs = append(runs, run{e.Pblk + (lo - uint64(e.Lblk)), hi - lo, true})
+		if hi < e.End() {
+			runs = append(runs, run{e.Pblk + (hi - uint64(e.Lblk)), e.End() - hi, false})
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("ext4io: inode %d: %w", n.ino, err)
+	}
+	sort.Slice(runs, func(i, j int) bool { return runs[i].start < runs[j].start })
+	var end uint64
+	for i, r := range runs {
+		if i > 0 && r.start < end {
+			return errs.Corruptf("inode", 0, -1, "inode %d: block %d is mapped twice", n.ino, r.start)
+		}
+		end = max(end, r.start+r.n)
+		if r.freed {
+			if err := v.alloc.CheckInUse(r.start, r.n); err != nil {
+				return fmt.Errorf("ext4io: inode %d: %w", n.ino, err)
+			}
+		}
 	}
 	return nil
 }

@@ -935,12 +935,17 @@ type freePiece struct {
 	s, n uint32
 }
 
-func (a *Allocator) freeRun(start, n uint64, busy bool) ([]freePiece, error) {
+// CheckInUse returns nil when Free(start, n) would succeed: the blocks
+// lie inside the file system, none is file system metadata and all are in
+// use in the block bitmap. It changes nothing. Callers that free several
+// runs where a failure half-way would stay on disk (no journal) check
+// every run first.
+func (a *Allocator) CheckInUse(start, n uint64) error {
 	if n == 0 {
-		return nil, nil
+		return nil
 	}
 	if start < a.firstData || start >= a.sb.BlocksCount || a.sb.BlocksCount-start < n {
-		return nil, fmt.Errorf("alloc: free %d+%d outside the filesystem of %d blocks: %w", start, n, a.sb.BlocksCount, ErrInvalid)
+		return fmt.Errorf("alloc: free %d+%d outside the filesystem of %d blocks: %w", start, n, a.sb.BlocksCount, ErrInvalid)
 	}
 	first, last := a.groupOf(start), a.groupOf(start+n-1)
 	for gi := first; gi <= last; gi++ {
@@ -951,6 +956,14 @@ func (a *Allocator) freeRun(start, n uint64, busy bool) ([]freePiece, error) {
 			a.g[gi].mu.Unlock()
 		}
 	}()
+	_, err := a.freePiecesLocked(start, n)
+	return err
+}
+
+// freePiecesLocked splits [start, start+n) by group for freeRun, failing
+// with ErrCorrupt when a block is metadata or already free. The groups'
+// locks are held.
+func (a *Allocator) freePiecesLocked(start, n uint64) ([]freePiece, error) {
 	var ps []freePiece
 	for b, left := start, n; left > 0; {
 		gi := a.groupOf(b)
@@ -969,6 +982,29 @@ func (a *Allocator) freeRun(start, n uint64, busy bool) ([]freePiece, error) {
 		}
 		ps = append(ps, freePiece{gi, uint32(b - base), uint32(k)})
 		b, left = b+k, left-k
+	}
+	return ps, nil
+}
+
+func (a *Allocator) freeRun(start, n uint64, busy bool) ([]freePiece, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	if start < a.firstData || start >= a.sb.BlocksCount || a.sb.BlocksCount-start < n {
+		return nil, fmt.Errorf("alloc: free %d+%d outside the filesystem of %d blocks: %w", start, n, a.sb.BlocksCount, ErrInvalid)
+	}
+	first, last := a.groupOf(start), a.groupOf(start+n-1)
+	for gi := first; gi <= last; gi++ {
+		a.g[gi].mu.Lock()
+	}
+	defer func() {
+		for gi := first; gi <= last; gi++ {
+			a.g[gi].mu.Unlock()
+		}
+	}()
+	ps, err := a.freePiecesLocked(start, n)
+	if err != nil {
+		return nil, err
 	}
 	for _, p := range ps {
 		g := a.g[p.gi]

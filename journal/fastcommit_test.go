@@ -79,14 +79,17 @@ func TestFastCommitArea(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Copied under the device's lock: the background checkpoint may be
+	// writing.
+	cur := dev.snapshot()
 	for b := uint32(fcJLen - fcNum); b < fcJLen; b++ {
-		got := dev.cur[int64(b+tJOff)*tBS : int64(b+tJOff+1)*tBS]
+		got := cur[int64(b+tJOff)*tBS : int64(b+tJOff+1)*tBS]
 		if !bytes.Equal(got, mark(b)) {
 			t.Fatalf("the log wrote journal block %d, in the fast-commit area", b)
 		}
 	}
 	// Crash now: the journal holds committed transactions.
-	img := append([]byte(nil), dev.cur...)
+	img := dev.snapshot()
 	j.Close()
 	crashed := newMemDev(int64(len(img)))
 	copy(crashed.cur, img)

@@ -25,7 +25,7 @@ func TestWriteFastCommitSuperseded(t *testing.T) {
 	area := func() []byte {
 		off, err := j.devOffset(j.fcFirst)
 		require.NoError(t, err)
-		return bytes.Clone(dev.cur[off : off+tBS])
+		return dev.snapshot()[off : off+tBS] // under the device lock: a checkpoint may be writing
 	}
 	tid, err := j.FastCommitTid()
 	require.NoError(t, err)
