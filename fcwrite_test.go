@@ -150,11 +150,10 @@ func fsyncConcurrently(t *testing.T, v *ext4io.Volume, dev *countDev, jobs, n, s
 }
 
 // TestFastCommitGroup: concurrent fsyncs share fast commits (fcGroup).
-// With a device whose flush takes 200 µs, one writer costs 2 flushes per
-// fsynced file (before and after the tags; the first fast commit also
-// checkpoints the log, 2 more flushes over 40 files) and four writers
-// less than 1: the fsyncs that arrive while a fast commit is in flight
-// share the next.
+// The device's flushes are slowed so that fsyncs overlap. One writer
+// needs 2 flushes per fsynced file (before and after the tags, plus the
+// first fast commit's log checkpoint) and four writers fewer than 1: the
+// fsyncs that arrive while a fast commit is in flight share the next.
 func TestFastCommitGroup(t *testing.T) {
 	for _, tc := range []struct {
 		jobs       int

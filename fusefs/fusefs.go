@@ -442,11 +442,11 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 			return errno(err)
 		}
 	}
-	mode, setMode := in.GetMode()
-	uid, setUID := in.GetUID()
-	gid, setGID := in.GetGID()
-	atime, setA := in.GetATime()
-	mtime, setM := in.GetMTime()
+	_, setMode := in.GetMode()
+	_, setUID := in.GetUID()
+	_, setGID := in.GetGID()
+	_, setA := in.GetATime()
+	_, setM := in.GetMTime()
 	if setMode || setUID || setGID || setA || setM {
 		isLink := n.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFLNK
 		n.s.renameMu.RLock()
@@ -474,34 +474,8 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 			return e
 		}
 		defer f.Close()
-		if setUID || setGID {
-			u, g := -1, -1
-			if setUID {
-				u = int(uid)
-			}
-			if setGID {
-				g = int(gid)
-			}
-			if err := f.Chown(u, g); err != nil {
-				return errno(err)
-			}
-		}
-		if setMode {
-			if err := f.Chmod(fileMode(mode)); err != nil {
-				return errno(err)
-			}
-		}
-		if setA || setM {
-			var a, m time.Time
-			if setA {
-				a = atime
-			}
-			if setM {
-				m = mtime
-			}
-			if err := f.Chtimes(a, m); err != nil {
-				return errno(err)
-			}
+		if err := setAttrs(f, in); err != nil {
+			return errno(err)
 		}
 	}
 	fi, e := n.stat(fh)
@@ -516,11 +490,6 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 // another open handle, and returns the new attributes: ENOENT when it has
 // no handle.
 func (n *node) setattrOpen(fh fs.FileHandle, in *fuse.SetAttrIn) (*ext4io.FileInfo, syscall.Errno) {
-	mode, setMode := in.GetMode()
-	uid, setUID := in.GetUID()
-	gid, setGID := in.GetGID()
-	atime, setA := in.GetATime()
-	mtime, setM := in.GetMTime()
 	// Holding openMu keeps Release from closing the File meanwhile.
 	n.openMu.Lock()
 	defer n.openMu.Unlock()
@@ -536,6 +505,21 @@ func (n *node) setattrOpen(fh fs.FileHandle, in *fuse.SetAttrIn) (*ext4io.FileIn
 	if f == nil {
 		return nil, syscall.ENOENT
 	}
+	if err := setAttrs(f, in); err != nil {
+		return nil, errno(err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, errno(err)
+	}
+	return fi.(*ext4io.FileInfo), 0
+}
+
+// setAttrs applies the owner, mode and times that in sets to f: the
+// owner, then the mode, then the times, each only when in sets it.
+func setAttrs(f *ext4io.File, in *fuse.SetAttrIn) error {
+	uid, setUID := in.GetUID()
+	gid, setGID := in.GetGID()
 	if setUID || setGID {
 		u, g := -1, -1
 		if setUID {
@@ -545,14 +529,16 @@ func (n *node) setattrOpen(fh fs.FileHandle, in *fuse.SetAttrIn) (*ext4io.FileIn
 			g = int(gid)
 		}
 		if err := f.Chown(u, g); err != nil {
-			return nil, errno(err)
+			return err
 		}
 	}
-	if setMode {
+	if mode, ok := in.GetMode(); ok {
 		if err := f.Chmod(fileMode(mode)); err != nil {
-			return nil, errno(err)
+			return err
 		}
 	}
+	atime, setA := in.GetATime()
+	mtime, setM := in.GetMTime()
 	if setA || setM {
 		var a, m time.Time
 		if setA {
@@ -561,15 +547,9 @@ func (n *node) setattrOpen(fh fs.FileHandle, in *fuse.SetAttrIn) (*ext4io.FileIn
 		if setM {
 			m = mtime
 		}
-		if err := f.Chtimes(a, m); err != nil {
-			return nil, errno(err)
-		}
+		return f.Chtimes(a, m)
 	}
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, errno(err)
-	}
-	return fi.(*ext4io.FileInfo), 0
+	return nil
 }
 
 var ftMode = [...]uint32{
