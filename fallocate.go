@@ -242,7 +242,7 @@ func (f *File) shiftRangeLocked(mode FallocMode, off, length int64) error {
 		if off+length >= size {
 			return fmt.Errorf("collapse-range [%d,+%d) reaches EOF %d: %w", off, length, size, ErrInvalid)
 		}
-		if err := f.v.checkRemoveLocked(f.n, first, uint32(off/bs+n-1)); err != nil {
+		if _, err := f.v.checkRemoveLocked(f.n, first, uint32(off/bs+n-1)); err != nil {
 			return err
 		}
 		if err := f.m.tree.Remove(first, uint32(off/bs+n-1)); err != nil {
@@ -287,7 +287,7 @@ func (f *File) punchLocked(off, length int64) error {
 		}
 		return nil
 	}
-	if err := f.v.checkRemoveLocked(f.n, uint32(first), uint32(last-1)); err != nil {
+	if _, err := f.v.checkRemoveLocked(f.n, uint32(first), uint32(last-1)); err != nil {
 		return err
 	}
 	if err := f.zeroPartial(start, first*bs-start); err != nil {

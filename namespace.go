@@ -335,18 +335,14 @@ func (v *Volume) checkEvictLocked(n *inode) error {
 	if v.jm != nil || n.m == nil || n.m.tree == nil {
 		return nil
 	}
-	var blocks uint64
-	err := n.m.tree.Walk(func(e extent.Extent) error {
-		blocks += uint64(e.Len)
-		return nil
-	})
-	if err == nil {
-		err = n.m.tree.Blocks(func(uint64, int) error {
-			blocks++
-			return nil
-		})
-	}
+	blocks, err := v.checkRemoveLocked(n, 0, extent.EndLblk-1)
 	if err != nil {
+		return err
+	}
+	if err := n.m.tree.Blocks(func(uint64, int) error {
+		blocks++
+		return nil
+	}); err != nil {
 		return fmt.Errorf("ext4io: inode %d: %w", n.ino, err)
 	}
 	if n.in.FileACL != 0 {
@@ -355,7 +351,7 @@ func (v *Volume) checkEvictLocked(n *inode) error {
 	if have := n.in.Blocks(v.sb); have < blocks*uint64(v.bs/512) {
 		return errs.Corruptf("inode", 0, -1, "inode %d: maps %d blocks, more than i_blocks %d sectors counts", n.ino, blocks, have)
 	}
-	return v.checkRemoveLocked(n, 0, extent.EndLblk-1)
+	return nil
 }
 
 // checkRemoveLocked fails with ErrCorrupt when removing logical blocks
@@ -364,18 +360,20 @@ func (v *Volume) checkEvictLocked(n *inode) error {
 // does not count as in use or that is file system metadata: on a volume
 // without a journal, callers check before the tree's Remove, whose frees
 // up to such a block would stay on disk. With a journal it does nothing
-// (a failed operation is never committed). It walks the whole tree, and
-// refuses a tree with any block mapped twice.
-func (v *Volume) checkRemoveLocked(n *inode, from, to uint32) error {
+// (a failed operation is never committed). It walks the whole tree,
+// refuses a tree with any block mapped twice, and returns the number of
+// data blocks the tree maps.
+func (v *Volume) checkRemoveLocked(n *inode, from, to uint32) (mapped uint64, err error) {
 	if v.jm != nil || n.m == nil || n.m.tree == nil || from > to {
-		return nil
+		return 0, nil
 	}
 	type run struct {
 		start, n uint64
 		freed    bool
 	}
 	var runs []run
-	err := n.m.tree.Walk(func(e extent.Extent) error {
+	err = n.m.tree.Walk(func(e extent.Extent) error {
+		mapped += uint64(e.Len)
 		lo, hi := max(uint64(e.Lblk), uint64(from)), min(e.End(), uint64(to)+1)
 		if lo >= hi {
 			runs = append(runs, run{e.Pblk, uint64(e.Len), false})
@@ -391,22 +389,22 @@ func (v *Volume) checkRemoveLocked(n *inode, from, to uint32) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("ext4io: inode %d: %w", n.ino, err)
+		return 0, fmt.Errorf("ext4io: inode %d: %w", n.ino, err)
 	}
 	sort.Slice(runs, func(i, j int) bool { return runs[i].start < runs[j].start })
 	var end uint64
 	for i, r := range runs {
 		if i > 0 && r.start < end {
-			return errs.Corruptf("inode", 0, -1, "inode %d: block %d is mapped twice", n.ino, r.start)
+			return 0, errs.Corruptf("inode", 0, -1, "inode %d: block %d is mapped twice", n.ino, r.start)
 		}
 		end = max(end, r.start+r.n)
 		if r.freed {
 			if err := v.alloc.CheckInUse(r.start, r.n); err != nil {
-				return fmt.Errorf("ext4io: inode %d: %w", n.ino, err)
+				return 0, fmt.Errorf("ext4io: inode %d: %w", n.ino, err)
 			}
 		}
 	}
-	return nil
+	return mapped, nil
 }
 
 // releaseLinkLocked handles an inode whose link count dropped (n locked):

@@ -471,7 +471,7 @@ func (f *File) truncateLocked(size uint64) error {
 	if size < f.in.Size {
 		first := (size + bs - 1) / bs
 		if first < maxFileBlocks {
-			if err := f.v.checkRemoveLocked(f.n, uint32(first), extent.EndLblk-1); err != nil {
+			if _, err := f.v.checkRemoveLocked(f.n, uint32(first), extent.EndLblk-1); err != nil {
 				return err
 			}
 			if err := f.m.tree.Remove(uint32(first), extent.EndLblk-1); err != nil {
