@@ -38,8 +38,15 @@ func (d *stallDev) WriteAt(p []byte, off int64) (int, error) {
 // its data write, inside its operation, while Close begins: Close waits
 // for it, and the closed image holds the write (data and size).
 func TestCloseWaitsForOperationInFlight(t *testing.T) {
+	t.Run("journal", func(t *testing.T) { closeWaitsForOperationInFlight(t, FormatOptions{}) })
+	t.Run("nojournal", func(t *testing.T) {
+		closeWaitsForOperationInFlight(t, FormatOptions{Features: "^has_journal"})
+	})
+}
+
+func closeWaitsForOperationInFlight(t *testing.T, fopts FormatOptions) {
 	mem := memdev.NewBlockSize(32<<20, 4096)
-	require.NoError(t, Format(mem, FormatOptions{}))
+	require.NoError(t, Format(mem, fopts))
 	magic := []byte("in-flight write!")
 	dev := &stallDev{Device: mem, magic: magic, entered: make(chan struct{}), release: make(chan struct{})}
 	v, err := Open(dev, Options{Writable: true, WritebackAge: -1, CommitInterval: -1, PageCacheBytes: -1})

@@ -504,12 +504,6 @@ func (v *Volume) beginOp() error {
 // I/O buffer on the direct I/O paths, so that writers on different CPUs
 // do not share a reader count). It returns the stripe for endOpAt.
 func (v *Volume) beginOpAt(hint int) (int, error) {
-	if v.jm == nil {
-		if v.closed.Load() {
-			return 0, errVolumeClosed()
-		}
-		return 0, nil
-	}
 	s := v.txnGate.RLock(hint)
 	if v.closed.Load() {
 		v.txnGate.RUnlock(s)
@@ -524,11 +518,8 @@ func (v *Volume) beginOpAt(hint int) (int, error) {
 // metadata (or the allocator's counts, which Close writes to the
 // superblock) after it.
 func (v *Volume) beginInternalOp() error {
-	if v.jm == nil {
-		return nil
-	}
 	s := v.txnGate.RLock(0)
-	if v.jm.stopped {
+	if v.jm != nil && v.jm.stopped {
 		v.txnGate.RUnlock(s)
 		return errVolumeClosed()
 	}
@@ -544,10 +535,10 @@ func (v *Volume) endOp() error { return v.endOpAt(0) }
 
 // endOpAt is endOp for an operation that beginOpAt entered on stripe s.
 func (v *Volume) endOpAt(s int) error {
+	v.txnGate.RUnlock(s)
 	if v.jm == nil {
 		return nil
 	}
-	v.txnGate.RUnlock(s)
 	if v.jm.pendingLen() >= v.jm.commitAt {
 		return v.jm.commit(false)
 	}

@@ -256,8 +256,9 @@ type Volume struct {
 	touch touchClock
 
 	// txnGate is held shared by each metadata-changing operation and
-	// exclusively by a journal commit (see jmeta). Striped: every direct
-	// write takes it, on the stripe of its buffer.
+	// exclusively by a journal commit (see jmeta) and by Close, which
+	// waits out the operations in flight (with or without a journal).
+	// Striped: every direct write takes it, on the stripe of its buffer.
 	txnGate stripe.RWMutex
 
 	stats struct {
@@ -681,9 +682,8 @@ func (v *Volume) BlockSize() int {
 // Files of the volume may be in use while it closes: a call that began
 // before Close either completes (a metadata change it made is in the
 // closed image) or fails with an error matching ErrClosed, and later
-// calls fail with ErrClosed. On a journaled volume Close waits for the
-// metadata-changing operations in flight; a volume without a journal does
-// not, and its Files should not be in use while it closes.
+// calls fail with ErrClosed. Close waits for the writes and
+// metadata-changing operations in flight, with or without a journal.
 //
 // Closing a writable volume writes the free counts, marks the superblock
 // clean and flushes the device; the first error is returned and the
@@ -697,13 +697,11 @@ func (v *Volume) Close() error {
 	}
 	var err error
 	if v.alloc != nil {
-		if v.jm != nil {
-			// Wait for the operations in flight: those that enter the
-			// gate from now on see closed and fail with ErrClosed.
-			v.txnGate.Lock()
-			//lint:ignore SA2001 a barrier: taking the gate waits out the operations holding it
-			v.txnGate.Unlock()
-		}
+		// Wait for the operations in flight: those that enter the
+		// gate from now on see closed and fail with ErrClosed.
+		v.txnGate.Lock()
+		//lint:ignore SA2001 a barrier: taking the gate waits out the operations holding it
+		v.txnGate.Unlock()
 		err = v.unmount()
 	}
 	if merr := v.stopMMP(); err == nil {
