@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 
 	"github.com/ext4io/ext4io/alloc"
 	"github.com/ext4io/ext4io/blockdev"
@@ -338,7 +339,8 @@ func (f *File) atomicAlloc(lblk, nblk uint64) ([]extent.Extent, error) {
 	// from the tree: under the shared inode lock, so that no swap runs
 	// between a fill's tree lookup and its insertion (esc.Tree.Fill).
 	s := f.n.mu.RLockAt(int(lblk))
-	goals := f.atomicGoals(lblk, nblk)
+	var gbuf [2]uint64
+	goals := f.atomicGoals(gbuf[:0], lblk, nblk)
 	req := f.allocRequest(lblk, nblk)
 	f.n.mu.RUnlockAt(s)
 	for _, goal := range goals {
@@ -381,9 +383,8 @@ func (f *File) atomicAlloc(lblk, nblk uint64) ([]extent.Extent, error) {
 
 // atomicGoals returns the places where nblk new blocks for lblk would
 // extend a written neighbour: after the block mapping lblk-1, before the
-// one mapping lblk+nblk.
-func (f *File) atomicGoals(lblk, nblk uint64) []uint64 {
-	var goals []uint64
+// one mapping lblk+nblk. They are appended to goals.
+func (f *File) atomicGoals(goals []uint64, lblk, nblk uint64) []uint64 {
 	if lblk > 0 {
 		if m, err := f.m.lookup(lblk - 1); err == nil && m.kind == mapWritten {
 			goals = append(goals, m.pblk+1)
@@ -408,10 +409,14 @@ func (f *File) atomicGoals(lblk, nblk uint64) []uint64 {
 func (f *File) atomicCredits(lblk, nblk uint64, runs []extent.Extent) (int, error) {
 	bpg := uint64(f.v.sb.BlocksPerGroup)
 	first := uint64(f.v.sb.FirstDataBlock)
-	groups := map[uint64]bool{}
+	// The groups touched, without duplicates: a few, so a slice.
+	var gbuf [8]uint64
+	groups := gbuf[:0]
 	addRun := func(p, n uint64) {
 		for g := (p - min(p, first)) / bpg; g <= (p+n-1-min(p+n-1, first))/bpg; g++ {
-			groups[g] = true
+			if !slices.Contains(groups, g) {
+				groups = append(groups, g)
+			}
 		}
 	}
 	for _, r := range runs {
