@@ -287,12 +287,15 @@ func (f *File) atomicSwap(p []byte, off int64) error {
 	if f.n.delayed > 0 {
 		f.n.bops.dropDelayedLocked(lblk, nblk)
 	}
-	c, err := f.atomicCredits(lblk, nblk, runs)
-	if err != nil {
-		freeRuns()
-		return err
+	most := f.v.jm.maxChunk
+	c := atomicWorstCredits(nblk, f.m.tree.Depth())
+	if c > most {
+		if c, err = f.atomicCredits(lblk, nblk, runs); err != nil {
+			freeRuns()
+			return err
+		}
 	}
-	if most := f.v.jm.maxChunk; c > most {
+	if c > most {
 		freeRuns()
 		return fmt.Errorf("ext4io: inode %d: atomic write [%d, +%d): its old blocks are scattered so that the swap would change about %d metadata blocks, more than one journal transaction takes here (%d): %w",
 			f.ino, off, len(p), c, most, ErrUnsupported)
@@ -407,6 +410,7 @@ func (f *File) atomicGoals(goals []uint64, lblk, nblk uint64) []uint64 {
 // the top of the file), which WriteAtomic checks against jmeta.maxChunk,
 // an eighth of the journal.
 func (f *File) atomicCredits(lblk, nblk uint64, runs []extent.Extent) (int, error) {
+	depth := f.m.tree.Depth()
 	bpg := uint64(f.v.sb.BlocksPerGroup)
 	first := uint64(f.v.sb.FirstDataBlock)
 	// The groups touched, without duplicates: a few, so a slice.
@@ -437,5 +441,14 @@ func (f *File) atomicCredits(lblk, nblk uint64, runs []extent.Extent) (int, erro
 	if err != nil {
 		return 0, err
 	}
-	return 2*len(groups) + tree + 2*(f.m.tree.Depth()+1) + 2, nil
+	return 2*len(groups) + tree + 2*(depth+1) + 2, nil
+}
+
+// atomicWorstCredits bounds atomicCredits for any nblk-block swap on a
+// tree of the given depth, without looking at the range: every old and
+// every new block in a group of its own (2*nblk groups), and every old
+// block in an extent of its own on a path of depth tree blocks. A small
+// swap whose bound fits a transaction skips the exact count.
+func atomicWorstCredits(nblk uint64, depth int) int {
+	return 2*(2*int(nblk)) + int(nblk)*depth + 2*(depth+1) + 2
 }
