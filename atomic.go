@@ -309,9 +309,8 @@ func (f *File) atomicSwap(p []byte, off int64) error {
 		freeRuns()
 		return err
 	}
-	if _, err := f.m.drop(uint32(lblk), uint32(nblk)); err != nil {
-		return err
-	}
+	// The runs cover the range: each Insert replaces what the cache held
+	// there (the Delayed blocks were dropped above), with no Remove first.
 	for _, r := range runs {
 		if err := f.m.set(esc.Extent{Lblk: r.Lblk, Len: r.Len, Pblk: r.Pblk, Status: esc.Written}); err != nil {
 			return err
