@@ -41,9 +41,9 @@ import (
 // of the old and new runs, the inode), and WriteAtomic commits first when
 // the running transaction is already large (jmeta.commitAt), so that the
 // swap lands in one journal transaction even where jmeta.log spreads a
-// large pending set over several. A swap whose bound (atomicCredits)
-// exceeds jmeta.maxChunk, an eighth of the journal, is refused before it
-// changes anything: the old blocks of such a range are scattered over
+// large pending set over several. A swap whose bound (atomicWorstCredits
+// from its size, else the count of atomicCredits) exceeds jmeta.maxChunk,
+// an eighth of the journal, is refused before it changes anything: the old blocks of such a range are scattered over
 // more groups or tree leaves than a transaction can be sure to hold.
 //
 // Fast commits: a swap moves blocks between owners, which fast-commit
