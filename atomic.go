@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"slices"
 
 	"github.com/ext4io/ext4io/alloc"
 	"github.com/ext4io/ext4io/blockdev"
@@ -43,8 +42,9 @@ import (
 // swap lands in one journal transaction even where jmeta.log spreads a
 // large pending set over several. A swap whose bound (atomicWorstCredits
 // from its size, else the count of atomicCredits) exceeds jmeta.maxChunk,
-// an eighth of the journal, is refused before it changes anything: the old blocks of such a range are scattered over
-// more groups or tree leaves than a transaction can be sure to hold.
+// an eighth of the journal, is refused before it changes anything: the
+// old blocks of such a range are scattered over more groups or tree
+// leaves than a transaction can be sure to hold.
 //
 // Fast commits: a swap moves blocks between owners, which fast-commit
 // range records replay only as "map these blocks" without the frees of
@@ -412,14 +412,10 @@ func (f *File) atomicCredits(lblk, nblk uint64, runs []extent.Extent) (int, erro
 	depth := f.m.tree.Depth()
 	bpg := uint64(f.v.sb.BlocksPerGroup)
 	first := uint64(f.v.sb.FirstDataBlock)
-	// The groups touched, without duplicates: a few, so a slice.
-	var gbuf [8]uint64
-	groups := gbuf[:0]
+	groups := map[uint64]bool{}
 	addRun := func(p, n uint64) {
 		for g := (p - min(p, first)) / bpg; g <= (p+n-1-min(p+n-1, first))/bpg; g++ {
-			if !slices.Contains(groups, g) {
-				groups = append(groups, g)
-			}
+			groups[g] = true
 		}
 	}
 	for _, r := range runs {
