@@ -40,10 +40,11 @@ import (
 // of the old and new runs, the inode), and WriteAtomic commits first when
 // the running transaction is already large (jmeta.commitAt), so that the
 // swap lands in one journal transaction even where jmeta.log spreads a
-// large pending set over several. A swap whose bound (atomicCredits)
-// exceeds jmeta.maxChunk, an eighth of the journal, is refused before it
-// changes anything: the old blocks of such a range are scattered over
-// more groups or tree leaves than a transaction can be sure to hold.
+// large pending set over several. A swap whose bound (atomicWorstCredits
+// from its size, else the count of atomicCredits) exceeds jmeta.maxChunk,
+// an eighth of the journal, is refused before it changes anything: the
+// old blocks of such a range are scattered over more groups or tree
+// leaves than a transaction can be sure to hold.
 //
 // Fast commits: a swap moves blocks between owners, which fast-commit
 // range records replay only as "map these blocks" without the frees of
@@ -286,12 +287,15 @@ func (f *File) atomicSwap(p []byte, off int64) error {
 	if f.n.delayed > 0 {
 		f.n.bops.dropDelayedLocked(lblk, nblk)
 	}
-	c, err := f.atomicCredits(lblk, nblk, runs)
-	if err != nil {
-		freeRuns()
-		return err
+	most := f.v.jm.maxChunk
+	c := atomicWorstCredits(nblk, f.m.tree.Depth())
+	if c > most {
+		if c, err = f.atomicCredits(lblk, nblk, runs); err != nil {
+			freeRuns()
+			return err
+		}
 	}
-	if most := f.v.jm.maxChunk; c > most {
+	if c > most {
 		freeRuns()
 		return fmt.Errorf("ext4io: inode %d: atomic write [%d, +%d): its old blocks are scattered so that the swap would change about %d metadata blocks, more than one journal transaction takes here (%d): %w",
 			f.ino, off, len(p), c, most, ErrUnsupported)
@@ -305,9 +309,8 @@ func (f *File) atomicSwap(p []byte, off int64) error {
 		freeRuns()
 		return err
 	}
-	if _, err := f.m.drop(uint32(lblk), uint32(nblk)); err != nil {
-		return err
-	}
+	// The runs cover the range: each Insert replaces what the cache held
+	// there (the Delayed blocks were dropped above), with no Remove first.
 	for _, r := range runs {
 		if err := f.m.set(esc.Extent{Lblk: r.Lblk, Len: r.Len, Pblk: r.Pblk, Status: esc.Written}); err != nil {
 			return err
@@ -338,7 +341,8 @@ func (f *File) atomicAlloc(lblk, nblk uint64) ([]extent.Extent, error) {
 	// from the tree: under the shared inode lock, so that no swap runs
 	// between a fill's tree lookup and its insertion (esc.Tree.Fill).
 	s := f.n.mu.RLockAt(int(lblk))
-	goals := f.atomicGoals(lblk, nblk)
+	var gbuf [2]uint64
+	goals := f.atomicGoals(gbuf[:0], lblk, nblk)
 	req := f.allocRequest(lblk, nblk)
 	f.n.mu.RUnlockAt(s)
 	for _, goal := range goals {
@@ -381,9 +385,8 @@ func (f *File) atomicAlloc(lblk, nblk uint64) ([]extent.Extent, error) {
 
 // atomicGoals returns the places where nblk new blocks for lblk would
 // extend a written neighbour: after the block mapping lblk-1, before the
-// one mapping lblk+nblk.
-func (f *File) atomicGoals(lblk, nblk uint64) []uint64 {
-	var goals []uint64
+// one mapping lblk+nblk. They are appended to goals.
+func (f *File) atomicGoals(goals []uint64, lblk, nblk uint64) []uint64 {
 	if lblk > 0 {
 		if m, err := f.m.lookup(lblk - 1); err == nil && m.kind == mapWritten {
 			goals = append(goals, m.pblk+1)
@@ -406,6 +409,7 @@ func (f *File) atomicGoals(lblk, nblk uint64) []uint64 {
 // the top of the file), which WriteAtomic checks against jmeta.maxChunk,
 // an eighth of the journal.
 func (f *File) atomicCredits(lblk, nblk uint64, runs []extent.Extent) (int, error) {
+	depth := f.m.tree.Depth()
 	bpg := uint64(f.v.sb.BlocksPerGroup)
 	first := uint64(f.v.sb.FirstDataBlock)
 	groups := map[uint64]bool{}
@@ -432,5 +436,14 @@ func (f *File) atomicCredits(lblk, nblk uint64, runs []extent.Extent) (int, erro
 	if err != nil {
 		return 0, err
 	}
-	return 2*len(groups) + tree + 2*(f.m.tree.Depth()+1) + 2, nil
+	return 2*len(groups) + tree + 2*(depth+1) + 2, nil
+}
+
+// atomicWorstCredits bounds atomicCredits for any nblk-block swap on a
+// tree of the given depth, without looking at the range: every old and
+// every new block in a group of its own (2*nblk groups), and every old
+// block in an extent of its own on a path of depth tree blocks. A small
+// swap whose bound fits a transaction skips the exact count.
+func atomicWorstCredits(nblk uint64, depth int) int {
+	return 2*(2*int(nblk)) + int(nblk)*depth + 2*(depth+1) + 2
 }

@@ -30,6 +30,7 @@ func TestAtomicCreditsRefuse(t *testing.T) {
 	require.NoError(t, err)
 	require.Positive(t, f.m.tree.Depth(), "8 pieces do not fit the root")
 	require.GreaterOrEqual(t, whole, 2+1+2*2+2, "a group, a leaf, two splits' paths, the inode and superblock")
+	require.GreaterOrEqual(t, atomicWorstCredits(16, f.m.tree.Depth()), whole, "the bound small swaps use instead of the count")
 
 	most := v.jm.maxChunk
 	v.jm.maxChunk = whole - 1 // the limit of a smaller journal

@@ -863,12 +863,7 @@ func (a *Allocator) setUsedLocked(gi uint64, s, n uint32) error {
 func (a *Allocator) writeBlockBitmapLocked(gi uint64) error {
 	g := a.g[gi]
 	d := g.mu.desc
-	buf, err := a.io.GetWrite(d.BlockBitmap)
-	if err != nil {
-		return fmt.Errorf("alloc: block bitmap of group %d: %w", gi, err)
-	}
-	copy(buf, g.mu.bitmap)
-	if err := a.io.Dirty(d.BlockBitmap, buf); err != nil {
+	if err := a.writeBlock(d.BlockBitmap, 0, g.mu.bitmap); err != nil {
 		return fmt.Errorf("alloc: block bitmap of group %d: %w", gi, err)
 	}
 	if a.mcsum {
@@ -887,15 +882,24 @@ func (a *Allocator) writeDescLocked(gi uint64) error {
 	m := &a.descMu[gi/a.perDesc]
 	m.Lock()
 	defer m.Unlock()
-	buf, err := a.io.GetWrite(blk)
-	if err != nil {
-		return fmt.Errorf("alloc: descriptor of group %d: %w", gi, err)
-	}
-	copy(buf[off:], d.Raw)
-	if err := a.io.Dirty(blk, buf); err != nil {
+	if err := a.writeBlock(blk, off, d.Raw); err != nil {
 		return fmt.Errorf("alloc: descriptor of group %d: %w", gi, err)
 	}
 	return nil
+}
+
+// writeBlock writes p at byte off of metadata block blk, in place through
+// MetaUpdater when a.io has it, else with GetWrite and Dirty.
+func (a *Allocator) writeBlock(blk uint64, off int, p []byte) error {
+	if u, ok := a.io.(MetaUpdater); ok {
+		return u.Update(blk, func(b []byte) { copy(b[off:], p) })
+	}
+	buf, err := a.io.GetWrite(blk)
+	if err != nil {
+		return err
+	}
+	copy(buf[off:], p)
+	return a.io.Dirty(blk, buf)
 }
 
 // Free returns [start, start+n) to free space. Freeing a block that is

@@ -29,6 +29,17 @@ type MetaIO interface {
 	ZeroOut(blk, n uint64) error
 }
 
+// MetaUpdater is implemented by a MetaIO that can change a block in place,
+// saving the two block copies of a GetWrite and Dirty pair: the
+// allocator writes its bitmaps and descriptors through it when the MetaIO
+// has it. Update calls fn with blk's current contents (its pending copy in
+// a journaled MetaIO, else a private copy that becomes the pending one);
+// what fn leaves in b is blk's new contents, as if Dirty had recorded it.
+// fn must not keep b or call the MetaIO.
+type MetaUpdater interface {
+	Update(blk uint64, fn func(b []byte)) error
+}
+
 // DirectIO is a MetaIO writing straight to a device, without a journal.
 // It is safe for concurrent use.
 type DirectIO struct {
