@@ -299,9 +299,13 @@ func (f *File) overwrite(p []byte, pos int64, m blockMap, nblk uint64) (int, err
 }
 
 // fullBlocks builds the whole-block image of writing p at pos into nblk
-// blocks that read as zeroes, returning it and the bytes of p it holds.
+// blocks that read as zeroes, returning it and the bytes of p it holds:
+// p itself when it starts at a block boundary and fills the blocks.
 func fullBlocks(p []byte, pos, bs int64, nblk uint64) ([]byte, int) {
 	inBlk := pos % bs
+	if size := int64(nblk) * bs; inBlk == 0 && int64(len(p)) >= size {
+		return p[:size], int(size)
+	}
 	buf := make([]byte, int64(nblk)*bs)
 	n := copy(buf[inBlk:], p)
 	return buf, n
