@@ -57,6 +57,10 @@ type metaCache struct {
 	used   int64              // bytes held; guarded by mu
 	gen    uint64             // advanced by every install and drop; guarded by mu
 	dirty  int64              // bytes of dirty blocks (write-back only); guarded by mu
+	// spare holds block buffers for reuse: the data of dirty blocks
+	// nobody else referred to (not shared) when a newer copy replaced
+	// them; at most maxSpareBlocks. Guarded by mu.
+	spare [][]byte
 
 	hits, misses, evictions atomic.Int64
 }
@@ -160,12 +164,32 @@ func (c *metaCache) installDirtyLocked(blk uint64, b []byte) {
 	c.gen++
 	if e := c.blocks[blk]; e != nil {
 		c.removeLocked(e)
+		if e.dirty && !e.shared && len(e.data) == c.bs && len(c.spare) < maxSpareBlocks {
+			c.spare = append(c.spare, e.data)
+		}
 	}
 	e := &cblock{blk: blk, data: b, dirty: true}
 	c.blocks[blk] = e
 	c.used += int64(len(b))
 	c.dirty += int64(len(b))
 	c.evictLocked()
+}
+
+// maxSpareBlocks bounds metaCache.spare.
+const maxSpareBlocks = 16
+
+// spareBlock returns a block buffer of unspecified contents: a spare one
+// or a new one.
+func (c *metaCache) spareBlock() []byte {
+	c.mu.Lock()
+	if n := len(c.spare); n > 0 {
+		b := c.spare[n-1]
+		c.spare = c.spare[:n-1]
+		c.mu.Unlock()
+		return b
+	}
+	c.mu.Unlock()
+	return make([]byte, c.bs)
 }
 
 // install is installLocked taking c.mu.
@@ -290,16 +314,23 @@ func (m *cachedIO) GetWrite(blk uint64) ([]byte, error) {
 	return b, err
 }
 
-// copyOf returns a private copy of blk's contents.
+// copyOf returns a private copy of blk's contents: copied under the
+// cache's lock when cached (which leaves the cached block unshared), into
+// a spare buffer where there is one.
 func (m *cachedIO) copyOf(blk uint64) ([]byte, error) {
+	buf := m.c.spareBlock()
+	if m.c.getInto(blk, buf) {
+		return buf, nil
+	}
 	b, err := m.Read(blk)
 	if err != nil {
 		return nil, err
 	}
-	if len(b) == 0 {
-		return nil, fmt.Errorf("ext4io: metadata block %d: empty read: %w", blk, ErrIO)
+	if len(b) != len(buf) {
+		return nil, fmt.Errorf("ext4io: metadata block %d: read %d bytes, not a block: %w", blk, len(b), ErrIO)
 	}
-	return append([]byte(nil), b...), nil
+	copy(buf, b)
+	return buf, nil
 }
 
 // getNew is GetWrite for a block just allocated, whose old contents do
