@@ -32,8 +32,10 @@ import (
 // and the host inodes with more than one link, and the import reads each
 // directory again as it copies it (in the same, sorted, order). The
 // import lists extended attributes again only if the walk found some in
-// the tree, and creates each entry through a File of its image
-// directory (File.CreateAt, MkdirAt) rather than by its path. Memory
+// the tree, reads the tree on a second goroutine ahead of its writes
+// (srcStream, mkfsd_ahead.go: a few fixed buffers more), and creates each
+// entry through a File of its image directory (File.CreateAt, MkdirAt)
+// rather than by its path. Memory
 // grows with the depth of the tree and the size of its largest directory
 // listing, and with the number of hard-linked inodes, not with the tree.
 //
@@ -268,6 +270,7 @@ type importer struct {
 	// noXattrs skips listing the extended attributes of each entry: the
 	// walk found none in the tree.
 	noXattrs bool
+	src      *srcStream // the tree read ahead, while fill runs
 }
 
 func newImporter(v *ext4io.Volume) *importer {
@@ -325,38 +328,39 @@ func (im *importer) importTree(t *srcTree, dst string, attrs bool) error {
 }
 
 // fill creates the entries of the host directory e in the image
-// directory r, reading e again.
+// directory r, from the tree read ahead (srcStream, started here for the
+// top directory).
 func (im *importer) fill(e *srcEntry, r *dirRef) error {
-	var err error
-	lerr := readDirEntries(e, func(k *srcEntry) {
-		if err != nil {
-			return
-		}
-		if err = im.load(k); err == nil {
-			err = im.one(k, path.Join(r.path, k.name), r)
-		}
-		if err != nil {
-			err = fmt.Errorf("%s: %w", k.host, err)
-		}
-	})
-	if err == nil {
-		err = lerr
+	if im.src == nil {
+		im.src = newSrcStream(e, im.noXattrs)
+		defer func() {
+			im.src.stop()
+			im.src = nil
+		}()
 	}
-	return err
-}
-
-// load is e.load, but for the extended attributes when the walk found
-// none in the whole tree.
-func (im *importer) load(e *srcEntry) error {
-	if !im.noXattrs {
-		return e.load()
+	for {
+		it, ok := im.src.next()
+		if !ok {
+			return fmt.Errorf("%s: the host tree read ahead ended early", e.host)
+		}
+		if it.e == nil {
+			return it.err // the end of e, and the errors listing it
+		}
+		err := it.err
+		if err == nil {
+			err = im.one(it.e, path.Join(r.path, it.e.name), r, &it)
+		}
+		im.src.release(&it)
+		if err != nil {
+			return fmt.Errorf("%s: %w", it.e.host, err)
+		}
 	}
-	return e.loadBut(false)
 }
 
 // one creates the entry e (loaded) at d, in the directory parent (nil
-// for the top of put's tree, created by its path).
-func (im *importer) one(e *srcEntry, d string, parent *dirRef) error {
+// for the top of put's tree, created by its path); it is e read ahead,
+// nil for the top.
+func (im *importer) one(e *srcEntry, d string, parent *dirRef, it *srcItem) error {
 	if im.reopen != nil {
 		v, err := im.reopen(im.v, im.made)
 		if v != im.v {
@@ -389,7 +393,7 @@ func (im *importer) one(e *srcEntry, d string, parent *dirRef) error {
 		}
 		return err
 	case m.IsRegular():
-		return im.copyFile(e, d, parent) // attributes and times set through the open file
+		return im.copyFile(e, d, parent, it) // attributes and times set through the open file
 	case m&fs.ModeSymlink != 0:
 		if err := im.v.Symlink(e.target, d); err != nil {
 			return err
@@ -423,21 +427,25 @@ func (im *importer) mkdir(parent *dirRef, name string, r *dirRef) error {
 }
 
 // copyFile copies the regular file e to a new file d (named e.name in
-// parent, if not nil): its data ranges (SEEK_DATA) less whole blocks of
-// zeroes, then its size.
-func (im *importer) copyFile(e *srcEntry, d string, parent *dirRef) error {
-	in, err := openSource(e.host)
-	if err != nil {
-		return err
+// parent, if not nil), from it (read ahead) or else the host file: its
+// data ranges (SEEK_DATA) less whole blocks of zeroes, then its size.
+func (im *importer) copyFile(e *srcEntry, d string, parent *dirRef, it *srcItem) error {
+	if it == nil || it.data == nil && it.in == nil {
+		in, err := openSource(e.host)
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		size, same, err := in.same(e.fi)
+		if err != nil {
+			return err
+		}
+		if !same {
+			return fmt.Errorf("changed since the walk: %w", ext4io.ErrInvalid)
+		}
+		it = &srcItem{in: in, size: size}
 	}
-	defer in.Close()
-	size, same, err := in.same(e.fi)
-	if err != nil {
-		return err
-	}
-	if !same {
-		return fmt.Errorf("changed since the walk: %w", ext4io.ErrInvalid)
-	}
+	var err error
 	var out *ext4io.File
 	if parent != nil {
 		var pf *ext4io.File
@@ -450,7 +458,13 @@ func (im *importer) copyFile(e *srcEntry, d string, parent *dirRef) error {
 	if err != nil {
 		return err
 	}
-	err = im.copyData(out, in, size)
+	if it.data != nil {
+		if err = im.writeNonZero(out, it.data, 0); err == nil {
+			err = out.Truncate(it.size)
+		}
+	} else {
+		err = im.copyData(out, it.in, it.size)
+	}
 	if err == nil {
 		err = setAttrs(out, e)
 	}

@@ -67,6 +67,6 @@ func cmdPut(args []string, w io.Writer) error {
 		}
 		im := newImporter(v)
 		im.noXattrs = !t.xattrs
-		return im.one(t.root, dst, nil)
+		return im.one(t.root, dst, nil, nil)
 	})
 }
