@@ -39,21 +39,30 @@ type srcItem struct {
 	in   *srcFile
 }
 
-// srcStream reads a host tree ahead of the import (see above).
+// aheadBatch is how many items the reader passes over at once: one
+// channel operation, and at most one wake-up of either side, per batch.
+const aheadBatch = 8
+
+// srcStream reads a host tree ahead of the import (see above). The
+// reader goroutine owns pending and links; the importer owns cur.
 type srcStream struct {
-	items    chan srcItem
+	batches  chan []srcItem
 	free     chan []byte
 	done     chan struct{}
 	stopped  sync.Once
 	noXattrs bool
-	links    map[fileID]struct{} // hard-linked inodes read once already; the reader's
+
+	pending []srcItem           // items not yet passed over
+	links   map[fileID]struct{} // hard-linked inodes read once already
+
+	cur []srcItem // the importer's batch, from its next item on
 }
 
 // newSrcStream starts reading the directory top ahead (not top itself);
 // noXattrs skips listing extended attributes. The caller stops it.
 func newSrcStream(top *srcEntry, noXattrs bool) *srcStream {
 	s := &srcStream{
-		items:    make(chan srcItem, aheadBuffers),
+		batches:  make(chan []srcItem, 2),
 		free:     make(chan []byte, aheadBuffers),
 		done:     make(chan struct{}),
 		noXattrs: noXattrs,
@@ -63,16 +72,26 @@ func newSrcStream(top *srcEntry, noXattrs bool) *srcStream {
 		s.free <- nil // allocated when first needed
 	}
 	go func() {
-		defer close(s.items)
-		s.dir(top)
+		defer close(s.batches)
+		if s.dir(top) {
+			s.flush()
+		}
 	}()
 	return s
 }
 
 // next returns the next item; false once the stream has ended (stopped).
 func (s *srcStream) next() (srcItem, bool) {
-	it, ok := <-s.items
-	return it, ok
+	for len(s.cur) == 0 {
+		b, ok := <-s.batches
+		if !ok {
+			return srcItem{}, false
+		}
+		s.cur = b
+	}
+	it := s.cur[0]
+	s.cur = s.cur[1:]
+	return it, true
 }
 
 // release gives back what an item holds: its buffer and open file.
@@ -90,18 +109,41 @@ func (s *srcStream) release(it *srcItem) {
 // stop ends the reader and releases what it read but was not used.
 func (s *srcStream) stop() {
 	s.stopped.Do(func() { close(s.done) })
-	for it := range s.items {
-		s.release(&it)
+	for i := range s.cur {
+		s.release(&s.cur[i])
+	}
+	s.cur = nil
+	for b := range s.batches {
+		for i := range b {
+			s.release(&b[i])
+		}
 	}
 }
 
-// send queues it; false once stopped (it is released then).
+// send queues it, passing a full batch over; false once stopped (it and
+// the batch are released then).
 func (s *srcStream) send(it srcItem) bool {
+	s.pending = append(s.pending, it)
+	if len(s.pending) < aheadBatch {
+		return true
+	}
+	return s.flush()
+}
+
+// flush passes the pending items over; false once stopped.
+func (s *srcStream) flush() bool {
+	if len(s.pending) == 0 {
+		return true
+	}
+	b := s.pending
+	s.pending = make([]srcItem, 0, aheadBatch)
 	select {
-	case s.items <- it:
+	case s.batches <- b:
 		return true
 	case <-s.done:
-		s.release(&it)
+		for i := range b {
+			s.release(&b[i])
+		}
 		return false
 	}
 }
@@ -109,6 +151,9 @@ func (s *srcStream) send(it srcItem) bool {
 // dir sends the entries of directory e, each directory's own entries
 // after it, then the end of e; false once stopped.
 func (s *srcStream) dir(e *srcEntry) bool {
+	if !s.flush() { // the importer may wait for them while e is listed
+		return false
+	}
 	var kids []*srcEntry
 	lerr := readDirEntries(e, func(k *srcEntry) { kids = append(kids, k) })
 	for _, k := range kids {
@@ -158,10 +203,22 @@ func (s *srcStream) item(k *srcEntry) srcItem {
 	var buf []byte
 	select {
 	case buf = <-s.free:
-	case <-s.done:
-		in.Close()
-		it.err = errors.New("stopped")
-		return it
+	default:
+		// Every buffer is out: pass the pending items over (the
+		// importer gives buffers back as it uses them), then wait.
+		ok := s.flush()
+		if ok {
+			select {
+			case buf = <-s.free:
+			case <-s.done:
+				ok = false
+			}
+		}
+		if !ok {
+			in.Close()
+			it.err = errors.New("stopped")
+			return it
+		}
 	}
 	if buf == nil {
 		buf = make([]byte, aheadMax)
