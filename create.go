@@ -24,8 +24,17 @@ func (v *Volume) create(name string, mode uint16) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
+	return v.createIn(dir, base, mode)
+}
+
+// createIn creates the regular file base in directory dir (checked by
+// parentDir or dirAt), inside an operation.
+func (v *Volume) createIn(dir *File, base string, mode uint16) (*File, error) {
 	dir.n.mu.Lock()
 	defer dir.n.mu.Unlock()
+	if dir.n.in.LinksCount == 0 {
+		return nil, ErrNotFound // removed since resolved (Linux's IS_DEADDIR)
+	}
 	if _, err := dir.lookupName(base); err == nil {
 		return nil, ErrExist
 	} else if !isNotExist(err) {
@@ -197,7 +206,7 @@ func (f *File) appendDirBlockLocked(name string, ino uint32, ft uint8) error {
 	if err != nil {
 		return err
 	}
-	w, err := v.meta.GetWrite(start)
+	w, err := v.getNewMeta(start)
 	if err != nil {
 		v.alloc.Free(start, got)
 		return err

@@ -37,7 +37,8 @@ import (
 //
 // The cache's slices are not changed once handed out: Read hands them out
 // shared (alloc.MetaIO's callers do not modify what Read returns), and
-// GetWrite hands out a private copy. Only a dirty block no reader or
+// GetWrite hands out a private copy, which Dirty then keeps as the
+// cached block rather than copying it again (cachedIO.owned). Only a dirty block no reader or
 // write-back refers to is changed in place (cachedIO.update).
 //
 // A reader that misses fills the cache after reading the journal or the
@@ -56,6 +57,10 @@ type metaCache struct {
 	used   int64              // bytes held; guarded by mu
 	gen    uint64             // advanced by every install and drop; guarded by mu
 	dirty  int64              // bytes of dirty blocks (write-back only); guarded by mu
+	// spare holds block buffers for reuse: the data of dirty blocks
+	// nobody else referred to (not shared) when a newer copy replaced
+	// them; at most maxSpareBlocks. Guarded by mu.
+	spare [][]byte
 
 	hits, misses, evictions atomic.Int64
 }
@@ -159,12 +164,32 @@ func (c *metaCache) installDirtyLocked(blk uint64, b []byte) {
 	c.gen++
 	if e := c.blocks[blk]; e != nil {
 		c.removeLocked(e)
+		if e.dirty && !e.shared && len(e.data) == c.bs && len(c.spare) < maxSpareBlocks {
+			c.spare = append(c.spare, e.data)
+		}
 	}
 	e := &cblock{blk: blk, data: b, dirty: true}
 	c.blocks[blk] = e
 	c.used += int64(len(b))
 	c.dirty += int64(len(b))
 	c.evictLocked()
+}
+
+// maxSpareBlocks bounds metaCache.spare.
+const maxSpareBlocks = 16
+
+// spareBlock returns a block buffer of unspecified contents: a spare one
+// or a new one.
+func (c *metaCache) spareBlock() []byte {
+	c.mu.Lock()
+	if n := len(c.spare); n > 0 {
+		b := c.spare[n-1]
+		c.spare = c.spare[:n-1]
+		c.mu.Unlock()
+		return b
+	}
+	c.mu.Unlock()
+	return make([]byte, c.bs)
 }
 
 // install is installLocked taking c.mu.
@@ -255,6 +280,12 @@ type cachedIO struct {
 	devW      blockdev.Device
 	bs        int
 
+	// owned is the first byte of the block GetWrite or getNew last
+	// handed out: the caller's private slice, which Dirty then installs
+	// without copying it (callers do not use a block after passing it to
+	// Dirty: alloc.MetaIO). Any other slice is copied. Atomic, no lock.
+	owned atomic.Pointer[byte]
+
 	wbMu sync.Mutex
 }
 
@@ -276,19 +307,57 @@ func (m *cachedIO) Read(blk uint64) ([]byte, error) {
 
 // GetWrite returns a private copy of blk's contents.
 func (m *cachedIO) GetWrite(blk uint64) ([]byte, error) {
+	b, err := m.copyOf(blk)
+	if err == nil {
+		m.owned.Store(&b[0])
+	}
+	return b, err
+}
+
+// copyOf returns a private copy of blk's contents: copied under the
+// cache's lock when cached (which leaves the cached block unshared), into
+// a spare buffer where there is one.
+func (m *cachedIO) copyOf(blk uint64) ([]byte, error) {
+	buf := m.c.spareBlock()
+	if m.c.getInto(blk, buf) {
+		return buf, nil
+	}
 	b, err := m.Read(blk)
 	if err != nil {
 		return nil, err
 	}
-	return append([]byte(nil), b...), nil
+	if len(b) != len(buf) {
+		return nil, fmt.Errorf("ext4io: metadata block %d: read %d bytes, not a block: %w", blk, len(b), ErrIO)
+	}
+	copy(buf, b)
+	return buf, nil
 }
 
-// Dirty writes b to the device and makes a copy of it the cached block.
-// A failed write drops the block, whose device contents are unknown.
+// getNew is GetWrite for a block just allocated, whose old contents do
+// not matter (jbd2's get_create_access): a zeroed private block, not
+// read from the cache or the device.
+func (m *cachedIO) getNew() []byte {
+	b := make([]byte, m.c.bs)
+	m.owned.Store(&b[0])
+	return b
+}
+
+// keep returns b, or a copy of it when it is not the slice GetWrite or
+// getNew last handed out, for the cache to hold.
+func (m *cachedIO) keep(b []byte) []byte {
+	if len(b) > 0 && m.owned.CompareAndSwap(&b[0], nil) {
+		return b
+	}
+	return append([]byte(nil), b...)
+}
+
+// Dirty writes b to the device and makes it, or a copy of it, the cached
+// block. A failed write drops the block, whose device contents are
+// unknown.
 func (m *cachedIO) Dirty(blk uint64, b []byte) error {
 	if m.writeBack {
 		m.c.mu.Lock()
-		m.c.installDirtyLocked(blk, append([]byte(nil), b...))
+		m.c.installDirtyLocked(blk, m.keep(b))
 		full := m.c.dirty > m.c.budget/2
 		m.c.mu.Unlock()
 		if full {
@@ -296,11 +365,12 @@ func (m *cachedIO) Dirty(blk uint64, b []byte) error {
 		}
 		return nil
 	}
+	b = m.keep(b)
 	if err := m.dev.Dirty(blk, b); err != nil {
 		m.c.drop(blk)
 		return err
 	}
-	m.c.install(blk, append([]byte(nil), b...))
+	m.c.install(blk, b)
 	return nil
 }
 
@@ -318,7 +388,7 @@ func (m *cachedIO) update(blk uint64, fn func(b []byte)) error {
 		return nil
 	}
 	c.mu.Unlock()
-	b, err := m.GetWrite(blk)
+	b, err := m.copyOf(blk)
 	if err != nil {
 		return err
 	}
@@ -387,6 +457,16 @@ func (m *cachedIO) writeBackAll() error {
 	}
 	m.c.evictLocked()
 	return nil
+}
+
+// getNewMeta returns a buffer for the new contents of blk, a block just
+// allocated: a zeroed one not read back where the volume has no journal
+// (cachedIO.getNew), else GetWrite's copy. The caller fills it whole.
+func (v *Volume) getNewMeta(blk uint64) ([]byte, error) {
+	if m, ok := v.meta.(*cachedIO); ok {
+		return m.getNew(), nil
+	}
+	return v.meta.GetWrite(blk)
 }
 
 // writeBackMeta writes the dirty metadata blocks of a Tuning.NoJournal

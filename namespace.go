@@ -231,45 +231,55 @@ func (v *Volume) mkdir(name string, perm fs.FileMode) error {
 	if err != nil {
 		return err
 	}
+	_, err = v.mkdirIn(dir, base, perm)
+	return err
+}
+
+// mkdirIn makes directory base in directory dir (checked by parentDir or
+// dirAt), inside an operation, and returns it open.
+func (v *Volume) mkdirIn(dir *File, base string, perm fs.FileMode) (*File, error) {
 	dir.n.mu.Lock()
 	defer dir.n.mu.Unlock()
+	if dir.n.in.LinksCount == 0 {
+		return nil, ErrNotFound // removed since resolved (Linux's IS_DEADDIR)
+	}
 	if _, err := dir.lookupName(base); err == nil {
-		return ErrExist
+		return nil, ErrExist
 	} else if !isNotExist(err) {
-		return err
+		return nil, err
 	}
 	if v.dirLinkMax(dir.n) {
-		return ErrTooManyLinks
+		return nil, ErrTooManyLinks
 	}
 	ino, err := v.allocInode(dir.ino, true)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	in := v.newInode(layout.ModeDir | unixMode(perm))
 	inheritGroup(dir, in)
 	in.LinksCount = 2
 	if err := v.writeInode(ino, in); err != nil {
 		v.alloc.FreeInode(ino, true)
-		return err
+		return nil, err
 	}
 	child, err := v.openInode(ino, base)
 	if err != nil {
 		v.discardInode(ino, in, true)
-		return err
+		return nil, err
 	}
 	child.n.mu.Lock()
 	err = child.initDirLocked(dir.ino)
 	child.n.mu.Unlock()
 	if err != nil {
 		v.dropInode(child.n)
-		return err
+		return nil, err
 	}
 	if err := dir.addEntryLocked(base, ino, v.entryType(layout.ModeDir)); err != nil {
 		v.dropInode(child.n)
-		return err
+		return nil, err
 	}
 	v.incDirLink(dir.n)
-	return v.writeInodeLocked(dir.n)
+	return child, v.writeInodeLocked(dir.n)
 }
 
 // initDirLocked writes the first block of a new directory: "." and "..".
@@ -306,7 +316,7 @@ func (f *File) appendBlockLocked(b []byte) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	w, err := v.meta.GetWrite(start)
+	w, err := v.getNewMeta(start)
 	if err != nil {
 		v.alloc.Free(start, got)
 		return 0, err

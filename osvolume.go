@@ -77,6 +77,12 @@ func (v *Volume) openFile(name string, flag int, perm fs.FileMode, hops int) (*F
 		} else if !errors.Is(err, ErrNotFound) {
 			return nil, err
 		}
+		if !strings.HasSuffix(name, "/") {
+			// Nothing at name, not even a dangling symlink to follow:
+			// create it (create fails with ErrExist should a name
+			// appear meanwhile).
+			return v.createFile(name, perm)
+		}
 	}
 	for {
 		f, err := v.resolve(name, true)
@@ -124,19 +130,25 @@ func (v *Volume) openFile(name string, flag int, perm fs.FileMode, hops int) (*F
 		if lerr != nil && !errors.Is(lerr, ErrNotFound) {
 			return nil, lerr
 		}
-		if v.alloc == nil {
-			return nil, ErrReadOnly
-		}
-		if err := v.beginOp(); err != nil {
-			return nil, err
-		}
-		f, err = v.create(name, layout.ModeReg|unixMode(perm))
-		err = v.endOpErr(err)
+		f, err = v.createFile(name, perm)
 		if errors.Is(err, ErrExist) && flag&os.O_EXCL == 0 {
 			continue // created meanwhile: open it
 		}
 		return f, err
 	}
+}
+
+// createFile creates the regular file name with permission bits perm,
+// as one operation.
+func (v *Volume) createFile(name string, perm fs.FileMode) (*File, error) {
+	if v.alloc == nil {
+		return nil, ErrReadOnly
+	}
+	if err := v.beginOp(); err != nil {
+		return nil, err
+	}
+	f, err := v.create(name, layout.ModeReg|unixMode(perm))
+	return f, v.endOpErr(err)
 }
 
 // Create creates or truncates the file at name, as os.Create does:

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"math"
 	"math/bits"
+	"sync"
 	"time"
 
 	"github.com/ext4io/ext4io/alloc"
@@ -299,12 +300,48 @@ func (f *File) overwrite(p []byte, pos int64, m blockMap, nblk uint64) (int, err
 }
 
 // fullBlocks builds the whole-block image of writing p at pos into nblk
-// blocks that read as zeroes, returning it and the bytes of p it holds.
+// blocks that read as zeroes, returning it and the bytes of p it holds:
+// p itself when it starts at a block boundary and fills the blocks. An
+// image of up to maxPooledImage bytes is a buffer of imagePool, which
+// the caller gives back with putImage once written.
 func fullBlocks(p []byte, pos, bs int64, nblk uint64) ([]byte, int) {
 	inBlk := pos % bs
-	buf := make([]byte, int64(nblk)*bs)
+	size := int64(nblk) * bs
+	if inBlk == 0 && int64(len(p)) >= size {
+		return p[:size], int(size)
+	}
+	var buf []byte
+	if size <= maxPooledImage {
+		if b, ok := imagePool.Get().(*[]byte); ok {
+			buf = (*b)[:size]
+			clear(buf[:inBlk])
+		} else {
+			buf = make([]byte, size, maxPooledImage)
+		}
+	} else {
+		buf = make([]byte, size)
+	}
 	n := copy(buf[inBlk:], p)
+	clear(buf[inBlk+int64(n):])
 	return buf, n
+}
+
+// maxPooledImage is the largest image fullBlocks takes from imagePool.
+const maxPooledImage = 64 << 10
+
+// imagePool holds fullBlocks's image buffers (*[]byte of cap
+// maxPooledImage) between writes of less than whole blocks, such as the
+// last block of every small file.
+var imagePool sync.Pool
+
+// putImage gives back buf, from fullBlocks for p, once written, if it is
+// one of the pool's size (not p itself, nor a larger image).
+func putImage(buf, p []byte) {
+	if cap(buf) != maxPooledImage || len(p) > 0 && len(buf) > 0 && &buf[0] == &p[0] {
+		return
+	}
+	b := buf[:cap(buf)]
+	imagePool.Put(&b)
 }
 
 // writeUnwritten writes into unwritten blocks (zero-filling their unwritten
@@ -313,7 +350,9 @@ func (f *File) writeUnwritten(p []byte, pos int64, m blockMap, nblk uint64) (int
 	bs := int64(f.v.bs)
 	nblk = min(nblk, extent.MaxWrittenLen)
 	buf, n := fullBlocks(p, pos, bs, nblk)
-	if _, err := f.v.dev.WriteAt(buf, int64(m.pblk)*bs); err != nil {
+	_, err := f.v.dev.WriteAt(buf, int64(m.pblk)*bs)
+	putImage(buf, p)
+	if err != nil {
 		return 0, fmt.Errorf("ext4io: inode %d: write: %w", f.ino, wrapIO(err))
 	}
 	if err := f.convertLocked(m.lblk, nblk); err != nil {
@@ -412,7 +451,9 @@ func (f *File) writeHole(p []byte, pos int64, nblk uint64) (int, error) {
 		return 0, err
 	}
 	buf, n := fullBlocks(p, pos, bs, got)
-	if _, err := f.v.dev.WriteAt(buf, int64(start)*bs); err != nil {
+	_, err = f.v.dev.WriteAt(buf, int64(start)*bs)
+	putImage(buf, p)
+	if err != nil {
 		f.v.alloc.Free(start, got)
 		return 0, fmt.Errorf("ext4io: inode %d: write: %w", f.ino, wrapIO(err))
 	}

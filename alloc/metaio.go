@@ -22,6 +22,7 @@ type MetaIO interface {
 	// calls Dirty with it.
 	GetWrite(blk uint64) ([]byte, error)
 	// Dirty records b, obtained from GetWrite(blk), as blk's new contents.
+	// The caller does not use b afterwards: an implementation may keep it.
 	Dirty(blk uint64, b []byte) error
 	// ZeroOut zeroes n blocks from blk directly on the device, outside
 	// any transaction (used for inode tables no metadata references yet,

@@ -30,7 +30,12 @@ import (
 //
 // Neither pass keeps the tree in memory: the walk keeps only its counts
 // and the host inodes with more than one link, and the import reads each
-// directory again as it copies it (in the same, sorted, order). Memory
+// directory again as it copies it (in the same, sorted, order). The
+// import lists extended attributes again only if the walk found some in
+// the tree, reads the tree on a second goroutine ahead of its writes
+// (srcStream, mkfsd_ahead.go: a few fixed buffers more), and creates each
+// entry through a File of its image directory (File.CreateAt, MkdirAt)
+// rather than by its path. Memory
 // grows with the depth of the tree and the size of its largest directory
 // listing, and with the number of hard-linked inodes, not with the tree.
 //
@@ -62,6 +67,7 @@ type srcTree struct {
 	root   *srcEntry
 	inodes int   // inodes to allocate (the top excluded)
 	bytes  int64 // apparent size of the regular files, for messages
+	xattrs bool  // some entry has extended attributes
 }
 
 // srcLimits are what the walk checks against.
@@ -148,6 +154,9 @@ func (w *walker) entry(e *srcEntry, top bool) {
 	} else if err := w.checkXattrs(e.host, e.xattrs); err != nil {
 		w.problem(err)
 	}
+	if len(e.xattrs) > 0 {
+		w.tree.xattrs = true
+	}
 	m := e.fi.Mode()
 	switch {
 	case m.IsDir():
@@ -176,12 +185,16 @@ func (w *walker) entry(e *srcEntry, top bool) {
 
 // load reads what the entry e (lstat'ed) holds besides its stat: its
 // extended attributes, a symlink's target, a device's number.
-func (e *srcEntry) load() error {
-	attrs, err := hostXattrs(e.host)
-	if err != nil {
-		return err
+func (e *srcEntry) load() error { return e.loadBut(true) }
+
+// loadBut is load, reading the extended attributes only with xattrs.
+func (e *srcEntry) loadBut(xattrs bool) error {
+	var err error
+	if xattrs {
+		if e.xattrs, err = hostXattrs(e.host); err != nil {
+			return err
+		}
 	}
-	e.xattrs = attrs
 	switch m := e.fi.Mode(); {
 	case m&fs.ModeSymlink != 0:
 		if e.target, err = os.Readlink(e.host); err != nil {
@@ -254,6 +267,10 @@ type importer struct {
 	// replace the volume (mkfs -d bounds its in-memory inodes so).
 	reopen func(v *ext4io.Volume, made int) (*ext4io.Volume, error)
 	made   int
+	// noXattrs skips listing the extended attributes of each entry: the
+	// walk found none in the tree.
+	noXattrs bool
+	src      *srcStream // the tree read ahead, while fill runs
 }
 
 func newImporter(v *ext4io.Volume) *importer {
@@ -261,41 +278,89 @@ func newImporter(v *ext4io.Volume) *importer {
 	return &importer{v: v, bs: bs, buf: make([]byte, max(1<<20, bs)), zero: make([]byte, bs), links: map[fileID]string{}}
 }
 
+// dirRef is an image directory the import fills: its path, and a File
+// of it open on the volume v, through which its entries are created
+// without resolving its path each time (nil until needed, and stale
+// once the importer's volume has been reopened).
+type dirRef struct {
+	path string
+	f    *ext4io.File
+	v    *ext4io.Volume
+}
+
+// dir returns a File of the directory r open on the current volume.
+func (im *importer) dir(r *dirRef) (*ext4io.File, error) {
+	if r.f != nil && r.v == im.v {
+		return r.f, nil
+	}
+	f, err := im.v.Open(r.path)
+	if err != nil {
+		return nil, err
+	}
+	r.f, r.v = f, im.v
+	return f, nil
+}
+
+// closeDir closes r's File if it is open on the current volume (a File
+// of a closed volume needs no closing).
+func (im *importer) closeDir(r *dirRef) error {
+	f := r.f
+	r.f = nil
+	if f == nil || r.v != im.v {
+		return nil
+	}
+	return f.Close()
+}
+
 // importTree copies the validated tree t into the volume's directory dst,
 // which exists; with attrs, dst takes the attributes of t's top too.
 func (im *importer) importTree(t *srcTree, dst string, attrs bool) error {
-	if err := im.fill(t.root, dst); err != nil {
-		return err
+	im.noXattrs = !t.xattrs
+	r := &dirRef{path: dst}
+	err := im.fill(t.root, r)
+	if err == nil && attrs {
+		err = im.dirAttrs(t.root, r)
 	}
-	if !attrs {
-		return nil
-	}
-	return im.dirAttrs(t.root, dst)
-}
-
-// fill creates the entries of the host directory e in the image
-// directory dst, reading e again.
-func (im *importer) fill(e *srcEntry, dst string) error {
-	var err error
-	lerr := readDirEntries(e, func(k *srcEntry) {
-		if err != nil {
-			return
-		}
-		if err = k.load(); err == nil {
-			err = im.one(k, path.Join(dst, k.name))
-		}
-		if err != nil {
-			err = fmt.Errorf("%s: %w", k.host, err)
-		}
-	})
-	if err == nil {
-		err = lerr
+	if cerr := im.closeDir(r); err == nil {
+		err = cerr
 	}
 	return err
 }
 
-// one creates the entry e (loaded) at d.
-func (im *importer) one(e *srcEntry, d string) error {
+// fill creates the entries of the host directory e in the image
+// directory r, from the tree read ahead (srcStream, started here for the
+// top directory).
+func (im *importer) fill(e *srcEntry, r *dirRef) error {
+	if im.src == nil {
+		im.src = newSrcStream(e, im.noXattrs)
+		defer func() {
+			im.src.stop()
+			im.src = nil
+		}()
+	}
+	for {
+		it, ok := im.src.next()
+		if !ok {
+			return fmt.Errorf("%s: the host tree read ahead ended early", e.host)
+		}
+		if it.e == nil {
+			return it.err // the end of e, and the errors listing it
+		}
+		err := it.err
+		if err == nil {
+			err = im.one(it.e, path.Join(r.path, it.e.name), r, &it)
+		}
+		im.src.release(&it)
+		if err != nil {
+			return fmt.Errorf("%s: %w", it.e.host, err)
+		}
+	}
+}
+
+// one creates the entry e (loaded) at d, in the directory parent (nil
+// for the top of put's tree, created by its path); it is e read ahead,
+// nil for the top.
+func (im *importer) one(e *srcEntry, d string, parent *dirRef, it *srcItem) error {
 	if im.reopen != nil {
 		v, err := im.reopen(im.v, im.made)
 		if v != im.v {
@@ -315,19 +380,20 @@ func (im *importer) one(e *srcEntry, d string) error {
 	im.made++
 	switch {
 	case m.IsDir():
-		err := im.v.Mkdir(d, 0o700)
-		if errors.Is(err, fs.ErrExist) && im.lostFound && d == "/lost+found" {
-			err = nil // mkfs's own: filled and given the source's attributes, as mkfs.ext4 -d does
+		r := &dirRef{path: d}
+		err := im.mkdir(parent, e.name, r)
+		if err == nil {
+			err = im.fill(e, r)
 		}
-		if err != nil {
-			return err
+		if err == nil {
+			err = im.dirAttrs(e, r)
 		}
-		if err := im.fill(e, d); err != nil {
-			return err
+		if cerr := im.closeDir(r); err == nil {
+			err = cerr
 		}
-		return im.dirAttrs(e, d)
+		return err
 	case m.IsRegular():
-		return im.copyFile(e, d) // attributes and times set through the open file
+		return im.copyFile(e, d, parent, it) // attributes and times set through the open file
 	case m&fs.ModeSymlink != 0:
 		if err := im.v.Symlink(e.target, d); err != nil {
 			return err
@@ -340,26 +406,65 @@ func (im *importer) one(e *srcEntry, d string) error {
 	return im.attrs(e, d)
 }
 
-// copyFile copies the regular file e to a new file d: its data ranges
-// (SEEK_DATA) less whole blocks of zeroes, then its size.
-func (im *importer) copyFile(e *srcEntry, d string) error {
-	in, err := openSource(e.host)
+// mkdir makes the directory r (named name in parent, if not nil) and
+// opens it.
+func (im *importer) mkdir(parent *dirRef, name string, r *dirRef) error {
+	var err error
+	if parent != nil {
+		var pf, f *ext4io.File
+		if pf, err = im.dir(parent); err == nil {
+			if f, err = pf.MkdirAt(name, 0o700); err == nil {
+				r.f, r.v = f, im.v
+			}
+		}
+	} else {
+		err = im.v.Mkdir(r.path, 0o700)
+	}
+	if errors.Is(err, fs.ErrExist) && im.lostFound && r.path == "/lost+found" {
+		err = nil // mkfs's own: filled and given the source's attributes, as mkfs.ext4 -d does
+	}
+	return err
+}
+
+// copyFile copies the regular file e to a new file d (named e.name in
+// parent, if not nil), from it (read ahead) or else the host file: its
+// data ranges (SEEK_DATA) less whole blocks of zeroes, then its size.
+func (im *importer) copyFile(e *srcEntry, d string, parent *dirRef, it *srcItem) error {
+	if it == nil || it.data == nil && it.in == nil {
+		in, err := openSource(e.host)
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		size, same, err := in.same(e.fi)
+		if err != nil {
+			return err
+		}
+		if !same {
+			return fmt.Errorf("changed since the walk: %w", ext4io.ErrInvalid)
+		}
+		it = &srcItem{in: in, size: size}
+	}
+	var err error
+	var out *ext4io.File
+	if parent != nil {
+		var pf *ext4io.File
+		if pf, err = im.dir(parent); err == nil {
+			out, err = pf.CreateAt(e.name, 0o600)
+		}
+	} else {
+		out, err = im.v.OpenFile(d, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	}
 	if err != nil {
 		return err
 	}
-	defer in.Close()
-	st, err := in.Stat()
-	if err != nil {
-		return err
+	if it.data != nil {
+		if err = im.writeNonZero(out, it.data, 0); err == nil {
+			err = out.Truncate(it.size)
+		}
+	} else {
+		err = im.copyData(out, it.in, it.size)
 	}
-	if !st.Mode().IsRegular() || !os.SameFile(st, e.fi) {
-		return fmt.Errorf("changed since the walk (now %v): %w", st.Mode(), ext4io.ErrInvalid)
-	}
-	out, err := im.v.OpenFile(d, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	err = im.copyData(out, in, st.Size())
 	if err == nil {
 		err = setAttrs(out, e)
 	}
@@ -372,7 +477,7 @@ func (im *importer) copyFile(e *srcEntry, d string) error {
 	return err
 }
 
-func (im *importer) copyData(out *ext4io.File, in *os.File, size int64) error {
+func (im *importer) copyData(out *ext4io.File, in *srcFile, size int64) error {
 	ranges, err := dataRanges(in, size)
 	if err != nil {
 		return err
@@ -445,21 +550,17 @@ func hostAtime(fi fs.FileInfo) time.Time {
 	return fi.ModTime()
 }
 
-// dirAttrs sets the attributes and times of the filled directory d from
-// e through one open File: one path lookup instead of one per attribute.
-func (im *importer) dirAttrs(e *srcEntry, d string) error {
-	f, err := im.v.Open(d)
+// dirAttrs sets the attributes and times of the filled directory r from
+// e through its open File: one path lookup at most.
+func (im *importer) dirAttrs(e *srcEntry, r *dirRef) error {
+	f, err := im.dir(r)
 	if err != nil {
 		return err
 	}
-	err = setAttrs(f, e)
-	if err == nil {
-		err = f.Chtimes(hostAtime(e.fi), e.fi.ModTime())
+	if err := setAttrs(f, e); err != nil {
+		return err
 	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return f.Chtimes(hostAtime(e.fi), e.fi.ModTime())
 }
 
 // attrTarget is what setAttrs changes: an open *ext4io.File (no path

@@ -12,8 +12,8 @@ import (
 // dataRanges returns the [start, end) ranges of f (of size bytes) that
 // hold data, by SEEK_DATA and SEEK_HOLE; the whole file where the host
 // file system does not tell.
-func dataRanges(f *os.File, size int64) ([][2]int64, error) {
-	fd := int(f.Fd())
+func dataRanges(f *srcFile, size int64) ([][2]int64, error) {
+	fd := f.fd
 	var out [][2]int64
 	for off := int64(0); off < size; {
 		start, err := unix.Seek(fd, off, unix.SEEK_DATA)
@@ -24,11 +24,11 @@ func dataRanges(f *os.File, size int64) ([][2]int64, error) {
 			return [][2]int64{{0, size}}, nil // not supported here
 		}
 		if err != nil {
-			return nil, &os.PathError{Op: "lseek SEEK_DATA", Path: f.Name(), Err: err}
+			return nil, &os.PathError{Op: "lseek SEEK_DATA", Path: f.name, Err: err}
 		}
 		end, err := unix.Seek(fd, start, unix.SEEK_HOLE)
 		if err != nil {
-			return nil, &os.PathError{Op: "lseek SEEK_HOLE", Path: f.Name(), Err: err}
+			return nil, &os.PathError{Op: "lseek SEEK_HOLE", Path: f.name, Err: err}
 		}
 		if start >= size {
 			break

@@ -65,6 +65,8 @@ func cmdPut(args []string, w io.Writer) error {
 		if di, err := v.Stat(dst); err == nil && di.IsDir() {
 			dst = path.Join(dst, filepath.Base(src))
 		}
-		return newImporter(v).one(t.root, dst)
+		im := newImporter(v)
+		im.noXattrs = !t.xattrs
+		return im.one(t.root, dst, nil, nil)
 	})
 }
