@@ -17,6 +17,7 @@ import (
 	"github.com/ext4io/ext4io/esc"
 	"github.com/ext4io/ext4io/internal/errs"
 	"github.com/ext4io/ext4io/internal/stripe"
+	"github.com/ext4io/ext4io/internal/wallclock"
 	"github.com/ext4io/ext4io/iomap"
 	"github.com/ext4io/ext4io/layout"
 )
@@ -470,7 +471,7 @@ func (v *Volume) openWritable() error {
 		}
 	}
 	v.orphanPresent.Store(sb.HasRoCompat(layout.RoCompatOrphanPresent))
-	now := time.Now().Unix()
+	now := wallclock.Seconds()
 	v.sbMu.Lock()
 	sb.State &^= layout.StateValid
 	sb.MntCount++
@@ -767,7 +768,7 @@ func (v *Volume) unmount() error {
 	v.alloc.FillSuperblock(v.sb)
 	v.unmounted = true
 	v.sb.State |= layout.StateValid
-	v.sb.Wtime = time.Now().Unix()
+	v.sb.Wtime = wallclock.Seconds()
 	if err := v.writeSuperDirectLocked(); err != nil {
 		return err
 	}

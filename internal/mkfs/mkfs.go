@@ -47,6 +47,7 @@ import (
 	"github.com/ext4io/ext4io/blockdev"
 	"github.com/ext4io/ext4io/internal/crc32c"
 	"github.com/ext4io/ext4io/internal/errs"
+	"github.com/ext4io/ext4io/internal/wallclock"
 	"github.com/ext4io/ext4io/layout"
 )
 
@@ -241,7 +242,7 @@ func (o *Options) defaults() error {
 		return fmt.Errorf("mkfs: journal blocks %d: %w", o.JournalBlocks, ErrInvalid)
 	}
 	if o.Now.IsZero() {
-		o.Now = time.Now()
+		o.Now = wallclock.Now()
 	}
 	if o.Rand == nil {
 		o.Rand = rand.Reader
