@@ -542,11 +542,11 @@ func (v *Volume) fcRawInode(ino uint32) ([]byte, error) {
 	byteOff := uint64(idx) * uint64(isz)
 	blk := v.groups[g].InodeTable + byteOff/uint64(v.bs)
 	off := int(byteOff % uint64(v.bs))
-	b, err := v.meta.Read(blk)
-	if err != nil {
+	b := make([]byte, isz)
+	if err := v.readBlockAt(blk, off, b); err != nil {
 		return nil, fmt.Errorf("ext4io: fast commit: inode %d: %w", ino, err)
 	}
-	return b[off : off+isz], nil
+	return b, nil
 }
 
 // Largest ranges one tag carries: EXT_INIT_MAX_LEN, EXT_UNWRITTEN_MAX_LEN

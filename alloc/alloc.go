@@ -863,12 +863,7 @@ func (a *Allocator) setUsedLocked(gi uint64, s, n uint32) error {
 func (a *Allocator) writeBlockBitmapLocked(gi uint64) error {
 	g := a.g[gi]
 	d := g.mu.desc
-	buf, err := a.io.GetWrite(d.BlockBitmap)
-	if err != nil {
-		return fmt.Errorf("alloc: block bitmap of group %d: %w", gi, err)
-	}
-	copy(buf, g.mu.bitmap)
-	if err := a.io.Dirty(d.BlockBitmap, buf); err != nil {
+	if err := updateBlock(a.io, d.BlockBitmap, func(b []byte) { copy(b, g.mu.bitmap) }); err != nil {
 		return fmt.Errorf("alloc: block bitmap of group %d: %w", gi, err)
 	}
 	if a.mcsum {
@@ -887,12 +882,7 @@ func (a *Allocator) writeDescLocked(gi uint64) error {
 	m := &a.descMu[gi/a.perDesc]
 	m.Lock()
 	defer m.Unlock()
-	buf, err := a.io.GetWrite(blk)
-	if err != nil {
-		return fmt.Errorf("alloc: descriptor of group %d: %w", gi, err)
-	}
-	copy(buf[off:], d.Raw)
-	if err := a.io.Dirty(blk, buf); err != nil {
+	if err := updateBlock(a.io, blk, func(b []byte) { copy(b[off:], d.Raw) }); err != nil {
 		return fmt.Errorf("alloc: descriptor of group %d: %w", gi, err)
 	}
 	return nil
