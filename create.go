@@ -173,13 +173,19 @@ func (f *File) writeDirBlock(lblk uint64, b []byte) error {
 		layout.SetDirTail(layout.InodeSeed(v.csumSeed, f.ino, f.in.Generation), b)
 	}
 	v.fcDirWrite()
-	w, err := v.meta.GetWrite(m.pblk)
-	if err != nil {
-		return err
-	}
-	copy(w, b)
-	if err := v.meta.Dirty(m.pblk, w); err != nil {
-		return err
+	if v.jm != nil {
+		if err := v.jm.update(m.pblk, func(w []byte) { copy(w, b) }); err != nil {
+			return err
+		}
+	} else {
+		w, err := v.meta.GetWrite(m.pblk)
+		if err != nil {
+			return err
+		}
+		copy(w, b)
+		if err := v.meta.Dirty(m.pblk, w); err != nil {
+			return err
+		}
 	}
 	f.touchLocked()
 	return v.writeInodeLocked(f.n)

@@ -305,9 +305,11 @@ func (v *Volume) checkEntryIno(dir uint32, e layout.DirEntry) error {
 
 // dxLookup walks the htree index to the leaf (and any continuation leaves
 // for hash collisions) that may hold name, calling fn on their entries.
+// The entries' names point into a scratch buffer reused after fn returns.
 func (f *File) dxLookup(name string, fn func(layout.DirEntry) error) error {
+	leaf := getBlockBuf(f.v.bs)
+	defer putBlockBuf(leaf)
 	return f.dxWalk(name, func(blk uint64) (bool, error) {
-		leaf := make([]byte, f.v.bs)
 		if ok, err := f.dirBlock(blk, leaf); err != nil || !ok {
 			return false, err
 		}
@@ -328,7 +330,8 @@ func (f *File) dxLeaf(name string, fn func(blk uint64)) error {
 // onLeaf returns stop or an error.
 func (f *File) dxWalk(name string, onLeaf func(blk uint64) (stop bool, err error)) error {
 	v := f.v
-	buf := make([]byte, v.bs)
+	buf := getBlockBuf(v.bs)
+	defer putBlockBuf(buf)
 	ok, err := f.dirBlock(0, buf)
 	if err != nil {
 		return err

@@ -238,3 +238,54 @@ func fcCheckCrashImage(t *testing.T, dir, crashImg string, want map[string][]byt
 		t.Logf("crash image kept in %s", keep)
 	}
 }
+
+// TestFastCommitMultiBlock: one fsync after many creates writes a fast
+// commit of several blocks (a CREAT, an INODE and range tags per file, PAD
+// where a tag does not fit a block's end); the crash image replays the
+// same in e2fsck, ext4io and Linux, and holds every created file. In the
+// root directory it fails when the directory's own INODE tag is logged
+// (Linux's recovery then fails).
+func TestFastCommitMultiBlock(t *testing.T) {
+	for _, dir := range []string{"", "d/"} {
+		t.Run("dir="+dir, func(t *testing.T) {
+			base := memdev.New(64 << 20)
+			require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{FastCommit: true, NoDiscard: true}))
+			crash, err := errordev.NewCrashable(base)
+			require.NoError(t, err)
+			v, err := ext4io.Open(crash, ext4io.Options{Writable: true, WritebackAge: -1})
+			require.NoError(t, err)
+			if dir != "" {
+				require.NoError(t, v.Mkdir(dir, 0o755))
+				require.NoError(t, v.Sync()) // mkdir is not eligible
+			}
+			const files = 60
+			name := func(i int) string { return fmt.Sprintf("%sfile-with-a-long-name-%03d", dir, i) }
+			want := map[string][]byte{}
+			for i := range files {
+				f, err := v.Create(name(i))
+				require.NoError(t, err)
+				data := bytes.Repeat([]byte{byte(i)}, 3000)
+				_, err = f.WriteAt(data, 0)
+				require.NoError(t, err)
+				if i == files-1 {
+					require.NoError(t, f.Sync()) // the fast commit holds every create
+					want[name(i)] = data
+				}
+				require.NoError(t, f.Close())
+			}
+			require.Equal(t, uint64(1), v.Counters().FastCommits)
+			img, err := crash.Crash(errordev.CrashOptions{})
+			require.NoError(t, err)
+			require.NoError(t, v.Close())
+			rv, err := ext4io.Open(img, ext4io.Options{})
+			require.NoError(t, err)
+			assert.Greater(t, rv.Recovery().FastCommitTags, 3*files, "CREAT, INODE and a range per file, PADs")
+			for i := range files {
+				_, err := rv.Stat(name(i))
+				assert.NoError(t, err)
+			}
+			require.NoError(t, rv.Close())
+			fcCheckCrashImage(t, t.TempDir(), ext4iotest.ImageOf(t, img), want)
+		})
+	}
+}

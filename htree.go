@@ -69,10 +69,17 @@ func (f *File) dxHash(hashVersion uint8, name []byte) (uint32, error) {
 }
 
 // dxPath descends the index to the leaf for hash (dx_probe). The last
-// frame's selected entry names the leaf.
-func (f *File) dxPath(name string) ([]dxFrame, layout.DxRootInfo, uint32, error) {
+// frame's selected entry names the leaf. The frames' blocks are scratch
+// buffers: the caller gives them back with putFrames.
+func (f *File) dxPath(name string) (frames []dxFrame, info layout.DxRootInfo, hash uint32, err error) {
 	v := f.v
-	root := dxFrame{lblk: 0, buf: make([]byte, v.bs)}
+	root := dxFrame{lblk: 0, buf: getBlockBuf(v.bs)}
+	path := []dxFrame{root}
+	defer func() {
+		if err != nil {
+			putFrames(path)
+		}
+	}()
 	ok, err := f.dirBlock(0, root.buf)
 	if err != nil {
 		return nil, layout.DxRootInfo{}, 0, err
@@ -90,28 +97,34 @@ func (f *File) dxPath(name string) ([]dxFrame, layout.DxRootInfo, uint32, error)
 			return nil, info, 0, err
 		}
 	}
-	hash, err := f.dxHash(info.HashVersion, []byte(name))
+	hash, err = f.dxHash(info.HashVersion, []byte(name))
 	if err != nil {
 		return nil, info, 0, err
 	}
 	nblk := f.in.Size / uint64(v.bs)
-	root.node, root.at = node, node.DxLookup(hash)
-	frames := []dxFrame{root}
-	for len(frames) <= int(info.IndirectLevels) {
-		top := frames[len(frames)-1]
+	path[0].node, path[0].at = node, node.DxLookup(hash)
+	for len(path) <= int(info.IndirectLevels) {
+		top := path[len(path)-1]
 		blk := uint64(top.node.Entries[top.at].Block)
-		fr := dxFrame{lblk: blk, buf: make([]byte, v.bs)}
+		path = append(path, dxFrame{lblk: blk, buf: getBlockBuf(v.bs)})
+		fr := &path[len(path)-1]
 		if fr.node, err = f.dxNode(blk, nblk, fr.buf, seed); err != nil {
 			return nil, info, 0, err
 		}
 		fr.at = fr.node.DxLookup(hash)
-		frames = append(frames, fr)
 	}
-	top := frames[len(frames)-1]
+	top := path[len(path)-1]
 	if leaf := uint64(top.node.Entries[top.at].Block); leaf == 0 || leaf >= nblk {
 		return nil, info, 0, &errs.CorruptError{What: "htree index", Ino: f.ino, Off: -1, Msg: fmt.Sprintf("leaf block %d outside directory of %d blocks", leaf, nblk)}
 	}
-	return frames, info, hash, nil
+	return path, info, hash, nil
+}
+
+// putFrames gives back the scratch blocks of dxPath's frames.
+func putFrames(frames []dxFrame) {
+	for _, fr := range frames {
+		putBlockBuf(fr.buf)
+	}
 }
 
 // setDxCsum refreshes the dx_tail of index block lblk (root or node).
@@ -173,9 +186,16 @@ func (f *File) addDxLocked(name string, ino uint32, ft uint8, need int, forceSpl
 	if v.sb.HasIncompat(layout.IncompatLargeDir) {
 		maxLevels = layout.DxMaxLevelsLargeDir
 	}
-	buf := make([]byte, v.bs)
+	buf := getBlockBuf(v.bs)
+	defer putBlockBuf(buf)
+	var frames []dxFrame
+	defer func() { putFrames(frames) }()
 	for attempt := 0; attempt < 3*layout.DxMaxLevelsLargeDir+4; attempt++ {
-		frames, info, hash, err := f.dxPath(name)
+		putFrames(frames)
+		var info layout.DxRootInfo
+		var hash uint32
+		var err error
+		frames, info, hash, err = f.dxPath(name)
 		if err != nil {
 			return err
 		}

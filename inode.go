@@ -380,11 +380,12 @@ func (v *Volume) readInode(ino uint32) (*layout.Inode, error) {
 	byteOff := uint64(idx) * uint64(isz)
 	blk := gd.InodeTable + byteOff/uint64(v.bs)
 	off := int(byteOff % uint64(v.bs))
-	buf := make([]byte, v.bs)
-	if err := v.readBlock(blk, buf); err != nil {
+	buf := getBlockBuf(v.bs)
+	defer putBlockBuf(buf)
+	if err := v.readBlockAt(blk, off, buf[:isz]); err != nil {
 		return nil, fmt.Errorf("ext4io: reading inode %d: %w", ino, err)
 	}
-	in, err := layout.DecodeInode(buf[off:off+isz], isz)
+	in, err := layout.DecodeInode(buf[:isz], isz)
 	if err != nil {
 		if ce, ok := err.(*errs.CorruptError); ok {
 			ce.Ino, ce.Block, ce.Off = ino, blk, off

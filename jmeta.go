@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ext4io/ext4io/alloc"
+	"github.com/ext4io/ext4io/internal/errs"
 	"github.com/ext4io/ext4io/journal"
 	"github.com/ext4io/ext4io/layout"
 )
@@ -55,9 +56,6 @@ type jmeta struct {
 	// had any, and of every commit before it, are allocatable (releases
 	// run after the commit is durable, in commit order). Guarded by mu.
 	releasing chan struct{}
-	// spare holds block buffers of logged transactions for reuse by
-	// Dirty. Guarded by mu.
-	spare [][]byte
 	// busyBlocks counts blocks freed but not yet allocatable (busy), for
 	// retrying an allocation that failed for space after a commit.
 	busyBlocks atomic.Int64
@@ -85,7 +83,10 @@ type jmeta struct {
 	stopTimer, timerDone chan struct{}
 }
 
-var _ alloc.MetaIO = (*jmeta)(nil)
+var (
+	_ alloc.MetaIO      = (*jmeta)(nil)
+	_ alloc.MetaUpdater = (*jmeta)(nil)
+)
 
 // Read returns blk's contents: a copy of its pending or committing copy,
 // else the metadata cache's block (shared: not to be modified, as
@@ -131,6 +132,51 @@ func (m *jmeta) read(blk uint64) (b []byte, shared bool, err error) {
 	return b, true, nil
 }
 
+// readAt copies len(dst) bytes of block blk from byte off into dst, from
+// the same copy Read would return, without copying the rest of the block
+// (an inode out of its inode table block).
+func (m *jmeta) readAt(blk uint64, off int, dst []byte) error {
+	m.mu.Lock()
+	b, ok := m.pending[blk]
+	if !ok {
+		b, ok = m.committing[blk]
+	}
+	if !ok && m.cache != nil {
+		b, _, ok = m.cache.get(blk)
+	}
+	if ok {
+		copy(dst, b[off:])
+		m.mu.Unlock()
+		return nil
+	}
+	m.mu.Unlock()
+	b, _, err := m.read(blk)
+	if err != nil {
+		return err
+	}
+	copy(dst, b[off:])
+	return nil
+}
+
+// readBlockAt copies len(dst) bytes of block blk from byte off into dst.
+// With a journal it copies only those bytes (jmeta.readAt); otherwise it
+// reads the block into a scratch buffer.
+func (v *Volume) readBlockAt(blk uint64, off int, dst []byte) error {
+	if blk >= v.sb.BlocksCount {
+		return errs.Corruptf("block pointer", blk, -1, "block %d beyond filesystem end %d", blk, v.sb.BlocksCount)
+	}
+	if m, ok := v.meta.(*jmeta); ok {
+		return m.readAt(blk, off, dst)
+	}
+	buf := getBlockBuf(v.bs)
+	defer putBlockBuf(buf)
+	if err := v.readBlock(blk, buf); err != nil {
+		return err
+	}
+	copy(dst, buf[off:])
+	return nil
+}
+
 // GetWrite returns a private copy of blk's contents.
 func (m *jmeta) GetWrite(blk uint64) ([]byte, error) {
 	b, shared, err := m.read(blk)
@@ -168,48 +214,34 @@ func (m *jmeta) update(blk uint64, fn func(b []byte)) error {
 		return nil
 	}
 	m.mu.Unlock()
-	cur, err := m.GetWrite(blk)
+	b, shared, err := m.read(blk)
 	if err != nil {
 		return err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if p, ok := m.pending[blk]; ok {
-		cur = p // logged meanwhile by another writer of the block: newer
-	} else {
+	cur, ok := m.pending[blk]
+	if !ok {
+		if cur = b; shared {
+			cur = m.bufLocked()
+			copy(cur, b)
+		}
 		m.pending[blk] = cur
-	}
+	} // else logged meanwhile by another writer of the block: newer
 	fn(cur)
 	delete(m.revokes, blk)
 	m.countLocked()
 	return nil
 }
 
-// maxSpare bounds the block buffers kept for reuse between transactions.
-const maxSpare = 256
+// Update implements alloc.MetaUpdater: it changes block blk with fn in
+// place, as update does.
+func (m *jmeta) Update(blk uint64, fn func(b []byte)) error { return m.update(blk, fn) }
 
-// bufLocked returns a block buffer for the pending set: one recycled from
-// a logged transaction (the journal keeps its own copies), or a new one.
-// m.mu is held.
-func (m *jmeta) bufLocked() []byte {
-	if n := len(m.spare); n > 0 {
-		b := m.spare[n-1]
-		m.spare = m.spare[:n-1]
-		return b
-	}
-	return make([]byte, m.v.bs)
-}
-
-// recycleLocked keeps the buffers of a set the journal has copied for
-// later transactions. m.mu is held.
-func (m *jmeta) recycleLocked(set map[uint64][]byte) {
-	for _, b := range set {
-		if len(m.spare) >= maxSpare {
-			return
-		}
-		m.spare = append(m.spare, b)
-	}
-}
+// bufLocked returns a new block buffer for the pending set. Buffers are
+// not reused: a logged set's belong to the journal and the metadata cache
+// (journal.Handle.DirtyOwned). m.mu is held.
+func (m *jmeta) bufLocked() []byte { return make([]byte, m.v.bs) }
 
 func (m *jmeta) ZeroOut(blk, n uint64) error {
 	err := m.dev.ZeroOut(blk, n)
@@ -338,7 +370,7 @@ func (m *jmeta) commitFinal(wait, final bool) error {
 	if err != nil {
 		m.failLocked(err, pending, revokes)
 	} else {
-		m.installLocked(pending) // the journal holds copies now
+		m.installLocked(pending) // the journal holds the blocks now
 	}
 	m.mu.Unlock()
 	v.txnGate.Unlock()
@@ -400,7 +432,9 @@ func (m *jmeta) failLocked(err error, pending map[uint64][]byte, revokes map[uin
 	for b, d := range pending {
 		if _, newer := m.pending[b]; !newer {
 			if _, rev := m.revokes[b]; !rev {
-				m.pending[b] = d
+				// A copy: the journal may own d already (DirtyOwned),
+				// and pending copies are changed in place.
+				m.pending[b] = append([]byte(nil), d...)
 			}
 		}
 	}
@@ -445,7 +479,10 @@ func (m *jmeta) log(pending map[uint64][]byte, revokes map[uint64]struct{}) (tid
 				h.Stop()
 				return 0, fmt.Errorf("ext4io: journal block %d: %w", b, err)
 			}
-			if err := h.Dirty(b, pending[b]); err != nil {
+			// The journal keeps the pending copy itself: nothing changes
+			// it from here on (the next operations get new pending
+			// copies), and the metadata cache shares it once logged.
+			if err := h.DirtyOwned(b, pending[b]); err != nil {
 				h.Stop()
 				return 0, fmt.Errorf("ext4io: journal block %d: %w", b, err)
 			}

@@ -500,11 +500,10 @@ func (v *Volume) forgetMeta(blk uint64) {
 }
 
 // installLocked makes the blocks of a set the journal has logged the
-// cache's blocks, or without a cache keeps their buffers for reuse. The
-// set's buffers are not used by jmeta afterwards. m.mu is held.
+// cache's blocks: the journal and the cache share the buffers, which
+// nothing changes any more (journal.Handle.DirtyOwned). m.mu is held.
 func (m *jmeta) installLocked(set map[uint64][]byte) {
 	if m.cache == nil {
-		m.recycleLocked(set)
 		return
 	}
 	m.cache.mu.Lock()

@@ -863,7 +863,7 @@ func (a *Allocator) setUsedLocked(gi uint64, s, n uint32) error {
 func (a *Allocator) writeBlockBitmapLocked(gi uint64) error {
 	g := a.g[gi]
 	d := g.mu.desc
-	if err := a.writeBlock(d.BlockBitmap, 0, g.mu.bitmap); err != nil {
+	if err := updateBlock(a.io, d.BlockBitmap, func(b []byte) { copy(b, g.mu.bitmap) }); err != nil {
 		return fmt.Errorf("alloc: block bitmap of group %d: %w", gi, err)
 	}
 	if a.mcsum {
@@ -882,24 +882,10 @@ func (a *Allocator) writeDescLocked(gi uint64) error {
 	m := &a.descMu[gi/a.perDesc]
 	m.Lock()
 	defer m.Unlock()
-	if err := a.writeBlock(blk, off, d.Raw); err != nil {
+	if err := updateBlock(a.io, blk, func(b []byte) { copy(b[off:], d.Raw) }); err != nil {
 		return fmt.Errorf("alloc: descriptor of group %d: %w", gi, err)
 	}
 	return nil
-}
-
-// writeBlock writes p at byte off of metadata block blk, in place through
-// MetaUpdater when a.io has it, else with GetWrite and Dirty.
-func (a *Allocator) writeBlock(blk uint64, off int, p []byte) error {
-	if u, ok := a.io.(MetaUpdater); ok {
-		return u.Update(blk, func(b []byte) { copy(b[off:], p) })
-	}
-	buf, err := a.io.GetWrite(blk)
-	if err != nil {
-		return err
-	}
-	copy(buf[off:], p)
-	return a.io.Dirty(blk, buf)
 }
 
 // Free returns [start, start+n) to free space. Freeing a block that is

@@ -255,12 +255,7 @@ func (a *Allocator) loadInodesLocked(gi uint64) error {
 func (a *Allocator) writeInodeBitmapLocked(gi uint64) error {
 	g := a.g[gi]
 	d := g.mu.desc
-	buf, err := a.io.GetWrite(d.InodeBitmap)
-	if err != nil {
-		return fmt.Errorf("alloc: inode bitmap of group %d: %w", gi, err)
-	}
-	copy(buf, g.mu.ibitmap)
-	if err := a.io.Dirty(d.InodeBitmap, buf); err != nil {
+	if err := updateBlock(a.io, d.InodeBitmap, func(b []byte) { copy(b, g.mu.ibitmap) }); err != nil {
 		return fmt.Errorf("alloc: inode bitmap of group %d: %w", gi, err)
 	}
 	if a.mcsum {

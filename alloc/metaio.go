@@ -30,15 +30,26 @@ type MetaIO interface {
 	ZeroOut(blk, n uint64) error
 }
 
-// MetaUpdater is implemented by a MetaIO that can change a block in place,
-// saving the two block copies of a GetWrite and Dirty pair: the
-// allocator writes its bitmaps and descriptors through it when the MetaIO
-// has it. Update calls fn with blk's current contents (its pending copy in
-// a journaled MetaIO, else a private copy that becomes the pending one);
-// what fn leaves in b is blk's new contents, as if Dirty had recorded it.
-// fn must not keep b or call the MetaIO.
+// MetaUpdater is implemented by a MetaIO that can change a block in place:
+// Update calls fn with blk's current contents, to be changed, and records
+// the result as with GetWrite and Dirty, without copying the block twice.
+// fn must not call the MetaIO. The Allocator uses it when available.
 type MetaUpdater interface {
 	Update(blk uint64, fn func(b []byte)) error
+}
+
+// updateBlock changes block blk with fn through io: in place with
+// MetaUpdater, else with GetWrite and Dirty.
+func updateBlock(io MetaIO, blk uint64, fn func(b []byte)) error {
+	if u, ok := io.(MetaUpdater); ok {
+		return u.Update(blk, fn)
+	}
+	buf, err := io.GetWrite(blk)
+	if err != nil {
+		return err
+	}
+	fn(buf)
+	return io.Dirty(blk, buf)
 }
 
 // DirectIO is a MetaIO writing straight to a device, without a journal.

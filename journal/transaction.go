@@ -10,7 +10,8 @@ import (
 )
 
 // transaction is one jbd2 transaction. All fields are guarded by Journal.mu;
-// buffers are immutable once the transaction is committing.
+// the slices in buffers are never changed (a block dirtied again gets a new
+// one), so a buffer read under the lock may be used after it is released.
 type transaction struct {
 	tid      uint32
 	locked   bool                // no handle may join: a commit is pending
@@ -170,6 +171,18 @@ func (h *Handle) GetWriteAccess(blk uint64) error {
 // GetWriteAccess in this transaction. Dirtying cancels an earlier Revoke of
 // blk in the same transaction.
 func (h *Handle) Dirty(blk uint64, data []byte) error {
+	return h.dirty(blk, data, false)
+}
+
+// DirtyOwned is Dirty without the copy: the journal keeps data itself as
+// blk's contents until the block is checkpointed or forgotten. The caller
+// must not change data after the call; it may go on reading it (share it
+// with a cache of clean blocks, as the volume's metadata cache does).
+func (h *Handle) DirtyOwned(blk uint64, data []byte) error {
+	return h.dirty(blk, data, true)
+}
+
+func (h *Handle) dirty(blk uint64, data []byte, own bool) error {
 	j := h.j
 	if len(data) != j.bs {
 		return fmt.Errorf("journal: dirty block %d with %d bytes: %w", blk, len(data), ErrInvalid)
@@ -182,12 +195,13 @@ func (h *Handle) Dirty(blk uint64, data []byte) error {
 	if _, ok := h.t.declared[blk]; !ok {
 		return fmt.Errorf("journal: block %d dirtied without write access: %w", blk, ErrInvalid)
 	}
-	b := h.t.buffers[blk]
-	if b == nil {
-		b = make([]byte, j.bs)
-		h.t.buffers[blk] = b
+	// A block dirtied again gets a new buffer rather than an update in
+	// place: the old one may be a caller's (DirtyOwned), which it reads.
+	if own {
+		h.t.buffers[blk] = data
+	} else {
+		h.t.buffers[blk] = append(make([]byte, 0, j.bs), data...)
 	}
-	copy(b, data)
 	delete(h.t.revokes, blk)
 	j.holdsLocked(h.t, blk)
 	// Reused as metadata: this copy is the newest and must reach home.

@@ -28,7 +28,13 @@ func Kernel(seed uint32, p []byte) uint32 {
 }
 
 // KernelU32 returns Kernel(seed, le32(v)) without allocating.
+// It runs the table bytewise: a slice passed to crc32.Update escapes to
+// the heap.
 func KernelU32(seed, v uint32) uint32 {
-	b := [4]byte{byte(v), byte(v >> 8), byte(v >> 16), byte(v >> 24)}
-	return Kernel(seed, b[:])
+	crc := seed
+	for range 4 {
+		crc = castagnoli[byte(crc)^byte(v)] ^ crc>>8
+		v >>= 8
+	}
+	return crc
 }

@@ -21,4 +21,13 @@ func TestKernelMatchesStdlibWithFullInversion(t *testing.T) {
 	if a, b := KernelU32(5, 0x01020304), Kernel(5, []byte{4, 3, 2, 1}); a != b {
 		t.Fatalf("KernelU32 %#x != %#x", a, b)
 	}
+	for _, v := range []uint32{0, 1, 0xFFFFFFFF, 0x80000001, 0xDEADBEEF} {
+		le := []byte{byte(v), byte(v >> 8), byte(v >> 16), byte(v >> 24)}
+		if a, b := KernelU32(^uint32(0), v), Kernel(^uint32(0), le); a != b {
+			t.Fatalf("KernelU32(^0, %#x) %#x != %#x", v, a, b)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { KernelU32(5, 0x01020304) }); n != 0 {
+		t.Fatalf("KernelU32 allocates %v times", n)
+	}
 }
