@@ -332,7 +332,7 @@ func (f *File) directOverwrite(p []byte, off int64) (n int, err error, ok bool) 
 	s := stripe.OfBuf(p)
 	t := f.n.mu.RLockAt(s)
 	end := off + int64(len(p))
-	if f.closed.Load() || end > int64(f.n.diskSize()) || !f.cacheCleanLocked(off, end) {
+	if f.closed.Load() || end > int64(f.n.diskSize()) || f.mayHavePages() && !f.cacheCleanLocked(off, end) {
 		f.n.mu.RUnlockAt(t)
 		return 0, nil, false // a closed file fails in the usual path
 	}

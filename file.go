@@ -62,6 +62,21 @@ var errNotOpen = fmt.Errorf("ext4io: not opened by Open or Create: %w", ErrInval
 // change or read the inode check f.closed again under the inode lock
 // (closedLocked).
 func (f *File) checkOpen(op string) error {
+	if f.isOpen() {
+		return nil
+	}
+	return f.openError(op)
+}
+
+// isOpen reports whether f and its Volume are open: checkOpen's nil case,
+// inlined where each call counts (WriteAt).
+func (f *File) isOpen() bool {
+	return f != nil && f.v != nil && f.n != nil && !f.closed.Load() && f.v.sb != nil && !f.v.closed.Load()
+}
+
+// openError is checkOpen's error for a File that is not open (nil if it
+// is).
+func (f *File) openError(op string) error {
 	if f == nil || f.v == nil || f.n == nil {
 		return &fs.PathError{Op: op, Err: errNotOpen}
 	}
@@ -144,8 +159,8 @@ func (f *File) Size() int64 {
 // ReadAt reads len(p) bytes at off. Holes and unwritten extents read as
 // zeroes. At end of file it returns io.EOF, like io.ReaderAt.
 func (f *File) ReadAt(p []byte, off int64) (int, error) {
-	if err := f.checkOpen("read"); err != nil {
-		return 0, err
+	if !f.isOpen() {
+		return 0, f.openError("read")
 	}
 	if off < 0 {
 		return 0, &fs.PathError{Op: "read", Path: f.name, Err: fmt.Errorf("negative offset %d: %w", off, ErrInvalid)}
@@ -156,8 +171,8 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 	if f.flag&accMode == os.O_WRONLY {
 		return 0, &fs.PathError{Op: "read", Path: f.name, Err: ErrBadFile}
 	}
-	if err := f.checkDirect("read", p, off); err != nil {
-		return 0, err
+	if !f.directAligned(p, off) {
+		return 0, f.checkDirect("read", p, off)
 	}
 	if f.direct && f.mayHavePages() {
 		// As O_DIRECT: the range's dirty pages go to the device first.
@@ -194,9 +209,12 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 		// ahead from the device if none is dirty (readahead.go).
 		useCache = !f.cacheCleanLocked(off, off+readaheadBytes)
 	}
-	if useCache {
+	switch {
+	case useCache:
 		n, err = f.readBuffered(p, off)
-	} else {
+	case f.direct:
+		n, err = f.readAt(p, off) // no read-ahead (readSeq)
+	default:
 		n, err = f.readSeq(p, off) // readahead.go
 	}
 	if err == nil && n < want {

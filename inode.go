@@ -68,9 +68,13 @@ type inode struct {
 
 	// dataGen counts the changes of the file's data, each counted when it
 	// is done; noReadahead is set once iomap ops were handed out, whose
-	// writes dataGen does not see (readahead.go).
+	// writes dataGen does not see (readahead.go). readAhead is set (and
+	// never cleared) before a File of the inode first reads ahead: until
+	// then no window exists that a write could make stale, and WriteAt
+	// leaves dataGen alone.
 	dataGen     atomic.Uint64
 	noReadahead atomic.Bool
+	readAhead   atomic.Bool
 
 	// zeroing lists the block ranges whose unwritten blocks a direct write
 	// is zeroing before converting them (Options.Tuning.ZeroOutChunk); a writer

@@ -58,8 +58,8 @@ func (f *File) Name() string { return f.name }
 // with os.File, a file opened with O_APPEND refuses WriteAt, and one opened
 // with O_SYNC is synced (File.Sync) before WriteAt returns.
 func (f *File) WriteAt(p []byte, off int64) (int, error) {
-	if err := f.checkOpen("write"); err != nil { // os.File.WriteAt says "write" too
-		return 0, err
+	if !f.isOpen() {
+		return 0, f.openError("write") // os.File.WriteAt says "write" too
 	}
 	if f.flag&os.O_APPEND != 0 {
 		return 0, errAppendWriteAt
@@ -70,9 +70,13 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 	return f.writeSync(p, off)
 }
 
-// writeSync is pwrite, then Sync for O_SYNC files.
+// writeSync is pwrite, then Sync for O_SYNC files. Once the write is
+// done, it makes the inode's read-ahead windows stale (readahead.go).
 func (f *File) writeSync(p []byte, off int64) (int, error) {
 	n, err := f.pwrite(p, off)
+	if f.n.readAhead.Load() {
+		f.n.dataGen.Add(1)
+	}
 	if err == nil && f.flag&os.O_SYNC != 0 {
 		if err = f.Sync(); err != nil {
 			err = &fs.PathError{Op: "sync", Path: f.name, Err: err}

@@ -20,8 +20,11 @@ import "sync"
 // The window is valid while the inode's content generation
 // (inode.dataGen) and its mapping's seq are what they were before the
 // window was read: every data change through any File of the inode bumps
-// dataGen when it is done (pwrite, truncateLocked, Fallocate), and every
-// mapping change bumps seq. A read racing with a write may see either
+// dataGen when it is done (WriteAt and Write once the inode has read
+// ahead, truncateLocked, Fallocate), and every mapping change bumps seq.
+// A reader sets inode.readAhead before it loads dataGen, and a writer
+// loads readAhead after its data is written: a writer that saw it unset
+// finished its data before any window was read. A read racing with a write may see either
 // content, as with the device, but a read that starts after a write has
 // returned never sees a window read before it. Writes made with the iomap
 // ops a File hands out (NormalOps, OverwriteOps) do not go through those
@@ -53,6 +56,9 @@ func (f *File) readSeq(p []byte, off int64) (int, error) {
 	defer f.ra.mu.Unlock()
 	ra := &f.ra
 	end := off + int64(len(p))
+	if !f.n.readAhead.Load() {
+		f.n.readAhead.Store(true) // before dataGen is loaded (see above)
+	}
 	gen, seq := f.n.dataGen.Load(), f.m.seq.Load()
 	if len(ra.buf) > 0 && ra.gen == gen && ra.seq == seq && off >= ra.off && end <= ra.off+int64(len(ra.buf)) {
 		ra.next = end

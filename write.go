@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"math"
 	"math/bits"
+	"os"
 	"sync"
 	"time"
 
@@ -38,6 +39,9 @@ func (f *File) writable(op string) error {
 
 // writableOpen is writable for a caller that checked f open (checkOpen).
 func (f *File) writableOpen(op string) error {
+	if f.writableState() && f.v.failed() == nil {
+		return nil
+	}
 	if f.v.alloc == nil {
 		return &fs.PathError{Op: op, Path: f.name, Err: ErrReadOnly}
 	}
@@ -56,10 +60,25 @@ func (f *File) writableOpen(op string) error {
 	return nil
 }
 
+// writableState reports whether f can be written but for the volume's
+// failure (Volume.failed), which writableOpen checks beside it: a
+// writable volume and File mode, an extent-mapped regular file, not
+// inline. It is inlined where each call counts (pwrite).
+func (f *File) writableState() bool {
+	return f.v.alloc != nil && f.flag&accMode != os.O_RDONLY && !f.n.inline.live.Load() && f.m != nil && f.m.tree != nil && f.in.IsReg()
+}
+
+// inRange reports whether [off, off+n) lies inside the blocks a file can
+// map: checkRange's nil case.
+func (f *File) inRange(off, n int64) bool {
+	lim := maxFileBlocks * int64(f.v.bs)
+	return off >= 0 && n >= 0 && off <= lim && n <= lim-off
+}
+
 func (f *File) checkRange(op string, off, n int64) error {
-	bs := int64(f.v.bs)
-	if off < 0 || n < 0 || off > maxFileBlocks*bs || n > maxFileBlocks*bs-off {
-		return &fs.PathError{Op: op, Path: f.name, Err: fmt.Errorf("range [%d,+%d) outside 0..%d: %w", off, n, maxFileBlocks*bs, ErrInvalid)}
+	if !f.inRange(off, n) {
+		lim := maxFileBlocks * int64(f.v.bs)
+		return &fs.PathError{Op: op, Path: f.name, Err: fmt.Errorf("range [%d,+%d) outside 0..%d: %w", off, n, lim, ErrInvalid)}
 	}
 	return nil
 }
@@ -69,20 +88,22 @@ func (f *File) checkRange(op string, off, n int64) error {
 // grows when the write ends past its size. Unaligned writes into new or
 // unwritten blocks zero the rest of those blocks.
 func (f *File) pwrite(p []byte, off int64) (int, error) {
-	defer f.n.dataGen.Add(1) // read-ahead windows are stale once it is done
 	if f.n.inline.live.Load() {
 		if n, ok, err := f.writeInline(p, off); ok { // inline_write.go
 			return n, err
 		}
 	}
-	if err := f.writableOpen("write"); err != nil { // the callers checked f open
-		return 0, err
-	}
-	if err := f.checkRange("write", off, int64(len(p))); err != nil {
-		return 0, err
-	}
-	if err := f.checkDirect("write", p, off); err != nil {
-		return 0, err
+	if !f.writableState() || f.v.failed() != nil || !f.inRange(off, int64(len(p))) || !f.directAligned(p, off) {
+		// The callers checked f open.
+		if err := f.writableOpen("write"); err != nil {
+			return 0, err
+		}
+		if err := f.checkRange("write", off, int64(len(p))); err != nil {
+			return 0, err
+		}
+		if err := f.checkDirect("write", p, off); err != nil {
+			return 0, err
+		}
 	}
 	if !f.direct && f.n.bops != nil {
 		n, err := f.writeBuffered(p, off)
@@ -100,7 +121,9 @@ func (f *File) pwrite(p []byte, off int64) (int, error) {
 	done := 0 // bytes the overwrite ops wrote before refusing the rest
 	for {
 		// Direct I/O: dirty cached pages of the range go first.
-		if err := f.flushCache(off, off+int64(len(p))); err != nil {
+		if !f.mayHavePages() {
+			// Nothing to write back (flushCache).
+		} else if err := f.flushCache(off, off+int64(len(p))); err != nil {
 			return done, &fs.PathError{Op: "write", Path: f.name, Err: err}
 		}
 		if bs := int64(f.v.bs); off&(bs-1) == 0 && int64(len(p))&(bs-1) == 0 && len(p) > 0 {
@@ -240,14 +263,15 @@ func aligned(x, a int64) bool {
 // direct backend) buffer address aligned to the device's logical block
 // size.
 func (f *File) checkDirect(op string, p []byte, off int64) error {
-	if !f.direct {
-		return nil
-	}
-	a := f.v.lbs
-	if !aligned(off, a) || !aligned(int64(len(p)), a) {
-		return &fs.PathError{Op: op, Path: f.name, Err: fmt.Errorf("direct I/O at %d of %d bytes is not aligned to the device's %d-byte logical blocks: %w", off, len(p), a, ErrInvalid)}
+	if !f.directAligned(p, off) {
+		return &fs.PathError{Op: op, Path: f.name, Err: fmt.Errorf("direct I/O at %d of %d bytes is not aligned to the device's %d-byte logical blocks: %w", off, len(p), f.v.lbs, ErrInvalid)}
 	}
 	return nil
+}
+
+// directAligned is checkDirect's nil case.
+func (f *File) directAligned(p []byte, off int64) bool {
+	return !f.direct || aligned(off, f.v.lbs) && aligned(int64(len(p)), f.v.lbs)
 }
 
 func (f *File) touchLocked() {

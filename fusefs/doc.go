@@ -37,6 +37,11 @@
 // the mode, owner and group this layer reports, as it does for ext4. POSIX
 // ACLs are stored as xattrs but not enforced by the kernel.
 //
+// # Options
+//
+// ParseOptions reads mount options in the -o syntax of mount, fuse2fs and
+// ext4io mount into the Options for Mount.
+//
 // The package builds on Linux only (its FUSE server uses Linux-only flags
 // and errors); elsewhere it is empty.
 package fusefs

@@ -1,6 +1,7 @@
 package fusefs_test
 
 import (
+	"errors"
 	"fmt"
 	"log"
 	"os"
@@ -50,4 +51,33 @@ func Example() {
 		log.Fatal(err)
 	}
 	fmt.Printf("%s", b)
+}
+
+// ExampleParseOptions turns the -o options of ext4io mount (the syntax of
+// mount and fuse2fs) into the Options for Mount: the options fusefs knows
+// set fields, the others go to the kernel as given. It needs no mount.
+func ExampleParseOptions() {
+	o, err := fusefs.ParseOptions("ro,allow_other,kernel_cache,attr_timeout=0.5,entry_timeout=0,fsname=/img/disk.ext4,noatime")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("read-only:", o.ReadOnly)
+	fmt.Println("allow other users:", o.AllowOther)
+	fmt.Println("keep cached pages:", o.KeepCache)
+	fmt.Println("attribute timeout:", o.AttrTimeout)
+	fmt.Println("entry timeout:", o.EntryTimeout, "(negative: no caching)")
+	fmt.Println("source:", o.FsName)
+	fmt.Println("to the kernel:", o.Extra)
+
+	_, err = fusefs.ParseOptions("attr_timeout=soon")
+	fmt.Println(errors.Is(err, ext4io.ErrInvalid), err)
+	// Output:
+	// read-only: true
+	// allow other users: true
+	// keep cached pages: true
+	// attribute timeout: 500ms
+	// entry timeout: -1ns (negative: no caching)
+	// source: /img/disk.ext4
+	// to the kernel: [noatime]
+	// true fusefs: attr_timeout=soon: want seconds: invalid argument
 }

@@ -4,7 +4,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -59,7 +58,7 @@ func TestMountOpenWhileMounting(t *testing.T) {
 		opened := make(chan error, 1)
 		var w atomic.Pointer[fusetest.Watchdog]
 		go func() {
-			for !isFUSEMount(dir) {
+			for !fusetest.Mounted(dir) {
 				time.Sleep(100 * time.Microsecond)
 			}
 			wd, err := fusetest.Arm(t, dir, 10*time.Second)
@@ -100,11 +99,4 @@ func TestMountOpenWhileMounting(t *testing.T) {
 		require.NoError(t, oerr, "iteration %d: open while mounting", i)
 	}
 	e2fsck(t, img)
-}
-
-// isFUSEMount reports whether a FUSE file system is mounted at dir,
-// without asking it.
-func isFUSEMount(dir string) bool {
-	b, _ := os.ReadFile("/proc/self/mountinfo")
-	return strings.Contains(string(b), " "+dir+" ") && strings.Contains(string(b), " - fuse.ext4io ")
 }

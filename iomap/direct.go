@@ -184,23 +184,34 @@ func DirectRead(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOptio
 // sub-block writes into the same New or Unwritten block race on the zeroing
 // (as in Linux), so callers serialise unaligned writes.
 func DirectWrite(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOptions) (int, error) {
-	if ow, ok := ops.(Overwriter); ok && opt != nil && opt.Align > 0 && opt.Flags&^dioRequestFlags == 0 {
-		// The single-extent fast path, with checkDio's checks for a
-		// caller that set Align.
+	// The single-extent fast path, with checkDio's checks for a caller
+	// that set Align; the iterator and its frame are directWrite's.
+	if ow, ok := ops.(Overwriter); ok && opt != nil && opt.Align > 0 {
 		n := int64(len(p))
 		if off >= 0 && n > 0 && n <= math.MaxInt64-off && aligned(off, opt.Align) && aligned(n, opt.Align) &&
-			(opt.BlockSize == 0 || opt.BlockSize > 0 && opt.BlockSize&(opt.BlockSize-1) == 0) {
+			opt.Flags&^dioRequestFlags == 0 && opt.BlockSize >= 0 && opt.BlockSize&(opt.BlockSize-1) == 0 {
 			if addr, ok := ow.MapOverwrite(off, n, Write|Direct|opt.Flags); ok && addr >= 0 {
 				if ctr := opt.Counters.forBuf(p); ctr != nil {
 					ctr.dioWritesDev.Add(1)
 				}
 				if _, err := dev.WriteAt(p, addr); err != nil {
-					return 0, fmt.Errorf("iomap: direct write file [%d, +%d) at device %d: %w", off, n, addr, err)
+					return 0, overwriteError("write", off, n, addr, err)
 				}
 				return len(p), nil
 			}
 		}
 	}
+	return directWrite(dev, ops, p, off, opt)
+}
+
+// overwriteError wraps the device error of a fast-path I/O.
+func overwriteError(what string, off, n, addr int64, err error) error {
+	return fmt.Errorf("iomap: direct %s file [%d, +%d) at device %d: %w", what, off, n, addr, err)
+}
+
+// directWrite is DirectWrite's iterator: Begin, the segment's write,
+// EndIO and End for each mapping.
+func directWrite(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOptions) (int, error) {
 	if err := checkDio("direct write", dev, len(p), off, opt); err != nil {
 		return 0, err
 	}

@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/ext4io/ext4io"
 	"github.com/ext4io/ext4io/fusefs"
@@ -115,52 +114,24 @@ func mountBackground(args []string) error {
 
 // startMount opens the image and mounts it; stop ends the CPU profile.
 func startMount(pos []string, opts string, debug bool, cpuprofile string) (s *fusefs.Server, v *ext4io.Volume, stop func(), err error) {
-	var o fusefs.Options
+	o, err := fusefs.ParseOptions(opts)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("%w: -o: %w", errUsage, err)
+	}
+	o.Debug = o.Debug || debug
+	// cache_size is the volume's page cache, not a FUSE option.
 	var cache int64
-	o.Debug = debug
-	for _, opt := range strings.Split(opts, ",") {
-		switch opt {
-		case "":
-		case "ro":
-			o.ReadOnly = true
-		case "rw":
-			o.ReadOnly = false
-		case "allow_other":
-			o.AllowOther = true
-		case "default_permissions":
-			o.NoDefaultPermissions = false
-		case "no_default_permissions":
-			o.NoDefaultPermissions = true
-		case "direct_io":
-			o.DirectIO = true
-		case "writeback_cache":
-			o.NoWritebackCache = false
-		case "no_writeback_cache":
-			o.NoWritebackCache = true
-		case "debug":
-			o.Debug = true
-		case "kernel_cache", "keep_cache":
-			o.KeepCache = true
-		default:
-			if v, ok := strings.CutPrefix(opt, "fsname="); ok {
-				o.FsName = v
-			} else if v, ok := strings.CutPrefix(opt, "attr_timeout="); ok {
-				if o.AttrTimeout, err = parseTimeout("attr_timeout", v); err != nil {
-					return nil, nil, nil, err
-				}
-			} else if v, ok := strings.CutPrefix(opt, "entry_timeout="); ok {
-				if o.EntryTimeout, err = parseTimeout("entry_timeout", v); err != nil {
-					return nil, nil, nil, err
-				}
-			} else if v, ok := strings.CutPrefix(opt, "cache_size="); ok {
-				if cache, err = parseSize(v); err != nil {
-					return nil, nil, nil, fmt.Errorf("%w: -o cache_size: %w", errUsage, err)
-				}
-			} else {
-				o.Extra = append(o.Extra, opt)
+	extra := o.Extra[:0]
+	for _, opt := range o.Extra {
+		if v, ok := strings.CutPrefix(opt, "cache_size="); ok {
+			if cache, err = parseSize(v); err != nil {
+				return nil, nil, nil, fmt.Errorf("%w: -o cache_size: %w", errUsage, err)
 			}
+		} else {
+			extra = append(extra, opt)
 		}
 	}
+	o.Extra = extra
 	image, dir := pos[0], pos[1]
 	if o.FsName == "" {
 		o.FsName = image
@@ -190,19 +161,6 @@ func startMount(pos []string, opts string, debug bool, cpuprofile string) (s *fu
 		return nil, nil, nil, err
 	}
 	return s, v, stop, nil
-}
-
-// parseTimeout parses a libfuse-style timeout in seconds ("1", "0.5";
-// "0" turns the cache off).
-func parseTimeout(name, v string) (time.Duration, error) {
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || f < 0 || f > 1e6 {
-		return 0, fmt.Errorf("%w: -o %s=%s: want seconds", errUsage, name, v)
-	}
-	if f == 0 {
-		return -1, nil // fusefs.Options: negative is no caching
-	}
-	return time.Duration(f * float64(time.Second)), nil
 }
 
 // mountCache is the page cache of a mount: the -o cache_size given, else

@@ -143,10 +143,7 @@ func TestMountBackground(t *testing.T) {
 	if code := run([]string{"mount", "--background", img, dir}, &out, &errb); code != 0 {
 		t.Fatalf("mount --background: exit %d: %s", code, errb.String())
 	}
-	mounted := func() bool {
-		b, _ := os.ReadFile("/proc/self/mounts")
-		return strings.Contains(string(b), " "+dir+" fuse.ext4io ")
-	}
+	mounted := func() bool { return fusetest.Mounted(dir) }
 	defer func() {
 		if mounted() {
 			exec.Command("fusermount3", "-u", dir).Run()

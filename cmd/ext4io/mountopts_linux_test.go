@@ -1,24 +1,23 @@
 package main
 
 import (
+	"io"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
+
+	"github.com/ext4io/ext4io"
 )
 
-func TestParseTimeout(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		want time.Duration
-	}{{"1", time.Second}, {"0.5", 500 * time.Millisecond}, {"60", time.Minute}, {"0", -1}} {
-		d, err := parseTimeout("attr_timeout", c.in)
-		require.NoError(t, err, c.in)
-		assert.Equal(t, c.want, d, c.in)
-	}
-	for _, bad := range []string{"", "x", "-1", "1e9"} {
-		_, err := parseTimeout("attr_timeout", bad)
-		assert.ErrorIs(t, err, errUsage, bad)
+// TestMountBadOptions: malformed -o values are usage errors, reported
+// before the image is opened or anything is mounted (fusefs.ParseOptions
+// parses the FUSE options, cache_size is the command's).
+func TestMountBadOptions(t *testing.T) {
+	for _, o := range []string{"attr_timeout=x", "entry_timeout=-1", "ro,attr_timeout=1e9", "cache_size=lots"} {
+		err := cmdMount([]string{"-o", o, "/nonexistent/image", "/nonexistent/dir"}, io.Discard)
+		assert.ErrorIs(t, err, errUsage, o)
+		if o != "cache_size=lots" {
+			assert.ErrorIs(t, err, ext4io.ErrInvalid, o)
+		}
 	}
 }

@@ -8,6 +8,8 @@
 // Watch turns such a hang into a failed test by aborting the connection
 // (/sys/fs/fuse/connections/N/abort) after a deadline, which fails the
 // outstanding requests with ECONNABORTED and every later one with ENOTCONN.
+// Mounted tells whether a FUSE file system is mounted at a directory
+// without asking its server.
 //
 // Its helpers are for Linux only.
 package fusetest

@@ -1,6 +1,9 @@
 package fusetest_test
 
 import (
+	"fmt"
+	"log"
+	"os"
 	"testing"
 	"time"
 
@@ -20,4 +23,17 @@ func ExampleWatch() {
 		}
 		w.Stop() // after the unmount, so that it is watched too
 	}
+}
+
+// ExampleMounted checks for a FUSE mount from the mount table, without
+// asking a server that may hang: a fresh directory has none. A test that
+// starts a server in another process polls Mounted until it holds.
+func ExampleMounted() {
+	dir, err := os.MkdirTemp("", "fusetest")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.Remove(dir)
+	fmt.Println(fusetest.Mounted(dir))
+	// Output: false
 }

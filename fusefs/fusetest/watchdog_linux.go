@@ -172,6 +172,16 @@ func (w *Watchdog) unmountCtl() {
 	}
 }
 
+// Mounted reports whether a FUSE file system is mounted at dir. It reads
+// /proc/self/mountinfo and does not ask the file system's server, so it
+// answers at once even when that server has stopped answering (where a
+// stat of dir would block): tests use it to wait for a mount served by
+// another process, or to check that one is gone.
+func Mounted(dir string) bool {
+	_, err := mountDev(dir)
+	return err == nil
+}
+
 // mountDev returns the minor device number of the file system mounted at
 // dir, which names its FUSE connection, from /proc/self/mountinfo (a stat
 // of dir would ask the server).
