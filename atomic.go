@@ -138,6 +138,9 @@ func (f *File) WriteAtomic(p []byte, off int64) (int, error) {
 		return 0, errAppendWriteAt // as WriteAt
 	}
 	n, err := f.writeAtomic(p, off)
+	if f.n.readAhead.Load() {
+		f.n.dataGen.Add(1) // as writeSync: an in-place write keeps the mapping's seq
+	}
 	if err == nil && f.flag&os.O_SYNC != 0 {
 		if err = f.Sync(); err != nil {
 			err = &fs.PathError{Op: "sync", Path: f.name, Err: err}

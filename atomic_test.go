@@ -178,6 +178,39 @@ func TestWriteAtomicInPlace(t *testing.T) {
 	require.Equal(t, make([]byte, 32<<10), got[128<<10:])
 }
 
+// TestWriteAtomicInPlaceReadahead: a read-ahead window of another File
+// of the inode, read before an in-place atomic write, is not served after
+// it (the write changes neither the mapping nor the size).
+func TestWriteAtomicInPlaceReadahead(t *testing.T) {
+	t.Parallel()
+	dev := &untornDev{Device: memdev.New(64 << 20)}
+	require.NoError(t, ext4io.Format(dev, ext4io.FormatOptions{}))
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
+	require.NoError(t, err)
+	defer v.Close()
+	f := directFile(t, v, "db", 0, 1<<20)
+	defer f.Close()
+	_, err = f.WriteAt(make([]byte, 1<<20), 0)
+	require.NoError(t, err)
+	require.NoError(t, f.Sync())
+
+	r, err := v.Open("db")
+	require.NoError(t, err)
+	defer r.Close()
+	got := make([]byte, 4096)
+	for off := int64(0); off < 3*4096; off += 4096 { // sequential: reads ahead
+		_, err = r.ReadAt(got, off)
+		require.NoError(t, err)
+	}
+	w := dev.writes.Load()
+	_, err = f.WriteAtomic(bytes.Repeat([]byte{7}, 16<<10), 16<<10)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), dev.writes.Load()-w, "the write went in place")
+	_, err = r.ReadAt(got, 16<<10)
+	require.NoError(t, err)
+	require.Equal(t, bytes.Repeat([]byte{7}, 4096), got, "a read after the atomic write returned")
+}
+
 // atomicBlock fills b, block lblk of a file, as written by write id: the
 // id and lblk, then bytes derived from both, so that a block tells which
 // write left it and a torn or misplaced block is seen.

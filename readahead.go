@@ -20,8 +20,8 @@ import "sync"
 // The window is valid while the inode's content generation
 // (inode.dataGen) and its mapping's seq are what they were before the
 // window was read: every data change through any File of the inode bumps
-// dataGen when it is done (WriteAt and Write once the inode has read
-// ahead, truncateLocked, Fallocate), and every mapping change bumps seq.
+// dataGen when it is done (WriteAt, Write and WriteAtomic once the inode
+// has read ahead, truncateLocked, Fallocate), and every mapping change bumps seq.
 // A reader sets inode.readAhead before it loads dataGen, and a writer
 // loads readAhead after its data is written: a writer that saw it unset
 // finished its data before any window was read. A read racing with a write may see either
