@@ -86,6 +86,7 @@ type PageCache struct {
 	noInline bool            // immutable: NoInlineWriteback
 	noRead   bool            // immutable: NoReadCache
 	runPool  sync.Pool       // *[]byte of maxRun pages
+	pagePool sync.Pool       // *page dropped from the cache, for newPage
 	counters CounterSet      // Counters; each shard counts on a stripe
 	ctr      *atomicCounters // immutable: stripe 0, for what has no file
 
@@ -135,12 +136,13 @@ type shardState struct {
 
 	mu struct {
 		sync.Mutex
-		cond    sync.Cond // L = &mu.Mutex; broadcast when pins or wb of this shard's pages drop or its pages leave, and waiters > 0
-		waiters int
-		files   map[Key]*file
-		npages  int  // pages in this shard
-		lru     page // sentinel of the LRU ring: lru.next is most recent
-		closed  bool
+		cond     sync.Cond // L = &mu.Mutex; broadcast when pins or wb of this shard's pages drop or its pages leave, and waiters > 0
+		waiters  int
+		files    map[Key]*file
+		npages   int  // pages in this shard
+		lru      page // sentinel of the LRU ring of clean pages: lru.next is most recent
+		dirtyLRU page // sentinel of the LRU ring of dirty pages
+		closed   bool
 	}
 }
 
@@ -213,6 +215,7 @@ func NewPageCache(dev blockdev.Device, opt PageCacheOptions) (*PageCache, error)
 		s.mu.cond.L = &s.mu.Mutex
 		s.mu.files = make(map[Key]*file)
 		s.mu.lru.next, s.mu.lru.prev = &s.mu.lru, &s.mu.lru
+		s.mu.dirtyLRU.next, s.mu.dirtyLRU.prev = &s.mu.dirtyLRU, &s.mu.dirtyLRU
 	}
 	return c, nil
 }
@@ -283,12 +286,19 @@ func lruRemoveLocked(pg *page) {
 	pg.prev, pg.next = nil, nil
 }
 
-// lruFrontLocked makes pg the most recently used page of shard s.
+// lruFrontLocked makes pg the most recently used page of its ring in
+// shard s: the dirty ring if pg.dirty, else the clean one. Callers that
+// change pg.dirty call it to move the page to its ring, so eviction finds
+// a clean page, and write-back the oldest dirty one, without walking the
+// other kind.
 func (s *shard) lruFrontLocked(pg *page) {
 	if pg.prev != nil {
 		lruRemoveLocked(pg)
 	}
 	h := &s.mu.lru
+	if pg.dirty {
+		h = &s.mu.dirtyLRU
+	}
 	pg.next, pg.prev = h.next, h
 	h.next.prev = pg
 	h.next = pg
@@ -336,7 +346,7 @@ func (c *PageCache) lookup(f *file, idx int64) *page {
 func (c *PageCache) get(f *file, idx int64) (*page, error) {
 	s := f.s
 	reserved := false // this call holds one slot of c.npages
-	var data []byte   // the buffer of an evicted page, for the new one
+	var reuse *page   // an evicted page, recycled for the new one
 	s.mu.Lock()
 	for {
 		if s.mu.closed || c.closed.Load() {
@@ -344,6 +354,7 @@ func (c *PageCache) get(f *file, idx int64) (*page, error) {
 			if reserved {
 				c.unreserve(1)
 			}
+			c.freePage(reuse)
 			return nil, fmt.Errorf("iomap: page cache: %w", ErrClosed)
 		}
 		if pg := f.pages[idx]; pg != nil {
@@ -353,6 +364,7 @@ func (c *PageCache) get(f *file, idx int64) (*page, error) {
 			if reserved {
 				c.unreserve(1)
 			}
+			c.freePage(reuse)
 			return pg, nil
 		}
 		if !reserved {
@@ -360,26 +372,22 @@ func (c *PageCache) get(f *file, idx int64) (*page, error) {
 		}
 		if !reserved {
 			// Full: take the slot of this shard's LRU clean page.
-			victim, dirty := s.victimLocked()
+			victim, df, didx := s.victimLocked()
 			if victim != nil {
-				data = victim.data
 				s.dropLocked(victim)
 				s.ctr.pagesEvicted.Add(1)
-				reserved = true
+				reuse, reserved = victim, true
 			} else {
 				s.mu.Unlock()
 				var err error
-				if reserved, data, err = c.evictElsewhere(s, dirty); err != nil {
+				if reserved, reuse, err = c.evictElsewhere(s, df, didx); err != nil {
 					return nil, err
 				}
 				s.mu.Lock()
 				continue // the page may have been inserted meanwhile
 			}
 		}
-		if data == nil {
-			data = make([]byte, c.pageSize)
-		}
-		pg := &page{data: data, f: f, idx: idx, pins: 1}
+		pg := c.newPage(reuse, f, idx)
 		f.pages[idx] = pg
 		s.lruFrontLocked(pg)
 		s.mu.npages++
@@ -390,17 +398,13 @@ func (c *PageCache) get(f *file, idx int64) (*page, error) {
 }
 
 // evictElsewhere is get's path for a full cache whose shard own has no
-// clean unpinned page; dirty is own's LRU unpinned dirty page, if any. It
-// holds no shard's mu on entry or return. It evicts the LRU clean page of
-// another shard and returns its slot (reserved) and buffer; failing that
-// it writes back a dirty run (own's first), or waits until a pin drops or
-// a slot is freed, and returns reserved false: the caller tries again.
-func (c *PageCache) evictElsewhere(own *shard, dirty *page) (reserved bool, data []byte, err error) {
-	var df *file
-	var didx int64
-	if dirty != nil {
-		df, didx = dirty.f, dirty.idx // immutable; the page may be gone by now
-	}
+// clean unpinned page; df and didx name own's LRU unpinned dirty page, if
+// any (df nil if none). It holds no shard's mu on entry or return. It
+// evicts the LRU clean page of another shard and returns its slot
+// (reserved) and the page, dropped, for reuse; failing that it writes
+// back a dirty run (own's first), or waits until a pin drops or a slot is
+// freed, and returns reserved false: the caller tries again.
+func (c *PageCache) evictElsewhere(own *shard, df *file, didx int64) (reserved bool, victim *page, err error) {
 	for waiting := false; ; waiting = true {
 		var gen uint64
 		if waiting {
@@ -416,19 +420,18 @@ func (c *PageCache) evictElsewhere(own *shard, dirty *page) (reserved bool, data
 				t.mu.Unlock()
 				continue
 			}
-			victim, d := t.victimLocked()
-			if victim != nil {
-				data = victim.data
-				t.dropLocked(victim)
+			v, f, idx := t.victimLocked()
+			if v != nil {
+				t.dropLocked(v)
 				t.ctr.pagesEvicted.Add(1)
 				t.mu.Unlock()
 				if waiting {
 					c.space.waiters.Add(-1)
 				}
-				return true, data, nil // victim's slot
+				return true, v, nil // v's slot
 			}
-			if df == nil && d != nil {
-				df, didx = d.f, d.idx
+			if df == nil && f != nil {
+				df, didx = f, idx
 			}
 			t.mu.Unlock()
 		}
@@ -469,21 +472,57 @@ func (c *PageCache) evictElsewhere(own *shard, dirty *page) (reserved bool, data
 }
 
 // victimLocked returns the least recently used clean unpinned page of s,
-// or failing that its least recently used unpinned dirty page not under
-// write-back.
-func (s *shard) victimLocked() (clean, dirty *page) {
+// or failing that the file and index of its least recently used unpinned
+// dirty page not under write-back (df nil if none). Pages are recycled
+// once dropped, so the dirty page is named by file and index, which stay
+// meaningful after s.mu is released.
+func (s *shard) victimLocked() (clean *page, df *file, didx int64) {
 	for pg := s.mu.lru.prev; pg != &s.mu.lru; pg = pg.prev {
-		if pg.pins > 0 || pg.wb {
-			continue
-		}
-		if !pg.dirty {
-			return pg, nil
-		}
-		if dirty == nil {
-			dirty = pg
+		if pg.pins == 0 && !pg.wb {
+			return pg, nil, 0
 		}
 	}
-	return nil, dirty
+	if pg := s.oldestDirtyLocked(); pg != nil {
+		return nil, pg.f, pg.idx
+	}
+	return nil, nil, 0
+}
+
+// oldestDirtyLocked returns the least recently used dirty page of s that
+// is neither pinned nor under write-back, or nil.
+func (s *shard) oldestDirtyLocked() *page {
+	for pg := s.mu.dirtyLRU.prev; pg != &s.mu.dirtyLRU; pg = pg.prev {
+		if pg.pins == 0 && !pg.wb {
+			return pg
+		}
+	}
+	return nil
+}
+
+// newPage returns a page for index idx of f, pinned once and not
+// uptodate: reuse (a dropped page) if not nil, else one from the free
+// pool, else a new one. A reused page's data holds stale bytes; callers
+// fill or overwrite the whole page before marking it uptodate.
+func (c *PageCache) newPage(reuse *page, f *file, idx int64) *page {
+	pg := reuse
+	if pg == nil {
+		pg, _ = c.pagePool.Get().(*page)
+	}
+	if pg == nil {
+		return &page{data: make([]byte, c.pageSize), f: f, idx: idx, pins: 1}
+	}
+	pg.uptodate, pg.dirty, pg.wb, pg.cached = false, false, false, false
+	pg.f, pg.idx, pg.pins = f, idx, 1
+	return pg
+}
+
+// freePage keeps pg, dropped from the cache, for reuse by newPage. pg
+// may be nil.
+func (c *PageCache) freePage(pg *page) {
+	if pg != nil {
+		pg.f = nil
+		c.pagePool.Put(pg)
+	}
 }
 
 // dropLocked removes an unpinned page from shard s, leaving its slot of
@@ -498,6 +537,20 @@ func (s *shard) dropLocked(pg *page) {
 	s.mu.npages--
 }
 
+// setDirtyLocked marks pg dirty and moves it to the dirty ring.
+func (s *shard) setDirtyLocked(pg *page) {
+	if pg.dirty {
+		return
+	}
+	pg.dirty = true
+	if pg.f.ndirty++; pg.f.ndirty == 1 {
+		pg.f.dirtySince = time.Now().UnixNano()
+	}
+	if pg.prev != nil {
+		s.lruFrontLocked(pg)
+	}
+}
+
 // release unpins pg; if filled, the page is now uptodate; if dirty, it is
 // marked dirty. The caller may still hold pg.mu.
 func (c *PageCache) release(pg *page, filled, dirty bool) {
@@ -506,11 +559,8 @@ func (c *PageCache) release(pg *page, filled, dirty bool) {
 	if filled {
 		pg.cached = true
 	}
-	if dirty && !pg.dirty {
-		pg.dirty = true
-		if pg.f.ndirty++; pg.f.ndirty == 1 {
-			pg.f.dirtySince = time.Now().UnixNano()
-		}
+	if dirty {
+		s.setDirtyLocked(pg)
 	}
 	pg.pins--
 	unpinned := pg.pins == 0
@@ -942,13 +992,8 @@ func (c *PageCache) WritebackOldest() (bool, error) {
 	for i := range c.shards {
 		s := &c.shards[i]
 		s.mu.Lock()
-		for pg := s.mu.lru.prev; pg != &s.mu.lru; pg = pg.prev {
-			if pg.dirty && pg.pins == 0 && !pg.wb {
-				if f == nil || pg.f.dirtySince < since {
-					f, idx, since = pg.f, pg.idx, pg.f.dirtySince
-				}
-				break
-			}
+		if pg := s.oldestDirtyLocked(); pg != nil && (f == nil || pg.f.dirtySince < since) {
+			f, idx, since = pg.f, pg.idx, pg.f.dirtySince
 		}
 		s.mu.Unlock()
 	}
@@ -1179,6 +1224,7 @@ func (c *PageCache) writeRun(f *file, ops Ops, pages []*page) error {
 		if pg.dirty {
 			pg.dirty = false
 			f.ndirty--
+			f.s.lruFrontLocked(pg)
 		}
 		f.s.mu.Unlock()
 		pg.mu.Unlock()
@@ -1226,12 +1272,7 @@ func (c *PageCache) writeRun(f *file, ops Ops, pages []*page) error {
 func (c *PageCache) redirty(f *file, pages []*page, err error) error {
 	f.s.mu.Lock()
 	for _, pg := range pages {
-		if !pg.dirty {
-			pg.dirty = true
-			if f.ndirty++; f.ndirty == 1 {
-				f.dirtySince = time.Now().UnixNano()
-			}
-		}
+		f.s.setDirtyLocked(pg)
 	}
 	f.s.mu.Unlock()
 	return err
@@ -1270,6 +1311,7 @@ func (c *PageCache) invalidateLocked(f *file, lo, hi int64) {
 		if !busy {
 			for _, pg := range victims {
 				s.dropLocked(pg)
+				c.freePage(pg)
 			}
 			s.ctr.pagesInval.Add(int64(len(victims)))
 			if len(victims) > 0 && s.mu.waiters > 0 {

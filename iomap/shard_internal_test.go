@@ -57,13 +57,18 @@ func checkShards(t *testing.T, c *PageCache) {
 		s := &c.shards[i]
 		s.mu.Lock()
 		ring := 0
-		for pg := s.mu.lru.next; pg != &s.mu.lru; pg = pg.next {
-			ring++
-			if pg.pins != 0 || pg.wb {
-				t.Errorf("shard %d: idle page %d of file %d has %d pins, wb %v", i, pg.idx, pg.f.key, pg.pins, pg.wb)
-			}
-			if pg.f.s != s {
-				t.Errorf("shard %d: page of file %d in the LRU of another shard", i, pg.f.key)
+		for _, h := range []*page{&s.mu.lru, &s.mu.dirtyLRU} {
+			for pg := h.next; pg != h; pg = pg.next {
+				ring++
+				if pg.pins != 0 || pg.wb {
+					t.Errorf("shard %d: idle page %d of file %d has %d pins, wb %v", i, pg.idx, pg.f.key, pg.pins, pg.wb)
+				}
+				if pg.f.s != s {
+					t.Errorf("shard %d: page of file %d in the LRU of another shard", i, pg.f.key)
+				}
+				if pg.dirty != (h == &s.mu.dirtyLRU) {
+					t.Errorf("shard %d: page %d of file %d (dirty %v) in the wrong ring", i, pg.idx, pg.f.key, pg.dirty)
+				}
 			}
 		}
 		inFiles := 0
