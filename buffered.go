@@ -396,10 +396,15 @@ func (f *File) dropCacheLocked(off, length int64) {
 	}
 	bs := int64(f.v.bs)
 	first, last := (off+bs-1)/bs, end/bs
-	if f.v.pc.Cached(f.n.bops.key()) {
-		f.v.pc.ZeroCached(f.n.bops.key(), off, end-off)
+	if key := f.n.bops.key(); f.v.pc.Cached(key) {
 		if first < last {
-			f.v.pc.Invalidate(f.n.bops.key(), first*bs, last*bs)
+			// Whole pages are dropped; only the partial ones at either
+			// end are zeroed in place.
+			f.v.pc.ZeroCached(key, off, first*bs-off)
+			f.v.pc.ZeroCached(key, last*bs, end-last*bs)
+			f.v.pc.Invalidate(key, first*bs, last*bs)
+		} else {
+			f.v.pc.ZeroCached(key, off, end-off)
 		}
 	}
 	if first < last && f.n.delayed > 0 {

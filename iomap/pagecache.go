@@ -85,7 +85,7 @@ type PageCache struct {
 	maxRun   int             // immutable: pages per write-back WriteAt
 	noInline bool            // immutable: NoInlineWriteback
 	noRead   bool            // immutable: NoReadCache
-	runPool  sync.Pool       // *[]byte of maxRun pages
+	runPool  sync.Pool       // *runBuf
 	pagePool sync.Pool       // *page dropped from the cache, for newPage
 	counters CounterSet      // Counters; each shard counts on a stripe
 	ctr      *atomicCounters // immutable: stripe 0, for what has no file
@@ -205,7 +205,7 @@ func NewPageCache(dev blockdev.Device, opt PageCacheOptions) (*PageCache, error)
 	for int64(1)<<c.shift < c.pageSize {
 		c.shift++
 	}
-	c.runPool.New = func() any { b := make([]byte, c.maxRun*ps); return &b }
+	c.runPool.New = func() any { return &runBuf{vecs: make([][]byte, 0, c.maxRun)} }
 	c.ctr = c.counters.first()
 	c.space.cond.L = &c.space.Mutex
 	for i := range c.shards {
@@ -1142,8 +1142,10 @@ func (c *PageCache) writebackRange(f *file, lo, hi int64) error {
 		}
 		defer unlock()
 	}
+	rb := c.runPool.Get().(*runBuf)
+	defer c.runPool.Put(rb)
 	s.mu.Lock()
-	var idxs []int64
+	idxs := rb.idxs[:0]
 	for {
 		busy := false
 		idxs = idxs[:0]
@@ -1166,7 +1168,7 @@ func (c *PageCache) writebackRange(f *file, lo, hi int64) error {
 	}
 	slices.Sort(idxs)
 	// Claim every page at once; runs are written one after the other.
-	var pages []*page
+	pages := rb.claimed[:0]
 	for _, idx := range idxs {
 		pg := f.pages[idx]
 		pg.wb = true
@@ -1197,6 +1199,8 @@ func (c *PageCache) writebackRange(f *file, lo, hi int64) error {
 		s.mu.cond.Broadcast()
 	}
 	s.mu.Unlock()
+	clear(pages)
+	rb.idxs, rb.claimed = idxs[:0], pages[:0]
 	if len(pages) > 0 {
 		c.wakeSpace()
 	}
@@ -1210,24 +1214,45 @@ func (c *PageCache) writebackRange(f *file, lo, hi int64) error {
 // the device in its page cache can keep in large folios.
 func (c *PageCache) runBreak(idx int64) bool { return idx%int64(c.maxRun) == 0 }
 
-// writeRun writes consecutive claimed pages with one WriteAt per mapping.
+// writeRun writes consecutive claimed pages with one device write per
+// mapping. On a blockdev.VectorWriter the pages go to the device as they
+// are, their content locks held across the write so it sees whole pages
+// (a write or zeroing of one of them waits, and one that ran before the
+// dirty bits were cleared below is either in the device write or marks
+// the page dirty again); on other devices they are copied into one buffer
+// first, each under its content lock.
 func (c *PageCache) writeRun(f *file, ops Ops, pages []*page) error {
 	off := pages[0].idx << c.shift
 	length := int64(len(pages)) << c.shift
-	bp := c.runPool.Get().(*[]byte)
-	defer c.runPool.Put(bp)
-	buf := (*bp)[:length]
-	for i, pg := range pages {
-		pg.mu.Lock()
-		copy(buf[int64(i)<<c.shift:], pg.data)
+	rb := c.runPool.Get().(*runBuf)
+	defer c.runPool.Put(rb)
+	vw, vectored := c.dev.(blockdev.VectorWriter)
+	if vectored {
 		f.s.mu.Lock()
-		if pg.dirty {
-			pg.dirty = false
-			f.ndirty--
-			f.s.lruFrontLocked(pg)
+		for _, pg := range pages {
+			if pg.dirty {
+				pg.dirty = false
+				f.ndirty--
+				f.s.lruFrontLocked(pg)
+			}
 		}
 		f.s.mu.Unlock()
-		pg.mu.Unlock()
+	} else {
+		if rb.buf == nil {
+			rb.buf = make([]byte, c.maxRun<<c.shift)
+		}
+		for i, pg := range pages {
+			pg.mu.Lock()
+			copy(rb.buf[int64(i)<<c.shift:], pg.data)
+			f.s.mu.Lock()
+			if pg.dirty {
+				pg.dirty = false
+				f.ndirty--
+				f.s.lruFrontLocked(pg)
+			}
+			f.s.mu.Unlock()
+			pg.mu.Unlock()
+		}
 	}
 	if ops == nil {
 		return c.redirty(f, pages, fmt.Errorf("iomap: write-back of file %d without ops: %w", f.key, ErrInvalid))
@@ -1240,16 +1265,43 @@ func (c *PageCache) writeRun(f *file, ops Ops, pages []*page) error {
 	}
 	ctr := f.s.ctr
 	done, err := iter(ops, off, length, Writeback, ctr, func(m Mapping, pos, n int64) (int64, error) {
-		src := buf[pos-off : pos-off+n]
+		// The pages holding bytes [pos, pos+n) of the run: whole pages
+		// when mappings are page-aligned, as Begin's must be.
+		first, end := pos-off, pos-off+n
+		run := pages[first>>c.shift : pageCeil(end, c.shift)]
 		switch m.Type {
 		case Mapped, Unwritten:
 			addr := m.Addr + (pos - m.Offset)
 			ctr.devWrites.Add(1)
-			if _, err := c.dev.WriteAt(src, addr); err != nil {
+			var err error
+			if vectored {
+				rb.vecs = rb.vecs[:0]
+				for i, pg := range run {
+					pg.mu.Lock()
+					at := (first>>c.shift + int64(i)) << c.shift // of pg in the run
+					rb.vecs = append(rb.vecs, pg.data[max(first, at)-at:min(end, at+c.pageSize)-at])
+				}
+				_, err = vw.WriteVAt(rb.vecs, addr)
+				for _, pg := range run {
+					pg.mu.Unlock()
+				}
+				clear(rb.vecs)
+			} else {
+				_, err = c.dev.WriteAt(rb.buf[pos-off:pos-off+n], addr)
+			}
+			if err != nil {
 				return 0, fmt.Errorf("iomap: write-back of file %d [%d, +%d) at device %d: %w", f.key, pos, n, addr, err)
 			}
 		case Inline:
-			copy(m.InlineData[pos-m.Offset:m.Length], src)
+			for i, pg := range run {
+				start := pos + int64(i)<<c.shift
+				if start >= m.Offset+m.Length {
+					break
+				}
+				pg.mu.Lock()
+				copy(m.InlineData[start-m.Offset:m.Length], pg.data)
+				pg.mu.Unlock()
+			}
 		default:
 			return 0, fmt.Errorf("iomap: write-back at %d got %v mapping (Begin must allocate): %w", pos, m.Type, ErrBadMapping)
 		}
@@ -1266,6 +1318,17 @@ func (c *PageCache) writeRun(f *file, ops Ops, pages []*page) error {
 		return c.redirty(f, pages[written:], err)
 	}
 	return nil
+}
+
+// runBuf is the scratch space of one writeRun (the copy of the run, for
+// devices without vectored writes, and the page buffers of a vectored
+// write) or of one writebackRange (the pages it claims). The slices of
+// pages are cleared after use, so a pooled runBuf holds no page.
+type runBuf struct {
+	buf     []byte   // maxRun pages, allocated on first use
+	vecs    [][]byte // a vectored write's page buffers
+	idxs    []int64  // writebackRange: indexes of the dirty pages
+	claimed []*page  // writebackRange: the pages it claimed
 }
 
 // redirty marks pages dirty again after a failed write-back and returns err.
