@@ -320,7 +320,10 @@ func (f *File) writeBufferedOnce(p []byte, off int64) (int, error) {
 
 // wroteBufferedLocked records k bytes copied into the page cache at off:
 // the size grows in memory (the on-disk size stays until write-back) and
-// the times change. The caller holds n.mu exclusively.
+// the times change, stamped with the touch clock as a shared-lock direct
+// write's are (touchclock.go): the clock is read once per epoch, not per
+// write, and the time goes into the inode when it is next read or
+// written (applyTouchLocked). The caller holds n.mu exclusively.
 func (f *File) wroteBufferedLocked(off int64, k int) {
 	n := f.n
 	n.dataMu.Lock()
@@ -331,7 +334,7 @@ func (f *File) wroteBufferedLocked(off int64, k int) {
 		}
 		n.in.Size = end
 	}
-	f.touchLocked()
+	f.v.touch.stamp(n)
 	n.dirty = true
 	n.dataMu.Unlock()
 }

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -87,4 +88,49 @@ func TestBufferedWritebackVectored(t *testing.T) {
 	if i := firstDiff(got[:n], model); i >= 0 {
 		t.Fatalf("byte %d (block %d) reads %#x, want %#x", i, i/4096, got[i], model[i])
 	}
+}
+
+// TestBufferedWriteTimes: a buffered write stamps its file with the touch
+// clock instead of reading the clock: Stat shows an mtime and ctime no
+// earlier than the write's start and no later than the Stat, whether the
+// write's epoch still runs or ended long before, and Sync writes them.
+func TestBufferedWriteTimes(t *testing.T) {
+	img := formatImage(t, 32<<20, ext4io.FormatOptions{})
+	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
+	require.NoError(t, err)
+	f, err := v.Create("/f")
+	require.NoError(t, err)
+	require.NoError(t, f.Sync())
+	write := func(off int64) time.Time {
+		t.Helper()
+		time.Sleep(3 * time.Millisecond)
+		start := time.Now()
+		_, err := f.WriteAt([]byte("data"), off)
+		require.NoError(t, err)
+		return start
+	}
+	check := func(what string, start time.Time) {
+		t.Helper()
+		fi, err := v.Stat("/f")
+		require.NoError(t, err)
+		now := time.Now()
+		for _, ts := range []time.Time{fi.Mtime, fi.Ctime} {
+			assert.False(t, ts.Before(start), "%s: time %v before the write started at %v", what, ts, start)
+			assert.False(t, ts.After(now), "%s: time %v after the Stat at %v", what, ts, now)
+		}
+	}
+	check("at once", write(0))
+	start := write(5000)
+	time.Sleep(50 * time.Millisecond) // the write's epoch ends
+	check("later", start)
+	last := write(9000)
+	require.NoError(t, f.Sync())
+	require.NoError(t, f.Close())
+	require.NoError(t, v.Close())
+	v, err = ext4io.OpenImage(img, ext4io.Options{})
+	require.NoError(t, err)
+	defer v.Close()
+	fi, err := v.Stat("/f")
+	require.NoError(t, err)
+	assert.False(t, fi.Mtime.Before(last), "after Sync: mtime %v, write at %v", fi.Mtime, last)
 }

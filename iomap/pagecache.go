@@ -60,11 +60,13 @@ var ErrCacheFull = errors.New("iomap: page cache full of dirty pages")
 // used clean, unpinned page of its file's shard, failing that of another
 // shard; if every unpinned page is dirty, the oldest one's contiguous
 // dirty run (its shard's first) is written back first (memory pressure);
-// if every page is pinned, it waits.
+// if every page is pinned, it waits. Each shard keeps its clean and its
+// dirty pages in two LRU rings, so neither search walks the other kind,
+// and dropped pages (struct and buffer) are reused for new ones.
 //
 // Shards: files are spread over numShards shards by their Key, so that
 // I/O on different files does not contend on one mutex. Each shard's mu
-// guards its file index, LRU list and the bookkeeping of its files'
+// guards its file index, LRU rings and the bookkeeping of its files'
 // pages (dirty, wb, pins, cached). Each page's content lock (page.mu)
 // guards its data and uptodate bit; it is taken only by a goroutine
 // holding a pin, never while holding a shard's mu, and a shard's mu may be
@@ -75,8 +77,13 @@ var ErrCacheFull = errors.New("iomap: page cache full of dirty pages")
 //
 //	page.mu → shard.mu → space.mu
 //
-// No mu is held across device I/O or calls into Ops. Ops must not call
-// back into the PageCache.
+// No shard's mu is held across device I/O or calls into Ops; page.mu is
+// held across device I/O only by write-back on a blockdev.VectorWriter,
+// which holds the content locks of the pages of one device write while
+// the device takes them from the pages themselves (writeRun); it is the
+// only holder of more than one page.mu, and its pages are claimed for it
+// (wb), so no other such holder waits for them. Ops must not call back
+// into the PageCache.
 type PageCache struct {
 	dev      blockdev.Device // immutable
 	pageSize int64           // immutable
@@ -172,7 +179,9 @@ type page struct {
 	data     []byte     // guarded by mu
 	uptodate bool       // guarded by mu: data matches the file
 
-	// Guarded by f.s.mu; f and idx are immutable.
+	// Guarded by f.s.mu. f and idx do not change while the page is in
+	// the cache, so a pin holder reads them without the lock; a dropped
+	// page (no pins) is reused for another file and index (newPage).
 	f          *file
 	idx        int64
 	dirty      bool
