@@ -1,6 +1,7 @@
 package iomap
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -58,11 +59,12 @@ var ErrCacheFull = errors.New("iomap: page cache full of dirty pages")
 // Bound: at most MaxPages pages exist, counted by one atomic counter. A
 // request for a page when the cache is full evicts the least recently
 // used clean, unpinned page of its file's shard, failing that of another
-// shard; if every unpinned page is dirty, the oldest one's contiguous
-// dirty run (its shard's first) is written back first (memory pressure);
-// if every page is pinned, it waits. Each shard keeps its clean and its
-// dirty pages in two LRU rings, so neither search walks the other kind,
-// and dropped pages (struct and buffer) are reused for new ones.
+// shard; if every unpinned page is dirty, the dirty pages of the oldest
+// one's run-aligned window (its shard's first) are written back first
+// (memory pressure); if every page is pinned, it waits. Each shard keeps
+// its clean and its dirty pages in two LRU rings, so neither search walks
+// the other kind, and dropped pages (struct and buffer) are reused for new
+// ones.
 //
 // Shards: files are spread over numShards shards by their Key, so that
 // I/O on different files does not contend on one mutex. Each shard's mu
@@ -953,28 +955,12 @@ func pageCeil(off int64, shift uint) int64 {
 	return (off + int64(1)<<shift - 1) >> shift
 }
 
-// writebackCluster writes back the contiguous dirty run around page idx,
-// inside idx's run-aligned window (see runBreak).
+// writebackCluster writes back the dirty pages of idx's run-aligned
+// window (see runBreak): the contiguous dirty run around idx, and any
+// other dirty pages of the window, each run with one device write.
 func (c *PageCache) writebackCluster(f *file, idx int64) error {
-	f.s.mu.Lock()
 	base := idx - idx%int64(c.maxRun)
-	lo, hi := idx, idx+1
-	for lo > base {
-		if pg := f.pages[lo-1]; pg != nil && pg.dirty {
-			lo--
-		} else {
-			break
-		}
-	}
-	for hi < base+int64(c.maxRun) {
-		if pg := f.pages[hi]; pg != nil && pg.dirty {
-			hi++
-		} else {
-			break
-		}
-	}
-	f.s.mu.Unlock()
-	return c.writebackRange(f, lo, hi)
+	return c.writebackRange(f, base, base+int64(c.maxRun))
 }
 
 // WritebackLocker is an optional interface of Ops: write-back of a file
@@ -987,9 +973,10 @@ type WritebackLocker interface {
 	LockWriteback() (unlock func(), err error)
 }
 
-// WritebackOldest writes back the contiguous dirty run around a dirty
-// page that is not in use, for callers of a NoInlineWriteback cache that
-// got ErrCacheFull; they must hold none of the locks write-back takes.
+// WritebackOldest writes back the dirty pages of the run-aligned window
+// (MaxRunBytes) holding a dirty page that is not in use, for callers of a
+// NoInlineWriteback cache that got ErrCacheFull; they must hold none of
+// the locks write-back takes.
 // The page is the least recently used such page of its shard; of the
 // shards' candidates it takes the one whose file has been dirty longest
 // (like the kernel's write-back, which goes by the inode's dirtied_when).
@@ -1154,17 +1141,17 @@ func (c *PageCache) writebackRange(f *file, lo, hi int64) error {
 	rb := c.runPool.Get().(*runBuf)
 	defer c.runPool.Put(rb)
 	s.mu.Lock()
-	idxs := rb.idxs[:0]
+	pages := rb.claimed[:0]
 	for {
 		busy := false
-		idxs = idxs[:0]
+		pages = pages[:0]
 		rangeLocked(f, lo, hi, func(pg *page) bool {
 			if pg.wb {
 				busy = true
 				return false
 			}
 			if pg.dirty {
-				idxs = append(idxs, pg.idx)
+				pages = append(pages, pg)
 			}
 			return true
 		})
@@ -1175,14 +1162,13 @@ func (c *PageCache) writebackRange(f *file, lo, hi int64) error {
 		s.mu.cond.Wait()
 		s.mu.waiters--
 	}
-	slices.Sort(idxs)
+	if !slices.IsSortedFunc(pages, comparePages) {
+		slices.SortFunc(pages, comparePages)
+	}
 	// Claim every page at once; runs are written one after the other.
-	pages := rb.claimed[:0]
-	for _, idx := range idxs {
-		pg := f.pages[idx]
+	for _, pg := range pages {
 		pg.wb = true
 		pg.pins++
-		pages = append(pages, pg)
 	}
 	f.inWriteback += len(pages)
 	s.mu.Unlock()
@@ -1209,7 +1195,7 @@ func (c *PageCache) writebackRange(f *file, lo, hi int64) error {
 	}
 	s.mu.Unlock()
 	clear(pages)
-	rb.idxs, rb.claimed = idxs[:0], pages[:0]
+	rb.claimed = pages[:0]
 	if len(pages) > 0 {
 		c.wakeSpace()
 	}
@@ -1336,9 +1322,11 @@ func (c *PageCache) writeRun(f *file, ops Ops, pages []*page) error {
 type runBuf struct {
 	buf     []byte   // maxRun pages, allocated on first use
 	vecs    [][]byte // a vectored write's page buffers
-	idxs    []int64  // writebackRange: indexes of the dirty pages
 	claimed []*page  // writebackRange: the pages it claimed
 }
+
+// comparePages orders pages by index.
+func comparePages(a, b *page) int { return cmp.Compare(a.idx, b.idx) }
 
 // redirty marks pages dirty again after a failed write-back and returns err.
 func (c *PageCache) redirty(f *file, pages []*page, err error) error {
