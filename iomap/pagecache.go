@@ -29,7 +29,8 @@ type PageCacheOptions struct {
 	PageSize int
 	// MaxPages bounds the number of cached pages; default 1024, minimum 1.
 	MaxPages int
-	// MaxRunBytes caps the size of one write-back WriteAt; default 1 MiB.
+	// MaxRunBytes caps the size of one write-back device write; default
+	// 1 MiB.
 	MaxRunBytes int
 	// NoInlineWriteback makes a cache that is full of dirty or pinned
 	// pages fail the request with an error wrapping ErrCacheFull instead
@@ -856,13 +857,15 @@ func ZeroRange(c *PageCache, ops Ops, key Key, off, length, size int64) error {
 // and waits for write-backs of that range already in flight, so that when
 // it returns nil every page dirtied before the call is on the device
 // (filemap_write_and_wait_range; the caller flushes the device for
-// durability). Contiguous dirty pages go out with one WriteAt per mapping
-// from Begin(Writeback) (at most MaxRunBytes each); End(Writeback) is
-// called after each WriteAt with what reached the device: the Ops's
-// end-of-writeback hook (convert unwritten, map delalloc, move the on-disk
-// size). If ops implements WritebackBatcher, its hooks bracket each run.
-// Failed pages stay dirty. It also returns, once, a failure of an earlier
-// background or eviction write-back of the file.
+// durability). Contiguous dirty pages go out with one device write per
+// mapping from Begin(Writeback) (at most MaxRunBytes each): a WriteVAt of
+// the pages themselves when the device is a blockdev.VectorWriter, else a
+// WriteAt of a copy. End(Writeback) is called after each write with what
+// reached the device: the Ops's end-of-writeback hook (convert unwritten,
+// map delalloc, move the on-disk size). If ops implements
+// WritebackBatcher, its hooks bracket each run. Failed pages stay dirty.
+// It also returns, once, a failure of an earlier background or eviction
+// write-back of the file.
 func (c *PageCache) Writeback(key Key, from, to int64) error {
 	s := c.shardOf(key)
 	s.mu.Lock()
