@@ -170,7 +170,7 @@ type file struct {
 	key         Key
 	s           *shard
 	ops         Ops // from the last BufferedWrite/Read/ZeroRange; used by write-back
-	pages       map[int64]*page
+	pages       pageIndex
 	ndirty      int
 	dirtySince  int64 // unix nanoseconds when ndirty last became non-zero
 	wbErr       error // sticky error of a background write-back, returned by the next Writeback
@@ -320,7 +320,7 @@ func (s *shard) lruFrontLocked(pg *page) {
 func (s *shard) fileLocked(key Key, ops Ops) *file {
 	f := s.mu.files[key]
 	if f == nil {
-		f = &file{key: key, s: s, pages: make(map[int64]*page)}
+		f = &file{key: key, s: s}
 		s.mu.files[key] = f
 	}
 	if ops != nil {
@@ -344,7 +344,7 @@ func (c *PageCache) lookup(f *file, idx int64) *page {
 	s := f.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	pg := f.pages[idx]
+	pg := f.pages.get(idx)
 	if pg != nil {
 		pg.pins++
 		s.lruFrontLocked(pg)
@@ -369,7 +369,7 @@ func (c *PageCache) get(f *file, idx int64) (*page, error) {
 			c.freePage(reuse)
 			return nil, fmt.Errorf("iomap: page cache: %w", ErrClosed)
 		}
-		if pg := f.pages[idx]; pg != nil {
+		if pg := f.pages.get(idx); pg != nil {
 			pg.pins++
 			s.lruFrontLocked(pg)
 			s.mu.Unlock()
@@ -400,7 +400,7 @@ func (c *PageCache) get(f *file, idx int64) (*page, error) {
 			}
 		}
 		pg := c.newPage(reuse, f, idx)
-		f.pages[idx] = pg
+		f.pages.set(idx, pg)
 		s.lruFrontLocked(pg)
 		s.mu.npages++
 		s.ctr.pagesCached.Add(1)
@@ -540,7 +540,7 @@ func (c *PageCache) freePage(pg *page) {
 // dropLocked removes an unpinned page from shard s, leaving its slot of
 // the page budget to the caller (unreserve, or a page replacing it).
 func (s *shard) dropLocked(pg *page) {
-	delete(pg.f.pages, pg.idx)
+	pg.f.pages.del(pg.idx)
 	if pg.dirty {
 		pg.f.ndirty--
 		pg.dirty = false
@@ -913,11 +913,12 @@ func (c *PageCache) SyncContext(ctx context.Context) error {
 		s.mu.Lock()
 		var dirty []int64
 		if f := s.mu.files[k]; f != nil && ctx.Done() != nil { // a context that can end
-			for idx, pg := range f.pages {
+			f.pages.each(0, math.MaxInt64, func(pg *page) bool {
 				if pg.dirty || pg.wb {
-					dirty = append(dirty, idx)
+					dirty = append(dirty, pg.idx)
 				}
-			}
+				return true
+			})
 		}
 		s.mu.Unlock()
 		slices.Sort(dirty)
@@ -1052,21 +1053,9 @@ func (c *PageCache) Dirty(key Key, from, to int64) int {
 // in no particular order, until fn returns false; f.s.mu is held. It
 // visits the range or the file's pages, whichever is smaller, so small
 // ranges of files with many cached pages stay cheap (direct I/O checks
-// every write's range).
+// every write's range); see pageIndex.each.
 func rangeLocked(f *file, lo, hi int64, fn func(pg *page) bool) {
-	if hi-lo <= int64(len(f.pages)) {
-		for idx := lo; idx < hi; idx++ {
-			if pg := f.pages[idx]; pg != nil && !fn(pg) {
-				return
-			}
-		}
-		return
-	}
-	for idx, pg := range f.pages {
-		if idx >= lo && idx < hi && !fn(pg) {
-			return
-		}
-	}
+	f.pages.each(lo, hi, fn)
 }
 
 // InvalidateClean drops the cached pages of file key overlapping
@@ -1079,7 +1068,7 @@ func (c *PageCache) InvalidateClean(key Key, from, to int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f := s.mu.files[key]
-	if f == nil || len(f.pages) == 0 {
+	if f == nil || f.pages.len() == 0 {
 		return true
 	}
 	lo, hi := from>>c.shift, pageCeil(to, c.shift)
@@ -1121,7 +1110,7 @@ func (c *PageCache) Cached(key Key) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f := s.mu.files[key]
-	return f != nil && len(f.pages) > 0
+	return f != nil && f.pages.len() > 0
 }
 
 // writebackRange writes back the dirty pages of f with index in [lo, hi).
@@ -1412,7 +1401,7 @@ func (c *PageCache) Present(key Key) func(off int64) bool {
 		if f == nil {
 			return false
 		}
-		pg := f.pages[off>>c.shift]
+		pg := f.pages.get(off >> c.shift)
 		return pg != nil && (pg.cached || pg.dirty)
 	}
 }
