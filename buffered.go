@@ -320,7 +320,10 @@ func (f *File) writeBufferedOnce(p []byte, off int64) (int, error) {
 
 // wroteBufferedLocked records k bytes copied into the page cache at off:
 // the size grows in memory (the on-disk size stays until write-back) and
-// the times change. The caller holds n.mu exclusively.
+// the times change, stamped with the touch clock as a shared-lock direct
+// write's are (touchclock.go): the clock is read once per epoch, not per
+// write, and the time goes into the inode when it is next read or
+// written (applyTouchLocked). The caller holds n.mu exclusively.
 func (f *File) wroteBufferedLocked(off int64, k int) {
 	n := f.n
 	n.dataMu.Lock()
@@ -331,7 +334,7 @@ func (f *File) wroteBufferedLocked(off int64, k int) {
 		}
 		n.in.Size = end
 	}
-	f.touchLocked()
+	f.v.touch.stamp(n)
 	n.dirty = true
 	n.dataMu.Unlock()
 }
@@ -396,10 +399,15 @@ func (f *File) dropCacheLocked(off, length int64) {
 	}
 	bs := int64(f.v.bs)
 	first, last := (off+bs-1)/bs, end/bs
-	if f.v.pc.Cached(f.n.bops.key()) {
-		f.v.pc.ZeroCached(f.n.bops.key(), off, end-off)
+	if key := f.n.bops.key(); f.v.pc.Cached(key) {
 		if first < last {
-			f.v.pc.Invalidate(f.n.bops.key(), first*bs, last*bs)
+			// Whole pages are dropped; only the partial ones at either
+			// end are zeroed in place.
+			f.v.pc.ZeroCached(key, off, first*bs-off)
+			f.v.pc.ZeroCached(key, last*bs, end-last*bs)
+			f.v.pc.Invalidate(key, first*bs, last*bs)
+		} else {
+			f.v.pc.ZeroCached(key, off, end-off)
 		}
 	}
 	if first < last && f.n.delayed > 0 {

@@ -51,11 +51,11 @@ type inode struct {
 	inline inlineState // inline data not yet converted (inline.go)
 
 	// touchEpoch is the Volume.touch epoch of the last direct write under
-	// the shared lock whose mtime and ctime are not in in yet, 0 for none:
-	// the fast path stores it without dataMu, and applyTouchLocked moves
-	// its time into in before in is read or written. touchEndEpoch and
-	// touchEnd (guarded by Volume.touch.mu) are the end time of an epoch
-	// the inode was stamped with (touchclock.go).
+	// the shared lock, or buffered write, whose mtime and ctime are not in
+	// in yet, 0 for none: the fast path stores it without dataMu, and
+	// applyTouchLocked moves its time into in before in is read or written.
+	// touchEndEpoch and touchEnd (guarded by Volume.touch.mu) are the end
+	// time of an epoch the inode was stamped with (touchclock.go).
 	touchEpoch    atomic.Uint64
 	touchEndEpoch uint64
 	touchEnd      int64 // Unix ns

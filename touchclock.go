@@ -6,13 +6,13 @@ import (
 	"time"
 )
 
-// touchClock stamps the times of shared-lock direct writes without reading
-// the clock in each write. Reading it (time.Since on the monotonic clock)
-// was the largest single cost of an overwrite (BenchmarkEngineOverwrite;
-// docs/performance.md, "The touch clock"). ext4 takes these times from the
-// kernel's coarse clock, a memory load; this is the same idea with a bound
-// that the coarse clock does not give: a file's time is never before the
-// start of its last write.
+// touchClock stamps the times of shared-lock direct writes and of buffered
+// writes without reading the clock in each write. Reading it (time.Since
+// on the monotonic clock) was the largest single cost of an overwrite
+// (BenchmarkEngineOverwrite; docs/performance.md, "The touch clock"). ext4
+// takes these times from the kernel's coarse clock, a memory load; this is
+// the same idea with a bound that the coarse clock does not give: a file's
+// time is never before the start of its last write.
 //
 // Time is cut into epochs. A ticker goroutine ends the current epoch every
 // touchTick while writes come, and stops after touchIdleTicks quiet ticks.

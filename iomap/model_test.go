@@ -8,12 +8,27 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ext4io/ext4io/blockdev"
 	"github.com/ext4io/ext4io/blockdev/memdev"
 	"github.com/ext4io/ext4io/iomap"
 )
+
+// vectorDev is a device with vectored writes (blockdev.VectorWriter): it
+// joins the buffers and writes them with one WriteAt, and counts its
+// vectored writes.
+type vectorDev struct {
+	blockdev.Device
+	writes atomic.Int64
+}
+
+func (d *vectorDev) WriteVAt(bufs [][]byte, off int64) (int, error) {
+	d.writes.Add(1)
+	return d.WriteAt(bytes.Join(bufs, nil), off)
+}
 
 // pattern fills the device so missing zeroing shows up as 0xA5 bytes.
 func patternDev(t testing.TB, size int64) *memdev.Device {
@@ -41,11 +56,17 @@ func testSeed(t *testing.T) uint64 {
 // TestModel is an fsx-like test: random buffered and direct writes, reads,
 // write-back, punch (invalidate), zero range and fallocate on one file,
 // checked byte for byte against a []byte model, with a cache small enough
-// to force eviction write-back. IOMAP_SEED replays a run; IOMAP_OPS sets
-// the number of operations.
+// to force eviction write-back. It runs over a plain device (write-back
+// copies each run into one buffer) and over a blockdev.VectorWriter
+// (write-back hands the pages to the device). IOMAP_SEED replays a run;
+// IOMAP_OPS sets the number of operations.
 func TestModel(t *testing.T) {
-	for _, bs := range []int64{1024, 4096} {
-		t.Run(fmt.Sprintf("bs%d", bs), func(t *testing.T) {
+	for _, tc := range []struct {
+		bs       int64
+		vectored bool
+	}{{1024, false}, {4096, false}, {1024, true}, {4096, true}} {
+		bs := tc.bs
+		t.Run(fmt.Sprintf("bs%d/vectored=%v", bs, tc.vectored), func(t *testing.T) {
 			seed := testSeed(t)
 			nops := 3000
 			if testing.Short() {
@@ -61,22 +82,34 @@ func TestModel(t *testing.T) {
 					t.Logf("seed %d (IOMAP_SEED=%d); last ops:\n%s", seed, seed, fmt.Sprint(log[start:]))
 				}
 			}()
-			runModel(t, seed, bs, nops, &log)
+			runModel(t, seed, bs, nops, tc.vectored, &log)
 		})
 	}
 }
 
-func runModel(t *testing.T, seed uint64, bs int64, nops int, log *[]string) {
+func runModel(t *testing.T, seed uint64, bs int64, nops int, vectored bool, log *[]string) {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	const maxSize = 256 << 10
 	devSize := int64(64 << 20)
-	dev := patternDev(t, devSize)
+	var dev blockdev.Device = patternDev(t, devSize)
+	var vdev *vectorDev
+	if vectored {
+		vdev = &vectorDev{Device: dev}
+		dev = vdev
+	}
 	fs := newTinyFS(bs, 0, devSize/bs)
 	c, err := iomap.NewPageCache(dev, iomap.PageCacheOptions{PageSize: int(bs), MaxPages: 8 + r.IntN(8), MaxRunBytes: int(bs) * 4})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	if vdev != nil {
+		defer func() {
+			if !t.Failed() && vdev.writes.Load() == 0 {
+				t.Errorf("write-back made no vectored write in %d operations", nops)
+			}
+		}()
+	}
 	const key = 1
 	model := make([]byte, maxSize+64<<10)
 	var size int64

@@ -1,6 +1,7 @@
 package iomap
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -28,7 +29,8 @@ type PageCacheOptions struct {
 	PageSize int
 	// MaxPages bounds the number of cached pages; default 1024, minimum 1.
 	MaxPages int
-	// MaxRunBytes caps the size of one write-back WriteAt; default 1 MiB.
+	// MaxRunBytes caps the size of one write-back device write; default
+	// 1 MiB.
 	MaxRunBytes int
 	// NoInlineWriteback makes a cache that is full of dirty or pinned
 	// pages fail the request with an error wrapping ErrCacheFull instead
@@ -58,13 +60,16 @@ var ErrCacheFull = errors.New("iomap: page cache full of dirty pages")
 // Bound: at most MaxPages pages exist, counted by one atomic counter. A
 // request for a page when the cache is full evicts the least recently
 // used clean, unpinned page of its file's shard, failing that of another
-// shard; if every unpinned page is dirty, the oldest one's contiguous
-// dirty run (its shard's first) is written back first (memory pressure);
-// if every page is pinned, it waits.
+// shard; if every unpinned page is dirty, the dirty pages of the oldest
+// one's run-aligned window (its shard's first) are written back first
+// (memory pressure); if every page is pinned, it waits. Each shard keeps
+// its clean and its dirty pages in two LRU rings, so neither search walks
+// the other kind, and dropped pages (struct and buffer) are reused for new
+// ones.
 //
 // Shards: files are spread over numShards shards by their Key, so that
 // I/O on different files does not contend on one mutex. Each shard's mu
-// guards its file index, LRU list and the bookkeeping of its files'
+// guards its file index, LRU rings and the bookkeeping of its files'
 // pages (dirty, wb, pins, cached). Each page's content lock (page.mu)
 // guards its data and uptodate bit; it is taken only by a goroutine
 // holding a pin, never while holding a shard's mu, and a shard's mu may be
@@ -75,8 +80,13 @@ var ErrCacheFull = errors.New("iomap: page cache full of dirty pages")
 //
 //	page.mu → shard.mu → space.mu
 //
-// No mu is held across device I/O or calls into Ops. Ops must not call
-// back into the PageCache.
+// No shard's mu is held across device I/O or calls into Ops; page.mu is
+// held across device I/O only by write-back on a blockdev.VectorWriter,
+// which holds the content locks of the pages of one device write while
+// the device takes them from the pages themselves (writeRun); it is the
+// only holder of more than one page.mu, and its pages are claimed for it
+// (wb), so no other such holder waits for them. Ops must not call back
+// into the PageCache.
 type PageCache struct {
 	dev      blockdev.Device // immutable
 	pageSize int64           // immutable
@@ -85,7 +95,8 @@ type PageCache struct {
 	maxRun   int             // immutable: pages per write-back WriteAt
 	noInline bool            // immutable: NoInlineWriteback
 	noRead   bool            // immutable: NoReadCache
-	runPool  sync.Pool       // *[]byte of maxRun pages
+	runPool  sync.Pool       // *runBuf
+	pagePool sync.Pool       // *page dropped from the cache, for newPage
 	counters CounterSet      // Counters; each shard counts on a stripe
 	ctr      *atomicCounters // immutable: stripe 0, for what has no file
 
@@ -135,12 +146,13 @@ type shardState struct {
 
 	mu struct {
 		sync.Mutex
-		cond    sync.Cond // L = &mu.Mutex; broadcast when pins or wb of this shard's pages drop or its pages leave, and waiters > 0
-		waiters int
-		files   map[Key]*file
-		npages  int  // pages in this shard
-		lru     page // sentinel of the LRU ring: lru.next is most recent
-		closed  bool
+		cond     sync.Cond // L = &mu.Mutex; broadcast when pins or wb of this shard's pages drop or its pages leave, and waiters > 0
+		waiters  int
+		files    map[Key]*file
+		npages   int  // pages in this shard
+		lru      page // sentinel of the LRU ring of clean pages: lru.next is most recent
+		dirtyLRU page // sentinel of the LRU ring of dirty pages
+		closed   bool
 	}
 }
 
@@ -158,7 +170,7 @@ type file struct {
 	key         Key
 	s           *shard
 	ops         Ops // from the last BufferedWrite/Read/ZeroRange; used by write-back
-	pages       map[int64]*page
+	pages       pageIndex
 	ndirty      int
 	dirtySince  int64 // unix nanoseconds when ndirty last became non-zero
 	wbErr       error // sticky error of a background write-back, returned by the next Writeback
@@ -170,7 +182,9 @@ type page struct {
 	data     []byte     // guarded by mu
 	uptodate bool       // guarded by mu: data matches the file
 
-	// Guarded by f.s.mu; f and idx are immutable.
+	// Guarded by f.s.mu. f and idx do not change while the page is in
+	// the cache, so a pin holder reads them without the lock; a dropped
+	// page (no pins) is reused for another file and index (newPage).
 	f          *file
 	idx        int64
 	dirty      bool
@@ -203,7 +217,7 @@ func NewPageCache(dev blockdev.Device, opt PageCacheOptions) (*PageCache, error)
 	for int64(1)<<c.shift < c.pageSize {
 		c.shift++
 	}
-	c.runPool.New = func() any { b := make([]byte, c.maxRun*ps); return &b }
+	c.runPool.New = func() any { return &runBuf{vecs: make([][]byte, 0, c.maxRun)} }
 	c.ctr = c.counters.first()
 	c.space.cond.L = &c.space.Mutex
 	for i := range c.shards {
@@ -213,6 +227,7 @@ func NewPageCache(dev blockdev.Device, opt PageCacheOptions) (*PageCache, error)
 		s.mu.cond.L = &s.mu.Mutex
 		s.mu.files = make(map[Key]*file)
 		s.mu.lru.next, s.mu.lru.prev = &s.mu.lru, &s.mu.lru
+		s.mu.dirtyLRU.next, s.mu.dirtyLRU.prev = &s.mu.dirtyLRU, &s.mu.dirtyLRU
 	}
 	return c, nil
 }
@@ -283,12 +298,19 @@ func lruRemoveLocked(pg *page) {
 	pg.prev, pg.next = nil, nil
 }
 
-// lruFrontLocked makes pg the most recently used page of shard s.
+// lruFrontLocked makes pg the most recently used page of its ring in
+// shard s: the dirty ring if pg.dirty, else the clean one. Callers that
+// change pg.dirty call it to move the page to its ring, so eviction finds
+// a clean page, and write-back the oldest dirty one, without walking the
+// other kind.
 func (s *shard) lruFrontLocked(pg *page) {
 	if pg.prev != nil {
 		lruRemoveLocked(pg)
 	}
 	h := &s.mu.lru
+	if pg.dirty {
+		h = &s.mu.dirtyLRU
+	}
 	pg.next, pg.prev = h.next, h
 	h.next.prev = pg
 	h.next = pg
@@ -298,7 +320,7 @@ func (s *shard) lruFrontLocked(pg *page) {
 func (s *shard) fileLocked(key Key, ops Ops) *file {
 	f := s.mu.files[key]
 	if f == nil {
-		f = &file{key: key, s: s, pages: make(map[int64]*page)}
+		f = &file{key: key, s: s}
 		s.mu.files[key] = f
 	}
 	if ops != nil {
@@ -322,7 +344,7 @@ func (c *PageCache) lookup(f *file, idx int64) *page {
 	s := f.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	pg := f.pages[idx]
+	pg := f.pages.get(idx)
 	if pg != nil {
 		pg.pins++
 		s.lruFrontLocked(pg)
@@ -336,7 +358,7 @@ func (c *PageCache) lookup(f *file, idx int64) *page {
 func (c *PageCache) get(f *file, idx int64) (*page, error) {
 	s := f.s
 	reserved := false // this call holds one slot of c.npages
-	var data []byte   // the buffer of an evicted page, for the new one
+	var reuse *page   // an evicted page, recycled for the new one
 	s.mu.Lock()
 	for {
 		if s.mu.closed || c.closed.Load() {
@@ -344,15 +366,17 @@ func (c *PageCache) get(f *file, idx int64) (*page, error) {
 			if reserved {
 				c.unreserve(1)
 			}
+			c.freePage(reuse)
 			return nil, fmt.Errorf("iomap: page cache: %w", ErrClosed)
 		}
-		if pg := f.pages[idx]; pg != nil {
+		if pg := f.pages.get(idx); pg != nil {
 			pg.pins++
 			s.lruFrontLocked(pg)
 			s.mu.Unlock()
 			if reserved {
 				c.unreserve(1)
 			}
+			c.freePage(reuse)
 			return pg, nil
 		}
 		if !reserved {
@@ -360,27 +384,23 @@ func (c *PageCache) get(f *file, idx int64) (*page, error) {
 		}
 		if !reserved {
 			// Full: take the slot of this shard's LRU clean page.
-			victim, dirty := s.victimLocked()
+			victim, df, didx := s.victimLocked()
 			if victim != nil {
-				data = victim.data
 				s.dropLocked(victim)
 				s.ctr.pagesEvicted.Add(1)
-				reserved = true
+				reuse, reserved = victim, true
 			} else {
 				s.mu.Unlock()
 				var err error
-				if reserved, data, err = c.evictElsewhere(s, dirty); err != nil {
+				if reserved, reuse, err = c.evictElsewhere(s, df, didx); err != nil {
 					return nil, err
 				}
 				s.mu.Lock()
 				continue // the page may have been inserted meanwhile
 			}
 		}
-		if data == nil {
-			data = make([]byte, c.pageSize)
-		}
-		pg := &page{data: data, f: f, idx: idx, pins: 1}
-		f.pages[idx] = pg
+		pg := c.newPage(reuse, f, idx)
+		f.pages.set(idx, pg)
 		s.lruFrontLocked(pg)
 		s.mu.npages++
 		s.ctr.pagesCached.Add(1)
@@ -390,17 +410,13 @@ func (c *PageCache) get(f *file, idx int64) (*page, error) {
 }
 
 // evictElsewhere is get's path for a full cache whose shard own has no
-// clean unpinned page; dirty is own's LRU unpinned dirty page, if any. It
-// holds no shard's mu on entry or return. It evicts the LRU clean page of
-// another shard and returns its slot (reserved) and buffer; failing that
-// it writes back a dirty run (own's first), or waits until a pin drops or
-// a slot is freed, and returns reserved false: the caller tries again.
-func (c *PageCache) evictElsewhere(own *shard, dirty *page) (reserved bool, data []byte, err error) {
-	var df *file
-	var didx int64
-	if dirty != nil {
-		df, didx = dirty.f, dirty.idx // immutable; the page may be gone by now
-	}
+// clean unpinned page; df and didx name own's LRU unpinned dirty page, if
+// any (df nil if none). It holds no shard's mu on entry or return. It
+// evicts the LRU clean page of another shard and returns its slot
+// (reserved) and the page, dropped, for reuse; failing that it writes
+// back a dirty run (own's first), or waits until a pin drops or a slot is
+// freed, and returns reserved false: the caller tries again.
+func (c *PageCache) evictElsewhere(own *shard, df *file, didx int64) (reserved bool, victim *page, err error) {
 	for waiting := false; ; waiting = true {
 		var gen uint64
 		if waiting {
@@ -416,19 +432,18 @@ func (c *PageCache) evictElsewhere(own *shard, dirty *page) (reserved bool, data
 				t.mu.Unlock()
 				continue
 			}
-			victim, d := t.victimLocked()
-			if victim != nil {
-				data = victim.data
-				t.dropLocked(victim)
+			v, f, idx := t.victimLocked()
+			if v != nil {
+				t.dropLocked(v)
 				t.ctr.pagesEvicted.Add(1)
 				t.mu.Unlock()
 				if waiting {
 					c.space.waiters.Add(-1)
 				}
-				return true, data, nil // victim's slot
+				return true, v, nil // v's slot
 			}
-			if df == nil && d != nil {
-				df, didx = d.f, d.idx
+			if df == nil && f != nil {
+				df, didx = f, idx
 			}
 			t.mu.Unlock()
 		}
@@ -469,33 +484,83 @@ func (c *PageCache) evictElsewhere(own *shard, dirty *page) (reserved bool, data
 }
 
 // victimLocked returns the least recently used clean unpinned page of s,
-// or failing that its least recently used unpinned dirty page not under
-// write-back.
-func (s *shard) victimLocked() (clean, dirty *page) {
+// or failing that the file and index of its least recently used unpinned
+// dirty page not under write-back (df nil if none). Pages are recycled
+// once dropped, so the dirty page is named by file and index, which stay
+// meaningful after s.mu is released.
+func (s *shard) victimLocked() (clean *page, df *file, didx int64) {
 	for pg := s.mu.lru.prev; pg != &s.mu.lru; pg = pg.prev {
-		if pg.pins > 0 || pg.wb {
-			continue
-		}
-		if !pg.dirty {
-			return pg, nil
-		}
-		if dirty == nil {
-			dirty = pg
+		if pg.pins == 0 && !pg.wb {
+			return pg, nil, 0
 		}
 	}
-	return nil, dirty
+	if pg := s.oldestDirtyLocked(); pg != nil {
+		return nil, pg.f, pg.idx
+	}
+	return nil, nil, 0
+}
+
+// oldestDirtyLocked returns the least recently used dirty page of s that
+// is neither pinned nor under write-back, or nil.
+func (s *shard) oldestDirtyLocked() *page {
+	for pg := s.mu.dirtyLRU.prev; pg != &s.mu.dirtyLRU; pg = pg.prev {
+		if pg.pins == 0 && !pg.wb {
+			return pg
+		}
+	}
+	return nil
+}
+
+// newPage returns a page for index idx of f, pinned once and not
+// uptodate: reuse (a dropped page) if not nil, else one from the free
+// pool, else a new one. A reused page's data holds stale bytes; callers
+// fill or overwrite the whole page before marking it uptodate.
+func (c *PageCache) newPage(reuse *page, f *file, idx int64) *page {
+	pg := reuse
+	if pg == nil {
+		pg, _ = c.pagePool.Get().(*page)
+	}
+	if pg == nil {
+		return &page{data: make([]byte, c.pageSize), f: f, idx: idx, pins: 1}
+	}
+	pg.uptodate, pg.dirty, pg.wb, pg.cached = false, false, false, false
+	pg.f, pg.idx, pg.pins = f, idx, 1
+	return pg
+}
+
+// freePage keeps pg, dropped from the cache, for reuse by newPage. pg
+// may be nil.
+func (c *PageCache) freePage(pg *page) {
+	if pg != nil {
+		pg.f = nil
+		c.pagePool.Put(pg)
+	}
 }
 
 // dropLocked removes an unpinned page from shard s, leaving its slot of
 // the page budget to the caller (unreserve, or a page replacing it).
 func (s *shard) dropLocked(pg *page) {
-	delete(pg.f.pages, pg.idx)
+	pg.f.pages.del(pg.idx)
 	if pg.dirty {
 		pg.f.ndirty--
 		pg.dirty = false
 	}
 	lruRemoveLocked(pg)
 	s.mu.npages--
+}
+
+// setDirtyLocked marks pg dirty and moves it to the dirty ring.
+func (s *shard) setDirtyLocked(pg *page) {
+	if pg.dirty {
+		return
+	}
+	pg.dirty = true
+	if pg.f.ndirty++; pg.f.ndirty == 1 {
+		pg.f.dirtySince = time.Now().UnixNano()
+	}
+	if pg.prev != nil {
+		s.lruFrontLocked(pg)
+	}
 }
 
 // release unpins pg; if filled, the page is now uptodate; if dirty, it is
@@ -506,11 +571,8 @@ func (c *PageCache) release(pg *page, filled, dirty bool) {
 	if filled {
 		pg.cached = true
 	}
-	if dirty && !pg.dirty {
-		pg.dirty = true
-		if pg.f.ndirty++; pg.f.ndirty == 1 {
-			pg.f.dirtySince = time.Now().UnixNano()
-		}
+	if dirty {
+		s.setDirtyLocked(pg)
 	}
 	pg.pins--
 	unpinned := pg.pins == 0
@@ -795,13 +857,15 @@ func ZeroRange(c *PageCache, ops Ops, key Key, off, length, size int64) error {
 // and waits for write-backs of that range already in flight, so that when
 // it returns nil every page dirtied before the call is on the device
 // (filemap_write_and_wait_range; the caller flushes the device for
-// durability). Contiguous dirty pages go out with one WriteAt per mapping
-// from Begin(Writeback) (at most MaxRunBytes each); End(Writeback) is
-// called after each WriteAt with what reached the device: the Ops's
-// end-of-writeback hook (convert unwritten, map delalloc, move the on-disk
-// size). If ops implements WritebackBatcher, its hooks bracket each run.
-// Failed pages stay dirty. It also returns, once, a failure of an earlier
-// background or eviction write-back of the file.
+// durability). Contiguous dirty pages go out with one device write per
+// mapping from Begin(Writeback) (at most MaxRunBytes each): a WriteVAt of
+// the pages themselves when the device is a blockdev.VectorWriter, else a
+// WriteAt of a copy. End(Writeback) is called after each write with what
+// reached the device: the Ops's end-of-writeback hook (convert unwritten,
+// map delalloc, move the on-disk size). If ops implements
+// WritebackBatcher, its hooks bracket each run. Failed pages stay dirty.
+// It also returns, once, a failure of an earlier background or eviction
+// write-back of the file.
 func (c *PageCache) Writeback(key Key, from, to int64) error {
 	s := c.shardOf(key)
 	s.mu.Lock()
@@ -849,11 +913,12 @@ func (c *PageCache) SyncContext(ctx context.Context) error {
 		s.mu.Lock()
 		var dirty []int64
 		if f := s.mu.files[k]; f != nil && ctx.Done() != nil { // a context that can end
-			for idx, pg := range f.pages {
+			f.pages.each(0, math.MaxInt64, func(pg *page) bool {
 				if pg.dirty || pg.wb {
-					dirty = append(dirty, idx)
+					dirty = append(dirty, pg.idx)
 				}
-			}
+				return true
+			})
 		}
 		s.mu.Unlock()
 		slices.Sort(dirty)
@@ -894,28 +959,12 @@ func pageCeil(off int64, shift uint) int64 {
 	return (off + int64(1)<<shift - 1) >> shift
 }
 
-// writebackCluster writes back the contiguous dirty run around page idx,
-// inside idx's run-aligned window (see runBreak).
+// writebackCluster writes back the dirty pages of idx's run-aligned
+// window (see runBreak): the contiguous dirty run around idx, and any
+// other dirty pages of the window, each run with one device write.
 func (c *PageCache) writebackCluster(f *file, idx int64) error {
-	f.s.mu.Lock()
 	base := idx - idx%int64(c.maxRun)
-	lo, hi := idx, idx+1
-	for lo > base {
-		if pg := f.pages[lo-1]; pg != nil && pg.dirty {
-			lo--
-		} else {
-			break
-		}
-	}
-	for hi < base+int64(c.maxRun) {
-		if pg := f.pages[hi]; pg != nil && pg.dirty {
-			hi++
-		} else {
-			break
-		}
-	}
-	f.s.mu.Unlock()
-	return c.writebackRange(f, lo, hi)
+	return c.writebackRange(f, base, base+int64(c.maxRun))
 }
 
 // WritebackLocker is an optional interface of Ops: write-back of a file
@@ -928,9 +977,10 @@ type WritebackLocker interface {
 	LockWriteback() (unlock func(), err error)
 }
 
-// WritebackOldest writes back the contiguous dirty run around a dirty
-// page that is not in use, for callers of a NoInlineWriteback cache that
-// got ErrCacheFull; they must hold none of the locks write-back takes.
+// WritebackOldest writes back the dirty pages of the run-aligned window
+// (MaxRunBytes) holding a dirty page that is not in use, for callers of a
+// NoInlineWriteback cache that got ErrCacheFull; they must hold none of
+// the locks write-back takes.
 // The page is the least recently used such page of its shard; of the
 // shards' candidates it takes the one whose file has been dirty longest
 // (like the kernel's write-back, which goes by the inode's dirtied_when).
@@ -942,13 +992,8 @@ func (c *PageCache) WritebackOldest() (bool, error) {
 	for i := range c.shards {
 		s := &c.shards[i]
 		s.mu.Lock()
-		for pg := s.mu.lru.prev; pg != &s.mu.lru; pg = pg.prev {
-			if pg.dirty && pg.pins == 0 && !pg.wb {
-				if f == nil || pg.f.dirtySince < since {
-					f, idx, since = pg.f, pg.idx, pg.f.dirtySince
-				}
-				break
-			}
+		if pg := s.oldestDirtyLocked(); pg != nil && (f == nil || pg.f.dirtySince < since) {
+			f, idx, since = pg.f, pg.idx, pg.f.dirtySince
 		}
 		s.mu.Unlock()
 	}
@@ -1008,21 +1053,9 @@ func (c *PageCache) Dirty(key Key, from, to int64) int {
 // in no particular order, until fn returns false; f.s.mu is held. It
 // visits the range or the file's pages, whichever is smaller, so small
 // ranges of files with many cached pages stay cheap (direct I/O checks
-// every write's range).
+// every write's range); see pageIndex.each.
 func rangeLocked(f *file, lo, hi int64, fn func(pg *page) bool) {
-	if hi-lo <= int64(len(f.pages)) {
-		for idx := lo; idx < hi; idx++ {
-			if pg := f.pages[idx]; pg != nil && !fn(pg) {
-				return
-			}
-		}
-		return
-	}
-	for idx, pg := range f.pages {
-		if idx >= lo && idx < hi && !fn(pg) {
-			return
-		}
-	}
+	f.pages.each(lo, hi, fn)
 }
 
 // InvalidateClean drops the cached pages of file key overlapping
@@ -1035,7 +1068,7 @@ func (c *PageCache) InvalidateClean(key Key, from, to int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f := s.mu.files[key]
-	if f == nil || len(f.pages) == 0 {
+	if f == nil || f.pages.len() == 0 {
 		return true
 	}
 	lo, hi := from>>c.shift, pageCeil(to, c.shift)
@@ -1077,7 +1110,7 @@ func (c *PageCache) Cached(key Key) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f := s.mu.files[key]
-	return f != nil && len(f.pages) > 0
+	return f != nil && f.pages.len() > 0
 }
 
 // writebackRange writes back the dirty pages of f with index in [lo, hi).
@@ -1097,18 +1130,20 @@ func (c *PageCache) writebackRange(f *file, lo, hi int64) error {
 		}
 		defer unlock()
 	}
+	rb := c.runPool.Get().(*runBuf)
+	defer c.runPool.Put(rb)
 	s.mu.Lock()
-	var idxs []int64
+	pages := rb.claimed[:0]
 	for {
 		busy := false
-		idxs = idxs[:0]
+		pages = pages[:0]
 		rangeLocked(f, lo, hi, func(pg *page) bool {
 			if pg.wb {
 				busy = true
 				return false
 			}
 			if pg.dirty {
-				idxs = append(idxs, pg.idx)
+				pages = append(pages, pg)
 			}
 			return true
 		})
@@ -1119,14 +1154,13 @@ func (c *PageCache) writebackRange(f *file, lo, hi int64) error {
 		s.mu.cond.Wait()
 		s.mu.waiters--
 	}
-	slices.Sort(idxs)
+	if !slices.IsSortedFunc(pages, comparePages) {
+		slices.SortFunc(pages, comparePages)
+	}
 	// Claim every page at once; runs are written one after the other.
-	var pages []*page
-	for _, idx := range idxs {
-		pg := f.pages[idx]
+	for _, pg := range pages {
 		pg.wb = true
 		pg.pins++
-		pages = append(pages, pg)
 	}
 	f.inWriteback += len(pages)
 	s.mu.Unlock()
@@ -1152,6 +1186,8 @@ func (c *PageCache) writebackRange(f *file, lo, hi int64) error {
 		s.mu.cond.Broadcast()
 	}
 	s.mu.Unlock()
+	clear(pages)
+	rb.claimed = pages[:0]
 	if len(pages) > 0 {
 		c.wakeSpace()
 	}
@@ -1165,23 +1201,45 @@ func (c *PageCache) writebackRange(f *file, lo, hi int64) error {
 // the device in its page cache can keep in large folios.
 func (c *PageCache) runBreak(idx int64) bool { return idx%int64(c.maxRun) == 0 }
 
-// writeRun writes consecutive claimed pages with one WriteAt per mapping.
+// writeRun writes consecutive claimed pages with one device write per
+// mapping. On a blockdev.VectorWriter the pages go to the device as they
+// are, their content locks held across the write so it sees whole pages
+// (a write or zeroing of one of them waits, and one that ran before the
+// dirty bits were cleared below is either in the device write or marks
+// the page dirty again); on other devices they are copied into one buffer
+// first, each under its content lock.
 func (c *PageCache) writeRun(f *file, ops Ops, pages []*page) error {
 	off := pages[0].idx << c.shift
 	length := int64(len(pages)) << c.shift
-	bp := c.runPool.Get().(*[]byte)
-	defer c.runPool.Put(bp)
-	buf := (*bp)[:length]
-	for i, pg := range pages {
-		pg.mu.Lock()
-		copy(buf[int64(i)<<c.shift:], pg.data)
+	rb := c.runPool.Get().(*runBuf)
+	defer c.runPool.Put(rb)
+	vw, vectored := c.dev.(blockdev.VectorWriter)
+	if vectored {
 		f.s.mu.Lock()
-		if pg.dirty {
-			pg.dirty = false
-			f.ndirty--
+		for _, pg := range pages {
+			if pg.dirty {
+				pg.dirty = false
+				f.ndirty--
+				f.s.lruFrontLocked(pg)
+			}
 		}
 		f.s.mu.Unlock()
-		pg.mu.Unlock()
+	} else {
+		if rb.buf == nil {
+			rb.buf = make([]byte, c.maxRun<<c.shift)
+		}
+		for i, pg := range pages {
+			pg.mu.Lock()
+			copy(rb.buf[int64(i)<<c.shift:], pg.data)
+			f.s.mu.Lock()
+			if pg.dirty {
+				pg.dirty = false
+				f.ndirty--
+				f.s.lruFrontLocked(pg)
+			}
+			f.s.mu.Unlock()
+			pg.mu.Unlock()
+		}
 	}
 	if ops == nil {
 		return c.redirty(f, pages, fmt.Errorf("iomap: write-back of file %d without ops: %w", f.key, ErrInvalid))
@@ -1194,16 +1252,43 @@ func (c *PageCache) writeRun(f *file, ops Ops, pages []*page) error {
 	}
 	ctr := f.s.ctr
 	done, err := iter(ops, off, length, Writeback, ctr, func(m Mapping, pos, n int64) (int64, error) {
-		src := buf[pos-off : pos-off+n]
+		// The pages holding bytes [pos, pos+n) of the run: whole pages
+		// when mappings are page-aligned, as Begin's must be.
+		first, end := pos-off, pos-off+n
+		run := pages[first>>c.shift : pageCeil(end, c.shift)]
 		switch m.Type {
 		case Mapped, Unwritten:
 			addr := m.Addr + (pos - m.Offset)
 			ctr.devWrites.Add(1)
-			if _, err := c.dev.WriteAt(src, addr); err != nil {
+			var err error
+			if vectored {
+				rb.vecs = rb.vecs[:0]
+				for i, pg := range run {
+					pg.mu.Lock()
+					at := (first>>c.shift + int64(i)) << c.shift // of pg in the run
+					rb.vecs = append(rb.vecs, pg.data[max(first, at)-at:min(end, at+c.pageSize)-at])
+				}
+				_, err = vw.WriteVAt(rb.vecs, addr)
+				for _, pg := range run {
+					pg.mu.Unlock()
+				}
+				clear(rb.vecs)
+			} else {
+				_, err = c.dev.WriteAt(rb.buf[pos-off:pos-off+n], addr)
+			}
+			if err != nil {
 				return 0, fmt.Errorf("iomap: write-back of file %d [%d, +%d) at device %d: %w", f.key, pos, n, addr, err)
 			}
 		case Inline:
-			copy(m.InlineData[pos-m.Offset:m.Length], src)
+			for i, pg := range run {
+				start := pos + int64(i)<<c.shift
+				if start >= m.Offset+m.Length {
+					break
+				}
+				pg.mu.Lock()
+				copy(m.InlineData[start-m.Offset:m.Length], pg.data)
+				pg.mu.Unlock()
+			}
 		default:
 			return 0, fmt.Errorf("iomap: write-back at %d got %v mapping (Begin must allocate): %w", pos, m.Type, ErrBadMapping)
 		}
@@ -1222,16 +1307,24 @@ func (c *PageCache) writeRun(f *file, ops Ops, pages []*page) error {
 	return nil
 }
 
+// runBuf is the scratch space of one writeRun (the copy of the run, for
+// devices without vectored writes, and the page buffers of a vectored
+// write) or of one writebackRange (the pages it claims). The slices of
+// pages are cleared after use, so a pooled runBuf holds no page.
+type runBuf struct {
+	buf     []byte   // maxRun pages, allocated on first use
+	vecs    [][]byte // a vectored write's page buffers
+	claimed []*page  // writebackRange: the pages it claimed
+}
+
+// comparePages orders pages by index.
+func comparePages(a, b *page) int { return cmp.Compare(a.idx, b.idx) }
+
 // redirty marks pages dirty again after a failed write-back and returns err.
 func (c *PageCache) redirty(f *file, pages []*page, err error) error {
 	f.s.mu.Lock()
 	for _, pg := range pages {
-		if !pg.dirty {
-			pg.dirty = true
-			if f.ndirty++; f.ndirty == 1 {
-				f.dirtySince = time.Now().UnixNano()
-			}
-		}
+		f.s.setDirtyLocked(pg)
 	}
 	f.s.mu.Unlock()
 	return err
@@ -1270,6 +1363,7 @@ func (c *PageCache) invalidateLocked(f *file, lo, hi int64) {
 		if !busy {
 			for _, pg := range victims {
 				s.dropLocked(pg)
+				c.freePage(pg)
 			}
 			s.ctr.pagesInval.Add(int64(len(victims)))
 			if len(victims) > 0 && s.mu.waiters > 0 {
@@ -1307,7 +1401,7 @@ func (c *PageCache) Present(key Key) func(off int64) bool {
 		if f == nil {
 			return false
 		}
-		pg := f.pages[off>>c.shift]
+		pg := f.pages.get(off >> c.shift)
 		return pg != nil && (pg.cached || pg.dirty)
 	}
 }

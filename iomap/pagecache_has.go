@@ -8,5 +8,5 @@ func (c *PageCache) Has(key Key, off int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f := s.mu.files[key]
-	return f != nil && f.pages[off>>c.shift] != nil
+	return f != nil && f.pages.get(off>>c.shift) != nil
 }

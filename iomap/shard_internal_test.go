@@ -57,13 +57,18 @@ func checkShards(t *testing.T, c *PageCache) {
 		s := &c.shards[i]
 		s.mu.Lock()
 		ring := 0
-		for pg := s.mu.lru.next; pg != &s.mu.lru; pg = pg.next {
-			ring++
-			if pg.pins != 0 || pg.wb {
-				t.Errorf("shard %d: idle page %d of file %d has %d pins, wb %v", i, pg.idx, pg.f.key, pg.pins, pg.wb)
-			}
-			if pg.f.s != s {
-				t.Errorf("shard %d: page of file %d in the LRU of another shard", i, pg.f.key)
+		for _, h := range []*page{&s.mu.lru, &s.mu.dirtyLRU} {
+			for pg := h.next; pg != h; pg = pg.next {
+				ring++
+				if pg.pins != 0 || pg.wb {
+					t.Errorf("shard %d: idle page %d of file %d has %d pins, wb %v", i, pg.idx, pg.f.key, pg.pins, pg.wb)
+				}
+				if pg.f.s != s {
+					t.Errorf("shard %d: page of file %d in the LRU of another shard", i, pg.f.key)
+				}
+				if pg.dirty != (h == &s.mu.dirtyLRU) {
+					t.Errorf("shard %d: page %d of file %d (dirty %v) in the wrong ring", i, pg.idx, pg.f.key, pg.dirty)
+				}
 			}
 		}
 		inFiles := 0
@@ -72,15 +77,24 @@ func checkShards(t *testing.T, c *PageCache) {
 				t.Errorf("file %d in shard %d, not its own", k, i)
 			}
 			dirty := 0
-			for _, pg := range f.pages {
+			indexed := 0
+			f.pages.each(0, math.MaxInt64, func(pg *page) bool {
+				indexed++
+				if pg.f != f {
+					t.Errorf("file %d: page %d of file %d in its index", k, pg.idx, pg.f.key)
+				}
 				if pg.dirty {
 					dirty++
 				}
+				return true
+			})
+			if indexed != f.pages.len() {
+				t.Errorf("file %d: index counts %d pages, holds %d", k, f.pages.len(), indexed)
 			}
 			if dirty != f.ndirty || f.inWriteback != 0 {
 				t.Errorf("file %d: ndirty %d, %d dirty pages, inWriteback %d", k, f.ndirty, dirty, f.inWriteback)
 			}
-			inFiles += len(f.pages)
+			inFiles += f.pages.len()
 		}
 		if ring != s.mu.npages || inFiles != s.mu.npages {
 			t.Errorf("shard %d: npages %d, %d in the LRU, %d in files", i, s.mu.npages, ring, inFiles)

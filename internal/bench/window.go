@@ -56,13 +56,33 @@ type alignedWindow struct{ *window }
 func (w alignedWindow) Alignment() (mem, off int) { return w.dev.(blockdev.Aligner).Alignment() }
 
 // newWindow returns the window and the Device to use it through (which
-// implements blockdev.Aligner when dev does).
+// implements blockdev.Aligner or blockdev.VectorWriter when dev does).
 func newWindow(dev blockdev.Device, off, size int64) (*window, blockdev.Device) {
 	w := &window{dev: dev, off: off, size: size}
 	if _, ok := dev.(blockdev.Aligner); ok {
 		return w, alignedWindow{w}
 	}
+	if _, ok := dev.(blockdev.VectorWriter); ok {
+		return w, vectorWindow{w}
+	}
 	return w, w
+}
+
+// vectorWindow is a window over a device that writes several buffers in
+// one request; it passes blockdev.VectorWriter through.
+type vectorWindow struct{ *window }
+
+func (w vectorWindow) WriteVAt(bufs [][]byte, off int64) (int, error) {
+	n := int64(0)
+	for _, b := range bufs {
+		n += int64(len(b))
+	}
+	if err := w.check("write", off, n); err != nil {
+		return 0, err
+	}
+	w.c.writes.Add(1)
+	w.c.writeBytes.Add(uint64(n))
+	return w.dev.(blockdev.VectorWriter).WriteVAt(bufs, w.off+off)
 }
 
 func (w *window) check(what string, off, n int64) error {
