@@ -75,6 +75,19 @@ func (o *bufOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, err
 		o.n.dataMu.Lock()
 		defer o.n.dataMu.Unlock()
 	}
+	if flags&(iomap.Write|iomap.Writeback|iomap.Zero) == iomap.Write {
+		// An append to the run of Delayed blocks the previous writes
+		// made (delayrun.go): no lookup, no extent-status insert.
+		if n, holeEnd := f.m.delayedAppendable(lblk, endBlk); n > 0 && o.v.alloc.Reserve(n) == nil {
+			if err := f.m.appendDelayed(lblk, n, holeEnd); err != nil {
+				o.v.alloc.Unreserve(n)
+				return iomap.Mapping{}, err
+			}
+			o.n.delayed += n
+			return iomap.Mapping{Offset: int64(lblk) * bs, Length: int64(n) * bs, Addr: iomap.NoAddr,
+				Type: iomap.Delalloc, Flags: iomap.MapNew, Cookie: f.m.seq.Load()}, nil
+		}
+	}
 	m, err := f.m.lookup(lblk)
 	if err != nil {
 		return iomap.Mapping{}, err
@@ -113,7 +126,7 @@ func (o *bufOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, err
 			nblk = 1
 			out.Length = bs
 		}
-		if err := f.m.set(esc.Extent{Lblk: uint32(lblk), Len: uint32(nblk), Status: esc.Delayed}); err != nil {
+		if err := f.m.appendDelayed(lblk, nblk, lblk+m.n); err != nil {
 			o.v.alloc.Unreserve(nblk)
 			return iomap.Mapping{}, err
 		}
