@@ -18,7 +18,8 @@ import (
 //
 // A buffered write copies into page-cache pages under the inode lock held
 // exclusively. Where it lands on a hole, Begin reserves one block per page
-// (alloc.Reserve) and records the range Delayed in the extent-status cache:
+// (alloc.Reserve) and records the range Delayed in the extent-status cache
+// (consecutive appends through the mapper's appended run: delayrun.go):
 // no journal handle, no metadata change, no device I/O. i_size grows in
 // memory; the on-disk size (i_disksize) stays.
 //
