@@ -18,7 +18,8 @@ import (
 //
 // A buffered write copies into page-cache pages under the inode lock held
 // exclusively. Where it lands on a hole, Begin reserves one block per page
-// (alloc.Reserve) and records the range Delayed in the extent-status cache:
+// (alloc.Reserve) and records the range Delayed in the extent-status cache
+// (consecutive appends through the mapper's appended run: delayrun.go):
 // no journal handle, no metadata change, no device I/O. i_size grows in
 // memory; the on-disk size (i_disksize) stays.
 //
@@ -75,6 +76,19 @@ func (o *bufOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, err
 		o.n.dataMu.Lock()
 		defer o.n.dataMu.Unlock()
 	}
+	if flags&(iomap.Write|iomap.Writeback|iomap.Zero) == iomap.Write {
+		// An append to the run of Delayed blocks the previous writes
+		// made (delayrun.go): no lookup, no extent-status insert.
+		if n, holeEnd := f.m.delayedAppendable(lblk, endBlk); n > 0 && o.v.alloc.Reserve(n) == nil {
+			if err := f.m.appendDelayed(lblk, n, holeEnd); err != nil {
+				o.v.alloc.Unreserve(n)
+				return iomap.Mapping{}, err
+			}
+			o.n.delayed += n
+			return iomap.Mapping{Offset: int64(lblk) * bs, Length: int64(n) * bs, Addr: iomap.NoAddr,
+				Type: iomap.Delalloc, Flags: iomap.MapNew, Cookie: f.m.seq.Load()}, nil
+		}
+	}
 	m, err := f.m.lookup(lblk)
 	if err != nil {
 		return iomap.Mapping{}, err
@@ -113,7 +127,7 @@ func (o *bufOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, err
 			nblk = 1
 			out.Length = bs
 		}
-		if err := f.m.set(esc.Extent{Lblk: uint32(lblk), Len: uint32(nblk), Status: esc.Delayed}); err != nil {
+		if err := f.m.appendDelayed(lblk, nblk, lblk+m.n); err != nil {
 			o.v.alloc.Unreserve(nblk)
 			return iomap.Mapping{}, err
 		}

@@ -94,8 +94,17 @@ func clipRegion(e esc.Extent, lblk uint32) esc.Extent {
 	return e
 }
 
-// escInsert caches e, region by region.
+// escInsert caches e, region by region, after the appended Delayed run
+// (delayrun.go).
 func (m *mapper) escInsert(e esc.Extent) error {
+	if err := m.flushRun(); err != nil {
+		return err
+	}
+	return m.escInsertNow(e)
+}
+
+// escInsertNow is escInsert without flushing the run.
+func (m *mapper) escInsertNow(e esc.Extent) error {
 	for e.Len > 0 {
 		x := clipRegion(e, e.Lblk)
 		if err := m.es[escStripe(m.cfg.Ino, x.Lblk)].Insert(x); err != nil {
@@ -141,6 +150,9 @@ func (m *mapper) escEach(lblk, n uint32, fn func(t *esc.Tree, lblk, n uint32) er
 // escRemove forgets the cached mapping of [lblk, lblk+n) and returns the
 // Delayed blocks dropped.
 func (m *mapper) escRemove(lblk, n uint32) (delayed uint64, err error) {
+	if err := m.flushRun(); err != nil {
+		return 0, err
+	}
 	err = m.escEach(lblk, n, func(t *esc.Tree, lblk, n uint32) error {
 		d, err := t.Remove(lblk, n)
 		delayed += d
@@ -151,8 +163,11 @@ func (m *mapper) escRemove(lblk, n uint32) (delayed uint64, err error) {
 
 // escRange calls fn for the cached entries overlapping [lblk, lblk+n)
 // until fn returns false; entries come in order within a region, not
-// across regions.
+// across regions. The appended Delayed run is flushed first; should that
+// fail (it cannot: its bounds are checked as it grows), its blocks are
+// not listed.
 func (m *mapper) escRange(lblk, n uint32, fn func(esc.Extent) bool) {
+	_ = m.flushRun()
 	more := true
 	m.escEach(lblk, n, func(t *esc.Tree, lblk, n uint32) error {
 		if more {
@@ -168,6 +183,9 @@ func (m *mapper) escRange(lblk, n uint32, fn func(esc.Extent) bool) {
 // escFill returns the cached range holding lblk, filling a miss from the
 // tree (diskLookup), cut to lblk's region.
 func (m *mapper) escFill(lblk uint32) (esc.Extent, error) {
+	if err := m.flushRun(); err != nil {
+		return esc.Extent{}, err
+	}
 	return m.es[escStripe(m.cfg.Ino, lblk)].Fill(lblk, func(b uint32) (esc.Extent, bool, error) {
 		e, inRoot, err := m.diskLookup(b)
 		if err == nil {

@@ -134,7 +134,10 @@ func (v *Volume) forgetInodes() {
 	old := v.inodes
 	v.inodes = make(map[uint32]*inode)
 	v.inoMu.Unlock()
-	for ino := range old {
+	for ino, n := range old {
+		if n.m != nil {
+			n.m.discardRun()
+		}
 		v.cache.Forget(ino)
 	}
 }

@@ -358,6 +358,9 @@ func (v *Volume) forgetInode(ino uint32) {
 	if v.pc != nil {
 		v.pc.Forget(iomap.Key(ino))
 	}
+	if n != nil && n.m != nil {
+		n.m.discardRun()
+	}
 	v.cache.Forget(ino)
 	if n != nil && n.delayed > 0 {
 		v.alloc.Unreserve(n.delayed)

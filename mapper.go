@@ -51,6 +51,11 @@ type mapper struct {
 	// lookup in the cache does). Slot i caches an extent containing some
 	// block b with frontSlot(b) == i.
 	front [frontSlots]atomic.Pointer[frontEntry]
+
+	// run holds the Delayed blocks of consecutive buffered appends not
+	// yet inserted into the extent-status cache (delayrun.go; its locking
+	// is described there).
+	run delayRun
 }
 
 // frontEntry is one cached extent and the mapper's seq when it was read.
