@@ -9,10 +9,10 @@ import (
 
 // The appended Delayed run.
 //
-// A buffered write that lands on a hole marks its blocks Delayed. Done in
-// the extent-status cache for every 4 KiB append, that insert cut the
-// cached hole and extended the Delayed entry before it: six tree walks
-// under the tree's lock per write. Instead, the mapper keeps the Delayed
+// A buffered write that lands on a hole marks its blocks Delayed. An
+// extent-status insert for every 4 KiB append would cut the cached hole
+// and extend the Delayed entry before it: six tree walks under the tree's
+// lock per write. Instead, the mapper keeps the Delayed
 // blocks of consecutive appends as one run of its own (delayRun) and
 // inserts the whole run into the cache at once, before anything reads or
 // changes the cache: every path to the extent-status cache (escFill,
