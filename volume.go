@@ -262,6 +262,13 @@ type Volume struct {
 	// Striped: every direct write takes it, on the stripe of its buffer.
 	txnGate stripe.RWMutex
 
+	// overwriteGate is held shared by each direct overwrite run outside
+	// any operation (File.directOverwrite, which takes no txnGate so that
+	// commits never hold it up) and exclusively by Close, which waits out
+	// the overwrites in flight as txnGate waits out the operations.
+	// Striped as txnGate. Lock order: before the inode lock.
+	overwriteGate stripe.RWMutex
+
 	stats struct {
 		metaUpdates, exclusive, conversions, zeroOuts, handles atomic.Uint64
 		shared                                                 stripe.Counter // per direct write: striped by buffer
@@ -703,6 +710,9 @@ func (v *Volume) Close() error {
 		v.txnGate.Lock()
 		//lint:ignore SA2001 a barrier: taking the gate waits out the operations holding it
 		v.txnGate.Unlock()
+		v.overwriteGate.Lock()
+		//lint:ignore SA2001 a barrier: taking the gate waits out the overwrites holding it
+		v.overwriteGate.Unlock()
 		err = v.unmount()
 	}
 	if merr := v.stopMMP(); err == nil {

@@ -1,0 +1,70 @@
+package ext4io
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ext4io/ext4io/blockdev/memdev"
+)
+
+// TestCloseWaitsForOverwriteInFlight holds a direct overwrite of written
+// blocks (directOverwrite, the path that runs under the shared inode lock
+// alone) in its data write while Close begins: Close waits for it, as it
+// waits for every write in flight, and the closed image holds its data.
+func TestCloseWaitsForOverwriteInFlight(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fopts FormatOptions
+	}{{"journal", FormatOptions{}}, {"nojournal", FormatOptions{Features: "^has_journal"}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := memdev.NewBlockSize(32<<20, 4096)
+			require.NoError(t, Format(mem, tc.fopts))
+			magic := []byte("in-flight overwrite!")
+			dev := &stallDev{Device: mem, magic: magic, entered: make(chan struct{}), release: make(chan struct{})}
+			v, err := Open(dev, Options{Writable: true, WritebackAge: -1, CommitInterval: -1, PageCacheBytes: -1})
+			require.NoError(t, err)
+			f, err := v.OpenFile("f", os.O_RDWR|os.O_CREATE, 0o644)
+			require.NoError(t, err)
+			_, err = f.WriteAt(make([]byte, 2*4096), 0)
+			require.NoError(t, err)
+			require.NoError(t, f.Sync())
+
+			data := bytes.Repeat([]byte{0x5a}, 4096)
+			copy(data, magic)
+			overwrites := v.stats.shared.Load()
+			dev.armed.Store(true)
+			wrote := make(chan error, 1)
+			go func() { _, err := f.WriteAt(data, 4096); wrote <- err }()
+			<-dev.entered
+			closed := make(chan error, 1)
+			go func() { closed <- v.Close() }()
+			select {
+			case err := <-closed:
+				close(dev.release)
+				<-wrote
+				t.Fatalf("Close returned %v while an overwrite was in flight", err)
+			case <-time.After(200 * time.Millisecond):
+			}
+			close(dev.release)
+			require.NoError(t, <-wrote)
+			require.NoError(t, <-closed)
+			assert.Equal(t, overwrites+1, v.stats.shared.Load(), "the write was not an overwrite on the shared path")
+
+			checkImage(t, mem)
+			ro, err := Open(mem, Options{})
+			require.NoError(t, err)
+			defer ro.Close()
+			g, err := ro.Open("f")
+			require.NoError(t, err)
+			got, err := io.ReadAll(g)
+			require.NoError(t, err)
+			assert.True(t, bytes.Equal(data, got[4096:]), "the in-flight overwrite is not in the closed image")
+		})
+	}
+}
