@@ -68,3 +68,21 @@ func TestCloseWaitsForOverwriteInFlight(t *testing.T) {
 		})
 	}
 }
+
+// TestInternalOpAfterCloseNoJournal is TestOperationAfterClose's check of
+// beginInternalOp on a volume without a journal: the internal operations
+// that a call which passed its checkOpen before Close may still start
+// (File.Sync's inode write, File.Close's orphan release, write-back) fail
+// with ErrClosed once Close ran its own, instead of changing metadata
+// after the superblock took the allocator's counts and the device was
+// flushed for the last time.
+func TestInternalOpAfterCloseNoJournal(t *testing.T) {
+	dev := memdev.NewBlockSize(32<<20, 4096)
+	require.NoError(t, Format(dev, FormatOptions{Features: "^has_journal"}))
+	v, err := Open(dev, Options{Writable: true, WritebackAge: -1})
+	require.NoError(t, err)
+	require.Nil(t, v.jm)
+	require.NoError(t, v.Close())
+	assert.ErrorIs(t, v.beginInternalOp(), ErrClosed)
+	checkImage(t, dev)
+}

@@ -247,6 +247,11 @@ type Volume struct {
 	// stay as they are, as operations still in flight read them without
 	// a lock. Guarded by sbMu.
 	unmounted bool
+	// internalStopped is set by Close, on a volume without a journal,
+	// once its own internal operations ran: later ones fail with
+	// ErrClosed (beginInternalOp), as jmeta.stopped makes them on a
+	// journaled volume. Guarded by txnGate as jmeta.stopped is.
+	internalStopped bool
 
 	jm *jmeta // journaled metadata of a writable volume with a journal, else nil
 	// fc tracks the changes fast commits log (fcwrite.go); nil unless the
