@@ -86,3 +86,56 @@ func TestInternalOpAfterCloseNoJournal(t *testing.T) {
 	assert.ErrorIs(t, v.beginInternalOp(), ErrClosed)
 	checkImage(t, dev)
 }
+
+// untornStallDev is a stallDev that keeps writes of up to 64 KiB untorn,
+// so WriteAtomic writes in place.
+type untornStallDev struct{ *stallDev }
+
+func (untornStallDev) AtomicWriteUnitMax() int64 { return 64 << 10 }
+
+// TestCloseWaitsForAtomicInPlace is TestCloseWaitsForOverwriteInFlight
+// for WriteAtomic's in-place path (atomicInPlace), which also runs
+// outside any operation.
+func TestCloseWaitsForAtomicInPlace(t *testing.T) {
+	mem := memdev.NewBlockSize(32<<20, 4096)
+	require.NoError(t, Format(mem, FormatOptions{}))
+	magic := []byte("in-flight atomic write!")
+	sd := &stallDev{Device: mem, magic: magic, entered: make(chan struct{}), release: make(chan struct{})}
+	v, err := Open(untornStallDev{sd}, Options{Writable: true, WritebackAge: -1, CommitInterval: -1, PageCacheBytes: -1})
+	require.NoError(t, err)
+	f, err := v.OpenFile("f", os.O_RDWR|os.O_CREATE, 0o644)
+	require.NoError(t, err)
+	_, err = f.WriteAt(make([]byte, 4*4096), 0)
+	require.NoError(t, err)
+	require.NoError(t, f.Sync())
+	require.Positive(t, f.AtomicWriteInfo().AtomicWriteUnitInPlace)
+
+	data := bytes.Repeat([]byte{0x3c}, 4096)
+	copy(data, magic)
+	inPlace := v.stats.shared.Load()
+	sd.armed.Store(true)
+	wrote := make(chan error, 1)
+	go func() { _, err := f.WriteAtomic(data, 2*4096); wrote <- err }()
+	<-sd.entered
+	closed := make(chan error, 1)
+	go func() { closed <- v.Close() }()
+	select {
+	case err := <-closed:
+		close(sd.release)
+		<-wrote
+		t.Fatalf("Close returned %v while an atomic write was in flight", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(sd.release)
+	require.NoError(t, <-wrote)
+	require.NoError(t, <-closed)
+	assert.Equal(t, inPlace+1, v.stats.shared.Load(), "the atomic write did not go in place")
+
+	checkImage(t, mem)
+	ro, err := Open(mem, Options{})
+	require.NoError(t, err)
+	defer ro.Close()
+	got, err := ro.ReadFile("f")
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(data, got[2*4096:3*4096]), "the in-flight atomic write is not in the closed image")
+}
