@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"io"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ext4io/ext4io/blockdev"
 	"github.com/ext4io/ext4io/blockdev/memdev"
 )
 
@@ -138,4 +140,70 @@ func TestCloseWaitsForAtomicInPlace(t *testing.T) {
 	got, err := ro.ReadFile("f")
 	require.NoError(t, err)
 	assert.True(t, bytes.Equal(data, got[2*4096:3*4096]), "the in-flight atomic write is not in the closed image")
+}
+
+// stallReadDev holds the first read at off until release is closed, after
+// closing entered.
+type stallReadDev struct {
+	blockdev.Device
+	off     int64
+	armed   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (d *stallReadDev) ReadAt(p []byte, off int64) (int, error) {
+	if off == d.off && d.armed.CompareAndSwap(true, false) {
+		close(d.entered)
+		<-d.release
+	}
+	return d.Device.ReadAt(p, off)
+}
+
+// TestCloseWaitsForBufferedWrite holds a buffered write of part of a
+// written block in its page's read-in while Close begins: the write
+// either fails with ErrClosed or is in the closed image, never returns
+// nil and is lost with the page cache.
+func TestCloseWaitsForBufferedWrite(t *testing.T) {
+	mem := memdev.NewBlockSize(32<<20, 4096)
+	require.NoError(t, Format(mem, FormatOptions{}))
+	dev := &stallReadDev{Device: mem, entered: make(chan struct{}), release: make(chan struct{})}
+	v, err := Open(dev, Options{Writable: true, WritebackAge: -1, CommitInterval: -1})
+	require.NoError(t, err)
+	f, err := v.OpenFile("f", os.O_RDWR|os.O_CREATE, 0o644)
+	require.NoError(t, err)
+	_, err = f.WriteAt(bytes.Repeat([]byte{1}, 4*4096), 0)
+	require.NoError(t, err)
+	require.NoError(t, f.Sync())
+	exts, err := f.Extents()
+	require.NoError(t, err)
+	require.NotEmpty(t, exts)
+	v.pc.Invalidate(f.n.bops.key(), 0, 1<<30) // the write reads its page in
+	dev.off = int64(exts[0].Physical)*4096 + 4096
+	dev.armed.Store(true)
+
+	data := []byte("buffered write in flight")
+	wrote := make(chan error, 1)
+	go func() { _, err := f.WriteAt(data, 4096+100); wrote <- err }()
+	<-dev.entered
+	closed := make(chan error, 1)
+	go func() { closed <- v.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(dev.release)
+	werr := <-wrote
+	require.NoError(t, <-closed)
+	checkImage(t, mem)
+	if werr != nil {
+		assert.ErrorIs(t, werr, ErrClosed)
+		return
+	}
+	ro, err := Open(mem, Options{})
+	require.NoError(t, err)
+	defer ro.Close()
+	got, err := ro.ReadFile("f")
+	require.NoError(t, err)
+	assert.Equal(t, data, got[4096+100:4096+100+len(data)], "WriteAt returned nil but its bytes are not in the closed image")
 }

@@ -267,11 +267,12 @@ type Volume struct {
 	// Striped: every direct write takes it, on the stripe of its buffer.
 	txnGate stripe.RWMutex
 
-	// overwriteGate is held shared by each write of data into written
-	// blocks run outside any operation (File.directOverwrite and
-	// File.atomicInPlace, which take no txnGate so that commits never
-	// hold them up) and exclusively by Close, which waits out those
-	// writes in flight as txnGate waits out the operations.
+	// overwriteGate is held shared by each write of data run outside any
+	// operation (File.directOverwrite and File.atomicInPlace into written
+	// blocks, File.writeBufferedOnce into the page cache: they take no
+	// txnGate so that commits never hold them up) and exclusively by
+	// Close, which waits out those writes in flight as txnGate waits out
+	// the operations.
 	// Striped as txnGate. Lock order: before the inode lock.
 	overwriteGate stripe.RWMutex
 
