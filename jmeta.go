@@ -556,7 +556,7 @@ func (v *Volume) beginOpAt(hint int) (int, error) {
 // superblock) after it.
 func (v *Volume) beginInternalOp() error {
 	s := v.txnGate.RLock(0)
-	if v.jm != nil && v.jm.stopped {
+	if v.jm != nil && v.jm.stopped || v.jm == nil && v.internalStopped {
 		v.txnGate.RUnlock(s)
 		return errVolumeClosed()
 	}
@@ -605,9 +605,16 @@ func (v *Volume) startJournal() error {
 	return nil
 }
 
-// stopJournal commits everything, checkpoints and empties the journal.
+// stopJournal commits everything, checkpoints and empties the journal;
+// after it no internal operation starts (beginInternalOp), with or
+// without a journal.
 func (v *Volume) stopJournal() error {
 	if v.jm == nil {
+		// Nothing changes metadata from here on: the superblock takes
+		// the allocator's counts next.
+		v.txnGate.Lock()
+		v.internalStopped = true
+		v.txnGate.Unlock()
 		return nil
 	}
 	if ferr := v.failed(); ferr != nil {

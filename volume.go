@@ -247,6 +247,11 @@ type Volume struct {
 	// stay as they are, as operations still in flight read them without
 	// a lock. Guarded by sbMu.
 	unmounted bool
+	// internalStopped is set by Close, on a volume without a journal,
+	// once its own internal operations ran: later ones fail with
+	// ErrClosed (beginInternalOp), as jmeta.stopped makes them on a
+	// journaled volume. Guarded by txnGate as jmeta.stopped is.
+	internalStopped bool
 
 	jm *jmeta // journaled metadata of a writable volume with a journal, else nil
 	// fc tracks the changes fast commits log (fcwrite.go); nil unless the
@@ -261,6 +266,15 @@ type Volume struct {
 	// waits out the operations in flight (with or without a journal).
 	// Striped: every direct write takes it, on the stripe of its buffer.
 	txnGate stripe.RWMutex
+
+	// overwriteGate is held shared by each write of data run outside any
+	// operation (File.directOverwrite and File.atomicInPlace into written
+	// blocks, File.writeBufferedOnce into the page cache: they take no
+	// txnGate so that commits never hold them up) and exclusively by
+	// Close, which waits out those writes in flight as txnGate waits out
+	// the operations.
+	// Striped as txnGate. Lock order: before the inode lock.
+	overwriteGate stripe.RWMutex
 
 	stats struct {
 		metaUpdates, exclusive, conversions, zeroOuts, handles atomic.Uint64
@@ -703,6 +717,9 @@ func (v *Volume) Close() error {
 		v.txnGate.Lock()
 		//lint:ignore SA2001 a barrier: taking the gate waits out the operations holding it
 		v.txnGate.Unlock()
+		v.overwriteGate.Lock()
+		//lint:ignore SA2001 a barrier: taking the gate waits out the overwrites holding it
+		v.overwriteGate.Unlock()
 		err = v.unmount()
 	}
 	if merr := v.stopMMP(); err == nil {

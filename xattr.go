@@ -172,6 +172,10 @@ func (v *Volume) putXattrBlockRef(ino uint32, blk uint64) error {
 	if err := v.xattrBlockNr(ino, blk); err != nil {
 		return err
 	}
+	// Neither the free nor the refcount is in any fast-commit tag: an
+	// inode freed with its xattr block (unlink, orphan release) would
+	// leave the block allocated after a replay.
+	v.fcIneligible("xattr block reference dropped")
 	mu := v.blkLocks.lock(blk)
 	_, h, err := v.readXattrBlock(ino, blk)
 	if err != nil {
