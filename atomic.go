@@ -215,7 +215,8 @@ func (f *File) writeAtomic(p []byte, off int64) (int, error) {
 // blocks of one extent inside the on-disk size, starting at a device
 // offset that is a multiple of len(p) rounded up to a power of two. ok is
 // false, with nothing written, otherwise. It runs outside any operation,
-// as directOverwrite does, under Volume.overwriteGate.
+// as directOverwrite does (Close waits for it through the inode lock, see
+// Volume.drainInodeWriters).
 func (f *File) atomicInPlace(p []byte, off, unit int64) (n int, err error, ok bool) {
 	size := int64(len(p))
 	if size > unit {
@@ -225,12 +226,10 @@ func (f *File) atomicInPlace(p []byte, off, unit int64) (n int, err error, ok bo
 	if pow < size {
 		pow <<= 1
 	}
-	g := f.v.overwriteGate.RLock(stripe.OfBuf(p)) // Close waits for the write (see Volume.overwriteGate)
-	defer f.v.overwriteGate.RUnlock(g)
-	if f.v.closed.Load() {
+	defer f.n.mu.RUnlockAt(f.n.mu.RLockAt(stripe.OfBuf(p)))
+	if f.v.closed.Load() { // under the inode lock: see Volume.drainInodeWriters
 		return 0, nil, false // the swap's operation fails with ErrClosed
 	}
-	defer f.n.mu.RUnlockAt(f.n.mu.RLockAt(stripe.OfBuf(p)))
 	if err := f.closedLocked(); err != nil {
 		return 0, err, true
 	}

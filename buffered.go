@@ -10,7 +10,6 @@ import (
 	"github.com/ext4io/ext4io/alloc"
 	"github.com/ext4io/ext4io/esc"
 	"github.com/ext4io/ext4io/extent"
-	"github.com/ext4io/ext4io/internal/stripe"
 	"github.com/ext4io/ext4io/iomap"
 )
 
@@ -317,16 +316,15 @@ func (f *File) writeBufferedOnce(p []byte, off int64) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	// Close waits for the write (see Volume.overwriteGate): once it has
-	// written the cache back, a write into it would be lost.
-	g := f.v.overwriteGate.RLock(stripe.OfBuf(p))
-	defer f.v.overwriteGate.RUnlock(g)
-	if f.v.closed.Load() {
-		return 0, errVolumeClosed()
-	}
 	n := f.n
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	// Checked under the inode lock, so that Close waits for the write (see
+	// Volume.drainInodeWriters): once it has written the cache back, a
+	// write into it would be lost.
+	if f.v.closed.Load() {
+		return 0, errVolumeClosed()
+	}
 	if err := f.closedLocked(); err != nil {
 		return 0, err
 	}

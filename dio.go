@@ -316,8 +316,8 @@ func (f *File) directWrite(p []byte, off int64) (int, error) {
 // directOverwrite is the first attempt of a block-aligned direct write:
 // the overwrite ops (File.OverwriteOps) with iomap.OverwriteOnly, through
 // iomap.DirectWrite, under the shared inode lock and outside any journal
-// operation (no txnGate; Close waits for it through Volume.overwriteGate
-// instead): the ops then map written blocks inside
+// operation (no txnGate; Close waits for it through the inode lock, see
+// Volume.drainInodeWriters): the ops then map written blocks inside
 // the on-disk size only, so nothing but data and the in-memory times
 // changes. It returns the bytes written; ok is true when the write is
 // done (or failed on the device, which changes no metadata and leaves the
@@ -331,22 +331,17 @@ func (f *File) directWrite(p []byte, off int64) (int, error) {
 // trying: the overwrite ops' Begin is the only lookup of an overwrite.
 func (f *File) directOverwrite(p []byte, off int64) (n int, err error, ok bool) {
 	s := stripe.OfBuf(p)
-	g := f.v.overwriteGate.RLock(s) // Close waits for the write (see Volume.overwriteGate)
-	if f.v.closed.Load() {
-		f.v.overwriteGate.RUnlock(g)
-		return 0, nil, false // the usual path fails with ErrClosed
-	}
 	t := f.n.mu.RLockAt(s)
 	end := off + int64(len(p))
-	if f.closed.Load() || end > int64(f.n.diskSize()) || f.mayHavePages() && !f.cacheCleanLocked(off, end) {
+	// A closed volume (checked under the inode lock: Close waits for the
+	// write, see Volume.drainInodeWriters) or file fails in the usual path.
+	if f.closed.Load() || f.v.closed.Load() || end > int64(f.n.diskSize()) || f.mayHavePages() && !f.cacheCleanLocked(off, end) {
 		f.n.mu.RUnlockAt(t)
-		f.v.overwriteGate.RUnlock(g)
-		return 0, nil, false // a closed file fails in the usual path
+		return 0, nil, false
 	}
 	f.v.touch.stamp(f.n) // as in directShared
 	n, err = iomap.DirectWrite(f.v.dev, &f.dio[1], p, off, &f.v.owOpts)
 	f.n.mu.RUnlockAt(t)
-	f.v.overwriteGate.RUnlock(g)
 	switch {
 	case err == nil:
 		f.v.stats.shared.Add(s, 1)

@@ -267,15 +267,6 @@ type Volume struct {
 	// Striped: every direct write takes it, on the stripe of its buffer.
 	txnGate stripe.RWMutex
 
-	// overwriteGate is held shared by each write of data run outside any
-	// operation (File.directOverwrite and File.atomicInPlace into written
-	// blocks, File.writeBufferedOnce into the page cache: they take no
-	// txnGate so that commits never hold them up) and exclusively by
-	// Close, which waits out those writes in flight as txnGate waits out
-	// the operations.
-	// Striped as txnGate. Lock order: before the inode lock.
-	overwriteGate stripe.RWMutex
-
 	stats struct {
 		metaUpdates, exclusive, conversions, zeroOuts, handles atomic.Uint64
 		shared                                                 stripe.Counter // per direct write: striped by buffer
@@ -717,9 +708,7 @@ func (v *Volume) Close() error {
 		v.txnGate.Lock()
 		//lint:ignore SA2001 a barrier: taking the gate waits out the operations holding it
 		v.txnGate.Unlock()
-		v.overwriteGate.Lock()
-		//lint:ignore SA2001 a barrier: taking the gate waits out the overwrites holding it
-		v.overwriteGate.Unlock()
+		v.drainInodeWriters()
 		err = v.unmount()
 	}
 	if merr := v.stopMMP(); err == nil {
@@ -735,6 +724,27 @@ func (v *Volume) Close() error {
 		}
 	}
 	return err
+}
+
+// drainInodeWriters waits out the writes of data that run outside any
+// operation (File.directOverwrite and File.atomicInPlace into written
+// blocks, File.writeBufferedOnce into the page cache: they take no
+// txnGate, so that commits never hold them up). Each holds its inode's
+// lock and checks v.closed under it, so once Close has set closed, taking
+// every inode's lock exclusively once waits for those in flight, and the
+// later ones fail.
+func (v *Volume) drainInodeWriters() {
+	v.inoMu.Lock()
+	ns := make([]*inode, 0, len(v.inodes))
+	for _, n := range v.inodes {
+		ns = append(ns, n)
+	}
+	v.inoMu.Unlock()
+	for _, n := range ns {
+		n.mu.Lock()
+		//lint:ignore SA2001 a barrier: taking the lock waits out the writes holding it
+		n.mu.Unlock()
+	}
 }
 
 func (v *Volume) unmount() error {
