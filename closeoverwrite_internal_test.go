@@ -207,3 +207,57 @@ func TestCloseWaitsForBufferedWrite(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, data, got[4096+100:4096+100+len(data)], "WriteAt returned nil but its bytes are not in the closed image")
 }
+
+// TestCloseWaitsForBufferedIOLock: Close waits for a holder of
+// LockIO(IomapBuffered) (a caller writing into the page cache through
+// File.BufferedOps), and a LockIO after Close fails with ErrClosed.
+func TestCloseWaitsForBufferedIOLock(t *testing.T) {
+	mem := memdev.NewBlockSize(32<<20, 4096)
+	require.NoError(t, Format(mem, FormatOptions{}))
+	v, err := Open(mem, Options{Writable: true, WritebackAge: -1, CommitInterval: -1})
+	require.NoError(t, err)
+	f, err := v.OpenFile("f", os.O_RDWR|os.O_CREATE, 0o644)
+	require.NoError(t, err)
+	l, err := f.LockIO(IomapBuffered, 0, 4096)
+	require.NoError(t, err)
+	closed := make(chan error, 1)
+	go func() { closed <- v.Close() }()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned %v while a buffered I/O lock was held", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	require.NoError(t, l.Unlock(0, 0, nil))
+	require.NoError(t, <-closed)
+	_, err = f.LockIO(IomapBuffered, 0, 4096)
+	require.ErrorIs(t, err, ErrClosed)
+	checkImage(t, mem)
+}
+
+// TestBufferedIOLockSeesCloseUnderLock: a LockIO(IomapBuffered) that
+// passed its checks before Close and got the inode lock only after
+// Close's drain fails with ErrClosed instead of writing into a cache Close
+// has already written back.
+func TestBufferedIOLockSeesCloseUnderLock(t *testing.T) {
+	mem := memdev.NewBlockSize(32<<20, 4096)
+	require.NoError(t, Format(mem, FormatOptions{}))
+	v, err := Open(mem, Options{Writable: true, WritebackAge: -1, CommitInterval: -1})
+	require.NoError(t, err)
+	f, err := v.OpenFile("f", os.O_RDWR|os.O_CREATE, 0o644)
+	require.NoError(t, err)
+	f.n.mu.Lock() // as Close's drain holds it
+	locked := make(chan error, 1)
+	go func() {
+		l, err := f.LockIO(IomapBuffered, 0, 4096)
+		if err == nil {
+			err = l.Unlock(0, 0, nil)
+		}
+		locked <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // LockIO waits for the inode lock
+	v.closed.Store(true)              // Close has begun
+	f.n.mu.Unlock()
+	require.ErrorIs(t, <-locked, ErrClosed)
+	v.closed.Store(false)
+	require.NoError(t, v.Close())
+}

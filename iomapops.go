@@ -228,6 +228,12 @@ func (f *File) lockBuffered(off, length int64) error {
 		f.n.mu.Unlock()
 		return &fs.PathError{Op: "lock", Path: f.name, Err: err}
 	}
+	// Checked under the inode lock, as writeBufferedOnce does: Close waits
+	// for the lock's holder (Volume.drainInodeWriters), later ones fail.
+	if f.v.closed.Load() {
+		f.n.mu.Unlock()
+		return &fs.PathError{Op: "lock", Path: f.name, Err: errVolumeClosed()}
+	}
 	f.v.stats.buffered.Add(1)
 	f.n.mayCache.Store(true) // before any page is added: flushCache looks for pages by it
 	return nil
