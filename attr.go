@@ -76,6 +76,7 @@ func (v *Volume) setattrOp(name string, follow bool, fn func(*layout.Inode)) err
 	}
 	if err == nil {
 		f.n.mu.Lock()
+		v.applyTouchLocked(f.n) // a pending write time is older than fn's
 		fn(f.n.in)
 		f.n.in.Ctime = now()
 		err = v.writeInodeLocked(f.n)
@@ -128,6 +129,7 @@ func (f *File) setattrCtime(op string, fn func(*layout.Inode), ctime bool) error
 	if err == nil {
 		f.n.mu.Lock()
 		if err = f.closedLocked(); err == nil {
+			v.applyTouchLocked(f.n) // a pending write time is older than fn's
 			fn(f.n.in)
 			if ctime {
 				f.n.in.Ctime = now()
