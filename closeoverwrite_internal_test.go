@@ -41,21 +41,10 @@ func TestCloseWaitsForOverwriteInFlight(t *testing.T) {
 			copy(data, magic)
 			overwrites := v.stats.shared.Load()
 			dev.armed.Store(true)
-			wrote := make(chan error, 1)
-			go func() { _, err := f.WriteAt(data, 4096); wrote <- err }()
-			<-dev.entered
-			closed := make(chan error, 1)
-			go func() { closed <- v.Close() }()
-			select {
-			case err := <-closed:
-				close(dev.release)
-				<-wrote
-				t.Fatalf("Close returned %v while an overwrite was in flight", err)
-			case <-time.After(200 * time.Millisecond):
-			}
-			close(dev.release)
-			require.NoError(t, <-wrote)
-			require.NoError(t, <-closed)
+			closeWhileStalled(t, v, dev.entered, dev.release, "an overwrite", func() error {
+				_, err := f.WriteAt(data, 4096)
+				return err
+			})
 			assert.Equal(t, overwrites+1, v.stats.shared.Load(), "the write was not an overwrite on the shared path")
 
 			checkImage(t, mem)
@@ -116,21 +105,10 @@ func TestCloseWaitsForAtomicInPlace(t *testing.T) {
 	copy(data, magic)
 	inPlace := v.stats.shared.Load()
 	sd.armed.Store(true)
-	wrote := make(chan error, 1)
-	go func() { _, err := f.WriteAtomic(data, 2*4096); wrote <- err }()
-	<-sd.entered
-	closed := make(chan error, 1)
-	go func() { closed <- v.Close() }()
-	select {
-	case err := <-closed:
-		close(sd.release)
-		<-wrote
-		t.Fatalf("Close returned %v while an atomic write was in flight", err)
-	case <-time.After(200 * time.Millisecond):
-	}
-	close(sd.release)
-	require.NoError(t, <-wrote)
-	require.NoError(t, <-closed)
+	closeWhileStalled(t, v, sd.entered, sd.release, "an atomic write", func() error {
+		_, err := f.WriteAtomic(data, 2*4096)
+		return err
+	})
 	assert.Equal(t, inPlace+1, v.stats.shared.Load(), "the atomic write did not go in place")
 
 	checkImage(t, mem)
@@ -260,4 +238,26 @@ func TestBufferedIOLockSeesCloseUnderLock(t *testing.T) {
 	require.ErrorIs(t, <-locked, ErrClosed)
 	v.closed.Store(false)
 	require.NoError(t, v.Close())
+}
+
+// closeWhileStalled runs write until the device stalls it (entered), then
+// Close: Close must not return while the write is held, and both must
+// return nil once release lets the write go on.
+func closeWhileStalled(t *testing.T, v *Volume, entered, release chan struct{}, what string, write func() error) {
+	t.Helper()
+	wrote := make(chan error, 1)
+	go func() { wrote <- write() }()
+	<-entered
+	closed := make(chan error, 1)
+	go func() { closed <- v.Close() }()
+	select {
+	case err := <-closed:
+		close(release)
+		<-wrote
+		t.Fatalf("Close returned %v while %s was in flight", err, what)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	require.NoError(t, <-wrote)
+	require.NoError(t, <-closed)
 }
