@@ -121,10 +121,10 @@ func (f *File) pwrite(p []byte, off int64) (int, error) {
 	done := 0 // bytes the overwrite ops wrote before refusing the rest
 	for {
 		// Direct I/O: dirty cached pages of the range go first.
-		if !f.mayHavePages() {
-			// Nothing to write back (flushCache).
-		} else if err := f.flushCache(off, off+int64(len(p))); err != nil {
-			return done, &fs.PathError{Op: "write", Path: f.name, Err: err}
+		if f.mayHavePages() {
+			if err := f.flushCache(off, off+int64(len(p))); err != nil {
+				return done, &fs.PathError{Op: "write", Path: f.name, Err: err}
+			}
 		}
 		if bs := int64(f.v.bs); off&(bs-1) == 0 && int64(len(p))&(bs-1) == 0 && len(p) > 0 {
 			k, err, ok := f.directOverwrite(p, off) // dio.go
