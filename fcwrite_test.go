@@ -152,13 +152,15 @@ func fsyncConcurrently(t *testing.T, v *ext4io.Volume, dev *countDev, jobs, n, s
 // TestFastCommitGroup: concurrent fsyncs share fast commits (fcGroup).
 // The device's flushes are slowed so that fsyncs overlap. One writer
 // needs 2 flushes per fsynced file (before and after the tags, plus the
-// first fast commit's log checkpoint) and four writers fewer than 1: the
-// fsyncs that arrive while a fast commit is in flight share the next.
+// first fast commit's log checkpoint) and four writers about half that:
+// the fsyncs that arrive while a fast commit is in flight share the next,
+// so each fast commit carries about two files (0.94-1.00 flushes per file
+// from run to run; without sharing it would be 2).
 func TestFastCommitGroup(t *testing.T) {
 	for _, tc := range []struct {
 		jobs       int
 		maxFlushes float64
-	}{{1, 2.1}, {4, 0.99}} {
+	}{{1, 2.1}, {4, 1.2}} {
 		t.Run(fmt.Sprintf("jobs=%d", tc.jobs), func(t *testing.T) {
 			base := memdev.New(256 << 20)
 			require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{FastCommit: true, NoDiscard: true, JournalBlocks: 16384}))
