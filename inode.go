@@ -168,12 +168,17 @@ func (n *inode) diskSize() uint64 {
 func (n *inode) diskBlocks(bs uint64) uint64 { return (n.diskSize() + bs - 1) / bs }
 
 // applyTouchLocked moves the time of the last shared-lock direct write to
-// n into its mtime and ctime. The caller holds n.mu exclusively, or shared
-// with dataMu.
+// n into its mtime and ctime. The ctime only moves forward: a change made
+// after the write (a rename, a link, an xattr) may have set a later one
+// before the write's time was applied. The caller holds n.mu exclusively,
+// or shared with dataMu.
 func (v *Volume) applyTouchLocked(n *inode) {
 	if at, ok := v.touch.take(n); ok {
 		ts := layout.TimestampOf(at)
-		n.in.Mtime, n.in.Ctime = ts, ts
+		n.in.Mtime = ts
+		if c := n.in.Ctime; ts.Sec > c.Sec || ts.Sec == c.Sec && ts.Nsec > c.Nsec {
+			n.in.Ctime = ts
+		}
 		n.dirty = true
 	}
 }
