@@ -153,7 +153,7 @@ func TestFastCommitFlushOrder(t *testing.T) {
 		jobs       int
 		oneFlush   bool
 		maxFlushes float64
-	}{{1, false, 2.1}, {4, false, 0.85}, {1, true, 1.1}} {
+	}{{1, false, 2.1}, {4, false, 0.75}, {1, true, 1.1}} {
 		t.Run(fmt.Sprintf("jobs=%d,oneflush=%v", tc.jobs, tc.oneFlush), func(t *testing.T) {
 			base := memdev.New(256 << 20)
 			require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{FastCommit: true, NoDiscard: true, JournalBlocks: 16384}))

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/ext4io/ext4io/extent"
 	"github.com/ext4io/ext4io/internal/crc32c"
@@ -285,7 +286,14 @@ type fcRun struct {
 // the next flush with the run before. A run with nothing to write (its
 // changes went out with an earlier run) needs only that flush.
 //
-// Locking: mu guards open, unflushed and leading; it is taken with no
+// Before it builds a run, a step waits briefly for the writers the last
+// flush released (waitReturning), as jbd2 holds a commit open while other
+// writers were active recently: several writers that fsync file after
+// file then take about half a flush per file, each run carrying the
+// fsyncs of every writer that was released together.
+//
+// Locking: mu guards open, unflushed, leading, returning, flushAvg and
+// waiting; it is taken with no
 // other lock held and released before the leader takes txnGate or does
 // I/O.
 type fcGroup struct {
@@ -299,6 +307,14 @@ type fcGroup struct {
 	unflushed []*fcRun
 	// leading says an fsync runs the steps (fcLead).
 	leading bool
+	// returning counts the fsyncs the last flush released that have not
+	// joined a run since: their writers are expected back soon.
+	// flushAvg is the average duration of the group's flushes. waiting
+	// says the leader waits for the returning writers (each join then
+	// broadcasts).
+	returning int
+	flushAvg  time.Duration
+	waiting   bool
 	// shared counts fsyncs that returned another fsync's fast commit
 	// (Counters.FastCommitShared).
 	shared atomic.Uint64
@@ -320,6 +336,12 @@ func (v *Volume) fastCommit() error {
 	}
 	r := g.open
 	r.members++
+	if g.returning > 0 {
+		g.returning--
+	}
+	if g.waiting {
+		g.cond.Broadcast()
+	}
 	for !r.done {
 		if !g.leading {
 			g.leading = true
@@ -368,6 +390,7 @@ func (v *Volume) fcLead(mine *fcRun) {
 			g.mu.Unlock()
 			return
 		}
+		g.waitReturning()
 		r := g.open
 		g.open = nil
 		g.mu.Unlock()
@@ -399,7 +422,9 @@ func (v *Volume) fcLead(mine *fcRun) {
 			g.mu.Lock()
 			pending, g.unflushed = g.unflushed, nil
 			g.mu.Unlock()
+			t0 := time.Now()
 			err := j.FlushFastCommit()
+			g.flushed(time.Since(t0), err, pending)
 			if err != nil {
 				err = v.fcFailed(err)
 			}
@@ -429,6 +454,56 @@ func (v *Volume) fcLead(mine *fcRun) {
 			g.unflushed = append(g.unflushed, r)
 			g.mu.Unlock()
 		}
+	}
+}
+
+// fcMaxWait bounds how long a step waits for returning writers.
+const fcMaxWait = time.Millisecond
+
+// waitReturning waits, before a step builds the open run, for the
+// writers whose fsyncs the last flush released (g.returning): a writer
+// that fsyncs file after file comes back within a fraction of a flush,
+// and joining this run instead of the next saves it a step, so runs
+// carry more fsyncs per flush. This is jbd2's batching of a commit while
+// other writers were active recently, with the wait bounded by the
+// average flush (at most fcMaxWait). A single writer never waits: its
+// fsync is the one that came back. g.mu is held.
+func (g *fcGroup) waitReturning() {
+	if g.returning == 0 || g.flushAvg == 0 {
+		return
+	}
+	wait := min(g.flushAvg, fcMaxWait)
+	deadline := time.Now().Add(wait)
+	t := time.AfterFunc(wait, func() {
+		g.mu.Lock()
+		g.cond.Broadcast()
+		g.mu.Unlock()
+	})
+	g.waiting = true
+	for g.returning > 0 && time.Now().Before(deadline) {
+		g.cond.Wait()
+	}
+	g.waiting = false
+	t.Stop()
+	g.returning = 0
+}
+
+// flushed records a step's flush of d that completed the pending runs:
+// their fsyncs are the writers expected back (waitReturning).
+func (g *fcGroup) flushed(d time.Duration, err error, pending []*fcRun) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err != nil {
+		return
+	}
+	if g.flushAvg == 0 {
+		g.flushAvg = d
+	} else {
+		g.flushAvg += (d - g.flushAvg) / 8
+	}
+	g.returning = 0
+	for _, r := range pending {
+		g.returning += r.members
 	}
 }
 
