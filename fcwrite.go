@@ -254,8 +254,10 @@ type fcRun struct {
 	members int
 	// tagged says the run wrote tags (not only a flush of its data).
 	tagged bool
-	done   bool
-	err    error
+	// tid is the tid of its fast commit, set when it is built.
+	tid  uint32
+	done bool
+	err  error
 }
 
 // fcGroup lets concurrent fsyncs share fast commits and fast commits
@@ -402,10 +404,11 @@ func (v *Volume) fcLead(mine *fcRun) {
 			case err != nil:
 				v.fcFinish(err, r)
 				r = nil
-			case b == nil:
+			case len(b.w.buf) == 0:
 				// Nothing left to write: the run's data needs the next
 				// flush.
 				g.mu.Lock()
+				r.tid = b.tid
 				g.unflushed = append(g.unflushed, r)
 				g.mu.Unlock()
 				r = nil
@@ -422,10 +425,24 @@ func (v *Volume) fcLead(mine *fcRun) {
 			g.mu.Lock()
 			pending, g.unflushed = g.unflushed, nil
 			g.mu.Unlock()
+			// The newest tid the flush is for: runs are built in tid
+			// order.
+			var tid uint32
+			if r != nil {
+				tid = b.tid
+			} else {
+				tid = pending[len(pending)-1].tid
+			}
 			t0 := time.Now()
-			err := j.FlushFastCommit()
+			err := j.FlushFastCommit(tid)
 			g.flushed(time.Since(t0), err, pending)
-			if err != nil {
+			switch {
+			case errors.Is(err, journal.ErrSuperseded):
+				// The full commits of these tids are durable (Close's
+				// last one, say): they hold the runs' changes, and
+				// their flushes came after the runs' data.
+				err = nil
+			case err != nil:
 				err = v.fcFailed(err)
 			}
 			v.fcFinish(err, pending...)
@@ -450,7 +467,7 @@ func (v *Volume) fcLead(mine *fcRun) {
 			v.fcFinish(v.fcFailed(err), r)
 		default:
 			g.mu.Lock()
-			r.tagged = true
+			r.tagged, r.tid = true, b.tid
 			g.unflushed = append(g.unflushed, r)
 			g.mu.Unlock()
 		}
@@ -536,8 +553,9 @@ func (b *fcBuilt) release() { b.w.release() }
 // they change is tracked for the next one. A full commit that starts
 // meanwhile carries this fast commit's tid and supersedes it; the journal
 // orders the two (journal.Journal.WriteFastCommitBlocks, FW1). It returns
-// nil when nothing is tracked (earlier fast commits carry everything),
-// and errFCFallback when a full commit is needed instead.
+// a fast commit without blocks when nothing is tracked (earlier fast
+// commits carry everything), and errFCFallback when a full commit is
+// needed instead.
 func (v *Volume) fcBuild() (*fcBuilt, error) {
 	fc, m := v.fc, v.jm
 	v.txnGate.Lock()
@@ -570,7 +588,7 @@ func (v *Volume) fcBuild() (*fcBuilt, error) {
 		return nil, fmt.Errorf("ext4io: fast commit: %w", err)
 	}
 	if len(fc.inodes) == 0 && len(fc.dentries) == 0 {
-		return nil, nil
+		return &fcBuilt{tid: tid}, nil
 	}
 	if fc.off > 0 && fc.tid != tid {
 		fc.off = 0 // a full commit came between: start the area again

@@ -173,14 +173,14 @@ func (j *Journal) FastCommitTid() (uint32, error) {
 // full commit of tid is durable (FW1).
 func (j *Journal) WriteFastCommit(tid uint32, first int, blocks []byte, preflush bool) error {
 	if preflush {
-		if err := j.FlushFastCommit(); err != nil {
+		if err := j.FlushFastCommit(tid); err != nil {
 			return err
 		}
 	}
 	if err := j.WriteFastCommitBlocks(tid, first, blocks); err != nil {
 		return err
 	}
-	return j.FlushFastCommit()
+	return j.FlushFastCommit(tid)
 }
 
 // WriteFastCommitBlocks writes blocks (whole blocks, each the journal's
@@ -253,15 +253,21 @@ func (j *Journal) WriteFastCommitBlocks(tid uint32, first int, blocks []byte) er
 }
 
 // FlushFastCommit flushes the file system's device and then the
-// journal's (one flush when they are the same device): every write
-// completed before the call, data and fast-commit blocks, is durable when
-// it returns nil. Fast commits use it before their blocks (the data they
-// map, FW3) and after them; one flush may be both, after one fast
-// commit's blocks and before the next one's. It fails on an aborted or
-// closed journal.
-func (j *Journal) FlushFastCommit() error {
+// journal's (one flush when they are the same device) for fast commits of
+// tid and older: every write completed before the call, data and
+// fast-commit blocks, is durable when it returns nil. Fast commits use it
+// before their blocks (the data they map, FW3) and after them; one flush
+// may be both, after one fast commit's blocks and before the next one's.
+// It returns ErrSuperseded, flushing nothing, when the full commit of tid
+// is durable: that commit holds the changes of every fast commit of tid
+// and older, and its flushes came after their data (FW1). It fails on an
+// aborted or closed journal.
+func (j *Journal) FlushFastCommit(tid uint32) error {
 	j.fcMu.Lock()
 	defer j.fcMu.Unlock()
+	if j.fcCommittedSet && int32(j.fcCommitted-tid) >= 0 {
+		return ErrSuperseded
+	}
 	if err := j.fcUsable(); err != nil {
 		return err
 	}
