@@ -294,10 +294,10 @@ type fcRun struct {
 // file then take about half a flush per file, each run carrying the
 // fsyncs of every writer that was released together.
 //
-// Locking: mu guards open, unflushed, leading, returning, flushAvg and
-// waiting; it is taken with no
-// other lock held and released before the leader takes txnGate or does
-// I/O.
+// Locking: mu guards open, unflushed, leading, returning, flushAvg,
+// waiting and every fcRun's fields; it is taken with no other lock held
+// and released before the leader takes txnGate or does I/O. Only the
+// leader takes runs from open, appends to unflushed and ends runs.
 type fcGroup struct {
 	mu   sync.Mutex
 	cond sync.Cond // on mu; broadcast when a run ends or the leader leaves
