@@ -25,8 +25,9 @@ import (
 // now, DEL_RANGE for the holes), and the directory entries created,
 // linked and unlinked (CREAT, LINK, UNLINK), in order. File.Sync and
 // File.Datasync then write the tags of everything tracked since the last
-// fast commit to the fast-commit area, after the file's data, with one
-// device flush, instead of committing the journal; the metadata blocks
+// fast commit to the fast-commit area, after the file's data is durable
+// and followed by a flush (one flush per fast commit in steady state, see
+// fcGroup), instead of committing the journal; the metadata blocks
 // stay in the running transaction (jmeta's pending set) for the next full
 // commit, which supersedes the fast commits and empties the tracking.
 //
