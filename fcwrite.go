@@ -511,6 +511,7 @@ func (g *fcGroup) waitReturning() {
 func (g *fcGroup) flushed(d time.Duration, err error, pending []*fcRun) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.returning = 0
 	if err != nil {
 		return
 	}
@@ -519,7 +520,6 @@ func (g *fcGroup) flushed(d time.Duration, err error, pending []*fcRun) {
 	} else {
 		g.flushAvg += (d - g.flushAvg) / 8
 	}
-	g.returning = 0
 	for _, r := range pending {
 		g.returning += r.members
 	}
