@@ -315,3 +315,50 @@ func TestFastCommitPipelineCrash(t *testing.T) {
 	require.NoError(t, v.Close())
 	ext4iotest.FsckDev(t, base)
 }
+
+// TestFastCommitFlushError: a failed flush of a fast commit fails its
+// fsync with ErrIO; the changes it carried go out with the next fsync,
+// which commits in full, and the crash image then holds both files.
+func TestFastCommitFlushError(t *testing.T) {
+	base := memdev.New(64 << 20)
+	require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{FastCommit: true, NoDiscard: true}))
+	crash, err := errordev.NewCrashable(base)
+	require.NoError(t, err)
+	fail := errordev.NewToggle(errordev.Kinds(errordev.Always(), errordev.Flush))
+	v, err := ext4io.Open(errordev.New(crash, fail), ext4io.Options{Writable: true, WritebackAge: -1})
+	require.NoError(t, err)
+	put := func(name, data string) error {
+		f, err := v.Create(name)
+		require.NoError(t, err)
+		defer f.Close()
+		_, err = f.WriteAt([]byte(data), 0)
+		require.NoError(t, err)
+		return f.Sync()
+	}
+	require.NoError(t, put("warm", "up")) // the first fast commit after the mount's commit
+	c0 := v.Counters()
+	fail.Enable()
+	err = put("a", "first")
+	fail.Disable()
+	require.Error(t, err)
+	assert.ErrorIs(t, err, ext4io.ErrIO)
+	require.NoError(t, put("b", "second"))
+	c := v.Counters()
+	assert.Equal(t, c0.FastCommits, c.FastCommits, "neither fsync is a fast commit")
+	assert.Equal(t, c0.FastCommitFallbacks+1, c.FastCommitFallbacks, "the fsync after the failure commits in full")
+	img, err := crash.Crash(errordev.CrashOptions{})
+	require.NoError(t, err)
+	require.NoError(t, v.Close())
+	rv, err := ext4io.Open(img, ext4io.Options{})
+	require.NoError(t, err)
+	defer rv.Close()
+	for name, want := range map[string]string{"warm": "up", "a": "first", "b": "second"} {
+		f, err := rv.Open(name)
+		require.NoError(t, err, name)
+		got := make([]byte, f.Size())
+		_, err = f.ReadAt(got, 0)
+		require.NoError(t, err)
+		f.Close()
+		assert.Equal(t, want, string(got), name)
+	}
+}
