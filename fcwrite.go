@@ -7,6 +7,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/ext4io/ext4io/extent"
 	"github.com/ext4io/ext4io/internal/crc32c"
@@ -24,8 +25,9 @@ import (
 // now, DEL_RANGE for the holes), and the directory entries created,
 // linked and unlinked (CREAT, LINK, UNLINK), in order. File.Sync and
 // File.Datasync then write the tags of everything tracked since the last
-// fast commit to the fast-commit area, after the file's data, with one
-// device flush, instead of committing the journal; the metadata blocks
+// fast commit to the fast-commit area, after the file's data is durable
+// and followed by a flush (one flush per fast commit in steady state, see
+// fcGroup), instead of committing the journal; the metadata blocks
 // stay in the running transaction (jmeta's pending set) for the next full
 // commit, which supersedes the fast commits and empties the tracking.
 //
@@ -58,16 +60,17 @@ import (
 //   - the area being full, queued conversions, or the journal not idle (a
 //     full commit running or waiting: journal.ErrBusy).
 //
-// Concurrent fsyncs share fast commits (fcGroup), and a fast commit holds
-// txnGate exclusively only while it builds its tags: its device writes and
-// flushes run without it (fastCommitOnce).
+// Concurrent fsyncs share fast commits, and consecutive fast commits
+// share flushes (fcGroup). A fast commit holds txnGate exclusively only
+// while it builds its tags: its device writes and flushes run without it
+// (fcBuild, fcLead).
 //
 // Not done: renames of regular files are not logged as UNLINK+LINK as
 // Linux logs them; directory growth is not expressed.
 //
 // Locking: fcState.mu guards every field of fcState but the counters and
 // group. It is a leaf lock, taken by the hooks inside operations (under
-// inode locks and txnGate shared) and by fastCommitOnce, which holds
+// inode locks and txnGate shared) and by fcBuild, which holds
 // txnGate exclusively while it builds the tags (no operation runs, so
 // nothing tracked changes meanwhile) and takes inode locks shared to read
 // mappings: the same order as jmeta.commit, which calls fcFullCommit under
@@ -246,29 +249,75 @@ func (v *Volume) fcFullCommit() {
 var errFCFallback = errors.New("fast commit not possible")
 
 // fcRun is one fast commit of the group (fcGroup): the fsyncs that
-// joined it return its result.
+// joined it return its result. g.mu guards every field.
 type fcRun struct {
+	// members counts the fsyncs that joined the run.
+	members int
+	// tagged says the run wrote tags (not only a flush of its data).
+	tagged bool
+	// tid is the tid of its fast commit, set when it is built.
+	tid  uint32
 	done bool
 	err  error
 }
 
-// fcGroup lets concurrent fsyncs share fast commits, as ext4_fc_commit
-// does: one fast commit writes every change tracked when it starts, so an
-// fsync that finds one being written waits for it to end and then joins
-// the next one with every other fsync that arrived meanwhile; the first of
-// them to see the device free writes it for all. An fsync joins only a
-// fast commit that has not started building its tags, after its own data
-// went to the device and its changes were tracked, so that commit's
-// flushes cover both.
+// fcGroup lets concurrent fsyncs share fast commits and fast commits
+// share flushes, as a pipeline of steps run by one fsync at a time (the
+// leader, fcLead).
 //
-// Locking: mu guards cur and next; it is taken with no other lock held and
-// released before the writer takes txnGate.
+// Sharing fast commits, as ext4_fc_commit does: one fast commit writes
+// every change tracked when its tags are built, so the fsyncs that arrive
+// while a step runs join the open run, which the next step builds for all
+// of them. An fsync joins only a run whose tags are not built yet, after
+// its own data went to the device and its changes were tracked.
+//
+// Sharing flushes: a flush makes durable every write that completed
+// before it was issued. One step builds the open run's tags (under
+// txnGate: the data they map completed before), then issues one flush,
+// then writes the tags:
+//
+//	build(k) ; flush ; write tags(k) ; build(k+1) ; flush ; write tags(k+1) ; ...
+//
+// The flush is issued after build(k), so it makes run k's data durable
+// before run k's tags are written (ext4's PREFLUSH), and it is issued
+// after tags(k-1) were written, so it makes run k-1's tags durable (the
+// FUA). Each fast commit then costs one flush, with ext4's ordering: no
+// tag reaches the device before the data it maps is durable, and an fsync
+// returns only after a flush issued after its tags were written. A run
+// without ADD_RANGE (overwrites, unlinks, size changes) maps no new block
+// and needs no flush before its tags: they are written at once and share
+// the next flush with the run before. A run with nothing to write (its
+// changes went out with an earlier run) needs only that flush.
+//
+// Before it builds a run, a step waits briefly for the writers the last
+// flush released (waitReturning), as jbd2 holds a commit open while other
+// writers were active recently: several writers that fsync file after
+// file then take about half a flush per file, each run carrying the
+// fsyncs of every writer that was released together.
+//
+// Locking: mu guards open, unflushed, leading, returning, flushAvg,
+// waiting and every fcRun's fields; it is taken with no other lock held
+// and released before the leader takes txnGate or does I/O. Only the
+// leader takes runs from open, appends to unflushed and ends runs.
 type fcGroup struct {
 	mu   sync.Mutex
-	cond sync.Cond // on mu; broadcast when a fast commit ends
-	// cur is the fast commit being written; next the one fsyncs join
-	// while cur runs (nil until one does).
-	cur, next *fcRun
+	cond sync.Cond // on mu; broadcast when a run ends or the leader leaves
+	// open is the run fsyncs join (nil until one does); the next step
+	// builds it.
+	open *fcRun
+	// unflushed are the runs whose tags are written, or which need only
+	// a flush of their data: the next flush completes them.
+	unflushed []*fcRun
+	// leading says an fsync runs the steps (fcLead).
+	leading bool
+	// returning counts the fsyncs the last flush released that have not
+	// joined a run since: their writers are expected back soon.
+	// flushAvg is the average duration of the group's flushes. waiting
+	// says the leader waits for the returning writers (each join then
+	// broadcasts).
+	returning int
+	flushAvg  time.Duration
+	waiting   bool
 	// shared counts fsyncs that returned another fsync's fast commit
 	// (Counters.FastCommitShared).
 	shared atomic.Uint64
@@ -285,56 +334,241 @@ func (v *Volume) fastCommit() error {
 	if g.cond.L == nil {
 		g.cond.L = &g.mu
 	}
-	if g.next == nil {
-		g.next = &fcRun{}
+	if g.open == nil {
+		g.open = &fcRun{}
 	}
-	r := g.next
+	r := g.open
+	r.members++
+	if g.returning > 0 {
+		g.returning--
+	}
+	if g.waiting {
+		g.cond.Broadcast()
+	}
 	for !r.done {
-		if g.cur == nil && g.next == r {
-			g.cur, g.next = r, nil
+		if !g.leading {
+			g.leading = true
 			g.mu.Unlock()
-			err := v.fastCommitOnce()
+			v.fcLead(r)
 			g.mu.Lock()
-			r.err, r.done, g.cur = err, true, nil
+			g.leading = false
 			g.cond.Broadcast()
-			return err
+			continue
 		}
 		g.cond.Wait()
-	}
-	switch {
-	case r.err == nil:
-		g.shared.Add(1)
-	case errors.Is(r.err, errFCFallback):
-		v.fc.fallbacks.Add(1)
 	}
 	return r.err
 }
 
-// fastCommitOnce writes one fast commit of every change tracked so far.
-// It builds the tags under txnGate held exclusively (no operation runs,
-// so nothing tracked changes meanwhile) and takes the tracking with them,
-// then releases the gate before the device writes and flushes: operations
-// go on while the fast commit is in flight, and what they change is
-// tracked for the next one. A full commit that starts meanwhile carries
-// this fast commit's tid and supersedes it; the journal orders the two
-// (journal.Journal.WriteFastCommit, FW1).
-func (v *Volume) fastCommitOnce() error {
+// fcFinish ends runs with err and wakes their fsyncs.
+func (v *Volume) fcFinish(err error, runs ...*fcRun) {
+	fc, g := v.fc, &v.fc.group
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, r := range runs {
+		r.done, r.err = true, err
+		switch {
+		case err == nil:
+			if r.tagged {
+				fc.commits.Add(1)
+			}
+			g.shared.Add(uint64(r.members - 1))
+		case errors.Is(err, errFCFallback):
+			fc.fallbacks.Add(uint64(r.members))
+		}
+	}
+	g.cond.Broadcast()
+}
+
+// fcLead runs the group's steps (fcGroup) until the run mine is done.
+// One fsync at a time leads (g.leading); the runs it leaves in flight are
+// led on by one of their own fsyncs.
+func (v *Volume) fcLead(mine *fcRun) {
+	g, j := &v.fc.group, v.jm.j
+	for {
+		g.mu.Lock()
+		if mine.done {
+			// The runs still in flight (open, unflushed) are led on
+			// by one of their fsyncs, woken when this one leaves.
+			g.mu.Unlock()
+			return
+		}
+		g.waitReturning()
+		r := g.open
+		g.open = nil
+		g.mu.Unlock()
+		var b *fcBuilt
+		if r != nil {
+			var err error
+			b, err = v.fcBuild()
+			switch {
+			case err != nil:
+				v.fcFinish(err, r)
+				r = nil
+			case len(b.w.buf) == 0:
+				// Nothing left to write: the run's data needs the next
+				// flush.
+				g.mu.Lock()
+				r.tid = b.tid
+				g.unflushed = append(g.unflushed, r)
+				g.mu.Unlock()
+				r = nil
+			}
+		}
+		g.mu.Lock()
+		pending := g.unflushed
+		g.mu.Unlock()
+		// Blocks newly mapped (ADD_RANGE) must hold their data before the
+		// tags that map them are written (journal FW3), unless
+		// Tuning.FastCommitOneFlush accepts the window: flush first.
+		preflush := r != nil && b.adds && !v.opts.Tuning.FastCommitOneFlush
+		if preflush || r == nil && len(pending) > 0 {
+			g.mu.Lock()
+			pending, g.unflushed = g.unflushed, nil
+			g.mu.Unlock()
+			// The newest tid the flush is for: runs are built in tid
+			// order.
+			var tid uint32
+			if r != nil {
+				tid = b.tid
+			} else {
+				tid = pending[len(pending)-1].tid
+			}
+			t0 := time.Now()
+			err := j.FlushFastCommit(tid)
+			g.flushed(time.Since(t0), err, pending)
+			switch {
+			case errors.Is(err, journal.ErrSuperseded):
+				// The full commits of these tids are durable (Close's
+				// last one, say): they hold the runs' changes, and
+				// their flushes came after the runs' data.
+				err = nil
+			case err != nil:
+				err = v.fcFailed(err)
+			}
+			v.fcFinish(err, pending...)
+			if err != nil && r != nil {
+				b.release()
+				v.fcFinish(err, r)
+				r = nil
+			}
+		}
+		if r == nil {
+			continue
+		}
+		err := j.WriteFastCommitBlocks(b.tid, b.off, b.w.buf)
+		b.release()
+		switch {
+		case errors.Is(err, journal.ErrSuperseded):
+			// A full commit that started after the tags were built is
+			// durable: it holds every change they carry, and its flush
+			// came after the data.
+			v.fcFinish(nil, r)
+		case err != nil:
+			v.fcFinish(v.fcFailed(err), r)
+		default:
+			g.mu.Lock()
+			r.tagged, r.tid = true, b.tid
+			g.unflushed = append(g.unflushed, r)
+			g.mu.Unlock()
+		}
+	}
+}
+
+// fcMaxWait bounds how long a step waits for returning writers.
+const fcMaxWait = time.Millisecond
+
+// waitReturning waits, before a step builds the open run, for the
+// writers whose fsyncs the last flush released (g.returning): a writer
+// that fsyncs file after file comes back within a fraction of a flush,
+// and joining this run instead of the next saves it a step, so runs
+// carry more fsyncs per flush. This is jbd2's batching of a commit while
+// other writers were active recently, with the wait bounded by the
+// average flush (at most fcMaxWait). A single writer never waits: its
+// fsync is the one that came back. g.mu is held.
+func (g *fcGroup) waitReturning() {
+	if g.returning == 0 || g.flushAvg == 0 {
+		return
+	}
+	wait := min(g.flushAvg, fcMaxWait)
+	deadline := time.Now().Add(wait)
+	t := time.AfterFunc(wait, func() {
+		g.mu.Lock()
+		g.cond.Broadcast()
+		g.mu.Unlock()
+	})
+	g.waiting = true
+	for g.returning > 0 && time.Now().Before(deadline) {
+		g.cond.Wait()
+	}
+	g.waiting = false
+	t.Stop()
+	g.returning = 0
+}
+
+// flushed records a step's flush of d that completed the pending runs:
+// their fsyncs are the writers expected back (waitReturning).
+func (g *fcGroup) flushed(d time.Duration, err error, pending []*fcRun) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.returning = 0
+	if err != nil {
+		return
+	}
+	if g.flushAvg == 0 {
+		g.flushAvg = d
+	} else {
+		g.flushAvg += (d - g.flushAvg) / 8
+	}
+	for _, r := range pending {
+		g.returning += r.members
+	}
+}
+
+// fcFailed handles a failed fast-commit write or flush: the changes taken
+// from the tracking are in no durable fast commit, so the next fsync
+// commits in full. It returns the error for the runs' fsyncs.
+func (v *Volume) fcFailed(err error) error {
+	fc := v.fc
+	fc.mu.Lock()
+	fc.ineligible = "fast-commit write failed"
+	fc.mu.Unlock()
+	return fmt.Errorf("ext4io: fast commit: %w", wrapIO(err))
+}
+
+// fcBuilt is a fast commit built by fcBuild, to be written at block off
+// of the area.
+type fcBuilt struct {
+	w    fcBuilder
+	tid  uint32
+	off  int
+	adds bool // it maps blocks (ADD_RANGE)
+}
+
+func (b *fcBuilt) release() { b.w.release() }
+
+// fcBuild builds the tags of every change tracked so far and takes the
+// tracking with them. It holds txnGate exclusively meanwhile (no
+// operation runs, so nothing tracked changes) and releases it before it
+// returns: operations go on while the fast commit is written, and what
+// they change is tracked for the next one. A full commit that starts
+// meanwhile carries this fast commit's tid and supersedes it; the journal
+// orders the two (journal.Journal.WriteFastCommitBlocks, FW1). It returns
+// a fast commit without blocks when nothing is tracked (earlier fast
+// commits carry everything), and errFCFallback when a full commit is
+// needed instead.
+func (v *Volume) fcBuild() (*fcBuilt, error) {
 	fc, m := v.fc, v.jm
 	v.txnGate.Lock()
-	locked := true
-	defer func() {
-		if locked {
-			v.txnGate.Unlock()
-		}
-	}()
+	defer v.txnGate.Unlock()
 	if m.stopped {
 		// Close's last commit ran (it holds the gate to set stopped):
 		// nothing may be written to the journal any more, as for the
 		// commits after it.
-		return errVolumeClosed()
+		return nil, errVolumeClosed()
 	}
 	if m.isFailed.Load() || v.conversionsQueued() {
-		return errFCFallback
+		return nil, errFCFallback
 	}
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
@@ -342,30 +576,20 @@ func (v *Volume) fastCommitOnce() error {
 		fc.ineligible = "directory block written without a dentry tag"
 	}
 	if fc.ineligible != "" {
-		fc.fallbacks.Add(1)
-		return errFCFallback
+		return nil, errFCFallback
 	}
 	// A full commit logged but not yet durable (an operation's commit at
 	// the end, the background committer) holds changes no longer
 	// tracked: wait for it with a full commit.
 	tid, err := m.j.FastCommitTid()
 	if errors.Is(err, journal.ErrBusy) {
-		fc.fallbacks.Add(1)
-		return errFCFallback
+		return nil, errFCFallback
 	}
 	if err != nil {
-		return fmt.Errorf("ext4io: fast commit: %w", err)
+		return nil, fmt.Errorf("ext4io: fast commit: %w", err)
 	}
 	if len(fc.inodes) == 0 && len(fc.dentries) == 0 {
-		// Everything is durable already (the area, the log: earlier
-		// fast commits of the group ended before this one started): the
-		// data needs a flush.
-		fc.mu.Unlock()
-		v.txnGate.Unlock()
-		locked = false
-		err := v.flushDev()
-		fc.mu.Lock()
-		return err
+		return &fcBuilt{tid: tid}, nil
 	}
 	if fc.off > 0 && fc.tid != tid {
 		fc.off = 0 // a full commit came between: start the area again
@@ -378,59 +602,36 @@ func (v *Volume) fastCommitOnce() error {
 		// empty; the cost falls on the first fast commit after each full
 		// commit.
 		if err := m.j.Checkpoint(); err != nil {
-			return fmt.Errorf("ext4io: fast commit: %w", err)
+			return nil, fmt.Errorf("ext4io: fast commit: %w", err)
 		}
 	}
-	w := fcBuilder{bs: v.bs}
-	defer w.release()
+	b := &fcBuilt{w: fcBuilder{bs: v.bs}, tid: tid}
 	if fc.off == 0 {
-		w.add(layout.EncodeFCHead(layout.FCHead{Features: layout.FCSupportedFeatures, Tid: tid}))
+		b.w.add(layout.EncodeFCHead(layout.FCHead{Features: layout.FCSupportedFeatures, Tid: tid}))
 	}
-	if reason, err := v.fcTags(fc, &w); err != nil || reason != "" {
+	if reason, err := v.fcTags(fc, &b.w); err != nil || reason != "" {
+		b.release()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		fc.ineligible = reason
-		fc.fallbacks.Add(1)
-		return errFCFallback
+		return nil, errFCFallback
 	}
-	w.tail(tid)
-	nblk := len(w.buf) / v.bs
+	b.w.tail(tid)
+	nblk := len(b.w.buf) / v.bs
 	if fc.off+nblk > m.j.FastCommitLen() {
+		b.release()
 		fc.ineligible = "fast-commit area full"
-		fc.fallbacks.Add(1)
-		return errFCFallback
+		return nil, errFCFallback
 	}
 	// The tags hold the tracked changes now: the tracking starts again
 	// for the next fast commit, whose blocks follow these.
-	off := fc.off
+	b.off, b.adds = fc.off, b.w.adds
 	fc.off += nblk
 	fc.tid = tid
 	fc.dentries = nil
 	clear(fc.inodes)
-	fc.mu.Unlock()
-	v.txnGate.Unlock()
-	locked = false
-
-	// Blocks newly mapped (ADD_RANGE) must hold their data before the
-	// tags that map them are durable: flush first (journal FW3) unless
-	// Tuning.FastCommitOneFlush accepts the window.
-	preflush := w.adds && !v.opts.Tuning.FastCommitOneFlush
-	err = m.j.WriteFastCommit(tid, off, w.buf, preflush)
-	fc.mu.Lock()
-	switch {
-	case errors.Is(err, journal.ErrSuperseded):
-		// A full commit that started after the tags were built is
-		// durable: it holds every change they carry.
-		return nil
-	case err != nil:
-		// The changes taken from the tracking are in no durable fast
-		// commit: the next fsync commits in full.
-		fc.ineligible = "fast-commit write failed"
-		return fmt.Errorf("ext4io: fast commit: %w", wrapIO(err))
-	}
-	fc.commits.Add(1)
-	return nil
+	return b, nil
 }
 
 // fcTags adds the tags of the tracked changes to w. A non-empty reason

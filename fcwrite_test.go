@@ -149,18 +149,21 @@ func fsyncConcurrently(t *testing.T, v *ext4io.Volume, dev *countDev, jobs, n, s
 	return float64(dev.writes.Load()-w0) / files, float64(dev.flushes.Load()-f0) / files, want
 }
 
-// TestFastCommitGroup: concurrent fsyncs share fast commits (fcGroup).
-// The device's flushes are slowed so that fsyncs overlap. One writer
-// needs 2 flushes per fsynced file (before and after the tags, plus the
-// first fast commit's log checkpoint) and four writers about half that:
-// the fsyncs that arrive while a fast commit is in flight share the next,
-// so each fast commit carries about two files (0.94-1.00 flushes per file
-// from run to run; without sharing it would be 2).
+// TestFastCommitGroup: concurrent fsyncs share fast commits, and
+// consecutive fast commits share flushes (fcGroup). The device's flushes
+// are slowed so that fsyncs overlap. One writer needs 2 flushes per
+// fsynced file (before and after the tags, plus the first fast commit's
+// log checkpoint). Four writers need about half a flush per file
+// (0.52-0.55): a fast commit costs one flush, after its tags and before
+// the next one's, and the writers a flush releases join the next run
+// (waitReturning). Without the wait four writers take 0.71-0.76, with
+// each fast commit pre-flushing on its own (no flush sharing) 0.94-1.00,
+// without grouping 2.
 func TestFastCommitGroup(t *testing.T) {
 	for _, tc := range []struct {
 		jobs       int
 		maxFlushes float64
-	}{{1, 2.1}, {4, 1.2}} {
+	}{{1, 2.1}, {4, 0.65}} {
 		t.Run(fmt.Sprintf("jobs=%d", tc.jobs), func(t *testing.T) {
 			base := memdev.New(256 << 20)
 			require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{FastCommit: true, NoDiscard: true, JournalBlocks: 16384}))

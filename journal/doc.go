@@ -54,7 +54,10 @@
 // "journal" subcommand prints it).
 //
 // Fast commits are replayed by the file system through Config.FastCommit
-// (see FastCommitArea). The file system builds them; WriteFastCommit
-// places them in the area and makes them durable (fcwrite.go). External
+// (see FastCommitArea). The file system builds them; WriteFastCommitBlocks
+// places them in the area and FlushFastCommit makes them durable, one
+// flush serving as one fast commit's flush after its blocks and the
+// next one's before them (WriteFastCommit does flush, write, flush;
+// fcwrite.go). External
 // journals (on a device of their own) are not tested.
 package journal

@@ -168,10 +168,36 @@ func (j *Journal) FastCommitTid() (uint32, error) {
 // size) to the fast-commit area from its block first on, for a fast
 // commit of tid (from FastCommitTid, with nothing started since), and
 // flushes the device after them, with preflush also before them (FW2,
-// FW3). Physically contiguous blocks go in one write. It returns
-// ErrSuperseded, writing nothing, when the full commit of tid is durable
-// (FW1).
+// FW3). It is FlushFastCommit (with preflush), WriteFastCommitBlocks and
+// FlushFastCommit. It returns ErrSuperseded, writing nothing, when the
+// full commit of tid is durable (FW1).
 func (j *Journal) WriteFastCommit(tid uint32, first int, blocks []byte, preflush bool) error {
+	if preflush {
+		if err := j.FlushFastCommit(tid); err != nil {
+			return err
+		}
+	}
+	if err := j.WriteFastCommitBlocks(tid, first, blocks); err != nil {
+		return err
+	}
+	return j.FlushFastCommit(tid)
+}
+
+// WriteFastCommitBlocks writes blocks (whole blocks, each the journal's
+// block size) to the fast-commit area from its block first on, for a fast
+// commit of tid (from FastCommitTid, with nothing started since), without
+// a flush: the fast commit is durable after the next FlushFastCommit. The
+// caller orders the flushes (FW3): the data the blocks map was made
+// durable by a flush issued after its write completed, and the blocks of
+// the area's earlier fast commits by a flush issued after they were
+// written, or are written with them before the same flush (a crash that
+// keeps the later fast commit without an earlier one replays neither: a
+// scan stops at the first block that is not a valid fast commit of its
+// tid). Physically contiguous blocks go in one write. If the on-disk
+// superblock's s_start is 0, it is rewritten first (FW2); the next flush
+// covers it too. It returns ErrSuperseded, writing nothing, when the full
+// commit of tid is durable (FW1).
+func (j *Journal) WriteFastCommitBlocks(tid uint32, first int, blocks []byte) error {
 	n := len(blocks) / j.bs
 	if j.fcFirst == 0 || first < 0 || len(blocks)%j.bs != 0 || first+n > j.FastCommitLen() {
 		return fmt.Errorf("journal: fast commit of %d blocks at %d of %d: %w", n, first, j.FastCommitLen(), ErrInvalid)
@@ -181,14 +207,8 @@ func (j *Journal) WriteFastCommit(tid uint32, first int, blocks []byte, preflush
 	if j.fcCommittedSet && int32(j.fcCommitted-tid) >= 0 {
 		return ErrSuperseded
 	}
-	j.mu.Lock()
-	err, closed := j.mu.err, j.mu.closed
-	j.mu.Unlock()
-	if err != nil {
+	if err := j.fcUsable(); err != nil {
 		return err
-	}
-	if closed {
-		return fmt.Errorf("journal: fast commit: %w", ErrClosed)
 	}
 	j.sbMu.Lock()
 	if j.sb.Start == 0 {
@@ -211,16 +231,6 @@ func (j *Journal) WriteFastCommit(tid uint32, first int, blocks []byte, preflush
 		}
 	}
 	j.sbMu.Unlock()
-	if preflush {
-		if j.fsdev != j.dev {
-			if err := j.fsdev.Flush(); err != nil {
-				return fmt.Errorf("journal: flush before fast commit: %w", ioErr(err))
-			}
-		}
-		if err := j.dev.Flush(); err != nil {
-			return fmt.Errorf("journal: flush before fast commit: %w", ioErr(err))
-		}
-	}
 	for i := 0; i < n; {
 		off, err := j.devOffset(j.fcFirst + uint32(first+i))
 		if err != nil {
@@ -238,7 +248,30 @@ func (j *Journal) WriteFastCommit(tid uint32, first int, blocks []byte, preflush
 		}
 		i += k
 	}
-	if j.fsdev != j.dev && !preflush {
+	j.fcUsed.Store(true)
+	return nil
+}
+
+// FlushFastCommit flushes the file system's device and then the
+// journal's (one flush when they are the same device) for fast commits of
+// tid and older: every write completed before the call, data and
+// fast-commit blocks, is durable when it returns nil. Fast commits use it
+// before their blocks (the data they map, FW3) and after them; one flush
+// may be both, after one fast commit's blocks and before the next one's.
+// It returns ErrSuperseded, flushing nothing, when the full commit of tid
+// is durable: that commit holds the changes of every fast commit of tid
+// and older, and its flushes came after their data (FW1). It fails on an
+// aborted or closed journal.
+func (j *Journal) FlushFastCommit(tid uint32) error {
+	j.fcMu.Lock()
+	defer j.fcMu.Unlock()
+	if j.fcCommittedSet && int32(j.fcCommitted-tid) >= 0 {
+		return ErrSuperseded
+	}
+	if err := j.fcUsable(); err != nil {
+		return err
+	}
+	if j.fsdev != j.dev {
 		if err := j.fsdev.Flush(); err != nil {
 			return fmt.Errorf("journal: flush fast commit: %w", ioErr(err))
 		}
@@ -246,7 +279,21 @@ func (j *Journal) WriteFastCommit(tid uint32, first int, blocks []byte, preflush
 	if err := j.dev.Flush(); err != nil {
 		return fmt.Errorf("journal: flush fast commit: %w", ioErr(err))
 	}
-	j.fcUsed.Store(true)
+	return nil
+}
+
+// fcUsable returns the journal's error after an abort, or ErrClosed once
+// it is closed. fcMu is held.
+func (j *Journal) fcUsable() error {
+	j.mu.Lock()
+	err, closed := j.mu.err, j.mu.closed
+	j.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if closed {
+		return fmt.Errorf("journal: fast commit: %w", ErrClosed)
+	}
 	return nil
 }
 
