@@ -51,8 +51,8 @@ type Config struct {
 // Journal is a jbd2 journal: recovery, running/committing transactions,
 // checkpointing. It is safe for concurrent use.
 //
-// Lock order: cpMu, then sbMu, then mu. The commit goroutine never holds
-// mu while doing I/O.
+// Lock order: commitMu, then cpMu, then sbMu, then mu (a commit takes no
+// cpMu, a checkpoint no commitMu). No goroutine holds mu while doing I/O.
 type Journal struct {
 	dev, fsdev blockdev.Device
 	bmap       BlockMap
@@ -73,9 +73,12 @@ type Journal struct {
 
 	cpMu sync.Mutex // serializes checkpoints
 
-	// logBuf stages the log blocks of a commit (logRun). Only the
-	// committer uses it: commitRunning runs on the commit goroutine, or
-	// from Close once that goroutine has stopped.
+	// commitMu serializes commits (commitRunning): the commit
+	// goroutine's, a Sync's on its own goroutine and Close's. It guards
+	// logBuf.
+	commitMu sync.Mutex
+	// logBuf stages the log blocks of a commit (logRun). Guarded by
+	// commitMu.
 	logBuf []byte
 
 	stats struct {
@@ -465,7 +468,10 @@ func (j *Journal) abortLocked(err error) {
 
 // Sync commits the running transaction, if it holds changes, and returns
 // once every transaction whose handles stopped before the call is durable.
-// Concurrent Syncs share one commit (group commit).
+// Concurrent Syncs share one commit (group commit). A Sync that finds no
+// commit in flight runs the commit on its own goroutine; otherwise it
+// leaves it to the commit goroutine, which starts it once the one in
+// flight ends, and waits.
 //
 // Batching follows jbd2_journal_stop: when other Syncs ran alongside one
 // recently (jbd2 asks whether the last synchronous writer was another
@@ -519,8 +525,21 @@ func (j *Journal) SyncFlushed(ctx context.Context) (flushed bool, err error) {
 			j.mu.Unlock()
 			return false, err
 		}
-		j.requestCommitLocked(t.tid)
 		flushed = j.fsdev == j.dev || j.before != nil
+		if j.mu.running == t && j.mu.committing == nil && j.commitMu.TryLock() {
+			// No commit in flight: commit here rather than hand the
+			// commit to the commit goroutine and wait to be woken.
+			if tidGT(t.tid, j.mu.commitReq) {
+				j.mu.commitReq = t.tid
+			}
+			j.mu.Unlock()
+			j.commitRunning()
+			j.commitMu.Unlock()
+			j.kickCheckpoint()
+			j.mu.Lock()
+		} else {
+			j.requestCommitLocked(t.tid)
+		}
 	} else if t := j.mu.committing; t != nil {
 		target, need = t.tid, true
 	}

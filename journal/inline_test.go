@@ -1,0 +1,81 @@
+package journal
+
+import (
+	"context"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestSyncCommitsInline: a Sync that finds no commit in flight commits
+// on its own goroutine (no hand-off to the commit goroutine and back); a
+// Sync that finds one in flight leaves its transaction to the commit
+// goroutine, which commits it once the first ends. Both return with their
+// transaction committed.
+func TestSyncCommitsInline(t *testing.T) {
+	dev := newTestDev(t)
+	cfg := testConfig(dev)
+	var (
+		mu      sync.Mutex
+		callers = map[uint32]string{} // tid -> who ran its commit
+		hold    = make(chan struct{})
+		held    = make(chan struct{})
+	)
+	cfg.BeforeCommit = func(tid uint32) error {
+		buf := make([]byte, 64<<10)
+		stack := string(buf[:runtime.Stack(buf, false)])
+		who := "other"
+		switch {
+		case strings.Contains(stack, "journal.(*Journal).SyncFlushed"):
+			who = "sync"
+		case strings.Contains(stack, "journal.(*Journal).commitLoop"):
+			who = "loop"
+		}
+		mu.Lock()
+		callers[tid] = who
+		second := len(callers) == 2
+		mu.Unlock()
+		if second {
+			close(held)
+			<-hold // the second commit stays in flight
+		}
+		return nil
+	}
+	j, err := Create(cfg, CreateOptions{UUID: [16]byte{3}, CsumV3: true})
+	require.NoError(t, err)
+	defer j.Close()
+	dirty := func(b uint64) uint32 {
+		h, err := j.Start(1)
+		require.NoError(t, err)
+		require.NoError(t, h.GetWriteAccess(b))
+		require.NoError(t, h.Dirty(b, initialBlock(b+1)))
+		require.NoError(t, h.Stop())
+		return h.TID()
+	}
+	// A lone Sync.
+	tid1 := dirty(tHome0)
+	require.NoError(t, j.Sync(context.Background()))
+	// A Sync whose commit stays in flight, and one that comes meanwhile.
+	tid2 := dirty(tHome0 + 1)
+	done2 := make(chan error, 1)
+	go func() { done2 <- j.Sync(context.Background()) }()
+	<-held
+	tid3 := dirty(tHome0 + 2)
+	done3 := make(chan error, 1)
+	go func() { done3 <- j.Sync(context.Background()) }()
+	select {
+	case err := <-done3:
+		t.Fatalf("Sync returned (%v) before its transaction could commit", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(hold)
+	require.NoError(t, <-done2)
+	require.NoError(t, <-done3)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, map[uint32]string{tid1: "sync", tid2: "sync", tid3: "loop"}, callers)
+}
