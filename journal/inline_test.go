@@ -11,11 +11,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestSyncCommitsInline: a Sync that finds no commit in flight commits
-// on its own goroutine (no hand-off to the commit goroutine and back); a
-// Sync that finds one in flight leaves its transaction to the commit
-// goroutine, which commits it once the first ends. Both return with their
-// transaction committed.
+// TestSyncCommitsInline: a lone Sync that finds no commit in flight
+// commits on its own goroutine (no hand-off to the commit goroutine and
+// back); a Sync that finds one in flight, or that runs while Syncs have
+// been running alongside each other, leaves its transaction to the commit
+// goroutine. All return with their transaction committed.
 func TestSyncCommitsInline(t *testing.T) {
 	dev := newTestDev(t)
 	cfg := testConfig(dev)
@@ -75,7 +75,12 @@ func TestSyncCommitsInline(t *testing.T) {
 	close(hold)
 	require.NoError(t, <-done2)
 	require.NoError(t, <-done3)
+	// Syncs ran alongside each other just now: the next one leaves its
+	// commit to the commit goroutine, so that others' changes may join
+	// the transaction until that goroutine takes it (group commit).
+	tid4 := dirty(tHome0 + 3)
+	require.NoError(t, j.Sync(context.Background()))
 	mu.Lock()
 	defer mu.Unlock()
-	require.Equal(t, map[uint32]string{tid1: "sync", tid2: "sync", tid3: "loop"}, callers)
+	require.Equal(t, map[uint32]string{tid1: "sync", tid2: "sync", tid3: "loop", tid4: "loop"}, callers)
 }

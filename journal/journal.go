@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -468,10 +469,10 @@ func (j *Journal) abortLocked(err error) {
 
 // Sync commits the running transaction, if it holds changes, and returns
 // once every transaction whose handles stopped before the call is durable.
-// Concurrent Syncs share one commit (group commit). A Sync that finds no
-// commit in flight runs the commit on its own goroutine; otherwise it
-// leaves it to the commit goroutine, which starts it once the one in
-// flight ends, and waits.
+// Concurrent Syncs share one commit (group commit). A Sync that ran
+// alone recently and finds no commit in flight runs the commit on its own
+// goroutine; otherwise it leaves it to the commit goroutine, which starts
+// it once the one in flight ends, and waits.
 //
 // Batching follows jbd2_journal_stop: when other Syncs ran alongside one
 // recently (jbd2 asks whether the last synchronous writer was another
@@ -526,13 +527,20 @@ func (j *Journal) SyncFlushed(ctx context.Context) (flushed bool, err error) {
 			return false, err
 		}
 		flushed = j.fsdev == j.dev || j.before != nil
-		if j.mu.running == t && j.mu.committing == nil && j.commitMu.TryLock() {
-			// No commit in flight: commit here rather than hand the
-			// commit to the commit goroutine and wait to be woken.
+		if !j.grouping(now) && j.mu.running == t && j.mu.committing == nil && j.commitMu.TryLock() {
+			// A lone Sync, no commit in flight: commit here rather than
+			// hand the commit to the commit goroutine and wait to be
+			// woken.
 			if tidGT(t.tid, j.mu.commitReq) {
 				j.mu.commitReq = t.tid
 			}
 			j.mu.Unlock()
+			// Other goroutines ready to run get the processor first, as
+			// they would while this one waited for the commit goroutine:
+			// one that Syncs meanwhile shows that Syncs run alongside
+			// each other (grouping), where a commit in memory would
+			// otherwise end before any of them runs.
+			runtime.Gosched()
 			j.commitRunning()
 			j.commitMu.Unlock()
 			j.kickCheckpoint()
@@ -557,10 +565,20 @@ func (j *Journal) SyncFlushed(ctx context.Context) (flushed bool, err error) {
 // batching, and how long the most seen at once counts as the group size.
 const batchMemory = time.Second
 
+// grouping reports whether Syncs ran alongside each other recently (see
+// Sync). Such Syncs leave their commits to the commit goroutine, as
+// jbd2's fsyncs do: the transaction a Sync asks to commit stays open to
+// other handles until the commit goroutine takes it, which in memory,
+// where commits take microseconds, is much of what the group shares. j.mu
+// is held.
+func (j *Journal) grouping(now time.Time) bool {
+	return !j.mu.overlapAt.IsZero() && now.Sub(j.mu.overlapAt) <= batchMemory
+}
+
 // batchLocked waits, for Sync, while the running transaction t may gather
 // more changes before its commit (see Sync). j.mu is held.
 func (j *Journal) batchLocked(ctx context.Context, t *transaction, now time.Time) error {
-	if j.maxBatch < 0 || j.mu.overlapAt.IsZero() || now.Sub(j.mu.overlapAt) > batchMemory {
+	if j.maxBatch < 0 || !j.grouping(now) {
 		return nil
 	}
 	window := min(max(j.mu.avgCommit, time.Duration(j.mu.peak-1)*j.mu.avgGap, j.minBatch), j.maxBatch)
