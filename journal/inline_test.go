@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,9 +14,10 @@ import (
 
 // TestSyncCommitsInline: a lone Sync that finds no commit in flight
 // commits on its own goroutine (no hand-off to the commit goroutine and
-// back); a Sync that finds one in flight, or that runs while Syncs have
-// been running alongside each other, leaves its transaction to the commit
-// goroutine. All return with their transaction committed.
+// back); a Sync with a context that can end, one that finds a commit in
+// flight, and one that runs while Syncs have been running alongside each
+// other leave their transactions to the commit goroutine. All return with
+// their transaction committed.
 func TestSyncCommitsInline(t *testing.T) {
 	dev := newTestDev(t)
 	cfg := testConfig(dev)
@@ -24,6 +26,7 @@ func TestSyncCommitsInline(t *testing.T) {
 		callers = map[uint32]string{} // tid -> who ran its commit
 		hold    = make(chan struct{})
 		held    = make(chan struct{})
+		holdTid atomic.Uint32
 	)
 	cfg.BeforeCommit = func(tid uint32) error {
 		buf := make([]byte, 64<<10)
@@ -37,11 +40,10 @@ func TestSyncCommitsInline(t *testing.T) {
 		}
 		mu.Lock()
 		callers[tid] = who
-		second := len(callers) == 2
 		mu.Unlock()
-		if second {
+		if tid == holdTid.Load() {
 			close(held)
-			<-hold // the second commit stays in flight
+			<-hold // this commit stays in flight
 		}
 		return nil
 	}
@@ -56,11 +58,18 @@ func TestSyncCommitsInline(t *testing.T) {
 		require.NoError(t, h.Stop())
 		return h.TID()
 	}
+	// A lone Sync with a context that can end: its wait can end before
+	// the commit, so the commit goroutine runs it.
+	tid0 := dirty(tHome0 + 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	require.NoError(t, j.Sync(ctx))
 	// A lone Sync.
 	tid1 := dirty(tHome0)
 	require.NoError(t, j.Sync(context.Background()))
 	// A Sync whose commit stays in flight, and one that comes meanwhile.
 	tid2 := dirty(tHome0 + 1)
+	holdTid.Store(tid2)
 	done2 := make(chan error, 1)
 	go func() { done2 <- j.Sync(context.Background()) }()
 	<-held
@@ -82,5 +91,5 @@ func TestSyncCommitsInline(t *testing.T) {
 	require.NoError(t, j.Sync(context.Background()))
 	mu.Lock()
 	defer mu.Unlock()
-	require.Equal(t, map[uint32]string{tid1: "sync", tid2: "sync", tid3: "loop", tid4: "loop"}, callers)
+	require.Equal(t, map[uint32]string{tid0: "loop", tid1: "sync", tid2: "sync", tid3: "loop", tid4: "loop"}, callers)
 }

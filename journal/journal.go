@@ -470,9 +470,10 @@ func (j *Journal) abortLocked(err error) {
 // Sync commits the running transaction, if it holds changes, and returns
 // once every transaction whose handles stopped before the call is durable.
 // Concurrent Syncs share one commit (group commit). A Sync that ran
-// alone recently and finds no commit in flight runs the commit on its own
-// goroutine; otherwise it leaves it to the commit goroutine, which starts
-// it once the one in flight ends, and waits.
+// alone recently, finds no commit in flight and has a context that never
+// ends runs the commit on its own goroutine; otherwise it leaves it to
+// the commit goroutine, which starts it once the one in flight ends, and
+// waits.
 //
 // Batching follows jbd2_journal_stop: when other Syncs ran alongside one
 // recently (jbd2 asks whether the last synchronous writer was another
@@ -527,10 +528,11 @@ func (j *Journal) SyncFlushed(ctx context.Context) (flushed bool, err error) {
 			return false, err
 		}
 		flushed = j.fsdev == j.dev || j.before != nil
-		if !j.grouping(now) && j.mu.running == t && j.mu.committing == nil && j.commitMu.TryLock() {
+		if ctx.Done() == nil && !j.grouping(now) && j.mu.running == t && j.mu.committing == nil && j.commitMu.TryLock() {
 			// A lone Sync, no commit in flight: commit here rather than
 			// hand the commit to the commit goroutine and wait to be
-			// woken.
+			// woken. Not with a context that can end: the wait for
+			// the commit returns then, the commit goes on.
 			if tidGT(t.tid, j.mu.commitReq) {
 				j.mu.commitReq = t.tid
 			}
