@@ -56,6 +56,12 @@ type jmeta struct {
 	// had any, and of every commit before it, are allocatable (releases
 	// run after the commit is durable, in commit order). Guarded by mu.
 	releasing chan struct{}
+	// revokedUnwaited is set by a commit that carries revokes and cleared
+	// by the next commit with busy blocks, whose release waits out a
+	// checkpoint in progress (journal.WaitCheckpoint) for them: only a
+	// freed block that was metadata can have a copy that a checkpoint
+	// writes home, and freeing such a block revokes it. Guarded by mu.
+	revokedUnwaited bool
 	// busyBlocks counts blocks freed but not yet allocatable (busy), for
 	// retrying an allocation that failed for space after a commit.
 	busyBlocks atomic.Int64
@@ -332,6 +338,9 @@ func (m *jmeta) commitFinal(wait, final bool) error {
 		return fmt.Errorf("ext4io: volume stopped committing after an error: %w: %w", ErrReadOnly, err)
 	}
 	pending, revokes, busy := m.pending, m.revokes, m.busy
+	if len(revokes) > 0 {
+		m.revokedUnwaited = true
+	}
 	if len(pending) > 0 || len(revokes) > 0 {
 		v.fcFullCommit() // this transaction supersedes the fast commits (fcwrite.go)
 	}
@@ -340,6 +349,7 @@ func (m *jmeta) commitFinal(wait, final bool) error {
 	m.committing = pending
 	m.mu.Unlock()
 	tid, err := m.log(pending, revokes)
+	var release func() // a waiting commit's own release, run below
 	if err == nil && len(busy) > 0 {
 		// Blocks freed in this set become allocatable once it commits,
 		// after those of earlier commits (a waiting commit waits for the
@@ -348,22 +358,33 @@ func (m *jmeta) commitFinal(wait, final bool) error {
 		m.mu.Lock()
 		prev := m.releasing
 		m.releasing = released
+		waitCP := m.revokedUnwaited
+		m.revokedUnwaited = false
 		m.mu.Unlock()
-		go func() {
+		release = func() {
 			defer close(released)
 			if prev != nil {
 				<-prev
 			}
 			if m.j.WaitCommit(context.Background(), tid) == nil {
-				// A checkpoint that began before the commit may still be
-				// writing the revoked blocks' last copies home (see
-				// journal.Forget): the blocks are reused after it.
-				m.j.WaitCheckpoint()
+				if waitCP {
+					// A checkpoint that began before the revokes
+					// committed may still be writing the revoked blocks'
+					// last copies home (see journal.Forget): the blocks
+					// are reused after it. Revokes committed before an
+					// earlier release's wait need none: every checkpoint
+					// begun since skips their blocks.
+					m.j.WaitCheckpoint()
+				}
 				for _, release := range busy {
 					release()
 				}
 			}
-		}()
+		}
+		if !wait {
+			go release()
+			release = nil
+		}
 	}
 	m.mu.Lock()
 	m.committing = nil
@@ -379,6 +400,12 @@ func (m *jmeta) commitFinal(wait, final bool) error {
 	}
 	if wait {
 		flushed, err := m.j.SyncFlushed(context.Background())
+		if release != nil {
+			// On this goroutine rather than another's that this one
+			// would wait for: the commit is durable (or the journal
+			// aborted, and release frees nothing).
+			release()
+		}
 		if err != nil {
 			err = fmt.Errorf("ext4io: journal commit: %w", err)
 			// Stop committing, but put nothing back: the blocks are in

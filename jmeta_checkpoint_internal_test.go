@@ -8,6 +8,7 @@ import (
 
 	"github.com/ext4io/ext4io/blockdev/errordev"
 	"github.com/ext4io/ext4io/blockdev/memdev"
+	"github.com/stretchr/testify/require"
 )
 
 // TestReleaseWaitsForCheckpoint checks the wiring of
@@ -104,4 +105,73 @@ func TestReleaseWaitsForCheckpoint(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// TestDataReleaseSkipsCheckpoint: blocks freed without a revoke (a
+// truncated file's data blocks, never journaled) are released by the
+// freeing commit's Sync while a checkpoint is still writing home: no
+// checkpoint can hold a copy of them, so the Sync does not wait for it.
+func TestDataReleaseSkipsCheckpoint(t *testing.T) {
+	mem := memdev.NewBlockSize(32<<20, 4096)
+	require.NoError(t, Format(mem, FormatOptions{BlockSize: 4096}))
+	var (
+		mu      sync.Mutex
+		home    int64 = -1 // the directory block's device offset, once known
+		blocked       = make(chan struct{})
+		release       = make(chan struct{})
+	)
+	inj := errordev.Func(func(op errordev.Op) error {
+		mu.Lock()
+		hit := op.Kind == errordev.Write && home >= 0 && op.Off == home
+		if hit {
+			home = -1
+		}
+		mu.Unlock()
+		if hit {
+			close(blocked)
+			<-release
+		}
+		return nil
+	})
+	v, err := Open(errordev.New(mem, inj), Options{Writable: true, PageCacheBytes: -1})
+	require.NoError(t, err)
+	defer v.Close()
+	var unblock sync.Once
+	defer unblock.Do(func() { close(release) })
+	require.NoError(t, v.Mkdir("/d", 0o755))
+	d, err := v.resolve("/d", true)
+	require.NoError(t, err)
+	dexts, err := d.Extents()
+	d.Close()
+	require.NoError(t, err)
+	require.Len(t, dexts, 1)
+	f, err := v.Create("/f")
+	require.NoError(t, err)
+	defer f.Close()
+	_, err = f.WriteAt(make([]byte, 8*4096), 0)
+	require.NoError(t, err)
+	require.NoError(t, v.Sync()) // /d's block is in the log, /f's data home
+	mu.Lock()
+	home = int64(dexts[0].Physical) * int64(v.BlockSize())
+	mu.Unlock()
+	cpDone := make(chan error, 1)
+	go func() { cpDone <- v.jm.j.Checkpoint() }()
+	select {
+	case <-blocked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the checkpoint did not write /d's block home")
+	}
+	require.NoError(t, f.Truncate(0))
+	require.NotZero(t, v.jm.busyBlocks.Load(), "the data blocks are busy until the truncate commits")
+	synced := make(chan error, 1)
+	go func() { synced <- f.Sync() }()
+	select {
+	case err := <-synced:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Sync of a truncate waited for a checkpoint that cannot hold the freed blocks")
+	}
+	require.Zero(t, v.jm.busyBlocks.Load(), "the data blocks are allocatable once Sync returns")
+	unblock.Do(func() { close(release) })
+	require.NoError(t, <-cpDone)
 }

@@ -77,8 +77,17 @@ func syncDurableAttack(t *testing.T, external, async, fail bool) {
 	}
 	// The fault fails home writes (checkpoints) only.
 	toggle := errordev.NewToggle(errordev.InRange(errordev.Kinds(errordev.Always(), errordev.Write), tHome0*tBS, tHomeN*tBS))
-	fdev := errordev.New(cf, toggle)
-	var jdev blockdev.Device = cj
+	// Flushes take a disk's time, so that a commit lasts long enough for
+	// the other workers' Syncs to overlap it and batch (in memory a Sync
+	// that commits on its own goroutine ends before the next one starts).
+	slowFlush := errordev.Func(func(op errordev.Op) error {
+		if op.Kind == errordev.Flush {
+			time.Sleep(50 * time.Microsecond)
+		}
+		return nil
+	})
+	fdev := errordev.New(cf, errordev.Any(slowFlush, toggle))
+	var jdev blockdev.Device = errordev.New(cj, slowFlush)
 	if !external {
 		jdev = fdev
 	}
@@ -104,14 +113,26 @@ func syncDurableAttack(t *testing.T, external, async, fail bool) {
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, atkWorkers)
+	// The workers start together: a Sync commits on its caller's
+	// goroutine when no commit is in flight, and on memdev nothing
+	// blocks, so a worker started first could otherwise run many rounds
+	// before the others' Syncs overlap with its own.
+	var ready sync.WaitGroup
+	ready.Add(atkWorkers)
 	for w := range atkWorkers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			ready.Done()
+			ready.Wait()
 			base := uint64(tHome0 + w*atkBlocks)
 			for k := range atkRounds {
-				if fail && w == 0 && k == atkRounds/3 {
-					toggle.Enable()
+				if fail && w == 0 && k >= atkRounds/3 && !toggle.Enabled() {
+					// Once the attack has checkpointed and batched, so
+					// that the fault hits a journal doing both.
+					if st := j.Stats(); st.Checkpoints > 0 && st.BatchWaits > 0 {
+						toggle.Enable()
+					}
 				}
 				h, err := j.Start(atkBlocks)
 				if err != nil {

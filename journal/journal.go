@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -51,8 +52,8 @@ type Config struct {
 // Journal is a jbd2 journal: recovery, running/committing transactions,
 // checkpointing. It is safe for concurrent use.
 //
-// Lock order: cpMu, then sbMu, then mu. The commit goroutine never holds
-// mu while doing I/O.
+// Lock order: commitMu, then cpMu, then sbMu, then mu (a commit takes no
+// cpMu, a checkpoint no commitMu). No goroutine holds mu while doing I/O.
 type Journal struct {
 	dev, fsdev blockdev.Device
 	bmap       BlockMap
@@ -73,9 +74,12 @@ type Journal struct {
 
 	cpMu sync.Mutex // serializes checkpoints
 
-	// logBuf stages the log blocks of a commit (logRun). Only the
-	// committer uses it: commitRunning runs on the commit goroutine, or
-	// from Close once that goroutine has stopped.
+	// commitMu serializes commits (commitRunning): the commit
+	// goroutine's, a Sync's on its own goroutine and Close's. It guards
+	// logBuf.
+	commitMu sync.Mutex
+	// logBuf stages the log blocks of a commit (logRun). Guarded by
+	// commitMu.
 	logBuf []byte
 
 	stats struct {
@@ -465,7 +469,11 @@ func (j *Journal) abortLocked(err error) {
 
 // Sync commits the running transaction, if it holds changes, and returns
 // once every transaction whose handles stopped before the call is durable.
-// Concurrent Syncs share one commit (group commit).
+// Concurrent Syncs share one commit (group commit). A Sync that ran
+// alone recently, finds no commit in flight and has a context that never
+// ends runs the commit on its own goroutine; otherwise it leaves it to
+// the commit goroutine, which starts it once the one in flight ends, and
+// waits.
 //
 // Batching follows jbd2_journal_stop: when other Syncs ran alongside one
 // recently (jbd2 asks whether the last synchronous writer was another
@@ -519,8 +527,29 @@ func (j *Journal) SyncFlushed(ctx context.Context) (flushed bool, err error) {
 			j.mu.Unlock()
 			return false, err
 		}
-		j.requestCommitLocked(t.tid)
 		flushed = j.fsdev == j.dev || j.before != nil
+		if ctx.Done() == nil && !j.grouping(now) && j.mu.running == t && j.mu.committing == nil && j.commitMu.TryLock() {
+			// A lone Sync, no commit in flight: commit here rather than
+			// hand the commit to the commit goroutine and wait to be
+			// woken. Not with a context that can end: the wait for
+			// the commit returns then, the commit goes on.
+			if tidGT(t.tid, j.mu.commitReq) {
+				j.mu.commitReq = t.tid
+			}
+			j.mu.Unlock()
+			// Other goroutines ready to run get the processor first, as
+			// they would while this one waited for the commit goroutine:
+			// one that Syncs meanwhile shows that Syncs run alongside
+			// each other (grouping), where a commit in memory would
+			// otherwise end before any of them runs.
+			runtime.Gosched()
+			j.commitRunning()
+			j.commitMu.Unlock()
+			j.kickCheckpoint()
+			j.mu.Lock()
+		} else {
+			j.requestCommitLocked(t.tid)
+		}
 	} else if t := j.mu.committing; t != nil {
 		target, need = t.tid, true
 	}
@@ -538,10 +567,20 @@ func (j *Journal) SyncFlushed(ctx context.Context) (flushed bool, err error) {
 // batching, and how long the most seen at once counts as the group size.
 const batchMemory = time.Second
 
+// grouping reports whether Syncs ran alongside each other recently (see
+// Sync). Such Syncs leave their commits to the commit goroutine, as
+// jbd2's fsyncs do: the transaction a Sync asks to commit stays open to
+// other handles until the commit goroutine takes it, which in memory,
+// where commits take microseconds, is much of what the group shares. j.mu
+// is held.
+func (j *Journal) grouping(now time.Time) bool {
+	return !j.mu.overlapAt.IsZero() && now.Sub(j.mu.overlapAt) <= batchMemory
+}
+
 // batchLocked waits, for Sync, while the running transaction t may gather
 // more changes before its commit (see Sync). j.mu is held.
 func (j *Journal) batchLocked(ctx context.Context, t *transaction, now time.Time) error {
-	if j.maxBatch < 0 || j.mu.overlapAt.IsZero() || now.Sub(j.mu.overlapAt) > batchMemory {
+	if j.maxBatch < 0 || !j.grouping(now) {
 		return nil
 	}
 	window := min(max(j.mu.avgCommit, time.Duration(j.mu.peak-1)*j.mu.avgGap, j.minBatch), j.maxBatch)

@@ -257,7 +257,9 @@ func (j *Journal) Stats() Stats {
 		LogBlocks: j.stats.logBlocks.Load(), BatchWaits: j.stats.batchWaits.Load()}
 }
 
-// commitLoop is the commit goroutine (jbd2's kjournald2).
+// commitLoop is the commit goroutine (jbd2's kjournald2). It commits
+// what a Sync could not commit on its own goroutine (another commit was
+// in flight), full transactions (Start) and old ones (CommitInterval).
 func (j *Journal) commitLoop() {
 	defer close(j.done)
 	tick := time.Duration(0)
@@ -275,6 +277,9 @@ func (j *Journal) commitLoop() {
 		case <-j.kick:
 		case <-timer:
 		}
+		// Waits out a commit that a Sync runs on its own goroutine; the
+		// test below then sees what is left to commit.
+		j.commitMu.Lock()
 		j.mu.Lock()
 		t := j.mu.running
 		do := t != nil && j.mu.err == nil && (tidGEQ(j.mu.commitReq, t.tid) || t.locked ||
@@ -283,14 +288,21 @@ func (j *Journal) commitLoop() {
 		if do {
 			j.commitRunning()
 		}
-		j.mu.Lock()
-		low := j.mu.err == nil && j.mu.used > (j.last-j.first)/2 && len(j.mu.checkpoint) > 0
-		j.mu.Unlock()
-		if low {
-			select {
-			case j.cpKick <- struct{}{}:
-			default:
-			}
+		j.commitMu.Unlock()
+		j.kickCheckpoint()
+	}
+}
+
+// kickCheckpoint wakes the checkpoint goroutine once more than half the
+// log is in use and committed transactions wait to be written home.
+func (j *Journal) kickCheckpoint() {
+	j.mu.Lock()
+	low := j.mu.err == nil && j.mu.used > (j.last-j.first)/2 && len(j.mu.checkpoint) > 0
+	j.mu.Unlock()
+	if low {
+		select {
+		case j.cpKick <- struct{}{}:
+		default:
 		}
 	}
 }
@@ -313,6 +325,7 @@ func (j *Journal) checkpointLoop() {
 }
 
 // commitRunning commits the running transaction (jbd2_journal_commit_transaction).
+// j.commitMu is held.
 func (j *Journal) commitRunning() {
 	j.mu.Lock()
 	t := j.mu.running
@@ -789,7 +802,9 @@ func (j *Journal) Close() error {
 		<-j.done
 		<-j.cpDone
 	}
+	j.commitMu.Lock() // a Sync may be committing on its own goroutine
 	j.commitRunning()
+	j.commitMu.Unlock()
 	if err := j.Checkpoint(); err != nil {
 		return err
 	}
