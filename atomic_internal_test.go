@@ -25,12 +25,12 @@ func TestAtomicCreditsRefuse(t *testing.T) {
 		require.NoError(t, f.Fallocate(FallocPunchHole|FallocKeepSize, b*4096, 4096))
 	}
 	f.n.mu.Lock()
-	whole, err := f.atomicCredits(0, 16, nil)
+	whole, err := f.atomicCredits([]atomicRange{{lblk: 0, nblk: 16}})
 	f.n.mu.Unlock()
 	require.NoError(t, err)
 	require.Positive(t, f.m.tree.Depth(), "8 pieces do not fit the root")
 	require.GreaterOrEqual(t, whole, 2+1+2*2+2, "a group, a leaf, two splits' paths, the inode and superblock")
-	require.GreaterOrEqual(t, atomicWorstCredits(16, f.m.tree.Depth()), whole, "the bound small swaps use instead of the count")
+	require.GreaterOrEqual(t, atomicWorstCredits(16, 1, f.m.tree.Depth(), v.sb.GroupCount()), whole, "the bound small swaps use instead of the count")
 
 	most := v.jm.maxChunk
 	v.jm.maxChunk = whole - 1 // the limit of a smaller journal
