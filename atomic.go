@@ -422,7 +422,11 @@ func (f *File) atomicSwap(rs []atomicRange, total int64) error {
 		}
 	}
 	most := f.v.jm.maxChunk
-	c := atomicWorstCredits(nblk, len(rs), f.m.tree.Depth(), f.v.sb.GroupCount())
+	adds := len(rs) // leaf entries the Replaces add at most: see atomicCredits
+	for _, r := range rs {
+		adds += len(r.runs)
+	}
+	c := atomicWorstCredits(nblk, adds, f.m.tree.Depth(), f.v.sb.GroupCount())
 	if c > most {
 		if c, err = f.atomicCredits(rs); err != nil {
 			freeFrom(0)
@@ -643,8 +647,9 @@ func (f *File) atomicGoals(goals []uint64, lblk, nblk uint64) []uint64 {
 // block for every group holding an old or new block, the extent-tree
 // blocks holding the ranges (extent.Tree.RangeBlocks, of each range or of
 // the span from the first to the last, whichever is less) and the new
-// ones splits at each range's two ends may add (a path's worth each), the
-// inode and the superblock. The
+// ones leaf splits may add (a path's worth for every leaf entry a range's
+// Replace adds: one per new run, one more for a range inside a single
+// extent), the inode and the superblock. The
 // caller holds n.mu exclusively. The swap must fit one journal
 // transaction (see the top of the file), which WriteAtomic checks against
 // jmeta.maxChunk, an eighth of the journal.
@@ -658,7 +663,7 @@ func (f *File) atomicCredits(rs []atomicRange) (int, error) {
 			groups[g] = true
 		}
 	}
-	tree := 0
+	tree, splits := 0, 0
 	for _, r := range rs {
 		for _, e := range r.runs {
 			addRun(e.Pblk, uint64(e.Len))
@@ -680,6 +685,22 @@ func (f *File) atomicCredits(rs []atomicRange) (int, error) {
 			return 0, err
 		}
 		tree += t
+		// Replace adds an entry to a leaf for every new run, and one
+		// more when a single extent spans the range with blocks on both
+		// sides (its removal leaves two pieces); each may split a full
+		// leaf, and the split its full parents up to a new root: a
+		// path's worth of new blocks.
+		adds := len(r.runs)
+		if lblk > 0 {
+			e, found, _, err := f.m.tree.Lookup(uint32(lblk - 1))
+			if err != nil {
+				return 0, err
+			}
+			if found && e.End() > lblk+nblk {
+				adds++
+			}
+		}
+		splits += adds * (depth + 1)
 	}
 	if len(rs) > 1 {
 		// Ranges sharing a leaf count it once each above; the blocks
@@ -691,16 +712,17 @@ func (f *File) atomicCredits(rs []atomicRange) (int, error) {
 		}
 		tree = min(tree, span)
 	}
-	return 2*len(groups) + tree + len(rs)*2*(depth+1) + 2, nil
+	return 2*len(groups) + tree + splits + 2, nil
 }
 
-// atomicWorstCredits bounds atomicCredits for any swap of nblk blocks in
-// ranges ranges on a tree of the given depth, on a volume of groups
-// groups, without looking at the ranges: every old and every new block in
-// a group of its own (2*nblk groups, at most all of them), every old
-// block in an extent of its own on a path of depth tree blocks, and two
-// splits' paths per range. A small swap whose bound fits a transaction
-// skips the exact count.
-func atomicWorstCredits(nblk uint64, ranges, depth int, groups uint64) int {
-	return 2*int(min(2*nblk, groups)) + int(nblk)*depth + ranges*2*(depth+1) + 2
+// atomicWorstCredits bounds atomicCredits for any swap of nblk blocks
+// that adds at most adds leaf entries (its new runs and its ranges) on a
+// tree of the given depth, on a volume of groups groups, without looking
+// at the ranges: every old and every new block in a group of its own
+// (2*nblk groups, at most all of them), every old block in an extent of
+// its own on a path of depth tree blocks, and a split's path per entry
+// added. A small swap whose bound fits a transaction skips the exact
+// count.
+func atomicWorstCredits(nblk uint64, adds, depth int, groups uint64) int {
+	return 2*int(min(2*nblk, groups)) + int(nblk)*depth + adds*(depth+1) + 2
 }
