@@ -178,8 +178,11 @@ func (f *File) WriteAtomic(p []byte, off int64) (int, error) {
 // 1024 and hold at most AtomicWriteBatchMax bytes in all
 // (File.AtomicWriteInfo). Other batches are refused with an error
 // wrapping ErrInvalid, and nothing is written; ErrUnsupported as for
-// WriteAtomic, also when the ranges' old blocks are so scattered that the
-// batch's swap would not fit one journal transaction. Durability,
+// WriteAtomic, also when the batch's swap would not fit one journal
+// transaction (an eighth of the journal): its ranges' old blocks are
+// scattered, or it has many ranges for a small journal, as a swap
+// changes a few metadata blocks per range (a batch of 64 pages needs a
+// journal of 16 MiB, the mke2fs default from 128 MiB volumes). Durability,
 // O_APPEND, O_SYNC and the page cache are as for WriteAtomic; concurrent
 // batches and WriteAtomic calls that overlap are ordered as whole units:
 // the one that swaps last wins every block they share.
