@@ -81,11 +81,11 @@ import (
 const maxAtomicWrite = 1 << 20
 
 // maxAtomicBatch is AtomicWriteBatchMax on a journaled volume: 4 MiB,
-// 1,024 4 KiB blocks. A batch of that many single-block ranges whose old
-// blocks are scattered over the volume may still be refused by the credit
-// check (ErrUnsupported); a batch of 16 KiB database pages fits a
-// transaction of the default journal (an eighth of it, 1,024 blocks or
-// more, jmeta.maxChunk) with room to spare.
+// 1,024 4 KiB blocks. The credit check may still refuse a batch of that
+// size (ErrUnsupported): a swap changes a few metadata blocks per range
+// (atomicCredits). A batch of 64 16 KiB pages fits the transaction of a
+// 16 MiB journal (an eighth of it, 512 blocks, jmeta.maxChunk), the
+// journal mke2fs gives volumes from 128 MiB to 1 GiB.
 const maxAtomicBatch = 4 << 20
 
 // AtomicWriteInfo holds a file's limits for WriteAtomic, named as statx

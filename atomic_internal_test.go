@@ -9,19 +9,27 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// atomicCreditsFile returns a volume in memory and its file "db" of size
+// bytes written, synced.
+func atomicCreditsFile(t *testing.T, size int) (*Volume, *File) {
+	t.Helper()
+	_, v := memVolume(t, 64<<20, 4096)
+	f, err := v.Create("db")
+	require.NoError(t, err)
+	_, err = f.WriteAt(bytes.Repeat([]byte{1}, size), 0)
+	require.NoError(t, err)
+	require.NoError(t, f.Sync())
+	return v, f
+}
+
 // TestAtomicCreditsRefuse: a swap whose metadata would not fit one
 // journal transaction (here: a journal too small for it) is refused with
 // ErrUnsupported, nothing written; with the usual journal it goes on.
 func TestAtomicCreditsRefuse(t *testing.T) {
 	t.Parallel()
-	_, v := memVolume(t, 64<<20, 4096)
+	v, f := atomicCreditsFile(t, 64<<10)
 	defer v.Close()
-	f, err := v.Create("db")
-	require.NoError(t, err)
 	defer f.Close()
-	old := bytes.Repeat([]byte{1}, 64<<10)
-	_, err = f.WriteAt(old, 0)
-	require.NoError(t, err)
 	// Punch every other block: 8 pieces in the 16 blocks.
 	for b := int64(1); b < 16; b += 2 {
 		require.NoError(t, f.Fallocate(FallocPunchHole|FallocKeepSize, b*4096, 4096))
@@ -60,14 +68,9 @@ func TestAtomicCreditsRefuse(t *testing.T) {
 // sharing a leaf do not count it more than once in all.
 func TestAtomicCreditsBatch(t *testing.T) {
 	t.Parallel()
-	_, v := memVolume(t, 64<<20, 4096)
+	v, f := atomicCreditsFile(t, 1<<20)
 	defer v.Close()
-	f, err := v.Create("db")
-	require.NoError(t, err)
 	defer f.Close()
-	_, err = f.WriteAt(bytes.Repeat([]byte{1}, 1<<20), 0)
-	require.NoError(t, err)
-	require.NoError(t, f.Sync())
 	// Punch every 8th block (unwritten now): 64 extents, a tree of depth 1.
 	for b := int64(7); b < 256; b += 8 {
 		require.NoError(t, f.Fallocate(FallocPunchHole|FallocKeepSize, b*4096, 4096))
