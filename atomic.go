@@ -1,10 +1,13 @@
 package ext4io
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
+	"sync"
 
 	"github.com/ext4io/ext4io/alloc"
 	"github.com/ext4io/ext4io/blockdev"
@@ -13,7 +16,7 @@ import (
 	"github.com/ext4io/ext4io/internal/stripe"
 )
 
-// Untorn multi-block writes (File.WriteAtomic).
+// Untorn multi-block writes (File.WriteAtomic, File.WriteAtomicBatch).
 //
 // A database page of several blocks written with WriteAt can be torn by a
 // crash: some of its blocks new, some old. WriteAtomic writes it so that
@@ -46,6 +49,17 @@ import (
 // old blocks of such a range are scattered over more groups or tree
 // leaves than a transaction can be sure to hold.
 //
+// A batch (WriteAtomicBatch) is the same with several ranges: one
+// allocation of all their blocks, written one range after the other in
+// offset order (one vectored device write per allocated run), then, in
+// the same operation and under one exclusive inode lock, one Replace per
+// range. The operation's changes land in one journal transaction, so the
+// batch is one untorn unit; the credit check counts all its ranges.
+// Replace takes the tree blocks its splits need from the allocator's
+// reserve, so a later range's Replace does not run out of space; if one
+// fails all the same after earlier ranges were swapped, the volume stops
+// committing (as after an I/O error) rather than commit part of a batch.
+//
 // Fast commits: a swap moves blocks between owners, which fast-commit
 // range records replay only as "map these blocks" without the frees of
 // the old ones being ordered against their reuse. So a swap makes the
@@ -66,6 +80,14 @@ import (
 // makes, 1024 blocks).
 const maxAtomicWrite = 1 << 20
 
+// maxAtomicBatch is AtomicWriteBatchMax on a journaled volume: 4 MiB,
+// 1,024 4 KiB blocks. The credit check may still refuse a batch of that
+// size (ErrUnsupported): a swap changes a few metadata blocks per range
+// (atomicCredits). A batch of 64 16 KiB pages fits the transaction of a
+// 16 MiB journal (an eighth of it, 512 blocks, jmeta.maxChunk), the
+// journal mke2fs gives volumes from 128 MiB to 1 GiB.
+const maxAtomicBatch = 4 << 20
+
 // AtomicWriteInfo holds a file's limits for WriteAtomic, named as statx
 // reports them for RWF_ATOMIC (stx_atomic_write_unit_min/max).
 type AtomicWriteInfo struct {
@@ -78,6 +100,9 @@ type AtomicWriteInfo struct {
 	// untorn (blockdev.AtomicWriter), which WriteAtomic may write in
 	// place without moving blocks; 0 when the device guarantees none.
 	AtomicWriteUnitInPlace int64
+	// AtomicWriteBatchMax is the largest total of the ranges of one
+	// WriteAtomicBatch, in bytes: at least AtomicWriteUnitMax.
+	AtomicWriteBatchMax int64
 }
 
 // AtomicWriteInfo reports the limits of WriteAtomic on f. A file that
@@ -93,6 +118,7 @@ func (f *File) AtomicWriteInfo() AtomicWriteInfo {
 		AtomicWriteUnitMin:     bs,
 		AtomicWriteUnitMax:     max(bs, maxAtomicWrite),
 		AtomicWriteUnitInPlace: deviceAtomicUnit(f.v.dev, bs),
+		AtomicWriteBatchMax:    max(bs, maxAtomicWrite, maxAtomicBatch),
 	}
 }
 
@@ -105,6 +131,13 @@ func deviceAtomicUnit(dev blockdev.Device, bs int64) int64 {
 		}
 	}
 	return 0
+}
+
+// AtomicWrite is one range of a batch written by File.WriteAtomicBatch:
+// Data goes at Off of the file.
+type AtomicWrite struct {
+	Off  int64
+	Data []byte
 }
 
 // WriteAtomic writes p at off so that a crash at any point leaves the
@@ -131,13 +164,55 @@ func deviceAtomicUnit(dev blockdev.Device, bs int64) int64 {
 // so a file written this way at random fragments unless its writes stay
 // in place on a device with a large enough AtomicWriteUnitInPlace.
 func (f *File) WriteAtomic(p []byte, off int64) (int, error) {
-	if err := f.checkOpen("atomic write"); err != nil {
+	return f.writeAtomicOp("atomic write", []AtomicWrite{{Off: off, Data: p}})
+}
+
+// WriteAtomicBatch writes every range of ws as one untorn unit: a crash
+// at any point leaves every range reading as before, or all of them
+// reading as ws. It returns the number of bytes written, the sum of the
+// ranges' lengths, or 0 with an error.
+//
+// Each range is aligned and sized as for WriteAtomic (a whole number of
+// AtomicWriteUnitMin blocks, at most AtomicWriteUnitMax bytes); the
+// ranges must not overlap, may come in any order, and may number at most
+// 1024 and hold at most AtomicWriteBatchMax bytes in all
+// (File.AtomicWriteInfo). Other batches are refused with an error
+// wrapping ErrInvalid, and nothing is written; ErrUnsupported as for
+// WriteAtomic, also when the batch's swap would not fit one journal
+// transaction (an eighth of the journal): its ranges' old blocks are
+// scattered, or it has many ranges for a small journal, as a swap
+// changes a few metadata blocks per range (a batch of 64 pages needs a
+// journal of 16 MiB, the mke2fs default from 128 MiB volumes). Durability,
+// O_APPEND, O_SYNC and the page cache are as for WriteAtomic; concurrent
+// batches and WriteAtomic calls that overlap are ordered as whole units:
+// the one that swaps last wins every block they share.
+//
+// The batch goes to one fresh run of blocks (a few runs when free space
+// is fragmented), written with one vectored device write per run
+// (blockdev.VectorWriter, else one WriteAt per range piece), and all its
+// ranges are swapped in one journal transaction. A batch of one range is
+// WriteAtomic; a batch of several never writes in place, even on a device
+// with untorn writes (AtomicWriteUnitInPlace), as the device keeps only
+// one write untorn, not the batch. Writing a batch of scattered pages this
+// way puts them next to each other on the device, so the file holds about
+// one extent per page written.
+func (f *File) WriteAtomicBatch(ws []AtomicWrite) (int, error) {
+	return f.writeAtomicOp("atomic batch write", ws)
+}
+
+// maxAtomicBatchRanges is the most ranges WriteAtomicBatch takes: IOV_MAX,
+// so that a run written with one pwritev never needs more vectors.
+const maxAtomicBatchRanges = 1024
+
+// writeAtomicOp is WriteAtomic and WriteAtomicBatch, named op in errors.
+func (f *File) writeAtomicOp(op string, ws []AtomicWrite) (int, error) {
+	if err := f.checkOpen(op); err != nil {
 		return 0, err
 	}
 	if f.flag&os.O_APPEND != 0 {
 		return 0, errAppendWriteAt // as WriteAt
 	}
-	n, err := f.writeAtomic(p, off)
+	n, err := f.writeAtomic(op, ws)
 	if f.n.readAhead.Load() {
 		f.n.dataGen.Add(1) // as writeSync: an in-place write keeps the mapping's seq
 	}
@@ -149,35 +224,80 @@ func (f *File) WriteAtomic(p []byte, off int64) (int, error) {
 	return n, err
 }
 
-// writeAtomic is WriteAtomic without O_APPEND and O_SYNC.
-func (f *File) writeAtomic(p []byte, off int64) (int, error) {
-	const op = "atomic write"
-	if err := f.writable(op); err != nil {
-		return 0, err
+// atomicRange is one range of an atomic write: p at off, logical blocks
+// [lblk, lblk+nblk), and the new blocks that map them (runs, set by
+// atomicAlloc, in logical order).
+type atomicRange struct {
+	p          []byte
+	off        int64
+	lblk, nblk uint64
+	runs       []extent.Extent
+}
+
+// atomicRanges checks ws against the file's limits (info) and returns its
+// ranges sorted by offset, with their total size in bytes.
+func (f *File) atomicRanges(op string, ws []AtomicWrite, info AtomicWriteInfo) ([]atomicRange, int64, error) {
+	bs := info.AtomicWriteUnitMin
+	if len(ws) == 0 || len(ws) > maxAtomicBatchRanges {
+		return nil, 0, &fs.PathError{Op: op, Path: f.name, Err: fmt.Errorf(
+			"a batch of %d ranges: an atomic batch holds 1 to %d: %w", len(ws), maxAtomicBatchRanges, ErrInvalid)}
 	}
-	if err := f.checkRange(op, off, int64(len(p))); err != nil {
+	rs := make([]atomicRange, len(ws))
+	total := int64(0)
+	for i, w := range ws {
+		p, off := w.Data, w.Off
+		if err := f.checkRange(op, off, int64(len(p))); err != nil {
+			return nil, 0, err
+		}
+		if len(p) == 0 || off%bs != 0 || int64(len(p))%bs != 0 || int64(len(p)) > info.AtomicWriteUnitMax {
+			return nil, 0, &fs.PathError{Op: op, Path: f.name, Err: fmt.Errorf(
+				"%d bytes at %d: an atomic write must be a whole number of %d-byte blocks, block-aligned, of at most %d bytes: %w",
+				len(p), off, bs, info.AtomicWriteUnitMax, ErrInvalid)}
+		}
+		if !aligned(off, f.v.align) || !aligned(int64(len(p)), f.v.align) {
+			return nil, 0, &fs.PathError{Op: op, Path: f.name, Err: fmt.Errorf("%d bytes at %d are not aligned to the device's %d bytes: %w", len(p), off, f.v.align, ErrInvalid)}
+		}
+		total += int64(len(p))
+		rs[i] = atomicRange{p: p, off: off, lblk: uint64(off) >> f.v.bshift, nblk: uint64(len(p)) >> f.v.bshift}
+	}
+	if total > info.AtomicWriteBatchMax {
+		return nil, 0, &fs.PathError{Op: op, Path: f.name, Err: fmt.Errorf(
+			"a batch of %d bytes: an atomic batch holds at most %d: %w", total, info.AtomicWriteBatchMax, ErrInvalid)}
+	}
+	if len(rs) > 1 {
+		slices.SortFunc(rs, func(a, b atomicRange) int { return cmp.Compare(a.off, b.off) })
+		for i := 1; i < len(rs); i++ {
+			if prev := rs[i-1]; prev.off+int64(len(prev.p)) > rs[i].off {
+				return nil, 0, &fs.PathError{Op: op, Path: f.name, Err: fmt.Errorf(
+					"the ranges [%d, +%d) and [%d, +%d) of an atomic batch overlap: %w", prev.off, len(prev.p), rs[i].off, len(rs[i].p), ErrInvalid)}
+			}
+		}
+	}
+	return rs, total, nil
+}
+
+// writeAtomic is writeAtomicOp without O_APPEND and O_SYNC.
+func (f *File) writeAtomic(op string, ws []AtomicWrite) (int, error) {
+	if err := f.writable(op); err != nil {
 		return 0, err
 	}
 	info := f.AtomicWriteInfo()
 	if info.AtomicWriteUnitMax == 0 {
 		return 0, &fs.PathError{Op: op, Path: f.name, Err: fmt.Errorf("atomic writes need a journaled volume: %w", ErrUnsupported)}
 	}
-	bs := info.AtomicWriteUnitMin
-	if len(p) == 0 || off%bs != 0 || int64(len(p))%bs != 0 || int64(len(p)) > info.AtomicWriteUnitMax {
-		return 0, &fs.PathError{Op: op, Path: f.name, Err: fmt.Errorf(
-			"%d bytes at %d: an atomic write must be a whole number of %d-byte blocks, block-aligned, of at most %d bytes: %w",
-			len(p), off, bs, info.AtomicWriteUnitMax, ErrInvalid)}
-	}
-	if !aligned(off, f.v.align) || !aligned(int64(len(p)), f.v.align) {
-		return 0, &fs.PathError{Op: op, Path: f.name, Err: fmt.Errorf("%d bytes at %d are not aligned to the device's %d bytes: %w", len(p), off, f.v.align, ErrInvalid)}
+	rs, total, err := f.atomicRanges(op, ws, info)
+	if err != nil {
+		return 0, err
 	}
 	retried := false
 	for {
-		if err := f.flushCache(off, off+int64(len(p))); err != nil {
-			return 0, &fs.PathError{Op: op, Path: f.name, Err: err}
+		for _, r := range rs {
+			if err := f.flushCache(r.off, r.off+int64(len(r.p))); err != nil {
+				return 0, &fs.PathError{Op: op, Path: f.name, Err: err}
+			}
 		}
-		if u := info.AtomicWriteUnitInPlace; u > 0 {
-			if n, err, ok := f.atomicInPlace(p, off, u); ok {
+		if u := info.AtomicWriteUnitInPlace; u > 0 && len(rs) == 1 {
+			if n, err, ok := f.atomicInPlace(rs[0].p, rs[0].off, u); ok {
 				if err != nil {
 					return n, &fs.PathError{Op: op, Path: f.name, Err: err}
 				}
@@ -190,14 +310,14 @@ func (f *File) writeAtomic(p []byte, off int64) (int, error) {
 			// reports it.
 			_ = m.commit(false)
 		}
-		s, err := f.v.beginOpAt(stripe.OfBuf(p))
+		s, err := f.v.beginOpAt(stripe.OfBuf(rs[0].p))
 		if err != nil {
 			return 0, &fs.PathError{Op: op, Path: f.name, Err: err}
 		}
-		err = f.atomicSwap(p, off)
+		err = f.atomicSwap(rs, total)
 		err = f.v.endOpErrAt(s, err)
 		if err == errCacheRace {
-			continue // a buffered write dirtied the range again
+			continue // a buffered write dirtied a range again
 		}
 		if !retried && f.v.retryNoSpace(err) {
 			retried = true // blocks freed by earlier swaps are allocatable after the commit
@@ -206,7 +326,7 @@ func (f *File) writeAtomic(p []byte, off int64) (int, error) {
 		if err != nil {
 			return 0, &fs.PathError{Op: op, Path: f.name, Err: err}
 		}
-		return len(p), nil
+		return int(total), nil
 	}
 }
 
@@ -254,103 +374,192 @@ func (f *File) atomicInPlace(p []byte, off, unit int64) (n int, err error, ok bo
 	return len(p), nil, true
 }
 
-// atomicSwap is WriteAtomic's copy-on-write path, inside an operation:
-// new blocks, the data, then the mapping swap (see the top of the file).
-func (f *File) atomicSwap(p []byte, off int64) error {
+// atomicSwap is the copy-on-write path of WriteAtomic and
+// WriteAtomicBatch, inside an operation: new blocks for all of rs (sorted,
+// not overlapping, total bytes), the data, then the mapping swap of every
+// range (see the top of the file).
+func (f *File) atomicSwap(rs []atomicRange, total int64) error {
 	sh := f.v.bshift
-	lblk, nblk := uint64(off)>>sh, uint64(len(p))>>sh
-	runs, err := f.atomicAlloc(lblk, nblk)
+	nblk := uint64(total) >> sh
+	phys, err := f.atomicAlloc(rs, nblk)
 	if err != nil {
 		return err
 	}
-	freeRuns := func() {
-		for _, r := range runs {
-			f.v.alloc.Free(r.Pblk, uint64(r.Len))
+	freeFrom := func(i int) {
+		if i == 0 {
+			for _, r := range phys {
+				f.v.alloc.Free(r.Pblk, uint64(r.Len))
+			}
+			return
+		}
+		for _, r := range rs[i:] {
+			for _, e := range r.runs {
+				f.v.alloc.Free(e.Pblk, uint64(e.Len))
+			}
 		}
 	}
-	done := 0
-	for _, r := range runs {
-		k := int(r.Len) << sh
-		if _, err := f.v.dev.WriteAt(p[done:done+k], int64(r.Pblk)<<sh); err != nil {
-			freeRuns()
-			return fmt.Errorf("ext4io: inode %d: atomic write [%d, +%d) at block %d: %w", f.ino, off, len(p), r.Pblk, wrapIO(err))
-		}
-		done += k
+	if err := f.atomicWriteData(rs, phys); err != nil {
+		freeFrom(0)
+		return err
 	}
 	f.n.mu.Lock()
 	defer f.n.mu.Unlock()
 	if err := f.closedLocked(); err != nil {
-		freeRuns()
+		freeFrom(0)
 		return err
 	}
-	if !f.cacheCleanLocked(off, off+int64(len(p))) {
-		freeRuns()
-		return errCacheRace
+	for _, r := range rs {
+		if !f.cacheCleanLocked(r.off, r.off+int64(len(r.p))) {
+			freeFrom(0)
+			return errCacheRace
+		}
 	}
 	if err := f.v.applyConversionsLocked(f.n); err != nil {
-		freeRuns()
+		freeFrom(0)
 		return err
 	}
 	f.v.stats.exclusive.Add(1)
 	if f.n.delayed > 0 {
-		f.n.bops.dropDelayedLocked(lblk, nblk)
+		for _, r := range rs {
+			f.n.bops.dropDelayedLocked(r.lblk, r.nblk)
+		}
 	}
 	most := f.v.jm.maxChunk
-	c := atomicWorstCredits(nblk, f.m.tree.Depth())
+	adds := len(rs) // leaf entries the Replaces add at most: see atomicCredits
+	for _, r := range rs {
+		adds += len(r.runs)
+	}
+	c := atomicWorstCredits(nblk, adds, f.m.tree.Depth(), f.v.sb.GroupCount())
 	if c > most {
-		if c, err = f.atomicCredits(lblk, nblk, runs); err != nil {
-			freeRuns()
+		if c, err = f.atomicCredits(rs); err != nil {
+			freeFrom(0)
 			return err
 		}
 	}
 	if c > most {
-		freeRuns()
-		return fmt.Errorf("ext4io: inode %d: atomic write [%d, +%d): its old blocks are scattered so that the swap would change about %d metadata blocks, more than one journal transaction takes here (%d): %w",
-			f.ino, off, len(p), c, most, ErrUnsupported)
+		freeFrom(0)
+		return fmt.Errorf("ext4io: inode %d: atomic write of %d bytes in %d ranges from %d: its old blocks are scattered so that the swap would change about %d metadata blocks, more than one journal transaction takes here (%d): %w",
+			f.ino, total, len(rs), rs[0].off, c, most, ErrUnsupported)
 	}
 	// Inside the operation, so that the full commit that ends the fast
 	// commits' eligibility is the one holding the swap.
 	f.v.fcIneligible("atomic write remap")
-	// One tree mutation: on error the tree is unchanged and the new
-	// blocks go back. The unmapped blocks reach freeMapped (treeAlloc).
-	if err := f.m.tree.Replace(uint32(lblk), uint32(nblk), runs, true); err != nil {
-		freeRuns()
-		return err
-	}
-	// The runs cover the range: each Insert replaces what the cache held
-	// there (the Delayed blocks were dropped above), with no Remove first.
-	for _, r := range runs {
-		if err := f.m.set(esc.Extent{Lblk: r.Lblk, Len: r.Len, Pblk: r.Pblk, Status: esc.Written}); err != nil {
+	// One tree mutation per range: on error the tree is unchanged by that
+	// range and its new blocks go back. The unmapped blocks reach
+	// freeMapped (treeAlloc).
+	for i, r := range rs {
+		if err := f.m.tree.Replace(uint32(r.lblk), uint32(r.nblk), r.runs, true); err != nil {
+			freeFrom(i)
+			if i > 0 {
+				// Part of the batch is swapped, and no commit may hold
+				// that: the volume stops as after an I/O error
+				// (endOpErr), keeping the last consistent state.
+				err = fmt.Errorf("ext4io: inode %d: atomic write: %d of %d ranges swapped, the volume stops: %w", f.ino, i, len(rs), err)
+				f.v.jm.mu.Lock()
+				f.v.jm.setFailedLocked(err)
+				f.v.jm.mu.Unlock()
+			}
 			return err
+		}
+	}
+	// The runs cover the ranges: each Insert replaces what the cache held
+	// there (the Delayed blocks were dropped above), with no Remove first.
+	for _, r := range rs {
+		for _, e := range r.runs {
+			if err := f.m.set(esc.Extent{Lblk: e.Lblk, Len: e.Len, Pblk: e.Pblk, Status: esc.Written}); err != nil {
+				return err
+			}
 		}
 	}
 	if err := (treeAlloc{f.v, f.n}).addBlocks(int64(nblk)); err != nil {
 		return err
 	}
-	f.n.wroteLocked(uint64(off) + uint64(len(p)))
+	last := rs[len(rs)-1]
+	f.n.wroteLocked(uint64(last.off) + uint64(len(last.p)))
 	f.touchLocked()
 	return f.v.writeInodeLocked(f.n)
 }
 
-// atomicAlloc allocates nblk blocks for logical blocks [lblk, lblk+nblk).
-// On error nothing stays allocated.
+// atomicWriteData writes the ranges' data to the new blocks phys, which
+// hold them one after the other: one request per run where the device
+// takes several buffers in one (blockdev.VectorWriter), or is a direct-I/O
+// device (blockdev.Aligner, where each request reaches the disk): there
+// the pieces are copied into one pooled buffer first. On other devices
+// (memory) a copy of the batch costs more than a call per piece, which
+// blockdev.WriteVAt makes.
+func (f *File) atomicWriteData(rs []atomicRange, phys []extent.Extent) error {
+	sh := f.v.bshift
+	_, vectored := f.v.dev.(blockdev.VectorWriter)
+	_, direct := f.v.dev.(blockdev.Aligner)
+	var vbuf [1][]byte
+	bufs := vbuf[:0]
+	ri, roff := 0, 0 // the range and the byte in it that the next run starts with
+	for _, e := range phys {
+		bufs = bufs[:0]
+		size := int(e.Len) << sh
+		for need := size; need > 0; {
+			p := rs[ri].p[roff:]
+			k := min(len(p), need)
+			bufs = append(bufs, p[:k])
+			need -= k
+			if roff += k; roff == len(rs[ri].p) {
+				ri, roff = ri+1, 0
+			}
+		}
+		var err error
+		if len(bufs) > 1 && !vectored && direct && size <= maxAtomicBatch {
+			b := atomicStaging.Get().(*[]byte)
+			done := 0
+			for _, p := range bufs {
+				done += copy((*b)[done:], p)
+			}
+			_, err = f.v.dev.WriteAt((*b)[:size], int64(e.Pblk)<<sh)
+			atomicStaging.Put(b)
+		} else {
+			_, err = blockdev.WriteVAt(f.v.dev, bufs, int64(e.Pblk)<<sh)
+		}
+		if err != nil {
+			return fmt.Errorf("ext4io: inode %d: atomic write of %d ranges from %d at block %d: %w", f.ino, len(rs), rs[0].off, e.Pblk, wrapIO(err))
+		}
+	}
+	return nil
+}
+
+// atomicStaging holds atomicWriteData's staging buffers (*[]byte of
+// maxAtomicBatch bytes). Allocations this large start on a page boundary,
+// so blockdev.Direct writes them without a bounce.
+var atomicStaging = sync.Pool{New: func() any {
+	b := make([]byte, maxAtomicBatch)
+	return &b
+}}
+
+// atomicAlloc allocates nblk blocks for the ranges rs (sorted, nblk
+// blocks in all) and sets each range's runs; it returns the allocated
+// runs, which hold the ranges one after the other. On error nothing
+// stays allocated.
 //
-// Its placement keeps a file written at random from fragmenting without
-// bound. The range goes, whole, right after the blocks mapping lblk-1 or
-// right before those mapping lblk+nblk when those are free, extending a
-// neighbour's extent; otherwise through the inode's preallocation window
-// near them (allocRequest), as few runs as the allocator gives. A page
-// rewritten in place of a neighbour's extent is thus away from it after
-// one write and usually back after the next: its old blocks, freed once
-// the swap committed, are where the neighbour's extent continues, and the
-// two merge again. Every moved page is one extent at most, not several.
-func (f *File) atomicAlloc(lblk, nblk uint64) ([]extent.Extent, error) {
+// Its placement keeps a file written at random one range at a time from
+// fragmenting without bound. A single range goes, whole, right after the
+// blocks mapping lblk-1 or right before those mapping lblk+nblk when those
+// are free, extending a neighbour's extent; otherwise, and for a batch of
+// several ranges always, through the inode's preallocation window near
+// the first range's neighbour (allocRequest), as few runs as the
+// allocator gives. A page rewritten in place of a neighbour's extent is
+// thus away from it after one write and usually back after the next: its
+// old blocks, freed once the swap committed, are where the neighbour's
+// extent continues, and the two merge again. Every moved page is one
+// extent at most, not several.
+func (f *File) atomicAlloc(rs []atomicRange, nblk uint64) ([]extent.Extent, error) {
+	lblk := rs[0].lblk
 	// The goals come from lookups, which fill the extent-status cache
 	// from the tree: under the shared inode lock, so that no swap runs
 	// between a fill's tree lookup and its insertion (esc.Tree.Fill).
 	s := f.n.mu.RLockAt(int(lblk))
 	var gbuf [2]uint64
-	goals := f.atomicGoals(gbuf[:0], lblk, nblk)
+	goals := gbuf[:0]
+	if len(rs) == 1 {
+		goals = f.atomicGoals(goals, lblk, nblk)
+	}
 	req := f.allocRequest(lblk, nblk)
 	f.n.mu.RUnlockAt(s)
 	for _, goal := range goals {
@@ -362,10 +571,12 @@ func (f *File) atomicAlloc(lblk, nblk uint64) ([]extent.Extent, error) {
 			return nil, err
 		}
 		if ok {
-			return []extent.Extent{{Lblk: uint32(lblk), Len: uint32(nblk), Pblk: goal}}, nil
+			phys := []extent.Extent{{Lblk: uint32(lblk), Len: uint32(nblk), Pblk: goal}}
+			rs[0].runs = phys
+			return phys, nil
 		}
 	}
-	var runs []extent.Extent
+	var phys []extent.Extent
 	req.Min = nblk // whole if possible, else in pieces
 	for done := uint64(0); done < nblk; {
 		req.Max = min(nblk-done, extent.MaxWrittenLen)
@@ -379,16 +590,42 @@ func (f *File) atomicAlloc(lblk, nblk uint64) ([]extent.Extent, error) {
 			err = fmt.Errorf("allocator returned no blocks: %w", ErrNoSpace)
 		}
 		if err != nil {
-			for _, r := range runs {
+			for _, r := range phys {
 				f.v.alloc.Free(r.Pblk, uint64(r.Len))
 			}
 			return nil, fmt.Errorf("ext4io: inode %d: allocating %d blocks for an atomic write: %w", f.ino, nblk, err)
 		}
-		runs = append(runs, extent.Extent{Lblk: uint32(lblk + done), Len: uint32(got), Pblk: start})
+		phys = append(phys, extent.Extent{Len: uint32(got), Pblk: start})
 		done += got
 		req = alloc.Request{Goal: start + got, Min: 1, Ino: f.ino}
 	}
-	return runs, nil
+	atomicAssign(rs, phys)
+	return phys, nil
+}
+
+// atomicAssign sets the runs of the ranges rs (sorted) to the pieces of
+// phys that hold them, the ranges one after the other.
+func atomicAssign(rs []atomicRange, phys []extent.Extent) {
+	if len(rs) == 1 && len(phys) == 1 {
+		phys[0].Lblk = uint32(rs[0].lblk)
+		rs[0].runs = phys
+		return
+	}
+	pieces := make([]extent.Extent, 0, len(rs)+len(phys)-1)
+	pi, used := 0, uint64(0) // the run and the blocks of it taken
+	for i := range rs {
+		first := len(pieces)
+		for done := uint64(0); done < rs[i].nblk; {
+			e := phys[pi]
+			k := min(uint64(e.Len)-used, rs[i].nblk-done)
+			pieces = append(pieces, extent.Extent{Lblk: uint32(rs[i].lblk + done), Len: uint32(k), Pblk: e.Pblk + used})
+			done += k
+			if used += k; used == uint64(e.Len) {
+				pi, used = pi+1, 0
+			}
+		}
+		rs[i].runs = pieces[first:len(pieces):len(pieces)]
+	}
 }
 
 // atomicGoals returns the places where nblk new blocks for lblk would
@@ -408,15 +645,18 @@ func (f *File) atomicGoals(goals []uint64, lblk, nblk uint64) []uint64 {
 	return goals
 }
 
-// atomicCredits bounds the metadata blocks a swap of [lblk, lblk+nblk)
-// to runs changes: a block bitmap and a group descriptor block for every
-// group holding an old or new block, the extent-tree blocks holding the
-// range (extent.Tree.RangeBlocks) and the new ones splits at its two ends
-// may add (a path's worth each), the inode and the superblock. The caller
-// holds n.mu exclusively. The swap must fit one journal transaction (see
-// the top of the file), which WriteAtomic checks against jmeta.maxChunk,
-// an eighth of the journal.
-func (f *File) atomicCredits(lblk, nblk uint64, runs []extent.Extent) (int, error) {
+// atomicCredits bounds the metadata blocks a swap of the ranges rs
+// (sorted) to their runs changes: a block bitmap and a group descriptor
+// block for every group holding an old or new block, the extent-tree
+// blocks holding the ranges (extent.Tree.RangeBlocks, of each range or of
+// the span from the first to the last, whichever is less) and the new
+// ones leaf splits may add (a path's worth for every leaf entry a range's
+// Replace adds: one per new run, one more for a range inside a single
+// extent), the inode and the superblock. The
+// caller holds n.mu exclusively. The swap must fit one journal
+// transaction (see the top of the file), which WriteAtomic checks against
+// jmeta.maxChunk, an eighth of the journal.
+func (f *File) atomicCredits(rs []atomicRange) (int, error) {
 	depth := f.m.tree.Depth()
 	bpg := uint64(f.v.sb.BlocksPerGroup)
 	first := uint64(f.v.sb.FirstDataBlock)
@@ -426,32 +666,66 @@ func (f *File) atomicCredits(lblk, nblk uint64, runs []extent.Extent) (int, erro
 			groups[g] = true
 		}
 	}
-	for _, r := range runs {
-		addRun(r.Pblk, uint64(r.Len))
-	}
-	for b := lblk; b < lblk+nblk; {
-		m, err := f.m.lookupN(b, lblk+nblk-b)
+	tree, splits := 0, 0
+	for _, r := range rs {
+		for _, e := range r.runs {
+			addRun(e.Pblk, uint64(e.Len))
+		}
+		lblk, nblk := r.lblk, r.nblk
+		for b := lblk; b < lblk+nblk; {
+			m, err := f.m.lookupN(b, lblk+nblk-b)
+			if err != nil {
+				return 0, err
+			}
+			k := min(max(m.n, 1), lblk+nblk-b)
+			if m.kind == mapWritten || m.kind == mapUnwritten {
+				addRun(m.pblk, k)
+			}
+			b += k
+		}
+		t, err := f.m.tree.RangeBlocks(uint32(lblk), uint32(nblk))
 		if err != nil {
 			return 0, err
 		}
-		k := min(max(m.n, 1), lblk+nblk-b)
-		if m.kind == mapWritten || m.kind == mapUnwritten {
-			addRun(m.pblk, k)
+		tree += t
+		// Replace adds an entry to a leaf for every new run, and one
+		// more when a single extent spans the range with blocks on both
+		// sides (its removal leaves two pieces); each may split a full
+		// leaf, and the split its full parents up to a new root: a
+		// path's worth of new blocks.
+		adds := len(r.runs)
+		if lblk > 0 {
+			e, found, _, err := f.m.tree.Lookup(uint32(lblk - 1))
+			if err != nil {
+				return 0, err
+			}
+			if found && e.End() > lblk+nblk {
+				adds++
+			}
 		}
-		b += k
+		splits += adds * (depth + 1)
 	}
-	tree, err := f.m.tree.RangeBlocks(uint32(lblk), uint32(nblk))
-	if err != nil {
-		return 0, err
+	if len(rs) > 1 {
+		// Ranges sharing a leaf count it once each above; the blocks
+		// holding the whole span bound them too.
+		last := rs[len(rs)-1]
+		span, err := f.m.tree.RangeBlocks(uint32(rs[0].lblk), uint32(last.lblk+last.nblk-rs[0].lblk))
+		if err != nil {
+			return 0, err
+		}
+		tree = min(tree, span)
 	}
-	return 2*len(groups) + tree + 2*(depth+1) + 2, nil
+	return 2*len(groups) + tree + splits + 2, nil
 }
 
-// atomicWorstCredits bounds atomicCredits for any nblk-block swap on a
-// tree of the given depth, without looking at the range: every old and
-// every new block in a group of its own (2*nblk groups), and every old
-// block in an extent of its own on a path of depth tree blocks. A small
-// swap whose bound fits a transaction skips the exact count.
-func atomicWorstCredits(nblk uint64, depth int) int {
-	return 2*(2*int(nblk)) + int(nblk)*depth + 2*(depth+1) + 2
+// atomicWorstCredits bounds atomicCredits for any swap of nblk blocks
+// that adds at most adds leaf entries (its new runs and its ranges) on a
+// tree of the given depth, on a volume of groups groups, without looking
+// at the ranges: every old and every new block in a group of its own
+// (2*nblk groups, at most all of them), every old block in an extent of
+// its own on a path of depth tree blocks, and a split's path per entry
+// added. A small swap whose bound fits a transaction skips the exact
+// count.
+func atomicWorstCredits(nblk uint64, adds, depth int, groups uint64) int {
+	return 2*int(min(2*nblk, groups)) + int(nblk)*depth + adds*(depth+1) + 2
 }

@@ -4,33 +4,47 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/ext4io/ext4io/extent"
+
 	"github.com/stretchr/testify/require"
 )
+
+// atomicCreditsFile returns a volume in memory and its file "db" of size
+// bytes written, synced.
+func atomicCreditsFile(t *testing.T, size int) (*Volume, *File) {
+	t.Helper()
+	_, v := memVolume(t, 64<<20, 4096)
+	f, err := v.Create("db")
+	require.NoError(t, err)
+	_, err = f.WriteAt(bytes.Repeat([]byte{1}, size), 0)
+	require.NoError(t, err)
+	require.NoError(t, f.Sync())
+	return v, f
+}
 
 // TestAtomicCreditsRefuse: a swap whose metadata would not fit one
 // journal transaction (here: a journal too small for it) is refused with
 // ErrUnsupported, nothing written; with the usual journal it goes on.
 func TestAtomicCreditsRefuse(t *testing.T) {
 	t.Parallel()
-	_, v := memVolume(t, 64<<20, 4096)
+	v, f := atomicCreditsFile(t, 64<<10)
 	defer v.Close()
-	f, err := v.Create("db")
-	require.NoError(t, err)
 	defer f.Close()
-	old := bytes.Repeat([]byte{1}, 64<<10)
-	_, err = f.WriteAt(old, 0)
-	require.NoError(t, err)
 	// Punch every other block: 8 pieces in the 16 blocks.
 	for b := int64(1); b < 16; b += 2 {
 		require.NoError(t, f.Fallocate(FallocPunchHole|FallocKeepSize, b*4096, 4096))
 	}
+	// New blocks in the file's group, as the allocation gives them.
+	exts, err := f.Extents()
+	require.NoError(t, err)
+	runs := []extent.Extent{{Lblk: 0, Len: 16, Pblk: exts[len(exts)-1].Physical + 100}}
 	f.n.mu.Lock()
-	whole, err := f.atomicCredits(0, 16, nil)
+	whole, err := f.atomicCredits([]atomicRange{{lblk: 0, nblk: 16, runs: runs}})
 	f.n.mu.Unlock()
 	require.NoError(t, err)
 	require.Positive(t, f.m.tree.Depth(), "8 pieces do not fit the root")
-	require.GreaterOrEqual(t, whole, 2+1+2*2+2, "a group, a leaf, two splits' paths, the inode and superblock")
-	require.GreaterOrEqual(t, atomicWorstCredits(16, f.m.tree.Depth()), whole, "the bound small swaps use instead of the count")
+	require.GreaterOrEqual(t, whole, 2+1+2+2, "a group, a leaf, a split's path for the new run, the inode and superblock")
+	require.GreaterOrEqual(t, atomicWorstCredits(16, 2, f.m.tree.Depth(), v.sb.GroupCount()), whole, "the bound small swaps use instead of the count")
 
 	most := v.jm.maxChunk
 	v.jm.maxChunk = whole - 1 // the limit of a smaller journal
@@ -46,4 +60,40 @@ func TestAtomicCreditsRefuse(t *testing.T) {
 	v.jm.maxChunk = most
 	_, err = f.WriteAtomic(bytes.Repeat([]byte{2}, 64<<10), 0)
 	require.NoError(t, err)
+}
+
+// TestAtomicCreditsBatch: the count charges a split's path for every leaf
+// entry a range's Replace adds (its new runs, and one more for a range
+// strictly inside one extent), counts every range of a batch, and ranges
+// sharing a leaf do not count it more than once in all.
+func TestAtomicCreditsBatch(t *testing.T) {
+	t.Parallel()
+	v, f := atomicCreditsFile(t, 1<<20)
+	defer v.Close()
+	defer f.Close()
+	// Punch every 8th block (unwritten now): 64 extents, a tree of depth 1.
+	for b := int64(7); b < 256; b += 8 {
+		require.NoError(t, f.Fallocate(FallocPunchHole|FallocKeepSize, b*4096, 4096))
+	}
+	exts, err := f.Extents()
+	require.NoError(t, err)
+	free := exts[len(exts)-1].Physical + 100
+	rng := func(lblk, nblk uint64) atomicRange {
+		r := atomicRange{lblk: lblk, nblk: nblk, runs: []extent.Extent{{Lblk: uint32(lblk), Len: uint32(nblk), Pblk: free}}}
+		free += nblk
+		return r
+	}
+	credits := func(rs ...atomicRange) int {
+		f.n.mu.Lock()
+		defer f.n.mu.Unlock()
+		c, err := f.atomicCredits(rs)
+		require.NoError(t, err)
+		return c
+	}
+	depth := f.m.tree.Depth()
+	require.Equal(t, 1, depth)
+	edge, inside := credits(rng(8, 2)), credits(rng(10, 2)) // an extent's start; inside one
+	require.Equal(t, depth+1, inside-edge, "a range inside an extent adds a second entry")
+	two := credits(rng(8, 2), rng(24, 2)) // two ranges at extents' starts, in one leaf
+	require.Equal(t, edge+depth+1, two, "the second range adds its split path, not its leaf, groups, inode or superblock again")
 }

@@ -35,18 +35,10 @@ func TestWriteAtomic(t *testing.T) {
 	require.NoError(t, err)
 	const bs = 4096
 	info := f.AtomicWriteInfo()
-	assert.Equal(t, ext4io.AtomicWriteInfo{AtomicWriteUnitMin: bs, AtomicWriteUnitMax: 1 << 20}, info)
+	assert.Equal(t, ext4io.AtomicWriteInfo{AtomicWriteUnitMin: bs, AtomicWriteUnitMax: 1 << 20, AtomicWriteBatchMax: 4 << 20}, info)
 
 	rng := rand.New(rand.NewPCG(1, 2))
-	want := make([]byte, 64*bs)
-	copy(want, randBytes(rng, 32*bs))
-	_, err = f.WriteAt(want[:32*bs], 0) // blocks 0-31 written
-	require.NoError(t, err)
-	require.NoError(t, f.Fallocate(ext4io.FallocKeepSize, 32*bs, 16*bs)) // 32-47 unwritten, 48-63 a hole
-	require.NoError(t, f.Truncate(64*bs))
-	require.NoError(t, f.Sync())
-	st0, err := v.Statfs()
-	require.NoError(t, err)
+	want, st0 := atomicLayout(t, v, f, rng)
 
 	for _, w := range []struct{ off, n int64 }{
 		{4 * bs, 4 * bs},    // inside written blocks
@@ -121,6 +113,24 @@ func TestWriteAtomic(t *testing.T) {
 	require.NoError(t, ro.Close())
 }
 
+// atomicLayout gives f, empty, 64 blocks of 4 KiB: 0-31 written with
+// random bytes, 32-47 unwritten, 48-63 a hole; synced. It returns the
+// file's contents and v's Statfs after.
+func atomicLayout(t *testing.T, v *ext4io.Volume, f *ext4io.File, rng *rand.Rand) ([]byte, ext4io.Statfs) {
+	t.Helper()
+	const bs = 4096
+	want := make([]byte, 64*bs)
+	copy(want, randBytes(rng, 32*bs))
+	_, err := f.WriteAt(want[:32*bs], 0)
+	require.NoError(t, err)
+	require.NoError(t, f.Fallocate(ext4io.FallocKeepSize, 32*bs, 16*bs))
+	require.NoError(t, f.Truncate(64*bs))
+	require.NoError(t, f.Sync())
+	st, err := v.Statfs()
+	require.NoError(t, err)
+	return want, st
+}
+
 // untornDev is a memory device that claims untorn writes of up to 64 KiB.
 type untornDev struct {
 	*memdev.Device
@@ -136,21 +146,29 @@ func (d *untornDev) WriteAt(p []byte, off int64) (int, error) {
 
 var _ blockdev.AtomicWriter = (*untornDev)(nil)
 
+// untornFile returns a volume on an untornDev and its file "db", open
+// with O_DIRECT: 1 MiB of written blocks, synced.
+func untornFile(t *testing.T) (*untornDev, *ext4io.Volume, *ext4io.File) {
+	t.Helper()
+	dev := &untornDev{Device: memdev.New(64 << 20)}
+	require.NoError(t, ext4io.Format(dev, ext4io.FormatOptions{}))
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
+	require.NoError(t, err)
+	f := directFile(t, v, "db", 0, 1<<20)
+	_, err = f.WriteAt(make([]byte, 1<<20), 0)
+	require.NoError(t, err)
+	require.NoError(t, f.Sync())
+	return dev, v, f
+}
+
 // TestWriteAtomicInPlace: on a device that keeps writes of the size
 // untorn, an atomic write into written blocks of one suitably aligned
 // extent is one device write in place; a larger one moves blocks.
 func TestWriteAtomicInPlace(t *testing.T) {
 	t.Parallel()
-	dev := &untornDev{Device: memdev.New(64 << 20)}
-	require.NoError(t, ext4io.Format(dev, ext4io.FormatOptions{}))
-	v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
-	require.NoError(t, err)
+	dev, v, f := untornFile(t)
 	defer v.Close()
-	f := directFile(t, v, "db", 0, 1<<20)
 	defer f.Close()
-	_, err = f.WriteAt(make([]byte, 1<<20), 0) // written blocks
-	require.NoError(t, err)
-	require.NoError(t, f.Sync())
 	require.Equal(t, int64(64<<10), f.AtomicWriteInfo().AtomicWriteUnitInPlace)
 	before, err := f.Extents()
 	require.NoError(t, err)
@@ -183,16 +201,9 @@ func TestWriteAtomicInPlace(t *testing.T) {
 // it (the write changes neither the mapping nor the size).
 func TestWriteAtomicInPlaceReadahead(t *testing.T) {
 	t.Parallel()
-	dev := &untornDev{Device: memdev.New(64 << 20)}
-	require.NoError(t, ext4io.Format(dev, ext4io.FormatOptions{}))
-	v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
-	require.NoError(t, err)
+	dev, v, f := untornFile(t)
 	defer v.Close()
-	f := directFile(t, v, "db", 0, 1<<20)
 	defer f.Close()
-	_, err = f.WriteAt(make([]byte, 1<<20), 0)
-	require.NoError(t, err)
-	require.NoError(t, f.Sync())
 
 	r, err := v.Open("db")
 	require.NoError(t, err)
@@ -235,34 +246,55 @@ func atomicID(b []byte, lblk uint64) (id uint64, ok bool) {
 	return id, bytes.Equal(b, want)
 }
 
-// atomicOp is one WriteAtomic of the crash workload: blocks [lblk,
-// lblk+n) of file, between ticks start and end of a clock shared by the
-// writers (end 0: not finished).
+// atomicOp is one WriteAtomic or WriteAtomicBatch of a crash workload:
+// ranges of blocks (first block, blocks) of file, between ticks start and
+// end of a clock shared by the writers (end 0: not finished).
 type atomicOp struct {
 	file       int
-	lblk, n    uint64
+	ranges     [][2]uint64
 	start, end uint64
 }
 
-// TestWriteAtomicCrash crashes a workload of concurrent atomic writes of
-// 4 KiB to 1 MiB, overlapping, into written, unwritten and hole ranges of
-// two files, at device writes and flushes, tearing the last write. After
-// each crash (journal replayed by ext4io) every block of both files must
-// be the initial contents or a block of a write that covers it, and no
-// write may be torn: if any block shows write k, every block of k's range
-// shows k or a write that was not over before k began. e2fsck must call
-// the image clean, and for a sample of the images Linux, replaying the
-// journal itself, must read the same bytes (root only). EXT4IO_LONG=1
-// checks every crash point; the default checks a spread of them.
-func TestWriteAtomicCrash(t *testing.T) {
-	t.Parallel()
+// covers reports whether one of the op's ranges holds block b.
+func (op *atomicOp) covers(b uint64) bool {
+	for _, r := range op.ranges {
+		if r[0] <= b && b < r[0]+r[1] {
+			return true
+		}
+	}
+	return false
+}
+
+// atomicCrash is a crash workload of atomic writes for atomicCrashSweep.
+type atomicCrash struct {
+	start     *memdev.Device // formatted, the files not yet created
+	perWriter int            // ops per writer
+	seed      uint64         // of each writer's generator, with its number
+	// ranges returns the ranges of an op; batch writes them with one
+	// WriteAtomicBatch, else each op is one range written with WriteAtomic.
+	ranges             func(rng *rand.Rand) [][2]uint64
+	batch              bool
+	syncOneIn          int // a Datasync follows one op in syncOneIn
+	maxPoints, linuxAt int // SweepOptions.MaxPoints; images Linux checks at most
+}
+
+// atomicCrashSweep crashes a workload of concurrent atomic writes into
+// written, unwritten and hole ranges of two 4 MiB files (blocks 0-511
+// written, 512-767 unwritten, then a hole) at device writes and flushes,
+// tearing the last write: three writers, two sharing one file. After each
+// crash (journal replayed by ext4io) every block of both files must be
+// the initial contents or a block of an op that covers it, and no op may
+// be torn: if any block shows op k, every block of every range of k shows
+// k or an op that was not over before k began. e2fsck must call the image
+// clean, and for a sample of the images Linux, replaying the journal
+// itself, must read the same bytes (root only). It returns the ops and the
+// images checked.
+func atomicCrashSweep(t *testing.T, c atomicCrash) (ops int, checked int) {
 	const (
 		bs     = 4096
 		blocks = 1024 // 4 MiB files
 	)
-	start := memdev.NewBlockSize(48<<20, bs)
-	require.NoError(t, ext4io.Format(start, ext4io.FormatOptions{NoDiscard: true}))
-	v, err := ext4io.Open(start, ext4io.Options{Writable: true})
+	v, err := ext4io.Open(c.start, ext4io.Options{Writable: true})
 	require.NoError(t, err)
 	names := []string{"db0", "db1"}
 	for _, name := range names {
@@ -283,10 +315,10 @@ func TestWriteAtomicCrash(t *testing.T) {
 
 	var (
 		mu    sync.Mutex
-		ops   = map[uint64]*atomicOp{} // by write id
+		byID  = map[uint64]*atomicOp{}
 		clock atomic.Uint64
 	)
-	writers, perWriter := 3, sized(6, 12, 40)
+	writers := 3
 	workload := func(dev blockdev.Device) error {
 		v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
 		if err != nil {
@@ -301,24 +333,31 @@ func TestWriteAtomicCrash(t *testing.T) {
 		errc := make(chan error, writers)
 		for w := range writers {
 			go func() {
-				rng := rand.New(rand.NewPCG(uint64(w), 99))
-				for k := range perWriter {
+				rng := rand.New(rand.NewPCG(uint64(w), c.seed))
+				for k := range c.perWriter {
 					id := uint64(w*1000 + k + 1)
 					// Writers 0 and 1 share db0; writer 2 has db1.
-					file := min(w/2, 1)
-					n := uint64(1) << rng.IntN(9) // 1..256 blocks
-					n += uint64(rng.IntN(int(n)))
-					n = min(n, 256)
-					lblk := uint64(rng.IntN(blocks - int(n) + 1))
-					buf := make([]byte, n*bs)
-					for b := range n {
-						atomicBlock(buf[b*bs:(b+1)*bs], id, lblk+b)
+					op := &atomicOp{file: min(w/2, 1), ranges: c.ranges(rng)}
+					ws := make([]ext4io.AtomicWrite, len(op.ranges))
+					for i, r := range op.ranges {
+						buf := make([]byte, r[1]*bs)
+						for b := range r[1] {
+							atomicBlock(buf[b*bs:(b+1)*bs], id, r[0]+b)
+						}
+						ws[i] = ext4io.AtomicWrite{Off: int64(r[0] * bs), Data: buf}
 					}
-					op := &atomicOp{file: file, lblk: lblk, n: n, start: clock.Add(1)}
+					f := files[op.file]
+					op.start = clock.Add(1)
 					mu.Lock()
-					ops[id] = op
+					byID[id] = op
 					mu.Unlock()
-					if _, err := files[file].WriteAtomic(buf, int64(lblk*bs)); err != nil {
+					var err error
+					if c.batch {
+						_, err = f.WriteAtomicBatch(ws)
+					} else {
+						_, err = f.WriteAtomic(ws[0].Data, ws[0].Off)
+					}
+					if err != nil {
 						errc <- err
 						return
 					}
@@ -326,8 +365,8 @@ func TestWriteAtomicCrash(t *testing.T) {
 					mu.Lock()
 					op.end = end
 					mu.Unlock()
-					if rng.IntN(4) == 0 {
-						if err := files[file].Datasync(); err != nil {
+					if rng.IntN(c.syncOneIn) == 0 {
+						if err := f.Datasync(); err != nil {
 							errc <- err
 							return
 						}
@@ -347,23 +386,21 @@ func TestWriteAtomicCrash(t *testing.T) {
 		return errors.Join(errsAll...)
 	}
 
-	// check returns the file contents after verifying them.
 	checkFile := func(t *testing.T, file int, data []byte) {
 		ids := make([]uint64, blocks)
 		for b := range uint64(blocks) {
 			blk := data[b*bs : (b+1)*bs]
 			if b >= 512 && bytes.Equal(blk, make([]byte, bs)) {
-				ids[b] = 0 // initial unwritten or hole
-				continue
+				continue // initial unwritten or hole
 			}
 			id, ok := atomicID(blk, b)
 			require.True(t, ok, "file %d block %d is no write's block (torn inside a block or misplaced)", file, b)
 			if id == 0 {
 				require.Less(t, b, uint64(512), "file %d block %d: initial data where there was none", file, b)
 			} else {
-				op := ops[id]
+				op := byID[id]
 				require.NotNil(t, op, "file %d block %d: unknown write %d", file, b, id)
-				require.True(t, op.file == file && op.lblk <= b && b < op.lblk+op.n, "file %d block %d holds write %d, which did not cover it", file, b, id)
+				require.True(t, op.file == file && op.covers(b), "file %d block %d holds write %d, which did not cover it", file, b, id)
 			}
 			ids[b] = id
 		}
@@ -375,27 +412,29 @@ func TestWriteAtomicCrash(t *testing.T) {
 			if id == 0 {
 				continue
 			}
-			k := ops[id]
-			for b := k.lblk; b < k.lblk+k.n; b++ {
-				j := ids[b]
-				if j == id {
-					continue
+			k := byID[id]
+			for _, r := range k.ranges {
+				for b := r[0]; b < r[0]+r[1]; b++ {
+					j := ids[b]
+					if j == id {
+						continue
+					}
+					// j must not have finished before k started.
+					older := j == 0 || byID[j].end != 0 && byID[j].end < k.start
+					require.False(t, older, "file %d: write %d torn: its block %d holds write %d, which finished before it began", file, id, b, j)
 				}
-				// j must not have finished before k started.
-				older := j == 0 || ops[j].end != 0 && ops[j].end < k.start
-				require.False(t, older, "file %d: write %d [%d,+%d) torn: block %d holds write %d, which finished before it began", file, id, k.lblk, k.n, b, j)
 			}
 		}
 	}
 
 	linuxChecks := 0
-	opts := ext4iotest.SweepOptions{EveryOp: true, MaxPoints: sized(25, 60, 0),
+	opts := ext4iotest.SweepOptions{EveryOp: true, MaxPoints: c.maxPoints,
 		CrashAt: errordev.CrashAtOptions{KeepProb: 0.5, Tear: true, TearUnit: bs}}
-	checked := ext4iotest.CrashSweep(t, start, workload, func(t *testing.T, dev *memdev.Device, rep errordev.CrashReport) {
+	checked = ext4iotest.CrashSweep(t, c.start, workload, func(t *testing.T, dev *memdev.Device, rep errordev.CrashReport) {
 		// A sample of the crashed images goes to Linux as crashed: its
 		// jbd2 replays the journal itself.
 		var img string
-		if linuxChecks < 3 && rep.Point%5 == 3 && os.Geteuid() == 0 && !testing.Short() {
+		if linuxChecks < c.linuxAt && rep.Point%5 == 3 && os.Geteuid() == 0 && !testing.Short() {
 			linuxChecks++
 			img = filepath.Join(t.TempDir(), "crash.img")
 			saveDev(t, dev, img)
@@ -422,7 +461,27 @@ func TestWriteAtomicCrash(t *testing.T) {
 	if os.Geteuid() != 0 || testing.Short() {
 		t.Log("not root or -short: Linux's view of the crash images is not checked")
 	}
-	t.Logf("%d atomic writes, %d crash images checked, %d by Linux too", len(ops), checked, linuxChecks)
+	t.Logf("%d atomic writes, %d crash images checked, %d by Linux too", len(byID), checked, linuxChecks)
+	return len(byID), checked
+}
+
+// TestWriteAtomicCrash crashes (atomicCrashSweep) a workload of
+// concurrent atomic writes of 4 KiB to 1 MiB, overlapping, into written,
+// unwritten and hole ranges of two files. EXT4IO_LONG=1 checks every
+// crash point; the default checks a spread of them.
+func TestWriteAtomicCrash(t *testing.T) {
+	t.Parallel()
+	start := memdev.NewBlockSize(48<<20, 4096)
+	require.NoError(t, ext4io.Format(start, ext4io.FormatOptions{NoDiscard: true}))
+	_, checked := atomicCrashSweep(t, atomicCrash{start: start, perWriter: sized(6, 12, 40), seed: 99,
+		ranges: func(rng *rand.Rand) [][2]uint64 {
+			n := uint64(1) << rng.IntN(9) // 1..256 blocks
+			n += uint64(rng.IntN(int(n)))
+			n = min(n, 256)
+			lblk := uint64(rng.IntN(1024 - int(n) + 1))
+			return [][2]uint64{{lblk, n}}
+		},
+		syncOneIn: 4, maxPoints: sized(25, 60, 0), linuxAt: 3})
 	require.Greater(t, checked, 10)
 }
 

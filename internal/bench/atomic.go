@@ -3,12 +3,16 @@ package bench
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
+
+	"github.com/ext4io/ext4io"
 )
 
 // The page-batch workloads compare three ways a database writes a batch
 // of 16 KiB pages with equal durability (each batch ends with fdatasync):
 //
-//	atomic-N       each page with File.WriteAtomic (untorn), then Datasync
+//	atomic-N       the batch with File.WriteAtomicBatch, one untorn unit
+//	               (atomic-1: the page with File.WriteAtomic), then Datasync
 //	doublewrite-N  MySQL's doublewrite buffer: the batch in one write to a
 //	               scratch area, Datasync, the pages in place, Datasync
 //	plainpage-N    each page with WriteAt (may tear), then Datasync
@@ -17,11 +21,12 @@ import (
 // batch. The raw side does each workload's pattern on the raw window with
 // pwrite and flush (atomic-N as plainpage-N: the device has no untorn
 // writes of 16 KiB), always in its own window, as the atomic workloads
-// move the engine file's blocks. The pages are random in the file past
-// the scratch area, which the other workloads leave unused too so that
-// all three write the same pages. After a page-batch workload the volume
-// is formatted again before the next prepared one, and the file's extent
-// count goes to Config.Log: WriteAtomic moves every page it writes.
+// move the engine file's blocks. The pages of a batch are distinct and
+// random in the file past the scratch area, which the other workloads
+// leave unused too so that all three write the same pages. After a
+// page-batch workload the volume is formatted again before the next
+// prepared one, and the file's extent count goes to Config.Log: an atomic
+// write moves every page it writes (a batch to one fresh run).
 
 // opPageBatch writes a batch of pages (pageSpecs says how).
 const opPageBatch opKind = 100
@@ -71,13 +76,31 @@ func init() {
 }
 
 // pageBatch writes one batch of w's pages on s: buf holds the batch
-// (w.IOSize bytes), the pages at random places past the scratch area.
+// (w.IOSize bytes), the pages at distinct random places past the scratch
+// area.
 func (r *benchRun) pageBatch(s side, w workload, rng *rand.Rand, buf []byte) error {
 	spec := pageSpecs[w.Name]
 	pages := (r.region - pageScratch) / pageSize
+	offs := make([]int64, 0, spec.batch)
+	for len(offs) < spec.batch {
+		off := pageScratch + rng.Int64N(pages)*pageSize
+		if !slices.Contains(offs, off) {
+			offs = append(offs, off)
+		}
+	}
 	write, datasync := s.WriteAt, s.Sync
 	if e, ok := s.(engineSide); ok {
 		datasync = e.f.Datasync
+		if spec.mode == pageAtomic && spec.batch > 1 {
+			ws := make([]ext4io.AtomicWrite, len(offs))
+			for i, off := range offs {
+				ws[i] = ext4io.AtomicWrite{Off: off, Data: buf[i*pageSize : (i+1)*pageSize]}
+			}
+			if _, err := e.f.WriteAtomicBatch(ws); err != nil {
+				return err
+			}
+			return datasync()
+		}
 		if spec.mode == pageAtomic {
 			write = e.f.WriteAtomic
 		}
@@ -90,8 +113,7 @@ func (r *benchRun) pageBatch(s side, w workload, rng *rand.Rand, buf []byte) err
 			return err
 		}
 	}
-	for i := range spec.batch {
-		off := pageScratch + rng.Int64N(pages)*pageSize
+	for i, off := range offs {
 		if _, err := write(buf[i*pageSize:(i+1)*pageSize], off); err != nil {
 			return err
 		}
