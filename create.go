@@ -204,7 +204,8 @@ func (f *File) writeDirBlock(lblk uint64, b []byte) error {
 	}
 	v.fcDirWrite()
 	if v.jm != nil {
-		if err := v.jm.update(m.pblk, func(w []byte) { copy(w, b) }); err != nil {
+		// The whole block is new: no need to read the old contents.
+		if err := v.jm.Dirty(m.pblk, b); err != nil {
 			return err
 		}
 	} else {

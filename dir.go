@@ -330,17 +330,31 @@ func (f *File) lookupForCreate(name string, need int, hint *insertHint) (layout.
 		}
 		return nil
 	}
-	leaf := getBlockBuf(v.bs)
-	defer putBlockBuf(leaf)
+	// The first leaf is read into its own block, which becomes the
+	// hint's if the leaf has room; continuation leaves into leaf.
+	leaf, firstLeaf := getBlockBuf(v.bs), getBlockBuf(v.bs)
+	defer func() {
+		putBlockBuf(leaf)
+		if firstLeaf != nil {
+			putBlockBuf(firstLeaf)
+		}
+	}()
 	first := true
 	err := f.dxWalk(name, func(blk uint64) (bool, error) {
-		if ok, err := f.dirBlock(blk, leaf); err != nil || !ok {
-			return false, err
-		}
-		if !first || blk == 0 || blk >= f.in.Size/uint64(v.bs) || layout.IsDxNodeBlock(leaf) {
+		if !first || firstLeaf == nil {
+			if ok, err := f.dirBlock(blk, leaf); err != nil || !ok {
+				return false, err
+			}
 			return false, f.leafEntries(blk, leaf, match)
 		}
 		first = false
+		leaf := firstLeaf
+		if ok, err := f.dirBlock(blk, leaf); err != nil || !ok {
+			return false, err
+		}
+		if blk == 0 || blk >= f.in.Size/uint64(v.bs) || layout.IsDxNodeBlock(leaf) {
+			return false, f.leafEntries(blk, leaf, match)
+		}
 		// leafEntries, with unused records yielded for their room.
 		if v.csum && !v.opts.SkipChecksums {
 			if err := layout.VerifyDirBlock(layout.InodeSeed(v.csumSeed, f.ino, f.in.Generation), leaf, f.physOf(blk), f.ino); err != nil {
@@ -350,7 +364,8 @@ func (f *File) lookupForCreate(name string, need int, hint *insertHint) (layout.
 		var slot layout.DirEntry
 		room := false
 		err := layout.DirBlock(leaf, f.physOf(blk), f.ino, v.csum && layout.HasDirTail(leaf), v.sb.HasIncompat(layout.IncompatFiletype), false, func(e layout.DirEntry) error {
-			if e.Inode != 0 && string(e.Name) == name {
+			// Names of one length often differ only at the end.
+			if e.Inode != 0 && len(e.Name) == len(name) && e.Name[len(name)-1] == name[len(name)-1] && string(e.Name) == name {
 				return match(e)
 			}
 			if !room && layout.DirEntryRoom(e) >= need {
@@ -360,8 +375,8 @@ func (f *File) lookupForCreate(name string, need int, hint *insertHint) (layout.
 		})
 		if err == nil && room {
 			hint.release()
-			*hint = insertHint{ok: true, lblk: blk, buf: getBlockBuf(v.bs), slot: slot}
-			copy(hint.buf, leaf)
+			*hint = insertHint{ok: true, lblk: blk, buf: firstLeaf, slot: slot}
+			firstLeaf = nil
 		}
 		return false, err
 	})

@@ -116,7 +116,13 @@ func DirBlock(b []byte, block uint64, ino uint32, hasTail, filetype, dots bool, 
 		}
 		e.Name = b[off+DirEntryHeaderLen : off+DirEntryHeaderLen+nameLen]
 		if e.Inode != 0 {
-			if msg := CheckDirName(e.Name, dots && slot < 2, slot); msg != "" {
+			// CheckDirName, with the common case (a name of three bytes
+			// or more outside the dot slots) tested here.
+			if nameLen > 2 && !(dots && slot < 2) {
+				if hasSlashOrNUL(e.Name) {
+					return badDirEntry(ino, block, off, "name %q holds '/' or NUL", e.Name)
+				}
+			} else if msg := CheckDirName(e.Name, dots && slot < 2, slot); msg != "" {
 				return badDirEntry(ino, block, off, "%s", msg)
 			}
 		}
