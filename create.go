@@ -30,16 +30,36 @@ func (v *Volume) create(name string, mode uint16) (*File, error) {
 // createIn creates the regular file base in directory dir (checked by
 // parentDir or dirAt), inside an operation.
 func (v *Volume) createIn(dir *File, base string, mode uint16) (*File, error) {
+	f, _, err := v.createOrLookup(dir, base, mode)
+	if err == nil && f == nil {
+		return nil, ErrExist
+	}
+	return f, err
+}
+
+// createOrLookup is createIn that, when base already names an entry,
+// returns that entry (f nil) instead of failing with ErrExist: the
+// lookup and the create are one look at the directory, under its lock.
+func (v *Volume) createOrLookup(dir *File, base string, mode uint16) (f *File, existing layout.DirEntry, err error) {
 	dir.n.mu.Lock()
 	defer dir.n.mu.Unlock()
 	if dir.n.in.LinksCount == 0 {
-		return nil, ErrNotFound // removed since resolved (Linux's IS_DEADDIR)
+		return nil, existing, ErrNotFound // removed since resolved (Linux's IS_DEADDIR)
 	}
-	if _, err := dir.lookupName(base); err == nil {
-		return nil, ErrExist
+	var hint insertHint
+	defer hint.release()
+	if e, err := dir.lookupForCreate(base, layout.DirRecLen(len(base)), &hint); err == nil {
+		return nil, e, nil
 	} else if !isNotExist(err) {
-		return nil, err
+		return nil, existing, err
 	}
+	f, err = v.createInLocked(dir, base, mode, &hint)
+	return f, existing, err
+}
+
+// createInLocked is createIn once the name is known to be free (dir's
+// lock held), with the room its lookup found.
+func (v *Volume) createInLocked(dir *File, base string, mode uint16, hint *insertHint) (*File, error) {
 	ino, err := v.allocInode(dir.ino, false)
 	if err != nil {
 		return nil, err
@@ -51,7 +71,7 @@ func (v *Volume) createIn(dir *File, base string, mode uint16) (*File, error) {
 		v.alloc.FreeInode(ino, false)
 		return nil, err
 	}
-	if err := dir.addEntryLocked(base, ino, layout.FtRegFile); err != nil {
+	if err := dir.addEntryHintLocked(base, ino, layout.FtRegFile, hint); err != nil {
 		in.LinksCount, in.Dtime = 0, uint32(time.Now().Unix())
 		v.writeInode(ino, in)
 		v.alloc.FreeInode(ino, false)
@@ -105,7 +125,17 @@ func (v *Volume) newInode(mode uint16) *layout.Inode {
 // addEntryLocked inserts name -> ino into directory f (lock held): into
 // the first block with room, or a new block appended to the directory.
 func (f *File) addEntryLocked(name string, ino uint32, ft uint8) error {
+	return f.addEntryHintLocked(name, ino, ft, nil)
+}
+
+// addEntryHintLocked is addEntryLocked that takes the room hint found
+// (lookupForCreate), if any, instead of looking again.
+func (f *File) addEntryHintLocked(name string, ino uint32, ft uint8, hint *insertHint) error {
 	v := f.v
+	if hint != nil && hint.ok && v.isDxDir(f.in) {
+		layout.InsertDirEntry(hint.buf, hint.slot, ino, ft, []byte(name))
+		return f.writeDirBlock(hint.lblk, hint.buf)
+	}
 	if f.m == nil || f.m.tree == nil {
 		return fmt.Errorf("directory inode %d is not extent-mapped: %w", f.ino, ErrUnsupported)
 	}
@@ -174,7 +204,8 @@ func (f *File) writeDirBlock(lblk uint64, b []byte) error {
 	}
 	v.fcDirWrite()
 	if v.jm != nil {
-		if err := v.jm.update(m.pblk, func(w []byte) { copy(w, b) }); err != nil {
+		// The whole block is new: no need to read the old contents.
+		if err := v.jm.Dirty(m.pblk, b); err != nil {
 			return err
 		}
 	} else {

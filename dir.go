@@ -290,6 +290,110 @@ func (f *File) lookupName(name string) (layout.DirEntry, error) {
 	return layout.DirEntry{}, ErrNotFound
 }
 
+// insertHint is the room a create found for its entry during its lookup
+// (lookupForCreate): the first leaf block the name's hash selects in an
+// htree directory, a copy of that block and the first record with room,
+// as addDxLocked's first attempt would find them. The directory's lock is
+// held from the lookup to the insert, so the leaf cannot change between.
+type insertHint struct {
+	ok   bool
+	lblk uint64
+	buf  []byte          // a getBlockBuf block; release gives it back
+	slot layout.DirEntry // as DirBlock yields it; its Name is not used
+}
+
+// release gives back the hint's block.
+func (h *insertHint) release() {
+	if h.buf != nil {
+		putBlockBuf(h.buf)
+	}
+	*h = insertHint{}
+}
+
+// lookupForCreate is lookupName for a name about to be created in
+// directory f (its lock held exclusively). In an htree directory the
+// pass over the name's first leaf also looks for room for an entry of
+// need bytes and, if the name is not found and the leaf has room, notes
+// it in hint: the create then inserts without walking the index and the
+// leaf again. Otherwise hint stays empty.
+func (f *File) lookupForCreate(name string, need int, hint *insertHint) (layout.DirEntry, error) {
+	v := f.v
+	if f.m == nil || !v.isDxDir(f.in) || name == "." || name == ".." {
+		return f.lookupName(name)
+	}
+	var found layout.DirEntry
+	match := func(e layout.DirEntry) error {
+		if string(e.Name) == name {
+			found = e
+			found.Name = []byte(name)
+			return errStop
+		}
+		return nil
+	}
+	// The first leaf is read into its own block, which becomes the
+	// hint's if the leaf has room; continuation leaves into leaf.
+	leaf, firstLeaf := getBlockBuf(v.bs), getBlockBuf(v.bs)
+	defer func() {
+		putBlockBuf(leaf)
+		if firstLeaf != nil {
+			putBlockBuf(firstLeaf)
+		}
+	}()
+	first := true
+	err := f.dxWalk(name, func(blk uint64) (bool, error) {
+		if !first || firstLeaf == nil {
+			if ok, err := f.dirBlock(blk, leaf); err != nil || !ok {
+				return false, err
+			}
+			return false, f.leafEntries(blk, leaf, match)
+		}
+		first = false
+		leaf := firstLeaf
+		if ok, err := f.dirBlock(blk, leaf); err != nil || !ok {
+			return false, err
+		}
+		if blk == 0 || blk >= f.in.Size/uint64(v.bs) || layout.IsDxNodeBlock(leaf) {
+			return false, f.leafEntries(blk, leaf, match)
+		}
+		// leafEntries, with unused records yielded for their room.
+		if v.csum && !v.opts.SkipChecksums {
+			if err := layout.VerifyDirBlock(layout.InodeSeed(v.csumSeed, f.ino, f.in.Generation), leaf, f.physOf(blk), f.ino); err != nil {
+				return false, err
+			}
+		}
+		var slot layout.DirEntry
+		room := false
+		err := layout.DirBlock(leaf, f.physOf(blk), f.ino, v.csum && layout.HasDirTail(leaf), v.sb.HasIncompat(layout.IncompatFiletype), false, func(e layout.DirEntry) error {
+			// Names of one length often differ only at the end.
+			if e.Inode != 0 && len(e.Name) == len(name) && e.Name[len(name)-1] == name[len(name)-1] && string(e.Name) == name {
+				return match(e)
+			}
+			if !room && layout.DirEntryRoom(e) >= need {
+				slot, room = e, true
+			}
+			return nil
+		})
+		if err == nil && room {
+			hint.release()
+			*hint = insertHint{ok: true, lblk: blk, buf: firstLeaf, slot: slot}
+			firstLeaf = nil
+		}
+		return false, err
+	})
+	if errors.Is(err, errStop) {
+		hint.release()
+		if err := v.checkEntryIno(f.ino, found); err != nil {
+			return layout.DirEntry{}, err
+		}
+		return found, nil
+	}
+	if err != nil {
+		hint.release()
+		return layout.DirEntry{}, err
+	}
+	return layout.DirEntry{}, ErrNotFound
+}
+
 // checkEntryIno refuses an entry of directory dir that names an inode no
 // entry may name, as ext4_lookup does (ext4_valid_inum): a reserved inode
 // other than the root (the resize inode, the journal, ...), or one past
@@ -432,14 +536,28 @@ func (f *File) dxNode(blk, nblk uint64, buf []byte, seed uint32) (*layout.DxNode
 // resolve walks path from the root and returns the inode it names.
 // followLast says whether a final symlink is followed.
 func (v *Volume) resolve(name string, followLast bool) (*File, error) {
-	if err := v.checkOpen(); err != nil {
-		return nil, err
-	}
-	hops := 0
-	return v.resolveFrom(layout.RootIno, name, followLast, &hops)
+	f, _, err := v.resolveMissing(name, followLast)
+	return f, err
 }
 
-func (v *Volume) resolveFrom(start uint32, name string, followLast bool, hops *int) (*File, error) {
+// resolveMissing is resolve that also reports, with its ErrNotFound,
+// whether the last name of the path itself is missing from its directory
+// (lastMissing): not a directory on the way, nor the target of a symlink
+// it followed. Then resolving the path without following a final symlink
+// fails the same way, which spares OpenFile's O_CREATE a second walk.
+func (v *Volume) resolveMissing(name string, followLast bool) (f *File, lastMissing bool, err error) {
+	if err := v.checkOpen(); err != nil {
+		return nil, false, err
+	}
+	hops := 0
+	f, err = v.resolveFrom(layout.RootIno, name, followLast, &hops, &lastMissing)
+	return f, lastMissing, err
+}
+
+// resolveFrom walks name from directory start (from the root if name is
+// absolute). If lastMissing is not nil, it is set when the last name is
+// not found in its directory.
+func (v *Volume) resolveFrom(start uint32, name string, followLast bool, hops *int, lastMissing *bool) (*File, error) {
 	if strings.HasPrefix(name, "/") {
 		start = layout.RootIno
 	}
@@ -468,6 +586,9 @@ func (v *Volume) resolveFrom(start uint32, name string, followLast bool, hops *i
 		e, err := dir.lookupName(p)
 		dir.n.mu.RUnlock()
 		if err != nil {
+			if lastMissing != nil && i == len(parts)-1 && errors.Is(err, ErrNotFound) {
+				*lastMissing = true
+			}
 			return nil, err
 		}
 		child, err := v.openInode(e.Inode, p)
@@ -485,7 +606,7 @@ func (v *Volume) resolveFrom(start uint32, name string, followLast bool, hops *i
 				return nil, err
 			}
 			rest := path.Join(parts[i+1:]...)
-			child, err = v.resolveFrom(dir.ino, target+"/"+rest, followLast, hops)
+			child, err = v.resolveFrom(dir.ino, target+"/"+rest, followLast, hops, nil)
 			if err != nil {
 				return nil, err
 			}

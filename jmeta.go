@@ -198,9 +198,7 @@ func (m *jmeta) Dirty(blk uint64, b []byte) error {
 	if p, ok := m.pending[blk]; ok {
 		copy(p, b) // already in the running transaction: update in place
 	} else {
-		p = m.bufLocked()
-		copy(p, b)
-		m.pending[blk] = p
+		m.pending[blk] = m.cloneLocked(b)
 	}
 	delete(m.revokes, blk)
 	m.countLocked()
@@ -229,8 +227,7 @@ func (m *jmeta) update(blk uint64, fn func(b []byte)) error {
 	cur, ok := m.pending[blk]
 	if !ok {
 		if cur = b; shared {
-			cur = m.bufLocked()
-			copy(cur, b)
+			cur = m.cloneLocked(b)
 		}
 		m.pending[blk] = cur
 	} // else logged meanwhile by another writer of the block: newer
@@ -244,10 +241,19 @@ func (m *jmeta) update(blk uint64, fn func(b []byte)) error {
 // place, as update does.
 func (m *jmeta) Update(blk uint64, fn func(b []byte)) error { return m.update(blk, fn) }
 
-// bufLocked returns a new block buffer for the pending set. Buffers are
-// not reused: a logged set's belong to the journal and the metadata cache
-// (journal.Handle.DirtyOwned). m.mu is held.
-func (m *jmeta) bufLocked() []byte { return make([]byte, m.v.bs) }
+// cloneLocked returns a new block buffer for the pending set holding a
+// copy of block b. Buffers are not reused: a logged set's belong to the
+// journal and the metadata cache (journal.Handle.DirtyOwned). The append
+// spares make's zeroing of a buffer about to be overwritten whole. m.mu
+// is held.
+func (m *jmeta) cloneLocked(b []byte) []byte {
+	if len(b) >= m.v.bs {
+		return append([]byte(nil), b[:m.v.bs]...)
+	}
+	c := make([]byte, m.v.bs)
+	copy(c, b)
+	return c
+}
 
 func (m *jmeta) ZeroOut(blk, n uint64) error {
 	err := m.dev.ZeroOut(blk, n)

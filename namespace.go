@@ -1,6 +1,7 @@
 package ext4io
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -508,7 +509,18 @@ func (v *Volume) unlink(name string) error {
 	}
 	dir.n.mu.Lock()
 	defer dir.n.mu.Unlock()
-	child, err := dir.lookupChild(base)
+	// One walk finds the entry for both the lookup and the removal.
+	buf := getBlockBuf(v.bs)
+	defer putBlockBuf(buf)
+	lblk, off, prev, err := dir.findEntry(base, 0, buf)
+	if err != nil {
+		return err
+	}
+	e := layout.DirEntry{Inode: binary.LittleEndian.Uint32(buf[off:]), Name: []byte(base)}
+	if err := v.checkEntryIno(dir.ino, e); err != nil {
+		return err
+	}
+	child, err := v.inodeFile(e.Inode, base)
 	if err != nil {
 		return err
 	}
@@ -523,7 +535,8 @@ func (v *Volume) unlink(name string) error {
 			return err
 		}
 	}
-	if _, err := dir.removeEntryLocked(base, child.ino); err != nil {
+	layout.RemoveDirEntry(buf, off, prev)
+	if err := dir.writeDirBlock(lblk, buf); err != nil {
 		return err
 	}
 	v.fcDentry(layout.FCTagUnlink, dir.ino, child.ino, base)
@@ -688,13 +701,20 @@ func (f *File) findEntry(name string, ino uint32, buf []byte) (lblk uint64, off,
 	v := f.v
 	hasFt := v.sb.HasIncompat(layout.IncompatFiletype)
 	off, prev = -1, -1
+	read := ^uint64(0) // the block buf holds
 	try := func(blk uint64) (bool, error) {
 		ok, err := f.dirBlock(blk, buf)
 		if err != nil || !ok {
 			return false, err
 		}
+		read = blk
 		if v.isDxDir(f.in) && (blk == 0 || layout.IsDxNodeBlock(buf)) {
 			return false, nil // index block
+		}
+		if v.csum && !v.opts.SkipChecksums {
+			if err := layout.VerifyDirBlock(layout.InodeSeed(v.csumSeed, f.ino, f.in.Generation), buf, f.physOf(blk), f.ino); err != nil {
+				return false, err
+			}
 		}
 		p := -1
 		err = layout.DirBlock(buf, f.physOf(blk), f.ino, v.csum && layout.HasDirTail(buf), hasFt, blk == 0, func(e layout.DirEntry) error {
@@ -735,9 +755,10 @@ func (f *File) findEntry(name string, ino uint32, buf []byte) (lblk uint64, off,
 	if off < 0 {
 		return 0, 0, 0, ErrNotFound
 	}
-	// try may have read later blocks after the match; re-read the match.
-	if _, err := f.dirBlock(lblk, buf); err != nil {
-		return 0, 0, 0, err
+	if read != lblk {
+		if _, err := f.dirBlock(lblk, buf); err != nil {
+			return 0, 0, 0, err
+		}
 	}
 	return lblk, off, prev, nil
 }

@@ -84,8 +84,13 @@ func (v *Volume) openFile(name string, flag int, perm fs.FileMode, hops int) (*F
 			return v.createFile(name, perm)
 		}
 	}
+	if flag&(os.O_CREATE|os.O_EXCL) == os.O_CREATE {
+		if f, ok, err := v.createOrOpen(name, perm); ok {
+			return f, err
+		}
+	}
 	for {
-		f, err := v.resolve(name, true)
+		f, lastMissing, err := v.resolveMissing(name, true)
 		if err == nil {
 			switch {
 			case flag&(os.O_CREATE|os.O_EXCL) == os.O_CREATE|os.O_EXCL:
@@ -106,8 +111,12 @@ func (v *Volume) openFile(name string, flag int, perm fs.FileMode, hops int) (*F
 			return nil, ErrIsDir
 		}
 		// A missing name, or a dangling symlink whose target O_CREATE
-		// makes.
-		l, lerr := v.resolve(name, false)
+		// makes. A name missing itself needs no second look.
+		var l *File
+		lerr := ErrNotFound
+		if !lastMissing {
+			l, lerr = v.resolve(name, false)
+		}
 		if lerr == nil && l.in.IsSymlink() {
 			if flag&os.O_EXCL != 0 {
 				return nil, ErrExist
@@ -140,6 +149,44 @@ func (v *Volume) openFile(name string, flag int, perm fs.FileMode, hops int) (*F
 
 // createFile creates the regular file name with permission bits perm,
 // as one operation.
+// createOrOpen is openFile's O_CREATE without O_EXCL in one look at the
+// directory (as Linux's lookup_open under the directory's lock): it
+// creates the file, or opens the regular file already there. ok false
+// leaves the name to openFile's general walk, which also reports its
+// errors: a read-only volume, a name ending in "/" or whose last
+// element is not a plain name, a parent that does not resolve to an
+// extent-mapped directory, or an entry that is not a regular file (a
+// symlink to follow, a directory to refuse).
+func (v *Volume) createOrOpen(name string, perm fs.FileMode) (f *File, ok bool, err error) {
+	if v.alloc == nil || strings.HasSuffix(name, "/") {
+		return nil, false, nil
+	}
+	dirName, base := path.Split(name)
+	if checkName(base) != nil {
+		return nil, false, nil
+	}
+	dir, err := v.resolve(dirName, true)
+	if err != nil || !dir.in.IsDir() || dir.n.inline.live.Load() || dir.m == nil || dir.m.tree == nil {
+		return nil, false, nil
+	}
+	if err := v.beginOp(); err != nil {
+		return nil, true, err
+	}
+	f, e, err := v.createOrLookup(dir, base, layout.ModeReg|unixMode(perm))
+	if err = v.endOpErr(err); f != nil || err != nil {
+		return f, true, err
+	}
+	// An entry was there: open it as resolve would, if it is a regular
+	// file.
+	if f, err = v.openInode(e.Inode, base); err != nil {
+		return nil, true, err
+	}
+	if !f.in.IsReg() {
+		return nil, false, nil
+	}
+	return f, true, nil
+}
+
 func (v *Volume) createFile(name string, perm fs.FileMode) (*File, error) {
 	if v.alloc == nil {
 		return nil, ErrReadOnly

@@ -2,6 +2,7 @@ package ext4io_test
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,15 +16,16 @@ import (
 // into it, fsync and close it. It reports the device writes and flushes
 // per file beside the CPU time (ns/op is wall time divided by files, so
 // with 4 jobs it is about CPU time per file only on an idle machine with
-// GOMAXPROCS 1; run with -benchmem for the allocations).
+// GOMAXPROCS 1; run with -benchmem for the allocations). The -reuse
+// variants reuse smallFsyncNames names as the bench's fsync-small does:
+// file n unlinks file n-smallFsyncNames before it creates its name.
 func BenchmarkSmallFileFsync(b *testing.B) {
-	for _, fc := range []bool{false, true} {
+	const smallFsyncNames = 1024
+	for _, mode := range []string{"full", "fast", "full-reuse", "fast-reuse"} {
+		fc := strings.HasPrefix(mode, "fast")
+		reuse := strings.HasSuffix(mode, "-reuse")
 		for _, jobs := range []int{1, 4} {
-			name := "full"
-			if fc {
-				name = "fast"
-			}
-			b.Run(fmt.Sprintf("%s/jobs=%d", name, jobs), func(b *testing.B) {
+			b.Run(fmt.Sprintf("%s/jobs=%d", mode, jobs), func(b *testing.B) {
 				base := memdev.New(1 << 30)
 				if err := ext4io.Format(base, ext4io.FormatOptions{FastCommit: fc, NoDiscard: true}); err != nil {
 					b.Fatal(err)
@@ -51,7 +53,18 @@ func BenchmarkSmallFileFsync(b *testing.B) {
 							if n > int64(b.N) {
 								return
 							}
-							f, err := v.Create(fmt.Sprintf("/small-%d", n))
+							name := fmt.Sprintf("/small-%d", n)
+							var err error
+							if reuse {
+								name = fmt.Sprintf("/small-%d", (n-1)%smallFsyncNames)
+								if n > smallFsyncNames {
+									err = v.Unlink(name)
+								}
+							}
+							var f *ext4io.File
+							if err == nil {
+								f, err = v.Create(name)
+							}
 							if err == nil {
 								_, err = f.WriteAt(data, 0)
 								if err == nil {

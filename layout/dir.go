@@ -86,41 +86,44 @@ func DirBlock(b []byte, block uint64, ino uint32, hasTail, filetype, dots bool, 
 	}
 	le := binary.LittleEndian
 	for off, slot := 0, 0; off < end; slot++ {
-		bad := func(format string, args ...any) error {
-			return &errs.CorruptError{What: "directory entry", Ino: ino, Block: block, Off: off, Msg: sprintf(format, args...)}
-		}
 		if end-off < DirEntryHeaderLen {
-			return bad("%d bytes left, too short for an entry", end-off)
+			return badDirEntry(ino, block, off, "%d bytes left, too short for an entry", end-off)
 		}
+		h := b[off : off+DirEntryHeaderLen]
 		e := DirEntry{
-			Inode:   le.Uint32(b[off:]),
-			RecLen:  DecodeRecLen(le.Uint16(b[off+4:]), bs),
-			NameLen: b[off+6],
+			Inode:   le.Uint32(h),
+			RecLen:  DecodeRecLen(le.Uint16(h[4:]), bs),
+			NameLen: h[6],
 			Off:     off,
 		}
-		if filetype {
-			e.FileType = b[off+7]
-		}
 		nameLen := int(e.NameLen)
-		if !filetype {
-			nameLen |= int(b[off+7]) << 8
+		if filetype {
+			e.FileType = h[7]
+		} else {
+			nameLen |= int(h[7]) << 8
 		}
 		switch {
 		case e.RecLen < DirRecLen(1):
-			return bad("rec_len %d too small", e.RecLen)
+			return badDirEntry(ino, block, off, "rec_len %d too small", e.RecLen)
 		case e.RecLen&3 != 0:
-			return bad("rec_len %d not a multiple of 4", e.RecLen)
+			return badDirEntry(ino, block, off, "rec_len %d not a multiple of 4", e.RecLen)
 		case e.RecLen < DirRecLen(nameLen):
-			return bad("rec_len %d too small for name_len %d", e.RecLen, nameLen)
+			return badDirEntry(ino, block, off, "rec_len %d too small for name_len %d", e.RecLen, nameLen)
 		case off+e.RecLen > end:
-			return bad("rec_len %d runs past the end of the block", e.RecLen)
+			return badDirEntry(ino, block, off, "rec_len %d runs past the end of the block", e.RecLen)
 		case nameLen > MaxNameLen:
-			return bad("name_len %d", nameLen)
+			return badDirEntry(ino, block, off, "name_len %d", nameLen)
 		}
 		e.Name = b[off+DirEntryHeaderLen : off+DirEntryHeaderLen+nameLen]
 		if e.Inode != 0 {
-			if msg := CheckDirName(e.Name, dots && slot < 2, slot); msg != "" {
-				return bad("%s", msg)
+			// CheckDirName, with the common case (a name of three bytes
+			// or more outside the dot slots) tested here.
+			if nameLen > 2 && !(dots && slot < 2) {
+				if hasSlashOrNUL(e.Name) {
+					return badDirEntry(ino, block, off, "name %q holds '/' or NUL", e.Name)
+				}
+			} else if msg := CheckDirName(e.Name, dots && slot < 2, slot); msg != "" {
+				return badDirEntry(ino, block, off, "%s", msg)
 			}
 		}
 		if err := fn(e); err != nil {
@@ -129,6 +132,11 @@ func DirBlock(b []byte, block uint64, ino uint32, hasTail, filetype, dots bool, 
 		off += e.RecLen
 	}
 	return nil
+}
+
+// badDirEntry is DirBlock's error for the entry at off.
+func badDirEntry(ino uint32, block uint64, off int, format string, args ...any) error {
+	return &errs.CorruptError{What: "directory entry", Ino: ino, Block: block, Off: off, Msg: sprintf(format, args...)}
 }
 
 // CheckDirName validates the name of a used directory entry (invariant
@@ -147,15 +155,37 @@ func CheckDirName(name []byte, dotSlot bool, slot int) string {
 	switch {
 	case len(name) == 0:
 		return "empty name"
-	case string(name) == "." || string(name) == "..":
+	case name[0] == '.' && (len(name) == 1 || len(name) == 2 && name[1] == '.'):
 		return sprintf("entry %q outside its slot", name)
-	}
-	for _, c := range name {
-		if c == '/' || c == 0 {
-			return sprintf("name %q holds '/' or NUL", name)
-		}
+	case hasSlashOrNUL(name):
+		return sprintf("name %q holds '/' or NUL", name)
 	}
 	return ""
+}
+
+// hasSlashOrNUL reports whether name holds a '/' or a NUL byte. It tests
+// eight bytes at a time: a word has a zero byte iff (x-0x01..01) &^ x has
+// a high bit set (exact as a yes/no answer), and x ^ 0x2f..2f has one
+// where x has a '/'.
+func hasSlashOrNUL(name []byte) bool {
+	const ones, highs, slashes = 0x0101010101010101, 0x8080808080808080, 0x2f2f2f2f2f2f2f2f
+	zero := func(x uint64) bool { return (x-ones)&^x&highs != 0 }
+	if len(name) < 8 {
+		for _, c := range name {
+			if c == '/' || c == 0 {
+				return true
+			}
+		}
+		return false
+	}
+	le := binary.LittleEndian
+	for i := 0; i < len(name)-8; i += 8 {
+		if x := le.Uint64(name[i:]); zero(x) || zero(x^slashes) {
+			return true
+		}
+	}
+	x := le.Uint64(name[len(name)-8:]) // the last 8, overlapping the words before
+	return zero(x) || zero(x^slashes)
 }
 
 // PutDirEntry writes an entry at off with the given record length.
