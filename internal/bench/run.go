@@ -297,6 +297,10 @@ type benchRun struct {
 	rawPrepValid  bool
 	disk          *hostDisk  // the host block device under the image; nil if none
 	plan          *spacePlan // budgets every workload keeps to
+	// atomicSplits counts the atomic batches split in two because one
+	// journal transaction could not take them (pageBatch; reported and
+	// reset by pageBatchDone).
+	atomicSplits atomic.Int64
 }
 
 const benchFile = "/bench.dat"
