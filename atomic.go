@@ -650,6 +650,18 @@ func (f *File) atomicCredits(rs []atomicRange) (int, error) {
 			groups[g] = true
 		}
 	}
+	// The blocks holding the span from the first range to the last bound
+	// the tree blocks of all ranges; the sum of the ranges' own is less
+	// when they are few and far apart in a large tree. The per-range
+	// walks stop once their sum reaches the span's.
+	span := -1
+	if len(rs) > 1 {
+		last := rs[len(rs)-1]
+		var err error
+		if span, err = f.m.tree.RangeBlocks(uint32(rs[0].lblk), uint32(last.lblk+last.nblk-rs[0].lblk)); err != nil {
+			return 0, err
+		}
+	}
 	tree, splits := 0, 0
 	for _, r := range rs {
 		for _, e := range r.runs {
@@ -667,11 +679,13 @@ func (f *File) atomicCredits(rs []atomicRange) (int, error) {
 			}
 			b += k
 		}
-		t, err := f.m.tree.RangeBlocks(uint32(lblk), uint32(nblk))
-		if err != nil {
-			return 0, err
+		if span < 0 || tree < span {
+			t, err := f.m.tree.RangeBlocks(uint32(lblk), uint32(nblk))
+			if err != nil {
+				return 0, err
+			}
+			tree += t
 		}
-		tree += t
 		// Replace adds an entry to a leaf for every new run, and one
 		// more when a single extent spans the range with blocks on both
 		// sides (its removal leaves two pieces); each may split a full
@@ -689,14 +703,7 @@ func (f *File) atomicCredits(rs []atomicRange) (int, error) {
 		}
 		splits += adds * (depth + 1)
 	}
-	if len(rs) > 1 {
-		// Ranges sharing a leaf count it once each above; the blocks
-		// holding the whole span bound them too.
-		last := rs[len(rs)-1]
-		span, err := f.m.tree.RangeBlocks(uint32(rs[0].lblk), uint32(last.lblk+last.nblk-rs[0].lblk))
-		if err != nil {
-			return 0, err
-		}
+	if span >= 0 {
 		tree = min(tree, span)
 	}
 	return 2*len(groups) + tree + splits + 2, nil
