@@ -436,8 +436,10 @@ func (f *File) atomicSwap(rs []atomicRange, total int64) error {
 	// commits' eligibility is the one holding the swap.
 	f.v.fcIneligible("atomic write remap")
 	// One tree mutation for all ranges: on error the tree is unchanged and
-	// the new blocks go back. The unmapped blocks reach freeMapped
-	// (treeAlloc).
+	// the new blocks go back, except for an error while writing the tree or
+	// freeing the old blocks (ErrIO, ErrCorrupt), which stops the volume
+	// (endOpErr) so that no commit holds the half-done swap. The unmapped
+	// blocks reach freeMapped (treeAlloc).
 	swaps := make([]extent.ReplaceRange, len(rs))
 	for i, r := range rs {
 		swaps[i] = extent.ReplaceRange{Lblk: uint32(r.lblk), Len: uint32(r.nblk), With: r.runs}
