@@ -52,13 +52,12 @@ import (
 // A batch (WriteAtomicBatch) is the same with several ranges: one
 // allocation of all their blocks, written one range after the other in
 // offset order (one vectored device write per allocated run), then, in
-// the same operation and under one exclusive inode lock, one Replace per
-// range. The operation's changes land in one journal transaction, so the
-// batch is one untorn unit; the credit check counts all its ranges.
-// Replace takes the tree blocks its splits need from the allocator's
-// reserve, so a later range's Replace does not run out of space; if one
-// fails all the same after earlier ranges were swapped, the volume stops
-// committing (as after an I/O error) rather than commit part of a batch.
+// the same operation and under one exclusive inode lock, one tree
+// mutation for all ranges (extent.Tree.ReplaceRanges: all or nothing, each
+// changed tree block encoded and logged once). The operation's changes
+// land in one journal transaction, so the batch is one untorn unit; the
+// credit check counts all its ranges. The mutation takes the tree blocks
+// its splits need from the allocator's reserve.
 //
 // Fast commits: a swap moves blocks between owners, which fast-commit
 // range records replay only as "map these blocks" without the frees of
@@ -385,37 +384,29 @@ func (f *File) atomicSwap(rs []atomicRange, total int64) error {
 	if err != nil {
 		return err
 	}
-	freeFrom := func(i int) {
-		if i == 0 {
-			for _, r := range phys {
-				f.v.alloc.Free(r.Pblk, uint64(r.Len))
-			}
-			return
-		}
-		for _, r := range rs[i:] {
-			for _, e := range r.runs {
-				f.v.alloc.Free(e.Pblk, uint64(e.Len))
-			}
+	freeNew := func() {
+		for _, r := range phys {
+			f.v.alloc.Free(r.Pblk, uint64(r.Len))
 		}
 	}
 	if err := f.atomicWriteData(rs, phys); err != nil {
-		freeFrom(0)
+		freeNew()
 		return err
 	}
 	f.n.mu.Lock()
 	defer f.n.mu.Unlock()
 	if err := f.closedLocked(); err != nil {
-		freeFrom(0)
+		freeNew()
 		return err
 	}
 	for _, r := range rs {
 		if !f.cacheCleanLocked(r.off, r.off+int64(len(r.p))) {
-			freeFrom(0)
+			freeNew()
 			return errCacheRace
 		}
 	}
 	if err := f.v.applyConversionsLocked(f.n); err != nil {
-		freeFrom(0)
+		freeNew()
 		return err
 	}
 	f.v.stats.exclusive.Add(1)
@@ -432,35 +423,30 @@ func (f *File) atomicSwap(rs []atomicRange, total int64) error {
 	c := atomicWorstCredits(nblk, adds, f.m.tree.Depth(), f.v.sb.GroupCount())
 	if c > most {
 		if c, err = f.atomicCredits(rs); err != nil {
-			freeFrom(0)
+			freeNew()
 			return err
 		}
 	}
 	if c > most {
-		freeFrom(0)
+		freeNew()
 		return fmt.Errorf("ext4io: inode %d: atomic write of %d bytes in %d ranges from %d: its old blocks are scattered so that the swap would change about %d metadata blocks, more than one journal transaction takes here (%d): %w",
 			f.ino, total, len(rs), rs[0].off, c, most, ErrUnsupported)
 	}
 	// Inside the operation, so that the full commit that ends the fast
 	// commits' eligibility is the one holding the swap.
 	f.v.fcIneligible("atomic write remap")
-	// One tree mutation per range: on error the tree is unchanged by that
-	// range and its new blocks go back. The unmapped blocks reach
-	// freeMapped (treeAlloc).
+	// One tree mutation for all ranges: on error the tree is unchanged and
+	// the new blocks go back, except for an error while writing the tree or
+	// freeing the old blocks (ErrIO, ErrCorrupt), which stops the volume
+	// (endOpErr) so that no commit holds the half-done swap. The unmapped
+	// blocks reach freeMapped (treeAlloc).
+	swaps := make([]extent.ReplaceRange, len(rs))
 	for i, r := range rs {
-		if err := f.m.tree.Replace(uint32(r.lblk), uint32(r.nblk), r.runs, true); err != nil {
-			freeFrom(i)
-			if i > 0 {
-				// Part of the batch is swapped, and no commit may hold
-				// that: the volume stops as after an I/O error
-				// (endOpErr), keeping the last consistent state.
-				err = fmt.Errorf("ext4io: inode %d: atomic write: %d of %d ranges swapped, the volume stops: %w", f.ino, i, len(rs), err)
-				f.v.jm.mu.Lock()
-				f.v.jm.setFailedLocked(err)
-				f.v.jm.mu.Unlock()
-			}
-			return err
-		}
+		swaps[i] = extent.ReplaceRange{Lblk: uint32(r.lblk), Len: uint32(r.nblk), With: r.runs}
+	}
+	if err := f.m.tree.ReplaceRanges(swaps, true); err != nil {
+		freeNew()
+		return err
 	}
 	// The runs cover the ranges: each Insert replaces what the cache held
 	// there (the Delayed blocks were dropped above), with no Remove first.
@@ -666,6 +652,18 @@ func (f *File) atomicCredits(rs []atomicRange) (int, error) {
 			groups[g] = true
 		}
 	}
+	// The blocks holding the span from the first range to the last bound
+	// the tree blocks of all ranges; the sum of the ranges' own is less
+	// when they are few and far apart in a large tree. The per-range
+	// walks stop once their sum reaches the span's.
+	span := -1
+	if len(rs) > 1 {
+		last := rs[len(rs)-1]
+		var err error
+		if span, err = f.m.tree.RangeBlocks(uint32(rs[0].lblk), uint32(last.lblk+last.nblk-rs[0].lblk)); err != nil {
+			return 0, err
+		}
+	}
 	tree, splits := 0, 0
 	for _, r := range rs {
 		for _, e := range r.runs {
@@ -683,11 +681,13 @@ func (f *File) atomicCredits(rs []atomicRange) (int, error) {
 			}
 			b += k
 		}
-		t, err := f.m.tree.RangeBlocks(uint32(lblk), uint32(nblk))
-		if err != nil {
-			return 0, err
+		if span < 0 || tree < span {
+			t, err := f.m.tree.RangeBlocks(uint32(lblk), uint32(nblk))
+			if err != nil {
+				return 0, err
+			}
+			tree += t
 		}
-		tree += t
 		// Replace adds an entry to a leaf for every new run, and one
 		// more when a single extent spans the range with blocks on both
 		// sides (its removal leaves two pieces); each may split a full
@@ -705,14 +705,7 @@ func (f *File) atomicCredits(rs []atomicRange) (int, error) {
 		}
 		splits += adds * (depth + 1)
 	}
-	if len(rs) > 1 {
-		// Ranges sharing a leaf count it once each above; the blocks
-		// holding the whole span bound them too.
-		last := rs[len(rs)-1]
-		span, err := f.m.tree.RangeBlocks(uint32(rs[0].lblk), uint32(last.lblk+last.nblk-rs[0].lblk))
-		if err != nil {
-			return 0, err
-		}
+	if span >= 0 {
 		tree = min(tree, span)
 	}
 	return 2*len(groups) + tree + splits + 2, nil

@@ -33,17 +33,20 @@ type modelRun struct {
 	depths [MaxDepth + 1]int
 	// truncEvery: one Remove in truncEvery truncates to the end.
 	truncEvery int
+	// fresh is the next physical block ReplaceRanges maps (regionC on).
+	fresh uint64
 }
 
 const (
 	treeBase = 1_000
 	regionA  = 2_000_000
 	regionB  = 4_000_000
+	regionC  = 6_000_000 // ReplaceRanges' new blocks, each used once
 )
 
 func newModelRun(t *testing.T, seed uint64, bs, maxEntries int, space, maxLen uint32) *modelRun {
 	m := &modelRun{t: t, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), io: newMemIO(bs),
-		al: newMemAlloc(treeBase), model: make(map[uint32]mblk), space: space, maxLen: maxLen, zeroed: make(map[uint64]bool), truncEvery: 20}
+		al: newMemAlloc(treeBase), model: make(map[uint32]mblk), space: space, maxLen: maxLen, zeroed: make(map[uint64]bool), truncEvery: 20, fresh: regionC}
 	m.cfg = Config{BlockSize: bs, Ino: 12, Seed: 0xdeadbeef, Csum: true, FirstDataBlock: 1, BlocksCount: 8_000_000,
 		IO: m.io, Alloc: m.al, MaxEntries: maxEntries, ZeroOutMax: 3}
 	m.cfg.ZeroOut = func(p, n uint64) error {
@@ -208,6 +211,8 @@ func (m *modelRun) step(i int) {
 				m.model[b] = v
 			}
 		}
+	case r.IntN(3) == 0 && m.fresh < regionC+1_500_000: // ReplaceRanges
+		desc, err = m.replaceRanges(removed)
 	default: // SplitAt, SplitRange
 		l := uint32(r.IntN(int(m.space)))
 		if r.IntN(2) == 0 {
@@ -242,6 +247,71 @@ func (m *modelRun) step(i int) {
 		m.fatalf(i, "%s: %v", desc, err)
 	}
 	m.verify(i, desc)
+}
+
+// replaceRanges swaps a sorted batch of up to 12 ranges (some adjacent,
+// some of several extents) for fresh blocks with one ReplaceRanges and
+// updates the model; it checks that exactly the old blocks of the ranges
+// were freed.
+func (m *modelRun) replaceRanges(removed map[uint64]bool) (string, error) {
+	r := m.rng
+	var rs []ReplaceRange
+	l := uint32(r.IntN(int(m.space)))
+	for range 1 + r.IntN(12) {
+		n := 1 + uint32(r.IntN(int(m.maxLen)))
+		if r.IntN(8) == 0 {
+			n *= 10 // across extents and leaves
+		}
+		if uint64(l)+uint64(n) > uint64(m.space) {
+			break
+		}
+		rr := ReplaceRange{Lblk: l, Len: n}
+		for done := uint32(0); done < n; {
+			k := min(n-done, 1+uint32(r.IntN(int(n))))
+			if r.IntN(3) == 0 {
+				m.fresh += 7 // not contiguous with the previous new extent
+			}
+			rr.With = append(rr.With, Extent{Lblk: l + done, Len: k, Pblk: m.fresh})
+			m.fresh += uint64(k)
+			done += k
+		}
+		rs = append(rs, rr)
+		l += n
+		if r.IntN(2) == 0 {
+			l += uint32(r.IntN(int(m.maxLen) * 4))
+		}
+	}
+	if len(rs) == 0 {
+		return "ReplaceRanges()", nil
+	}
+	must := r.IntN(4) == 0
+	desc := fmt.Sprintf("ReplaceRanges(%v,%v)", rs, must)
+	m.al.dataFreed = map[uint64]bool{}
+	err := m.tr.ReplaceRanges(rs, must)
+	if err != nil {
+		return desc, err
+	}
+	for _, rr := range rs {
+		for b := rr.Lblk; b < rr.Lblk+rr.Len; b++ {
+			if v, ok := m.model[b]; ok {
+				removed[v.p] = true
+			}
+		}
+		for _, e := range rr.With {
+			for k := range e.Len {
+				m.model[e.Lblk+k] = mblk{e.Pblk + uint64(k), false}
+			}
+		}
+	}
+	if len(removed) != len(m.al.dataFreed) {
+		m.t.Fatalf("%s freed %d data blocks, model removed %d", desc, len(m.al.dataFreed), len(removed))
+	}
+	for p := range removed {
+		if !m.al.dataFreed[p] {
+			m.t.Fatalf("%s did not free data block %d", desc, p)
+		}
+	}
+	return desc, nil
 }
 
 // verify compares the tree with the model and the allocator's books.

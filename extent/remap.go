@@ -11,8 +11,65 @@ package extent
 // mustSucceed the tree blocks a split needs may come from the allocator's
 // reserve. On any error the tree is unchanged.
 func (t *Tree) Replace(from, n uint32, with []Extent, mustSucceed bool) error {
+	return t.ReplaceRanges([]ReplaceRange{{Lblk: from, Len: n, With: with}}, mustSucceed)
+}
+
+// ReplaceRange is one range of ReplaceRanges: logical blocks
+// [Lblk, Lblk+Len) to be mapped to With, as in Replace.
+type ReplaceRange struct {
+	Lblk, Len uint32
+	With      []Extent
+}
+
+// ReplaceRanges is Replace for several ranges as one all-or-nothing
+// mutation, in which each changed tree block is encoded and written once:
+// the swap of an untorn batch of pages. The ranges must be sorted by Lblk
+// and must not overlap; each one's With is as Replace's. New extents of
+// adjacent ranges that are physically contiguous merge into one. On any
+// error the tree is unchanged and nothing is freed.
+//
+// Each range still walks the tree from the root, once for its removal and
+// once per new extent; only the encoding, the block writes and the
+// allocator's frees happen once for the whole batch.
+func (t *Tree) ReplaceRanges(rs []ReplaceRange, mustSucceed bool) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if len(rs) == 0 {
+		return nil
+	}
+	prevEnd := uint64(0)
+	for i, r := range rs {
+		if err := checkReplace(r.Lblk, r.Len, r.With); err != nil {
+			return err
+		}
+		if i > 0 && uint64(r.Lblk) < prevEnd {
+			return invalidf("replace [%d,+%d): out of order with or overlapping the range ending at %d", r.Lblk, r.Len, prevEnd)
+		}
+		for _, e := range r.With {
+			if err := t.checkExtent(e); err != nil {
+				return err
+			}
+		}
+		prevEnd = uint64(r.Lblk) + uint64(r.Len)
+	}
+	return t.run(mustSucceed, func(tx *txn) error {
+		for _, r := range rs {
+			if err := tx.remove(r.Lblk, r.Lblk+r.Len-1); err != nil {
+				return err
+			}
+			for _, e := range r.With {
+				if err := tx.insert(e, false); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// checkReplace checks the arguments of a Replace of [from, from+n) by
+// with, short of checkExtent.
+func checkReplace(from, n uint32, with []Extent) error {
 	if n == 0 || uint64(from)+uint64(n) > EndLblk {
 		return invalidf("replace [%d,+%d)", from, n)
 	}
@@ -21,25 +78,12 @@ func (t *Tree) Replace(from, n uint32, with []Extent, mustSucceed bool) error {
 		if e.Unwritten || uint64(e.Lblk) != next {
 			return invalidf("replace [%d,+%d): extent [%d,+%d) unwritten, out of order or leaving a gap", from, n, e.Lblk, e.Len)
 		}
-		if err := t.checkExtent(e); err != nil {
-			return err
-		}
 		next = e.End()
 	}
 	if next != uint64(from)+uint64(n) {
 		return invalidf("replace [%d,+%d): the new extents end at %d", from, n, next)
 	}
-	return t.run(mustSucceed, func(tx *txn) error {
-		if err := tx.remove(from, from+n-1); err != nil {
-			return err
-		}
-		for _, e := range with {
-			if err := tx.insert(e, false); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	return nil
 }
 
 // RangeBlocks returns the number of tree blocks (leaves and index blocks,

@@ -123,3 +123,93 @@ func TestRangeBlocks(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, hole)
 }
+
+// TestReplaceRanges swaps 64 scattered one- and two-block ranges of a tree
+// of several leaves in one ReplaceRanges, and the same ranges one Replace
+// at a time on an identical tree: the mappings and the freed data blocks
+// are the same, and the batch writes each changed tree block once.
+func TestReplaceRanges(t *testing.T) {
+	build := func() (*Tree, *memAlloc, *memIO) {
+		al := newMemAlloc(treeBase)
+		io := newMemIO(1024)
+		root := EmptyRoot()
+		tr, err := Open(&root, Config{BlockSize: 1024, Ino: 12, FirstDataBlock: 1, BlocksCount: 1 << 24, IO: io, Alloc: al})
+		require.NoError(t, err)
+		for i := range uint32(400) { // leaves of up to 84 extents of 8 blocks
+			require.NoError(t, tr.Insert(Extent{Lblk: 10 * i, Len: 8, Pblk: 100_000 + 100*uint64(i)}))
+		}
+		return tr, al, io
+	}
+	var rs []ReplaceRange
+	next := uint64(900_000) // the new blocks: one run, the ranges one after the other
+	for i := range uint32(64) {
+		r := ReplaceRange{Lblk: 60*i + 3, Len: 1 + i%2}
+		if i%5 == 1 { // right after the previous range, and physically too: they merge
+			r.Lblk = rs[len(rs)-1].Lblk + rs[len(rs)-1].Len
+		}
+		r.With = []Extent{{Lblk: r.Lblk, Len: r.Len, Pblk: next}}
+		if i%7 == 3 && r.Len == 2 { // two new extents for one range
+			r.With = []Extent{{Lblk: r.Lblk, Len: 1, Pblk: next + 500}, {Lblk: r.Lblk + 1, Len: 1, Pblk: next + 1000}}
+		}
+		next += uint64(r.Len)
+		rs = append(rs, r)
+	}
+
+	one, oneAl, oneIO := build()
+	base := oneIO.writes
+	for _, r := range rs {
+		require.NoError(t, one.Replace(r.Lblk, r.Len, r.With, false))
+	}
+	require.NoError(t, one.Check())
+
+	batch, al, io := build()
+	require.Equal(t, base, io.writes)
+	before := mapping(t, batch)
+	require.NoError(t, batch.ReplaceRanges(rs, false))
+	require.NoError(t, batch.Check())
+	require.NotEqual(t, before, mapping(t, batch))
+	require.Equal(t, mapping(t, one), mapping(t, batch))
+	require.Equal(t, oneAl.dataFreed, al.dataFreed)
+	require.Len(t, al.dataFreed, 64+64/2)
+	require.Empty(t, al.errs)
+	last := rs[len(rs)-1]
+	blocks, err := batch.RangeBlocks(rs[0].Lblk, last.Lblk+last.Len-rs[0].Lblk)
+	require.NoError(t, err)
+	require.Positive(t, blocks)
+	require.LessOrEqual(t, io.writes-base, blocks, "the batch wrote a tree block more than once")
+	require.Greater(t, oneIO.writes-base, blocks, "the one-at-a-time control wrote no block twice")
+}
+
+// TestReplaceRangesAllOrNothing: when the last range of a batch needs a
+// tree block that cannot be allocated, the earlier ranges' changes are
+// undone too and nothing is freed; ranges out of order or overlapping are
+// refused before anything changes.
+func TestReplaceRangesAllOrNothing(t *testing.T) {
+	tr, al := newReplaceTree(t)
+	for i := range uint32(84) { // a full 1 KiB leaf
+		require.NoError(t, tr.Insert(Extent{Lblk: 10 * i, Len: 8, Pblk: 100_000 + 100*uint64(i)}))
+	}
+	before := mapping(t, tr)
+	rs := []ReplaceRange{
+		{Lblk: 10, Len: 8, With: []Extent{{Lblk: 10, Len: 8, Pblk: 400_000}}}, // in place of a whole extent
+		{Lblk: 103, Len: 3, With: []Extent{{Lblk: 103, Len: 1, Pblk: 500_000}, {Lblk: 104, Len: 1, Pblk: 500_010}, {Lblk: 105, Len: 1, Pblk: 500_020}}},
+	}
+	al.failAfter = 1
+	require.ErrorIs(t, tr.ReplaceRanges(rs, false), ErrNoSpace)
+	require.Equal(t, before, mapping(t, tr), "a failed batch changed the tree")
+	require.Empty(t, al.dataFreed)
+	require.NoError(t, tr.Check())
+
+	require.ErrorIs(t, tr.ReplaceRanges([]ReplaceRange{rs[1], rs[0]}, false), ErrInvalid, "out of order")
+	overlap := ReplaceRange{Lblk: 17, Len: 1, With: []Extent{{Lblk: 17, Len: 1, Pblk: 600_000}}}
+	require.ErrorIs(t, tr.ReplaceRanges([]ReplaceRange{rs[0], overlap}, false), ErrInvalid, "overlapping")
+	require.Equal(t, before, mapping(t, tr))
+	require.Empty(t, al.dataFreed)
+
+	require.NoError(t, tr.ReplaceRanges(rs, false))
+	require.NoError(t, tr.Check())
+	got := mapping(t, tr)
+	require.Equal(t, rs[0].With[0], got[1])
+	require.Len(t, al.dataFreed, 8+3)
+	require.Empty(t, al.errs)
+}

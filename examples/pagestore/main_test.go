@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"sync"
 	"testing"
 
 	"github.com/ext4io/ext4io"
@@ -18,6 +19,54 @@ func TestRun(t *testing.T) {
 	require.NoError(t, run(&out, 20))
 	require.Contains(t, out.String(), "atomic write units: 4096 to 1048576 bytes")
 	require.Contains(t, out.String(), "all checksums good")
+}
+
+// vecDev is a memdev that takes vectored writes (blockdev.VectorWriter)
+// and records the most buffers one of them held.
+type vecDev struct {
+	*memdev.Device
+	mu      sync.Mutex
+	maxBufs int
+}
+
+func (d *vecDev) WriteVAt(bufs [][]byte, off int64) (int, error) {
+	d.mu.Lock()
+	d.maxBufs = max(d.maxBufs, len(bufs))
+	d.mu.Unlock()
+	return blockdev.WriteVAt(d.Device, bufs, off)
+}
+
+// TestWritePagesBatch: WritePages hands a batch of pages to the volume in
+// one WriteAtomicBatch, whose pages reach the device in one vectored
+// write of a buffer per page; a batch of one page is a single write.
+func TestWritePagesBatch(t *testing.T) {
+	dev := &vecDev{Device: memdev.NewBlockSize(32<<20, 4096)}
+	require.NoError(t, ext4io.Format(dev, ext4io.FormatOptions{}))
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
+	require.NoError(t, err)
+	c, err := Create(v, "pages", 64)
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+	s, err := Open(v, "pages")
+	require.NoError(t, err)
+
+	require.NoError(t, workload(s, 1, 1, 5))
+	require.Equal(t, 1, dev.maxBufs, "a batch of one page")
+	require.NoError(t, workload(s, 3, 16, 5))
+	require.Equal(t, 16, dev.maxBufs, "the 16 pages of a batch in one vectored write")
+	page := make([]byte, pageSize)
+	written := 0
+	for no := range uint32(s.Pages()) {
+		_, ok, err := s.ReadPage(no, page)
+		require.NoError(t, err)
+		if ok {
+			written++
+		}
+	}
+	require.Greater(t, written, 16)
+	require.NoError(t, s.Close())
+	require.NoError(t, v.Close())
+	ext4iotest.FsckDev(t, dev.Device)
 }
 
 // crashSweep runs the page workload (plain or atomic page writes) and
