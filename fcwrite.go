@@ -94,6 +94,11 @@ type fcState struct {
 	tid uint32
 	// unlinked holds the inodes unlinked since the last full commit.
 	unlinked map[uint32]bool
+	// sizes holds the i_size of each regular file's INODE tag in the
+	// fast commits built since the last full commit: a later tag that
+	// raises it exposes data written since, which must be durable first
+	// (fcInodeTags).
+	sizes map[uint32]uint64
 
 	// commits and fallbacks count fast commits written and Syncs that
 	// fell back to a full commit (Counters).
@@ -129,7 +134,7 @@ func (v *Volume) startFastCommit() error {
 	if err := v.jm.j.ClearFastCommitArea(); err != nil {
 		return fmt.Errorf("ext4io: clearing the fast-commit area: %w", err)
 	}
-	v.fc = &fcState{inodes: map[uint32]*fcIno{}, unlinked: map[uint32]bool{}}
+	v.fc = &fcState{inodes: map[uint32]*fcIno{}, unlinked: map[uint32]bool{}, sizes: map[uint32]uint64{}}
 	return nil
 }
 
@@ -241,6 +246,7 @@ func (v *Volume) fcFullCommit() {
 	fc.ineligible, fc.dentries, fc.dirWrites, fc.off = "", nil, 0, 0
 	clear(fc.inodes)
 	clear(fc.unlinked)
+	clear(fc.sizes)
 	fc.mu.Unlock()
 }
 
@@ -284,9 +290,12 @@ type fcRun struct {
 // FUA). Each fast commit then costs one flush, with ext4's ordering: no
 // tag reaches the device before the data it maps is durable, and an fsync
 // returns only after a flush issued after its tags were written. A run
-// without ADD_RANGE (overwrites, unlinks, size changes) maps no new block
-// and needs no flush before its tags: they are written at once and share
-// the next flush with the run before. A run with nothing to write (its
+// without ADD_RANGE that raises no file's i_size (overwrites, unlinks,
+// shrinking truncates) exposes no data not durable yet and needs no flush
+// before its tags: they are written at once and share the next flush with
+// the run before. An i_size raised within mapped blocks (an append inside
+// the last block) exposes the bytes written there: that run is flushed
+// first, as one with ADD_RANGE. A run with nothing to write (its
 // changes went out with an earlier run) needs only that flush.
 //
 // Before it builds a run, a step waits briefly for the writers the last
@@ -418,10 +427,11 @@ func (v *Volume) fcLead(mine *fcRun) {
 		g.mu.Lock()
 		pending := g.unflushed
 		g.mu.Unlock()
-		// Blocks newly mapped (ADD_RANGE) must hold their data before the
-		// tags that map them are written (journal FW3), unless
-		// Tuning.FastCommitOneFlush accepts the window: flush first.
-		preflush := r != nil && b.adds && !v.opts.Tuning.FastCommitOneFlush
+		// Blocks newly mapped (ADD_RANGE), and bytes a raised i_size
+		// exposes, must hold their data before the tags that map them are
+		// written (journal FW3), unless Tuning.FastCommitOneFlush accepts
+		// the window: flush first.
+		preflush := r != nil && (b.adds || b.grows) && !v.opts.Tuning.FastCommitOneFlush
 		if preflush || r == nil && len(pending) > 0 {
 			g.mu.Lock()
 			pending, g.unflushed = g.unflushed, nil
@@ -542,7 +552,8 @@ type fcBuilt struct {
 	w    fcBuilder
 	tid  uint32
 	off  int
-	adds bool // it maps blocks (ADD_RANGE)
+	adds  bool // it maps blocks (ADD_RANGE)
+	grows bool // it raises a file's i_size (fcBuilder.grows)
 }
 
 func (b *fcBuilt) release() { b.w.release() }
@@ -626,7 +637,7 @@ func (v *Volume) fcBuild() (*fcBuilt, error) {
 	}
 	// The tags hold the tracked changes now: the tracking starts again
 	// for the next fast commit, whose blocks follow these.
-	b.off, b.adds = fc.off, b.w.adds
+	b.off, b.adds, b.grows = fc.off, b.w.adds, b.w.grows
 	fc.off += nblk
 	fc.tid = tid
 	fc.dentries = nil
@@ -742,7 +753,48 @@ func (v *Volume) fcInodeTags(fc *fcState, w *fcBuilder, ino uint32, creat bool) 
 	if !creat {
 		w.add(inodeTag)
 	}
+	if in.IsReg() {
+		grows, err := v.fcGrows(fc, ino, in.Size, creat)
+		if err != nil {
+			return "", err
+		}
+		w.grows = w.grows || grows
+		fc.sizes[ino] = in.Size
+	}
 	return "", nil
+}
+
+// fcGrows reports whether size, the i_size of regular file ino's INODE
+// tag, is above the size the replay would give the file without the tag:
+// that of its INODE tag in an earlier fast commit since the last full
+// commit, else the one that commit logged (0 for an inode created since).
+// An inode that cannot be read or decoded from its logged copy counts as
+// grown. fc.mu and txnGate (exclusively) are held: no full commit is in
+// flight (fcBuild), so the logged copy is the committed one.
+func (v *Volume) fcGrows(fc *fcState, ino uint32, size uint64, creat bool) (bool, error) {
+	if base, ok := fc.sizes[ino]; ok {
+		return size > base, nil
+	}
+	if creat {
+		return size > 0, nil
+	}
+	m, ok := v.meta.(*jmeta)
+	if !ok {
+		return true, nil
+	}
+	g, idx := v.sb.InodeLocation(ino)
+	isz := v.sb.InodeSizeBytes()
+	byteOff := uint64(idx) * uint64(isz)
+	blk := v.groups[g].InodeTable + byteOff/uint64(v.bs)
+	raw := make([]byte, isz)
+	if err := m.readLoggedAt(blk, int(byteOff%uint64(v.bs)), raw); err != nil {
+		return false, fmt.Errorf("ext4io: fast commit: inode %d: %w", ino, err)
+	}
+	old, err := layout.DecodeInode(raw, isz)
+	if err != nil || old.LinksCount == 0 {
+		return size > 0, nil
+	}
+	return size > old.Size, nil
 }
 
 // fcRawInode returns the on-disk inode ino as the next full commit would
@@ -824,6 +876,10 @@ type fcBuilder struct {
 	crc uint32
 	// adds says an ADD_RANGE was added: the fast commit maps blocks.
 	adds bool
+	// grows says an INODE tag raises a regular file's i_size over the
+	// size last made durable (fcInodeTags): the bytes it exposes may be
+	// data written since, in blocks mapped before.
+	grows bool
 }
 
 // reserve returns the position of a record of n bytes (header included),

@@ -1,0 +1,81 @@
+package ext4io_test
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ext4io/ext4io"
+	"github.com/ext4io/ext4io/blockdev/errordev"
+	"github.com/ext4io/ext4io/blockdev/memdev"
+	"github.com/ext4io/ext4io/ext4iotest"
+)
+
+// TestFastCommitSizeOverInFlightData: an fsync whose fast commit maps no
+// new block (a write into the file's mapped tail block that raises
+// i_size) must not let its INODE tag, which carries the new i_size, reach
+// the device before the data it exposes is durable. Crash images are
+// taken before every flush with a random half of the unflushed writes
+// kept: in each, the file is either its old 100 bytes or the 4,096 bytes
+// written, never 4,096 bytes whose tail the write did not fill (the
+// truncated 'A's, or zeroes).
+func TestFastCommitSizeOverInFlightData(t *testing.T) {
+	base := memdev.New(64 << 20)
+	require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{FastCommit: true, NoDiscard: true}))
+	crash, err := errordev.NewCrashable(base)
+	require.NoError(t, err)
+	dev := &hookDev{Device: crash}
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1})
+	require.NoError(t, err)
+	f, err := v.Create("f")
+	require.NoError(t, err)
+	_, err = f.WriteAt(bytes.Repeat([]byte{'A'}, 4096), 0)
+	require.NoError(t, err)
+	require.NoError(t, v.Sync()) // a full commit: 4,096 'A's
+	require.NoError(t, f.Truncate(100))
+	require.NoError(t, f.Sync()) // a fast commit: the baseline is 100 'A's
+
+	want := append(bytes.Repeat([]byte{'A'}, 100), bytes.Repeat([]byte{'B'}, 4096-100)...)
+	images, bad := 0, 0
+	check := func(seed uint64) {
+		img, err := crash.Crash(errordev.CrashOptions{Seed: seed, KeepProb: 0.5})
+		require.NoError(t, err)
+		rv, err := ext4io.Open(img, ext4io.Options{})
+		require.NoError(t, err, "seed %d: open the crash image", seed)
+		defer rv.Close()
+		rf, err := rv.Open("f")
+		require.NoError(t, err, "seed %d", seed)
+		defer rf.Close()
+		got := make([]byte, rf.Size())
+		_, err = rf.ReadAt(got, 0)
+		require.NoError(t, err)
+		images++
+		if len(got) == 100 {
+			assert.Equal(t, want[:100], got, "seed %d", seed)
+			return
+		}
+		if !bytes.Equal(want, got) {
+			bad++
+			t.Errorf("seed %d: the file has %d bytes, %d of them 'B' (want 100 bytes, or %d bytes ending in 3,996 'B's)",
+				seed, len(got), bytes.Count(got, []byte{'B'}), len(want))
+		}
+	}
+	hook := func() {
+		for seed := range uint64(16) {
+			check(seed)
+		}
+	}
+	dev.beforeFlush.Store(&hook)
+	_, err = f.WriteAt(want[100:], 100)
+	require.NoError(t, err)
+	require.NoError(t, f.Sync())
+	dev.beforeFlush.Store(nil)
+	c := v.Counters()
+	t.Logf("%d crash images, %d bad; fast commits %d, fallbacks %d", images, bad, c.FastCommits, c.FastCommitFallbacks)
+	require.NotZero(t, c.FastCommits, "the fsync wrote a fast commit")
+	require.NoError(t, f.Close())
+	require.NoError(t, v.Close())
+	ext4iotest.FsckDev(t, base)
+}
