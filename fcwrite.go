@@ -549,9 +549,9 @@ func (v *Volume) fcFailed(err error) error {
 // fcBuilt is a fast commit built by fcBuild, to be written at block off
 // of the area.
 type fcBuilt struct {
-	w    fcBuilder
-	tid  uint32
-	off  int
+	w     fcBuilder
+	tid   uint32
+	off   int
 	adds  bool // it maps blocks (ADD_RANGE)
 	grows bool // it raises a file's i_size (fcBuilder.grows)
 }
