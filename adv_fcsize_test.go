@@ -20,7 +20,12 @@ import (
 // taken before every flush with a random half of the unflushed writes
 // kept: in each, the file is either its old 100 bytes or the 4,096 bytes
 // written, never 4,096 bytes whose tail the write did not fill (the
-// truncated 'A's, or zeroes).
+// truncated 'A's, or zeroes). One image of each outcome also goes through
+// e2fsck's and, as root on Linux, the kernel's replay (fcCrossCheck).
+// fcCrossCheck, when set (Linux), checks that e2fsck's replay of a crash
+// image, and the kernel's as root, give the files want as ext4io's does.
+var fcCrossCheck func(t *testing.T, img *memdev.Device, want map[string][]byte)
+
 func TestFastCommitSizeOverInFlightData(t *testing.T) {
 	base := memdev.New(64 << 20)
 	require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{FastCommit: true, NoDiscard: true}))
@@ -39,6 +44,7 @@ func TestFastCommitSizeOverInFlightData(t *testing.T) {
 
 	want := append(bytes.Repeat([]byte{'A'}, 100), bytes.Repeat([]byte{'B'}, 4096-100)...)
 	images, bad := 0, 0
+	crossChecked := map[int]bool{} // outcomes (file sizes) cross-checked
 	check := func(seed uint64) {
 		img, err := crash.Crash(errordev.CrashOptions{Seed: seed, KeepProb: 0.5})
 		require.NoError(t, err)
@@ -52,6 +58,10 @@ func TestFastCommitSizeOverInFlightData(t *testing.T) {
 		_, err = rf.ReadAt(got, 0)
 		require.NoError(t, err)
 		images++
+		if fcCrossCheck != nil && !crossChecked[len(got)] {
+			crossChecked[len(got)] = true
+			fcCrossCheck(t, img, map[string][]byte{"f": got})
+		}
 		if len(got) == 100 {
 			assert.Equal(t, want[:100], got, "seed %d", seed)
 			return
@@ -73,7 +83,8 @@ func TestFastCommitSizeOverInFlightData(t *testing.T) {
 	require.NoError(t, f.Sync())
 	dev.beforeFlush.Store(nil)
 	c := v.Counters()
-	t.Logf("%d crash images, %d bad; fast commits %d, fallbacks %d", images, bad, c.FastCommits, c.FastCommitFallbacks)
+	t.Logf("%d crash images, %d bad; fast commits %d, fallbacks %d; outcomes cross-checked %v",
+		images, bad, c.FastCommits, c.FastCommitFallbacks, crossChecked)
 	require.NotZero(t, c.FastCommits, "the fsync wrote a fast commit")
 	require.NoError(t, f.Close())
 	require.NoError(t, v.Close())
