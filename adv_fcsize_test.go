@@ -2,6 +2,7 @@ package ext4io_test
 
 import (
 	"bytes"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -87,6 +88,79 @@ func TestFastCommitSizeOverInFlightData(t *testing.T) {
 		images, bad, c.FastCommits, c.FastCommitFallbacks, crossChecked)
 	require.NotZero(t, c.FastCommits, "the fsync wrote a fast commit")
 	require.NoError(t, f.Close())
+	require.NoError(t, v.Close())
+	ext4iotest.FsckDev(t, base)
+}
+
+// TestFastCommitTruncateZeroesTail: an fsync after a truncate inside a
+// block writes a fast commit with the smaller i_size; the truncate zeroed
+// the block's bytes past it on the device, and a later extension reads
+// them. Crash images are taken before every flush with a random half of
+// the unflushed writes kept: in each whose file has the new size, the
+// file extended again (a writable replay, Truncate back to 4,096) reads
+// zeroes past 100 bytes, never the truncated 'A's.
+func TestFastCommitTruncateZeroesTail(t *testing.T) {
+	base := memdev.New(64 << 20)
+	require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{FastCommit: true, NoDiscard: true}))
+	crash, err := errordev.NewCrashable(base)
+	require.NoError(t, err)
+	dev := &hookDev{Device: crash}
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1})
+	require.NoError(t, err)
+	f, err := v.Create("f")
+	require.NoError(t, err)
+	_, err = f.WriteAt(bytes.Repeat([]byte{'A'}, 4096), 0)
+	require.NoError(t, err)
+	g, err := v.Create("g")
+	require.NoError(t, err)
+	require.NoError(t, v.Sync()) // a full commit: f holds 4,096 'A's
+	_, err = g.WriteAt([]byte("g"), 0)
+	require.NoError(t, err)
+	require.NoError(t, g.Sync()) // a fast commit starts the area
+
+	images, shrunk, bad := 0, 0, 0
+	check := func(seed uint64) {
+		img, err := crash.Crash(errordev.CrashOptions{Seed: seed, KeepProb: 0.5})
+		require.NoError(t, err)
+		rv, err := ext4io.Open(img, ext4io.Options{Writable: true})
+		require.NoError(t, err, "seed %d: open the crash image", seed)
+		defer rv.Close()
+		rf, err := rv.OpenFile("f", os.O_RDWR, 0)
+		require.NoError(t, err, "seed %d", seed)
+		defer rf.Close()
+		images++
+		if rf.Size() == 4096 {
+			return // the truncate is not in the image
+		}
+		require.EqualValues(t, 100, rf.Size(), "seed %d", seed)
+		shrunk++
+		require.NoError(t, rf.Truncate(4096))
+		got := make([]byte, 4096)
+		_, err = rf.ReadAt(got, 0)
+		require.NoError(t, err)
+		want := append(bytes.Repeat([]byte{'A'}, 100), make([]byte, 4096-100)...)
+		if !bytes.Equal(want, got) {
+			bad++
+			t.Errorf("seed %d: extended to 4,096 bytes after the crash, the file reads %d 'A's past byte 100 (want zeroes)",
+				seed, bytes.Count(got[100:], []byte{'A'}))
+		}
+	}
+	hook := func() {
+		for seed := range uint64(16) {
+			check(seed)
+		}
+	}
+	dev.beforeFlush.Store(&hook)
+	require.NoError(t, f.Truncate(100))
+	require.NoError(t, f.Sync())
+	dev.beforeFlush.Store(nil)
+	c := v.Counters()
+	t.Logf("%d crash images, %d with the truncate, %d bad; fast commits %d, fallbacks %d",
+		images, shrunk, bad, c.FastCommits, c.FastCommitFallbacks)
+	require.Equal(t, uint64(2), c.FastCommits, "both fsyncs wrote fast commits")
+	require.NotZero(t, shrunk, "some images hold the truncate")
+	require.NoError(t, f.Close())
+	require.NoError(t, g.Close())
 	require.NoError(t, v.Close())
 	ext4iotest.FsckDev(t, base)
 }

@@ -96,8 +96,8 @@ type fcState struct {
 	unlinked map[uint32]bool
 	// sizes holds the i_size of each regular file's INODE tag in the
 	// fast commits built since the last full commit: a later tag that
-	// raises it exposes data written since, which must be durable first
-	// (fcInodeTags).
+	// changes it needs the data written for the change durable first
+	// (fcResized).
 	sizes map[uint32]uint64
 
 	// commits and fallbacks count fast commits written and Syncs that
@@ -290,12 +290,14 @@ type fcRun struct {
 // FUA). Each fast commit then costs one flush, with ext4's ordering: no
 // tag reaches the device before the data it maps is durable, and an fsync
 // returns only after a flush issued after its tags were written. A run
-// without ADD_RANGE that raises no file's i_size (overwrites, unlinks,
-// shrinking truncates) exposes no data not durable yet and needs no flush
-// before its tags: they are written at once and share the next flush with
-// the run before. An i_size raised within mapped blocks (an append inside
-// the last block) exposes the bytes written there: that run is flushed
-// first, as one with ADD_RANGE. A run with nothing to write (its
+// without ADD_RANGE that changes no file's i_size (overwrites, unlinks)
+// exposes no data not durable yet and needs no flush before its tags:
+// they are written at once and share the next flush with the run before.
+// An i_size raised within mapped blocks (an append inside the last block)
+// exposes the bytes written there, and one lowered inside a block relies
+// on the truncate's zeroing past it (a later extension reads those
+// bytes): such a run is flushed first, as one with ADD_RANGE. A run with
+// nothing to write (its
 // changes went out with an earlier run) needs only that flush.
 //
 // Before it builds a run, a step waits briefly for the writers the last
@@ -427,11 +429,12 @@ func (v *Volume) fcLead(mine *fcRun) {
 		g.mu.Lock()
 		pending := g.unflushed
 		g.mu.Unlock()
-		// Blocks newly mapped (ADD_RANGE), and bytes a raised i_size
-		// exposes, must hold their data before the tags that map them are
-		// written (journal FW3), unless Tuning.FastCommitOneFlush accepts
-		// the window: flush first.
-		preflush := r != nil && (b.adds || b.grows) && !v.opts.Tuning.FastCommitOneFlush
+		// Blocks newly mapped (ADD_RANGE), and the bytes written for an
+		// i_size change (appended, or zeroed past a smaller size), must
+		// be durable before the tags that expose them are written
+		// (journal FW3), unless Tuning.FastCommitOneFlush accepts the
+		// window: flush first.
+		preflush := r != nil && (b.adds || b.resized) && !v.opts.Tuning.FastCommitOneFlush
 		if preflush || r == nil && len(pending) > 0 {
 			g.mu.Lock()
 			pending, g.unflushed = g.unflushed, nil
@@ -549,11 +552,11 @@ func (v *Volume) fcFailed(err error) error {
 // fcBuilt is a fast commit built by fcBuild, to be written at block off
 // of the area.
 type fcBuilt struct {
-	w     fcBuilder
-	tid   uint32
-	off   int
-	adds  bool // it maps blocks (ADD_RANGE)
-	grows bool // it raises a file's i_size (fcBuilder.grows)
+	w       fcBuilder
+	tid     uint32
+	off     int
+	adds    bool // it maps blocks (ADD_RANGE)
+	resized bool // it changes a file's i_size (fcBuilder.resized)
 }
 
 func (b *fcBuilt) release() { b.w.release() }
@@ -637,7 +640,7 @@ func (v *Volume) fcBuild() (*fcBuilt, error) {
 	}
 	// The tags hold the tracked changes now: the tracking starts again
 	// for the next fast commit, whose blocks follow these.
-	b.off, b.adds, b.grows = fc.off, b.w.adds, b.w.grows
+	b.off, b.adds, b.resized = fc.off, b.w.adds, b.w.resized
 	fc.off += nblk
 	fc.tid = tid
 	fc.dentries = nil
@@ -754,26 +757,26 @@ func (v *Volume) fcInodeTags(fc *fcState, w *fcBuilder, ino uint32, creat bool) 
 		w.add(inodeTag)
 	}
 	if in.IsReg() {
-		grows, err := v.fcGrows(fc, ino, in.Size, creat)
+		resized, err := v.fcResized(fc, ino, in.Size, creat)
 		if err != nil {
 			return "", err
 		}
-		w.grows = w.grows || grows
+		w.resized = w.resized || resized
 		fc.sizes[ino] = in.Size
 	}
 	return "", nil
 }
 
-// fcGrows reports whether size, the i_size of regular file ino's INODE
-// tag, is above the size the replay would give the file without the tag:
+// fcResized reports whether size, the i_size of regular file ino's INODE
+// tag, differs from the size the replay would give the file without the tag:
 // that of its INODE tag in an earlier fast commit since the last full
 // commit, else the one that commit logged (0 for an inode created since).
-// An inode that cannot be read or decoded from its logged copy counts as
-// grown. fc.mu and txnGate (exclusively) are held: no full commit is in
+// An inode that cannot be decoded from its logged copy counts as
+// resized. fc.mu and txnGate (exclusively) are held: no full commit is in
 // flight (fcBuild), so the logged copy is the committed one.
-func (v *Volume) fcGrows(fc *fcState, ino uint32, size uint64, creat bool) (bool, error) {
+func (v *Volume) fcResized(fc *fcState, ino uint32, size uint64, creat bool) (bool, error) {
 	if base, ok := fc.sizes[ino]; ok {
-		return size > base, nil
+		return size != base, nil
 	}
 	if creat {
 		return size > 0, nil
@@ -792,9 +795,9 @@ func (v *Volume) fcGrows(fc *fcState, ino uint32, size uint64, creat bool) (bool
 	}
 	old, err := layout.DecodeInode(raw, isz)
 	if err != nil || old.LinksCount == 0 {
-		return size > 0, nil
+		return true, nil
 	}
-	return size > old.Size, nil
+	return size != old.Size, nil
 }
 
 // fcRawInode returns the on-disk inode ino as the next full commit would
@@ -876,10 +879,12 @@ type fcBuilder struct {
 	crc uint32
 	// adds says an ADD_RANGE was added: the fast commit maps blocks.
 	adds bool
-	// grows says an INODE tag raises a regular file's i_size over the
-	// size last made durable (fcInodeTags): the bytes it exposes may be
-	// data written since, in blocks mapped before.
-	grows bool
+	// resized says an INODE tag changes a regular file's i_size from
+	// the size the replay would give it otherwise (fcResized): a larger
+	// size exposes bytes written since in blocks mapped before, a
+	// smaller one relies on the truncate's zeroing of its last block
+	// past it, which a later extension reads.
+	resized bool
 }
 
 // reserve returns the position of a record of n bytes (header included),
