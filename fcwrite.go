@@ -290,15 +290,16 @@ type fcRun struct {
 // FUA). Each fast commit then costs one flush, with ext4's ordering: no
 // tag reaches the device before the data it maps is durable, and an fsync
 // returns only after a flush issued after its tags were written. A run
-// without ADD_RANGE that changes no file's i_size (overwrites, unlinks)
-// exposes no data not durable yet and needs no flush before its tags:
-// they are written at once and share the next flush with the run before.
-// An i_size raised within mapped blocks (an append inside the last block)
-// exposes the bytes written there, and one lowered inside a block relies
-// on the truncate's zeroing past it (a later extension reads those
-// bytes): such a run is flushed first, as one with ADD_RANGE. A run with
-// nothing to write (its
-// changes went out with an earlier run) needs only that flush.
+// without ADD_RANGE or DEL_RANGE that changes no file's i_size
+// (overwrites, unlinks) exposes no data not durable yet and needs no
+// flush before its tags: they are written at once and share the next
+// flush with the run before. The others are flushed first: an i_size
+// raised within mapped blocks (an append inside the last block) exposes
+// the bytes written there, one lowered inside a block relies on the
+// truncate's zeroing past it (a later extension reads those bytes), and
+// a punch's DEL_RANGE on the zeroing of the partial blocks around it. A
+// run with nothing to write (its changes went out with an earlier run)
+// needs only that flush.
 //
 // Before it builds a run, a step waits briefly for the writers the last
 // flush released (waitReturning), as jbd2 holds a commit open while other
@@ -429,12 +430,13 @@ func (v *Volume) fcLead(mine *fcRun) {
 		g.mu.Lock()
 		pending := g.unflushed
 		g.mu.Unlock()
-		// Blocks newly mapped (ADD_RANGE), and the bytes written for an
-		// i_size change (appended, or zeroed past a smaller size), must
-		// be durable before the tags that expose them are written
-		// (journal FW3), unless Tuning.FastCommitOneFlush accepts the
-		// window: flush first.
-		preflush := r != nil && (b.adds || b.resized) && !v.opts.Tuning.FastCommitOneFlush
+		// Blocks newly mapped (ADD_RANGE), the partial blocks a punch
+		// or truncate zeroed around blocks it unmapped (DEL_RANGE), and
+		// the bytes written for an i_size change (appended, or zeroed
+		// past a smaller size) must be durable before the tags that
+		// expose them are written (journal FW3), unless
+		// Tuning.FastCommitOneFlush accepts the window: flush first.
+		preflush := r != nil && (b.adds || b.dels || b.resized) && !v.opts.Tuning.FastCommitOneFlush
 		if preflush || r == nil && len(pending) > 0 {
 			g.mu.Lock()
 			pending, g.unflushed = g.unflushed, nil
@@ -556,6 +558,7 @@ type fcBuilt struct {
 	tid     uint32
 	off     int
 	adds    bool // it maps blocks (ADD_RANGE)
+	dels    bool // it unmaps blocks (DEL_RANGE)
 	resized bool // it changes a file's i_size (fcBuilder.resized)
 }
 
@@ -640,7 +643,7 @@ func (v *Volume) fcBuild() (*fcBuilt, error) {
 	}
 	// The tags hold the tracked changes now: the tracking starts again
 	// for the next fast commit, whose blocks follow these.
-	b.off, b.adds, b.resized = fc.off, b.w.adds, b.w.resized
+	b.off, b.adds, b.dels, b.resized = fc.off, b.w.adds, b.w.dels, b.w.resized
 	fc.off += nblk
 	fc.tid = tid
 	fc.dentries = nil
@@ -879,6 +882,9 @@ type fcBuilder struct {
 	crc uint32
 	// adds says an ADD_RANGE was added: the fast commit maps blocks.
 	adds bool
+	// dels says a DEL_RANGE was added: the fast commit unmaps blocks,
+	// and a punch or truncate around them zeroed partial blocks in place.
+	dels bool
 	// resized says an INODE tag changes a regular file's i_size from
 	// the size the replay would give it otherwise (fcResized): a larger
 	// size exposes bytes written since in blocks mapped before, a
@@ -931,6 +937,7 @@ func (w *fcBuilder) release() {
 
 func (w *fcBuilder) add(t layout.FCTag) {
 	w.adds = w.adds || t.Tag == layout.FCTagAddRange
+	w.dels = w.dels || t.Tag == layout.FCTagDelRange
 	w.reserve(layout.FCTagBaseLen + len(t.Value))
 	w.put(t)
 }
