@@ -94,6 +94,11 @@ type fcState struct {
 	tid uint32
 	// unlinked holds the inodes unlinked since the last full commit.
 	unlinked map[uint32]bool
+	// sizes holds the i_size of each regular file's INODE tag in the
+	// fast commits built since the last full commit: a later tag that
+	// changes it needs the data written for the change durable first
+	// (fcResized).
+	sizes map[uint32]uint64
 
 	// commits and fallbacks count fast commits written and Syncs that
 	// fell back to a full commit (Counters).
@@ -129,7 +134,7 @@ func (v *Volume) startFastCommit() error {
 	if err := v.jm.j.ClearFastCommitArea(); err != nil {
 		return fmt.Errorf("ext4io: clearing the fast-commit area: %w", err)
 	}
-	v.fc = &fcState{inodes: map[uint32]*fcIno{}, unlinked: map[uint32]bool{}}
+	v.fc = &fcState{inodes: map[uint32]*fcIno{}, unlinked: map[uint32]bool{}, sizes: map[uint32]uint64{}}
 	return nil
 }
 
@@ -241,6 +246,7 @@ func (v *Volume) fcFullCommit() {
 	fc.ineligible, fc.dentries, fc.dirWrites, fc.off = "", nil, 0, 0
 	clear(fc.inodes)
 	clear(fc.unlinked)
+	clear(fc.sizes)
 	fc.mu.Unlock()
 }
 
@@ -284,10 +290,16 @@ type fcRun struct {
 // FUA). Each fast commit then costs one flush, with ext4's ordering: no
 // tag reaches the device before the data it maps is durable, and an fsync
 // returns only after a flush issued after its tags were written. A run
-// without ADD_RANGE (overwrites, unlinks, size changes) maps no new block
-// and needs no flush before its tags: they are written at once and share
-// the next flush with the run before. A run with nothing to write (its
-// changes went out with an earlier run) needs only that flush.
+// without ADD_RANGE or DEL_RANGE that changes no file's i_size
+// (overwrites, unlinks) exposes no data not durable yet and needs no
+// flush before its tags: they are written at once and share the next
+// flush with the run before. The others are flushed first: an i_size
+// raised within mapped blocks (an append inside the last block) exposes
+// the bytes written there, one lowered inside a block relies on the
+// truncate's zeroing past it (a later extension reads those bytes), and
+// a punch's DEL_RANGE on the zeroing of the partial blocks around it. A
+// run with nothing to write (its changes went out with an earlier run)
+// needs only that flush.
 //
 // Before it builds a run, a step waits briefly for the writers the last
 // flush released (waitReturning), as jbd2 holds a commit open while other
@@ -418,10 +430,13 @@ func (v *Volume) fcLead(mine *fcRun) {
 		g.mu.Lock()
 		pending := g.unflushed
 		g.mu.Unlock()
-		// Blocks newly mapped (ADD_RANGE) must hold their data before the
-		// tags that map them are written (journal FW3), unless
+		// Blocks newly mapped (ADD_RANGE), the partial blocks a punch
+		// or truncate zeroed around blocks it unmapped (DEL_RANGE), and
+		// the bytes written for an i_size change (appended, or zeroed
+		// past a smaller size) must be durable before the tags that
+		// expose them are written (journal FW3), unless
 		// Tuning.FastCommitOneFlush accepts the window: flush first.
-		preflush := r != nil && b.adds && !v.opts.Tuning.FastCommitOneFlush
+		preflush := r != nil && (b.adds || b.dels || b.resized) && !v.opts.Tuning.FastCommitOneFlush
 		if preflush || r == nil && len(pending) > 0 {
 			g.mu.Lock()
 			pending, g.unflushed = g.unflushed, nil
@@ -539,10 +554,12 @@ func (v *Volume) fcFailed(err error) error {
 // fcBuilt is a fast commit built by fcBuild, to be written at block off
 // of the area.
 type fcBuilt struct {
-	w    fcBuilder
-	tid  uint32
-	off  int
-	adds bool // it maps blocks (ADD_RANGE)
+	w       fcBuilder
+	tid     uint32
+	off     int
+	adds    bool // it maps blocks (ADD_RANGE)
+	dels    bool // it unmaps blocks (DEL_RANGE)
+	resized bool // it changes a file's i_size (fcBuilder.resized)
 }
 
 func (b *fcBuilt) release() { b.w.release() }
@@ -626,7 +643,7 @@ func (v *Volume) fcBuild() (*fcBuilt, error) {
 	}
 	// The tags hold the tracked changes now: the tracking starts again
 	// for the next fast commit, whose blocks follow these.
-	b.off, b.adds = fc.off, b.w.adds
+	b.off, b.adds, b.dels, b.resized = fc.off, b.w.adds, b.w.dels, b.w.resized
 	fc.off += nblk
 	fc.tid = tid
 	fc.dentries = nil
@@ -742,7 +759,48 @@ func (v *Volume) fcInodeTags(fc *fcState, w *fcBuilder, ino uint32, creat bool) 
 	if !creat {
 		w.add(inodeTag)
 	}
+	if in.IsReg() {
+		resized, err := v.fcResized(fc, ino, in.Size, creat)
+		if err != nil {
+			return "", err
+		}
+		w.resized = w.resized || resized
+		fc.sizes[ino] = in.Size
+	}
 	return "", nil
+}
+
+// fcResized reports whether size, the i_size of regular file ino's INODE
+// tag, differs from the size the replay would give the file without the tag:
+// that of its INODE tag in an earlier fast commit since the last full
+// commit, else the one that commit logged (0 for an inode created since).
+// An inode that cannot be decoded from its logged copy counts as
+// resized. fc.mu and txnGate (exclusively) are held: no full commit is in
+// flight (fcBuild), so the logged copy is the committed one.
+func (v *Volume) fcResized(fc *fcState, ino uint32, size uint64, creat bool) (bool, error) {
+	if base, ok := fc.sizes[ino]; ok {
+		return size != base, nil
+	}
+	if creat {
+		return size > 0, nil
+	}
+	m, ok := v.meta.(*jmeta)
+	if !ok {
+		return true, nil
+	}
+	g, idx := v.sb.InodeLocation(ino)
+	isz := v.sb.InodeSizeBytes()
+	byteOff := uint64(idx) * uint64(isz)
+	blk := v.groups[g].InodeTable + byteOff/uint64(v.bs)
+	raw := make([]byte, isz)
+	if err := m.readLoggedAt(blk, int(byteOff%uint64(v.bs)), raw); err != nil {
+		return false, fmt.Errorf("ext4io: fast commit: inode %d: %w", ino, err)
+	}
+	old, err := layout.DecodeInode(raw, isz)
+	if err != nil || old.LinksCount == 0 {
+		return true, nil
+	}
+	return size != old.Size, nil
 }
 
 // fcRawInode returns the on-disk inode ino as the next full commit would
@@ -824,6 +882,15 @@ type fcBuilder struct {
 	crc uint32
 	// adds says an ADD_RANGE was added: the fast commit maps blocks.
 	adds bool
+	// dels says a DEL_RANGE was added: the fast commit unmaps blocks,
+	// and a punch or truncate around them zeroed partial blocks in place.
+	dels bool
+	// resized says an INODE tag changes a regular file's i_size from
+	// the size the replay would give it otherwise (fcResized): a larger
+	// size exposes bytes written since in blocks mapped before, a
+	// smaller one relies on the truncate's zeroing of its last block
+	// past it, which a later extension reads.
+	resized bool
 }
 
 // reserve returns the position of a record of n bytes (header included),
@@ -870,6 +937,7 @@ func (w *fcBuilder) release() {
 
 func (w *fcBuilder) add(t layout.FCTag) {
 	w.adds = w.adds || t.Tag == layout.FCTagAddRange
+	w.dels = w.dels || t.Tag == layout.FCTagDelRange
 	w.reserve(layout.FCTagBaseLen + len(t.Value))
 	w.put(t)
 }

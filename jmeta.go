@@ -164,6 +164,29 @@ func (m *jmeta) readAt(blk uint64, off int, dst []byte) error {
 	return nil
 }
 
+// readLoggedAt is readAt from blk's last logged copy (the cache's, the
+// journal's or the device's), ignoring its pending and committing copies.
+func (m *jmeta) readLoggedAt(blk uint64, off int, dst []byte) error {
+	m.mu.Lock()
+	if m.cache != nil {
+		if b, _, ok := m.cache.get(blk); ok {
+			copy(dst, b[off:])
+			m.mu.Unlock()
+			return nil
+		}
+	}
+	m.mu.Unlock()
+	b := make([]byte, m.v.bs)
+	if !m.j.Lookup(blk, b) {
+		var err error
+		if b, err = m.dev.Read(blk); err != nil {
+			return err
+		}
+	}
+	copy(dst, b[off:])
+	return nil
+}
+
 // readBlockAt copies len(dst) bytes of block blk from byte off into dst.
 // With a journal it copies only those bytes (jmeta.readAt); otherwise it
 // reads the block into a scratch buffer.
