@@ -60,8 +60,8 @@ import (
 //   - the area being full, queued conversions, or the journal not idle (a
 //     full commit running or waiting: journal.ErrBusy).
 //
-// Concurrent fsyncs share fast commits, and consecutive fast commits
-// share flushes (fcGroup). A fast commit holds txnGate exclusively only
+// Concurrent fsyncs share fast commits, and the writers a fast commit's
+// flush releases join the next one together (fcGroup). A fast commit holds txnGate exclusively only
 // while it builds its tags: its device writes and flushes run without it
 // (fcBuild, fcLead).
 //
@@ -267,9 +267,8 @@ type fcRun struct {
 	err  error
 }
 
-// fcGroup lets concurrent fsyncs share fast commits and fast commits
-// share flushes, as a pipeline of steps run by one fsync at a time (the
-// leader, fcLead).
+// fcGroup lets concurrent fsyncs share fast commits, in steps run by one
+// fsync at a time (the leader, fcLead).
 //
 // Sharing fast commits, as ext4_fc_commit does: one fast commit writes
 // every change tracked when its tags are built, so the fsyncs that arrive
