@@ -60,8 +60,8 @@ import (
 //   - the area being full, queued conversions, or the journal not idle (a
 //     full commit running or waiting: journal.ErrBusy).
 //
-// Concurrent fsyncs share fast commits, and consecutive fast commits
-// share flushes (fcGroup). A fast commit holds txnGate exclusively only
+// Concurrent fsyncs share fast commits, and the writers a fast commit's
+// flush releases join the next one together (fcGroup). A fast commit holds txnGate exclusively only
 // while it builds its tags: its device writes and flushes run without it
 // (fcBuild, fcLead).
 //
@@ -267,9 +267,8 @@ type fcRun struct {
 	err  error
 }
 
-// fcGroup lets concurrent fsyncs share fast commits and fast commits
-// share flushes, as a pipeline of steps run by one fsync at a time (the
-// leader, fcLead).
+// fcGroup lets concurrent fsyncs share fast commits, in steps run by one
+// fsync at a time (the leader, fcLead).
 //
 // Sharing fast commits, as ext4_fc_commit does: one fast commit writes
 // every change tracked when its tags are built, so the fsyncs that arrive
@@ -277,39 +276,41 @@ type fcRun struct {
 // of them. An fsync joins only a run whose tags are not built yet, after
 // its own data went to the device and its changes were tracked.
 //
-// Sharing flushes: a flush makes durable every write that completed
-// before it was issued. One step builds the open run's tags (under
-// txnGate: the data they map completed before), then issues one flush,
-// then writes the tags:
+// Steps: a flush makes durable every write that completed before it was
+// issued. A step waits for the writers the last flush released
+// (waitReturning), builds the open run's tags (under txnGate: the data
+// they map completed before), issues one flush, then writes the tags;
+// the next step flushes them before it builds another run:
 //
-//	build(k) ; flush ; write tags(k) ; build(k+1) ; flush ; write tags(k+1) ; ...
+//	wait ; build(k) ; flush ; write tags(k) ; flush ; wait ; build(k+1) ; ...
 //
-// The flush is issued after build(k), so it makes run k's data durable
-// before run k's tags are written (ext4's PREFLUSH), and it is issued
-// after tags(k-1) were written, so it makes run k-1's tags durable (the
-// FUA). Each fast commit then costs one flush, with ext4's ordering: no
-// tag reaches the device before the data it maps is durable, and an fsync
-// returns only after a flush issued after its tags were written. A run
-// without ADD_RANGE or DEL_RANGE that changes no file's i_size
-// (overwrites, unlinks) exposes no data not durable yet and needs no
-// flush before its tags: they are written at once and share the next
-// flush with the run before. The others are flushed first: an i_size
-// raised within mapped blocks (an append inside the last block) exposes
-// the bytes written there, one lowered inside a block relies on the
-// truncate's zeroing past it (a later extension reads those bytes), and
-// a punch's DEL_RANGE on the zeroing of the partial blocks around it. A
-// run with nothing to write (its changes went out with an earlier run)
-// needs only that flush.
+// The first flush makes run k's data durable before its tags are
+// written (ext4's PREFLUSH), the second the tags (the FUA), with ext4's
+// ordering: no tag reaches the device before the data it maps is
+// durable, and an fsync returns only after a flush issued after its tags
+// were written. A run without ADD_RANGE or DEL_RANGE that changes no
+// file's i_size (overwrites, unlinks) exposes no data not durable yet and
+// needs no flush before its tags: they are written at once. The others
+// are flushed first: an i_size raised within mapped blocks (an append
+// inside the last block) exposes the bytes written there, one lowered
+// inside a block relies on the truncate's zeroing past it (a later
+// extension reads those bytes), and a punch's DEL_RANGE on the zeroing
+// of the partial blocks around it. A run with nothing to write (its
+// changes went out with an earlier run) needs only the second flush.
 //
-// Before it builds a run, a step waits briefly for the writers the last
-// flush released (waitReturning), as jbd2 holds a commit open while other
-// writers were active recently: several writers that fsync file after
-// file then take about half a flush per file, each run carrying the
-// fsyncs of every writer that was released together.
+// The flush after tags(k) could also be run k+1's first flush if run
+// k+1 were built before it, but run k's writers wait for that flush and
+// could not be in run k+1: consecutive runs would share no writer and n
+// writers would put about n/2 fsyncs in each. Flushing tags(k) first and
+// then waiting for the writers it released (as jbd2 holds a commit open
+// while other writers were active recently) puts every active writer's
+// fsync in one run: the same flushes per fsync (two per run of n), half
+// the runs, tag writes and leader hand-offs.
 //
 // Locking: mu guards open, unflushed, leading, returning, flushAvg,
-// waiting and every fcRun's fields; it is taken with no other lock held
-// and released before the leader takes txnGate or does I/O. Only the
+// waiting, flushDone, returnAvg and every fcRun's fields; it is taken
+// with no other lock held and released before the leader takes txnGate
+// or does I/O. Only the
 // leader takes runs from open, appends to unflushed and ends runs.
 type fcGroup struct {
 	mu   sync.Mutex
@@ -330,6 +331,11 @@ type fcGroup struct {
 	returning int
 	flushAvg  time.Duration
 	waiting   bool
+	// flushDone is when the last flush completed; returnAvg is the
+	// average time the writers it released took to join a run after
+	// it (joins by a waitReturning that gave up on them not counted).
+	flushDone time.Time
+	returnAvg time.Duration
 	// shared counts fsyncs that returned another fsync's fast commit
 	// (Counters.FastCommitShared).
 	shared atomic.Uint64
@@ -353,6 +359,12 @@ func (v *Volume) fastCommit() error {
 	r.members++
 	if g.returning > 0 {
 		g.returning--
+		d := time.Since(g.flushDone)
+		if g.returnAvg == 0 {
+			g.returnAvg = d
+		} else {
+			g.returnAvg += (d - g.returnAvg) / 8
+		}
 	}
 	if g.waiting {
 		g.cond.Broadcast()
@@ -405,9 +417,15 @@ func (v *Volume) fcLead(mine *fcRun) {
 			g.mu.Unlock()
 			return
 		}
-		g.waitReturning()
-		r := g.open
-		g.open = nil
+		// Tagged runs still waiting for their flush get it before the
+		// next run is built: their writers then come back into that
+		// run together with the others (waitReturning), and a run
+		// carries the fsyncs of every active writer.
+		var r *fcRun
+		if len(g.unflushed) == 0 {
+			g.waitReturning()
+			r, g.open = g.open, nil
+		}
 		g.mu.Unlock()
 		var b *fcBuilt
 		if r != nil {
@@ -495,17 +513,25 @@ const fcMaxWait = time.Millisecond
 
 // waitReturning waits, before a step builds the open run, for the
 // writers whose fsyncs the last flush released (g.returning): a writer
-// that fsyncs file after file comes back within a fraction of a flush,
-// and joining this run instead of the next saves it a step, so runs
-// carry more fsyncs per flush. This is jbd2's batching of a commit while
-// other writers were active recently, with the wait bounded by the
-// average flush (at most fcMaxWait). A single writer never waits: its
-// fsync is the one that came back. g.mu is held.
+// that fsyncs file after file comes back after the CPU its next file
+// costs, and joining this run instead of the next saves it two flushes.
+// This is jbd2's batching of a commit while other writers were active
+// recently. The wait ends when they all joined, and at the latest twice
+// their average return time (g.returnAvg) after the flush that released
+// them completed, or the average flush if that is longer, and at most
+// fcMaxWait: a writer slower than that (or gone) holds the run no
+// longer. The time counts from the flush, not from the wait's start: the
+// step often starts only when the first of them comes back. A single
+// writer never waits: its fsync is the one that came back. g.mu is held.
 func (g *fcGroup) waitReturning() {
 	if g.returning == 0 || g.flushAvg == 0 {
 		return
 	}
-	wait := min(g.flushAvg, fcMaxWait)
+	wait := time.Until(g.flushDone.Add(min(max(g.flushAvg, 2*g.returnAvg), fcMaxWait)))
+	if wait <= 0 {
+		g.returning = 0
+		return
+	}
 	deadline := time.Now().Add(wait)
 	t := time.AfterFunc(wait, func() {
 		g.mu.Lock()
@@ -527,6 +553,7 @@ func (g *fcGroup) flushed(d time.Duration, err error, pending []*fcRun) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.returning = 0
+	g.flushDone = time.Now()
 	if err != nil {
 		return
 	}
