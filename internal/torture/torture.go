@@ -203,6 +203,9 @@ func (r *runner) fail(seed uint64, ws []*worker, img *memdev.Device, err error) 
 	if r.cfg.MaxRounds > 0 {
 		limit = fmt.Sprintf("--duration %s --max-rounds %d", max(r.cfg.Duration, time.Hour), r.cfg.MaxRounds)
 	}
+	if r.cfg.FastCommit {
+		limit += " --fast-commit"
+	}
 	return fmt.Errorf("torture: seed %d round %d: %w (saved %s); reproduce (goroutine interleaving varies, so the same round may not fail again): ext4io torture --seed %d %s --goroutines %d --size %d --block-size %d --crash-every %d --crash-points %d (this round alone, on a fresh device: --round-seed %d)",
 		r.cfg.Seed, r.round-1, err, strings.Join(saved, ", "), r.cfg.Seed, limit, r.cfg.Goroutines, r.cfg.DeviceSize, r.cfg.BlockSize, r.cfg.CrashEvery, r.cfg.CrashPoints, seed)
 }
