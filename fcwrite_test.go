@@ -159,13 +159,16 @@ func fsyncConcurrently(t *testing.T, v *ext4io.Volume, dev *countDev, jobs, n, s
 // join that run (waitReturning). Building the next run before that flush
 // (sharing it as the next run's pre-flush) gave the same flushes but two
 // fsyncs per fast commit (0.50-0.51), as that run's writers wait for the
-// flush; without the wait 0.71-0.76 flushes, without grouping 2.
+// flush; without the wait 0.71-0.95 flushes and 0.47 fast commits,
+// without grouping 2. Under -race with the package's other tests running
+// (CI) the grouping gives 0.66-0.69 flushes and 0.33-0.34 fast commits
+// per file, hence the bounds.
 func TestFastCommitGroup(t *testing.T) {
 	for _, tc := range []struct {
 		jobs       int
 		maxFlushes float64
 		maxFCs     float64 // fast commits per fsynced file
-	}{{1, 2.1, 1}, {4, 0.65, 0.35}} {
+	}{{1, 2.1, 1}, {4, 0.8, 0.42}} {
 		t.Run(fmt.Sprintf("jobs=%d", tc.jobs), func(t *testing.T) {
 			// The bounds count what overlapping fsyncs share, and a
 			// loaded machine (the package's other tests, CI) can delay a
