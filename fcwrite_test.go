@@ -152,17 +152,13 @@ func fsyncConcurrently(t *testing.T, v *ext4io.Volume, dev *countDev, jobs, n, s
 // TestFastCommitGroup: concurrent fsyncs share fast commits (fcGroup).
 // The device's flushes are slowed so that fsyncs overlap. One writer
 // needs 2 flushes per fsynced file (before and after the tags, plus the
-// first fast commit's log checkpoint). Four writers need about half a
-// flush per file (0.52-0.55) and a fast commit carries the fsyncs of all
-// four (0.25-0.26 fast commits per file): a run's tags are flushed
-// before the next run is built, and the writers that flush releases all
-// join that run (waitReturning). Building the next run before that flush
-// (sharing it as the next run's pre-flush) gave the same flushes but two
-// fsyncs per fast commit (0.50-0.51), as that run's writers wait for the
-// flush; without the wait 0.71-0.95 flushes and 0.47 fast commits,
-// without grouping 2. Under -race with the package's other tests running
-// (CI) the grouping gives 0.66-0.69 flushes and 0.33-0.34 fast commits
-// per file, hence the bounds.
+// first fast commit's log checkpoint). Four writers share flushes and
+// fast commits: a run's tags are flushed before the next run is built,
+// and the writers that flush releases all join that run (waitReturning).
+// The bounds sit between what the grouping gives under -race beside the
+// package's other tests and what it gives without the wait or with the
+// next run built before that flush; docs/fastcommit.md ("Tests") has
+// the counts.
 func TestFastCommitGroup(t *testing.T) {
 	for _, tc := range []struct {
 		jobs       int
@@ -188,8 +184,9 @@ func TestFastCommitGroup(t *testing.T) {
 }
 
 // fastCommitGroupRun fsyncs 40 files from each of jobs writers on a fresh
-// fast-commit volume whose flushes take 200 µs and returns the flushes and
-// fast commits per fsynced file, and whether they are within the bounds.
+// fast-commit volume with slowed flushes (countDev.flushDelay) and returns
+// the flushes and fast commits per fsynced file, and whether they are
+// within the bounds.
 func fastCommitGroupRun(t *testing.T, jobs int, maxFlushes, maxFCs float64) (flushes, fcs float64, ok bool) {
 	t.Helper()
 	base := memdev.New(256 << 20)
