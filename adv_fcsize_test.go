@@ -29,12 +29,7 @@ var fcCrossCheck func(t *testing.T, img *memdev.Device, want map[string][]byte)
 
 func TestFastCommitSizeOverInFlightData(t *testing.T) {
 	base := memdev.New(64 << 20)
-	require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{FastCommit: true, NoDiscard: true}))
-	crash, err := errordev.NewCrashable(base)
-	require.NoError(t, err)
-	dev := &hookDev{Device: crash}
-	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1})
-	require.NoError(t, err)
+	crash, dev, v := fcHookVolume(t, base, ext4io.FormatOptions{})
 	f, err := v.Create("f")
 	require.NoError(t, err)
 	_, err = f.WriteAt(bytes.Repeat([]byte{'A'}, 4096), 0)
@@ -101,12 +96,7 @@ func TestFastCommitSizeOverInFlightData(t *testing.T) {
 // zeroes past 100 bytes, never the truncated 'A's.
 func TestFastCommitTruncateZeroesTail(t *testing.T) {
 	base := memdev.New(64 << 20)
-	require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{FastCommit: true, NoDiscard: true}))
-	crash, err := errordev.NewCrashable(base)
-	require.NoError(t, err)
-	dev := &hookDev{Device: crash}
-	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1})
-	require.NoError(t, err)
+	crash, dev, v := fcHookVolume(t, base, ext4io.FormatOptions{})
 	f, err := v.Create("f")
 	require.NoError(t, err)
 	_, err = f.WriteAt(bytes.Repeat([]byte{'A'}, 4096), 0)
@@ -175,12 +165,7 @@ func TestFastCommitTruncateZeroesTail(t *testing.T) {
 // mapped are a punch not yet committed, possible in Linux too.
 func TestFastCommitPunchZeroesEdges(t *testing.T) {
 	base := memdev.New(64 << 20)
-	require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{FastCommit: true, NoDiscard: true}))
-	crash, err := errordev.NewCrashable(base)
-	require.NoError(t, err)
-	dev := &hookDev{Device: crash}
-	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1})
-	require.NoError(t, err)
+	crash, dev, v := fcHookVolume(t, base, ext4io.FormatOptions{})
 	const size, lo, hi = 3 * 4096, 100, 3*4096 - 100
 	old := bytes.Repeat([]byte{'A'}, size)
 	f, err := v.Create("f")

@@ -190,6 +190,21 @@ func TestFastCommitFlushOrder(t *testing.T) {
 
 // hookDev calls beforeFlush (when set) before each flush reaches the
 // device.
+// fcHookVolume opens a writable fast-commit volume, formatted on base,
+// through a Crashable of base wrapped in a hookDev: the crash tests take
+// images of crash's durable state from dev's flush hook.
+func fcHookVolume(t *testing.T, base *memdev.Device, opts ext4io.FormatOptions) (*errordev.Crashable, *hookDev, *ext4io.Volume) {
+	t.Helper()
+	opts.FastCommit, opts.NoDiscard = true, true
+	require.NoError(t, ext4io.Format(base, opts))
+	crash, err := errordev.NewCrashable(base)
+	require.NoError(t, err)
+	dev := &hookDev{Device: crash}
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1})
+	require.NoError(t, err)
+	return crash, dev, v
+}
+
 type hookDev struct {
 	blockdev.Device
 	beforeFlush atomic.Pointer[func()]
@@ -218,12 +233,7 @@ func TestFastCommitPipelineCrash(t *testing.T) {
 		_, err := base.WriteAt(fill, off)
 		require.NoError(t, err)
 	}
-	require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{FastCommit: true, NoDiscard: true, JournalBlocks: 8192}))
-	crash, err := errordev.NewCrashable(base)
-	require.NoError(t, err)
-	dev := &hookDev{Device: crash}
-	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1})
-	require.NoError(t, err)
+	crash, dev, v := fcHookVolume(t, base, ext4io.FormatOptions{JournalBlocks: 8192})
 	for job := range jobs {
 		require.NoError(t, v.Mkdir(fmt.Sprintf("d%d", job), 0o755))
 	}
