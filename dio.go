@@ -62,6 +62,10 @@ const mapQueued = iomap.MapPrivate
 type dioOps struct {
 	f      *File
 	shared bool // the caller holds n.mu shared: map allocated ranges only
+	// opts are directWrite's iomap options with EndIO bound to endIO,
+	// made on its first write so that a write allocates no method
+	// value; guarded by f.n.mu held exclusively.
+	opts iomap.DioOptions
 }
 
 func (o *dioOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, error) {
@@ -309,7 +313,10 @@ func (f *File) directWrite(p []byte, off int64) (int, error) {
 	}
 	f.v.stats.exclusive.Add(1)
 	ops := &f.dio[0]
-	k, err := iomap.DirectWrite(f.v.dev, ops, rest, pos, &iomap.DioOptions{BlockSize: bs, EndIO: ops.endIO, Align: f.v.align})
+	if ops.opts.EndIO == nil {
+		ops.opts = iomap.DioOptions{BlockSize: bs, EndIO: ops.endIO, Align: f.v.align}
+	}
+	k, err := iomap.DirectWrite(f.v.dev, ops, rest, pos, &ops.opts)
 	return done + k, f.wroteLocked(pos, k, err)
 }
 

@@ -139,12 +139,40 @@ type group struct {
 		// of the whole group, 0 if blocks came back since (trim.go).
 		freeGen    uint64
 		trimmedMin uint32
+		// copies holds the updateBlock callbacks that copy the bitmaps
+		// and the descriptor into their metadata blocks, made on the
+		// group's first update (copiesLocked) so that an update
+		// allocates no closure; nil until then.
+		copies *groupCopies
 	}
 	// Hints read without the lock; written under it.
 	freeBlocks atomic.Int64 // == mu.desc.FreeBlocksCount
 	freeInodes atomic.Int64 // == mu.desc.FreeInodesCount
 	dirs       atomic.Int64 // == mu.desc.UsedDirsCount
 	maxExt     atomic.Int64 // longest free extent in the trees, -1 before load
+}
+
+// groupCopies are a group's updateBlock callbacks. They read the group's
+// mu fields and run with mu held; desc also with the descriptor block's
+// descMu.
+type groupCopies struct {
+	bitmap, ibitmap, desc func(b []byte)
+}
+
+// copiesLocked returns group gi's callbacks, making them on first use.
+func (a *Allocator) copiesLocked(gi uint64) *groupCopies {
+	g := a.g[gi]
+	if c := g.mu.copies; c != nil {
+		return c
+	}
+	_, off := a.sb.DescriptorLocation(gi)
+	c := &groupCopies{
+		bitmap:  func(b []byte) { copy(b, g.mu.bitmap) },
+		ibitmap: func(b []byte) { copy(b, g.mu.ibitmap) },
+		desc:    func(b []byte) { copy(b[off:], g.mu.desc.Raw) },
+	}
+	g.mu.copies = c
+	return c
 }
 
 // run is an absolute block range.
@@ -863,7 +891,7 @@ func (a *Allocator) setUsedLocked(gi uint64, s, n uint32) error {
 func (a *Allocator) writeBlockBitmapLocked(gi uint64) error {
 	g := a.g[gi]
 	d := g.mu.desc
-	if err := updateBlock(a.io, d.BlockBitmap, func(b []byte) { copy(b, g.mu.bitmap) }); err != nil {
+	if err := updateBlock(a.io, d.BlockBitmap, a.copiesLocked(gi).bitmap); err != nil {
 		return fmt.Errorf("alloc: block bitmap of group %d: %w", gi, err)
 	}
 	if a.mcsum {
@@ -878,11 +906,12 @@ func (a *Allocator) writeBlockBitmapLocked(gi uint64) error {
 func (a *Allocator) writeDescLocked(gi uint64) error {
 	d := a.g[gi].mu.desc
 	d.SetChecksum(a.sb, uint32(gi))
-	blk, off := a.sb.DescriptorLocation(gi)
+	blk, _ := a.sb.DescriptorLocation(gi)
+	copyDesc := a.copiesLocked(gi).desc
 	m := &a.descMu[gi/a.perDesc]
 	m.Lock()
 	defer m.Unlock()
-	if err := updateBlock(a.io, blk, func(b []byte) { copy(b[off:], d.Raw) }); err != nil {
+	if err := updateBlock(a.io, blk, copyDesc); err != nil {
 		return fmt.Errorf("alloc: descriptor of group %d: %w", gi, err)
 	}
 	return nil

@@ -255,7 +255,7 @@ func (a *Allocator) loadInodesLocked(gi uint64) error {
 func (a *Allocator) writeInodeBitmapLocked(gi uint64) error {
 	g := a.g[gi]
 	d := g.mu.desc
-	if err := updateBlock(a.io, d.InodeBitmap, func(b []byte) { copy(b, g.mu.ibitmap) }); err != nil {
+	if err := updateBlock(a.io, d.InodeBitmap, a.copiesLocked(gi).ibitmap); err != nil {
 		return fmt.Errorf("alloc: inode bitmap of group %d: %w", gi, err)
 	}
 	if a.mcsum {

@@ -102,10 +102,16 @@ func (t *Tree) Root() [RootSize]byte {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var r [RootSize]byte
-	copy(r[:], t.mu.root.raw) // encoded by every commit that changed it
 	if t.mu.root.dirty {
-		t.encodeOver(t.mu.root, r[:], 0, 0) // a commit that failed part way
+		// A commit that failed part way; encoded in a buffer of its own,
+		// since encodeOver keeps r from staying on the stack.
+		b := make([]byte, RootSize)
+		copy(b, t.mu.root.raw)
+		t.encodeOver(t.mu.root, b, 0, 0)
+		copy(r[:], b)
+		return r
 	}
+	copy(r[:], t.mu.root.raw) // encoded by every commit that changed it
 	return r
 }
 

@@ -115,22 +115,26 @@ func (g *GroupDesc) Encode(size int) []byte {
 	return r
 }
 
+// zeroChecksum16 stands for a 16-bit checksum field in a checksum that
+// covers the structure with that field zero; never written.
+var zeroChecksum16 = []byte{0, 0}
+
 // GroupDescChecksum computes the checksum of encoded descriptor raw for
 // group g, as ext4_group_desc_csum does: crc32c (low 16 bits) with
 // metadata_csum, crc16 with uninit_bg (gdt_csum), 0 otherwise.
 func GroupDescChecksum(sb *Superblock, g uint32, raw []byte) uint16 {
-	var le [4]byte
-	binary.LittleEndian.PutUint32(le[:], g)
 	switch {
 	case sb.MetadataCsum():
-		c := crc32c.Kernel(sb.CsumSeed(), le[:])
+		c := crc32c.KernelU32(sb.CsumSeed(), g)
 		c = crc32c.Kernel(c, raw[:gdChecksumOff])
-		c = crc32c.Kernel(c, []byte{0, 0})
+		c = crc32c.Kernel(c, zeroChecksum16)
 		if len(raw) > gdChecksumOff+2 {
 			c = crc32c.Kernel(c, raw[gdChecksumOff+2:])
 		}
 		return uint16(c)
 	case sb.GdtCsum():
+		var le [4]byte
+		binary.LittleEndian.PutUint32(le[:], g)
 		c := crc16(0xFFFF, sb.UUID[:])
 		c = crc16(c, le[:])
 		c = crc16(c, raw[:gdChecksumOff])

@@ -234,14 +234,13 @@ func InodeSeed(fsSeed, ino, gen uint32) uint32 {
 func (in *Inode) ComputeChecksum(fsSeed, ino uint32) uint32 {
 	r := in.Raw
 	seed := InodeSeed(fsSeed, ino, in.Generation)
-	zero := [2]byte{}
 	c := crc32c.Kernel(seed, r[:inodeChecksumLoOff])
-	c = crc32c.Kernel(c, zero[:])
+	c = crc32c.Kernel(c, zeroChecksum16)
 	c = crc32c.Kernel(c, r[inodeChecksumLoOff+2:GoodOldInodeSize])
 	if len(r) > GoodOldInodeSize {
 		c = crc32c.Kernel(c, r[GoodOldInodeSize:inodeChecksumHiOff])
 		if int(in.ExtraIsize) >= inodeChecksumHiEnd {
-			c = crc32c.Kernel(c, zero[:])
+			c = crc32c.Kernel(c, zeroChecksum16)
 			c = crc32c.Kernel(c, r[inodeChecksumHiOff+2:])
 		} else {
 			c = crc32c.Kernel(c, r[inodeChecksumHiOff:])
