@@ -28,7 +28,10 @@ import (
 //     same file run this step in parallel.
 //  2. Under the exclusive inode lock it swaps the range's mapping for the
 //     new blocks in one extent-tree mutation (extent.Tree.Replace), sets
-//     i_blocks and the size and writes the inode. Whatever mapped the
+//     i_blocks and the size, and writes the inode when the swap changed
+//     it: a new size, i_blocks (holes filled) or a new root in i_block.
+//     Otherwise its times wait for Sync or Close, as an overwrite's do
+//     (the touch clock). Whatever mapped the
 //     range before (written or unwritten blocks, holes) is unmapped; its
 //     blocks are freed with freeMapped, so they become allocatable only
 //     once the transaction holding the swap has committed (busy extents).
@@ -444,6 +447,7 @@ func (f *File) atomicSwap(rs []atomicRange, total int64) error {
 	for i, r := range rs {
 		swaps[i] = extent.ReplaceRange{Lblk: uint32(r.lblk), Len: uint32(r.nblk), With: r.runs}
 	}
+	blocks, blocksChanged := f.n.in.Blocks(f.v.sb), f.n.blocksChanged
 	if err := f.m.tree.ReplaceRanges(swaps, true); err != nil {
 		freeNew()
 		return err
@@ -460,10 +464,22 @@ func (f *File) atomicSwap(rs []atomicRange, total int64) error {
 	if err := (treeAlloc{f.v, f.n}).addBlocks(int64(nblk)); err != nil {
 		return err
 	}
+	if !blocksChanged && f.n.in.Blocks(f.v.sb) == blocks {
+		f.n.blocksChanged = false // as many blocks freed as allocated: i_blocks is as written
+	}
 	last := rs[len(rs)-1]
-	f.n.wroteLocked(uint64(last.off) + uint64(len(last.p)))
-	f.touchLocked()
-	return f.v.writeInodeLocked(f.n)
+	end := uint64(last.off) + uint64(len(last.p))
+	grows := end > f.n.in.Size || f.n.sizeAhead.Load() && end > f.n.disksize.Load()
+	f.n.wroteLocked(end)
+	// The times as an overwrite's (directOverwrite): stamped, and written
+	// with the inode when something else changes it, or by Sync or Close.
+	f.v.touch.stamp(f.n)
+	if grows {
+		return f.v.writeInodeLocked(f.n) // i_size or the on-disk size
+	}
+	// The inode only if the mapping reached it: a new root in i_block
+	// (a tree of depth 0) or i_blocks (the range had holes).
+	return f.v.writeMappingLocked(f.n)
 }
 
 // atomicWriteData writes the ranges' data to the new blocks phys, which
@@ -616,16 +632,28 @@ func atomicAssign(rs []atomicRange, phys []extent.Extent) {
 
 // atomicGoals returns the places where nblk new blocks for lblk would
 // extend a written neighbour: after the block mapping lblk-1, before the
-// one mapping lblk+nblk. They are appended to goals.
+// one mapping lblk+nblk. They are appended to goals. A place that starts
+// in the range's own blocks is left out: those are in use until the swap
+// commits, so an exact allocation there fails. The first place does when
+// the run mapping lblk-1 goes on to lblk (the range starts in place in its
+// neighbour's extent); the second is then the same place, with no lookup,
+// when that run goes on through lblk+nblk. A place is returned once.
 func (f *File) atomicGoals(goals []uint64, lblk, nblk uint64) []uint64 {
 	if lblk > 0 {
 		if m, err := f.m.lookup(lblk - 1); err == nil && m.kind == mapWritten {
-			goals = append(goals, m.pblk+1)
+			switch {
+			case m.n > nblk+1:
+				return goals // both places are the range's first block
+			case m.n == 1:
+				goals = append(goals, m.pblk+1)
+			}
 		}
 	}
 	if lblk+nblk < maxFileBlocks {
 		if m, err := f.m.lookup(lblk + nblk); err == nil && m.kind == mapWritten && m.pblk >= nblk {
-			goals = append(goals, m.pblk-nblk)
+			if g := m.pblk - nblk; len(goals) == 0 || goals[0] != g {
+				goals = append(goals, g) // not twice: the range's old place between the two
+			}
 		}
 	}
 	return goals

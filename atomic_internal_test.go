@@ -2,7 +2,9 @@ package ext4io
 
 import (
 	"bytes"
+	"os"
 	"testing"
+	"time"
 
 	"github.com/ext4io/ext4io/extent"
 
@@ -96,4 +98,115 @@ func TestAtomicCreditsBatch(t *testing.T) {
 	require.Equal(t, depth+1, inside-edge, "a range inside an extent adds a second entry")
 	two := credits(rng(8, 2), rng(24, 2)) // two ranges at extents' starts, in one leaf
 	require.Equal(t, edge+depth+1, two, "the second range adds its split path, not its leaf, groups, inode or superblock again")
+}
+
+// TestAtomicGoalsSkipOwnBlocks: a page written in place inside its
+// neighbours' extent gets no placement goal (each would be the page's own
+// blocks, in use until its swap commits); once moved, its old blocks
+// between the neighbours are the goal, once.
+func TestAtomicGoalsSkipOwnBlocks(t *testing.T) {
+	t.Parallel()
+	v, f := atomicCreditsFile(t, 64<<10) // 16 blocks, one extent
+	defer v.Close()
+	defer f.Close()
+	goals := func(lblk, nblk uint64) []uint64 {
+		f.n.mu.Lock()
+		defer f.n.mu.Unlock()
+		return f.atomicGoals(nil, lblk, nblk)
+	}
+	exts, err := f.Extents()
+	require.NoError(t, err)
+	require.Len(t, exts, 1)
+	home := uint64(exts[0].Physical) + 4
+
+	require.Empty(t, goals(4, 4), "a page inside its neighbours' extent")
+	require.Empty(t, goals(12, 4), "the last page of the extent, nothing after it")
+
+	_, err = f.WriteAtomic(bytes.Repeat([]byte{2}, 16<<10), 4<<12)
+	require.NoError(t, err)
+	require.NoError(t, f.Sync())
+	exts, err = f.Extents()
+	require.NoError(t, err)
+	require.Len(t, exts, 3, "the page moved out of the extent")
+	require.Equal(t, []uint64{home}, goals(4, 4), "after the block mapping 3, which is before the one mapping 8")
+}
+
+// TestWriteAtomicInodeUnchanged: a swap that changes neither i_blocks
+// (a fully mapped range), the size nor the tree's root (a tree of depth
+// 1) leaves the inode out of the transaction, as an overwrite does; Sync
+// writes its times. A swap into a hole (i_blocks) or past the size (over
+// blocks preallocated beyond it) writes the inode in the swap's
+// transaction, and both survive a reopen.
+func TestWriteAtomicInodeUnchanged(t *testing.T) {
+	t.Parallel()
+	const bs = 4096
+	dev, v := memVolume(t, 64<<20, bs)
+	f, err := v.Create("db")
+	require.NoError(t, err)
+	for b := int64(0); b < 16; b += 2 { // 8 extents with holes between: a tree of depth 1
+		_, err = f.WriteAt(bytes.Repeat([]byte{1}, bs), b*bs)
+		require.NoError(t, err)
+	}
+	require.NoError(t, f.Fallocate(FallocKeepSize, 16*bs, 4*bs))
+	require.NoError(t, f.Sync())
+	require.Equal(t, 1, f.m.tree.Depth())
+
+	g, idx := v.sb.InodeLocation(f.ino)
+	inodeBlk := v.groups[g].InodeTable + uint64(idx)*uint64(v.sb.InodeSizeBytes())/bs
+	inodePending := func() bool {
+		v.jm.mu.Lock()
+		defer v.jm.mu.Unlock()
+		_, ok := v.jm.pending[inodeBlk]
+		return ok
+	}
+	require.False(t, inodePending())
+
+	fi, err := f.Stat()
+	require.NoError(t, err)
+	m0 := fi.ModTime()
+	time.Sleep(time.Millisecond)
+	_, err = f.WriteAtomic(bytes.Repeat([]byte{2}, bs), 2*bs) // written blocks
+	require.NoError(t, err)
+	require.False(t, inodePending(), "the inode in the transaction of a swap that changed nothing in it")
+	require.NoError(t, f.Sync())
+	require.NoError(t, f.Close())
+	require.NoError(t, v.Close())
+	v, err = Open(dev, Options{Writable: true})
+	require.NoError(t, err)
+	fi, err = v.Stat("db")
+	require.NoError(t, err)
+	require.True(t, fi.ModTime().After(m0), "mtime %v after the write, %v before", fi.ModTime(), m0)
+	f, err = v.OpenFile("db", os.O_RDWR, 0)
+	require.NoError(t, err)
+
+	_, err = f.WriteAtomic(bytes.Repeat([]byte{3}, bs), 3*bs) // a hole: i_blocks grows
+	require.NoError(t, err)
+	require.True(t, inodePending(), "i_blocks changed")
+	require.NoError(t, f.Sync())
+
+	_, err = f.WriteAtomic(bytes.Repeat([]byte{4}, 4*bs), 16*bs) // preallocated past the size
+	require.NoError(t, err)
+	require.True(t, inodePending(), "the size changed")
+	require.NoError(t, f.Sync())
+	require.NoError(t, f.Close())
+	require.NoError(t, v.Close())
+
+	v, err = Open(dev, Options{Writable: true})
+	require.NoError(t, err)
+	defer v.Close()
+	fi, err = v.Stat("db")
+	require.NoError(t, err)
+	require.Equal(t, int64(20*bs), fi.Size())
+	f, err = v.Open("db")
+	require.NoError(t, err)
+	defer f.Close()
+	got := make([]byte, 20*bs)
+	_, err = f.ReadAt(got, 0)
+	require.NoError(t, err)
+	for b, want := range map[int]byte{0: 1, 2: 2, 3: 3, 16: 4, 19: 4} {
+		require.Equal(t, bytes.Repeat([]byte{want}, bs), got[b*bs:(b+1)*bs], "block %d", b)
+	}
+	require.NoError(t, f.Close())
+	require.NoError(t, v.Close())
+	checkImage(t, dev)
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -508,7 +508,7 @@ func (m *jmeta) log(pending map[uint64][]byte, revokes map[uint64]struct{}) (tid
 	for b := range pending {
 		blks = append(blks, b)
 	}
-	sort.Slice(blks, func(i, j int) bool { return blks[i] < blks[j] })
+	slices.Sort(blks)
 	revs := make([]uint64, 0, len(revokes))
 	for b := range revokes {
 		revs = append(revs, b)

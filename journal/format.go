@@ -224,9 +224,14 @@ type Format struct {
 func (f Format) csumV2or3() bool {
 	return f.Incompat&(FeatureIncompatCsumV2|FeatureIncompatCsumV3) != 0
 }
-func (f Format) csumV3() bool  { return f.Incompat&FeatureIncompatCsumV3 != 0 }
-func (f Format) is64() bool    { return f.Incompat&FeatureIncompat64Bit != 0 }
-func (f Format) tailSize() int { return map[bool]int{true: tailSize, false: 0}[f.csumV2or3()] }
+func (f Format) csumV3() bool { return f.Incompat&FeatureIncompatCsumV3 != 0 }
+func (f Format) is64() bool   { return f.Incompat&FeatureIncompat64Bit != 0 }
+func (f Format) tailSize() int {
+	if f.csumV2or3() {
+		return tailSize
+	}
+	return 0
+}
 
 // TagBytes is journal_tag_bytes(): 16 for tag3 (csum v3), otherwise 12
 // (+2 with csum v2) with 64bit, 4 fewer without.
