@@ -1,6 +1,10 @@
 package ext4io
 
 import (
+	"bytes"
+	"encoding/binary"
+	"os"
+	"os/exec"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,8 +22,8 @@ import (
 // maxChunk, committed while the running journal transaction is partly
 // full, lands in one transaction: every crash image (the durable state
 // before each flush, and at the end) holds all of the set's blocks in
-// committed transactions or none, and the final log holds them all under
-// one tid. Before the fix jmeta.log spread such a set over handles of
+// committed transactions or none, e2fsck's replay of it writes all of
+// them home or none, and the final log holds them all under one tid. Before the fix jmeta.log spread such a set over handles of
 // maxChunk credits and Start committed the running transaction between
 // two of them, leaving half the set in a committed transaction. Sets
 // larger than a quarter-log transaction go into one transaction of their
@@ -81,8 +85,22 @@ func testJmetaSetOneTransaction(t *testing.T, running, setLen int) {
 	// The running transaction partly full: logged, not committed.
 	dirty(itab, running)
 	require.NoError(t, m.commit(false))
+	// The set: inode table blocks past the used inodes (itable_unused,
+	// which e2fsck does not read), given a mark that e2fsck's own replay
+	// of a crash image must write to all of them or none.
 	set0 := itab + uint64(running)
-	dirty(set0, setLen)
+	require.Greater(t, set0*uint64(v.bs)/uint64(v.sb.InodeSizeBytes()), uint64(v.sb.InodesPerGroup-v.groups[0].ItableUnused))
+	mark := func(b uint64) []byte {
+		buf := make([]byte, v.bs)
+		for i := range buf {
+			buf[i] = 0x5A
+		}
+		binary.LittleEndian.PutUint64(buf, b)
+		return buf
+	}
+	for b := set0; b < set0+uint64(setLen); b++ {
+		require.NoError(t, m.Dirty(b, mark(b)))
+	}
 	armed.Store(true)
 	require.NoError(t, m.commit(true))
 	armed.Store(false)
@@ -120,8 +138,29 @@ func testJmetaSetOneTransaction(t *testing.T, running, setLen int) {
 			require.Len(t, per, 1, "the set's blocks are in transactions %v", per)
 			assert.Equal(t, setLen, n)
 		}
+		// e2fsprogs' replay agrees: all the marks or none.
+		path := ext4iotest.ImageOf(t, img)
+		out, err := exec.Command(ext4iotest.Tool(t, "e2fsck"), "-E", "journal_only", "-y", path).CombinedOutput()
+		require.NoError(t, err, "e2fsck -E journal_only: %s", out)
+		ext4iotest.Fsck(t, path)
+		f, err := os.Open(path)
+		require.NoError(t, err)
+		got := make([]byte, v.bs)
+		marked := 0
+		for b := set0; b < set0+uint64(setLen); b++ {
+			_, err := f.ReadAt(got, int64(b)*int64(v.bs))
+			require.NoError(t, err)
+			if bytes.Equal(got, mark(b)) {
+				marked++
+			}
+		}
+		require.NoError(t, f.Close())
+		if marked != 0 && marked != setLen {
+			t.Fatalf("crash image %d of %d: e2fsck replayed %d of the set's %d blocks", i, len(snaps), marked, setLen)
+		}
+		require.Equal(t, n, marked, "crash image %d: blocks e2fsck replayed vs the log scan", i)
+		require.NoError(t, os.Remove(path))
 	}
-	ext4iotest.FsckDev(t, final)
 }
 
 // TestJmetaSetBeyondLog checks that a pending set larger than the whole
