@@ -45,8 +45,8 @@ import (
 // and index blocks on the range's path, the bitmaps and group descriptors
 // of the old and new runs, the inode), and WriteAtomic commits first when
 // the running transaction is already large (jmeta.commitAt), so that the
-// swap lands in one journal transaction even where jmeta.log spreads a
-// large pending set over several. A swap whose bound (atomicWorstCredits
+// pending set it joins stays small (jmeta.log puts a whole set in one
+// transaction). A swap whose bound (atomicWorstCredits
 // from its size, else the count of atomicCredits) exceeds jmeta.maxChunk,
 // an eighth of the journal, is refused before it changes anything: the
 // old blocks of such a range are scattered over more groups or tree

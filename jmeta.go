@@ -75,7 +75,10 @@ type jmeta struct {
 	failed error // guarded by mu
 
 	commitAt int // pending blocks that trigger a commit at the end of an operation
-	maxChunk int // most blocks one journal handle takes
+	// maxChunk bounds the metadata blocks of one atomic swap (atomic.go):
+	// an eighth of the journal, so that the swap, started in a set of
+	// fewer than commitAt blocks, fits a transaction with it.
+	maxChunk int
 
 	// stopped is set by the last commit, at Close: later commits log
 	// nothing (the journal is closing or closed) and later operations fail
@@ -501,52 +504,60 @@ func (m *jmeta) failLocked(err error, pending map[uint64][]byte, revokes map[uin
 	}
 }
 
-// log puts the blocks and revokes into journal handles of at most
-// maxChunk credits each (normally one).
+// log puts the blocks and revokes into one journal handle, so that they
+// commit in one transaction: the pending set holds whole operations, and
+// a crash must replay all of an operation's changes or none. Start
+// commits the running transaction first when it cannot take the set. A
+// set larger than a transaction of a quarter of the log (MaxCredits)
+// takes a transaction of its own of up to the whole log
+// (journal.StartLarge). What bounds the set: operations end with a commit
+// once it holds commitAt blocks, so it exceeds commitAt only by what the
+// operations in flight at that moment changed; a set larger than the
+// whole log (one operation, or concurrent ones, changing that many
+// metadata blocks) is not committed at all: log fails with an error
+// matching ErrNoSpace, which stops the volume (the journal keeps the
+// last consistent state), rather than committing part of an operation.
 func (m *jmeta) log(pending map[uint64][]byte, revokes map[uint64]struct{}) (tid uint32, err error) {
+	n := len(pending) + len(revokes)
+	if n == 0 {
+		return 0, nil
+	}
 	blks := make([]uint64, 0, len(pending))
 	for b := range pending {
 		blks = append(blks, b)
 	}
 	slices.Sort(blks)
-	revs := make([]uint64, 0, len(revokes))
+	m.v.stats.handles.Add(1)
+	start := m.j.Start
+	if n > m.j.MaxCredits() {
+		start = m.j.StartLarge
+	}
+	h, err := start(n)
+	if err != nil {
+		return 0, fmt.Errorf("ext4io: journal start for %d metadata blocks and revokes: %w", n, err)
+	}
+	tid = h.TID()
 	for b := range revokes {
-		revs = append(revs, b)
+		if err := h.Revoke(b); err != nil {
+			h.Stop()
+			return 0, fmt.Errorf("ext4io: journal revoke %d: %w", b, err)
+		}
 	}
-	if len(blks) > 0 || len(revs) > 0 {
-		m.v.stats.handles.Add(1)
+	for _, b := range blks {
+		if err := h.GetWriteAccess(b); err != nil {
+			h.Stop()
+			return 0, fmt.Errorf("ext4io: journal block %d: %w", b, err)
+		}
+		// The journal keeps the pending copy itself: nothing changes it
+		// from here on (the next operations get new pending copies), and
+		// the metadata cache shares it once logged.
+		if err := h.DirtyOwned(b, pending[b]); err != nil {
+			h.Stop()
+			return 0, fmt.Errorf("ext4io: journal block %d: %w", b, err)
+		}
 	}
-	for len(blks) > 0 || len(revs) > 0 {
-		nb := min(len(blks), m.maxChunk)
-		nr := min(len(revs), m.maxChunk-nb)
-		h, err := m.j.Start(nb + nr)
-		if err != nil {
-			return 0, fmt.Errorf("ext4io: journal start: %w", err)
-		}
-		tid = h.TID()
-		for _, b := range revs[:nr] {
-			if err := h.Revoke(b); err != nil {
-				h.Stop()
-				return 0, fmt.Errorf("ext4io: journal revoke %d: %w", b, err)
-			}
-		}
-		for _, b := range blks[:nb] {
-			if err := h.GetWriteAccess(b); err != nil {
-				h.Stop()
-				return 0, fmt.Errorf("ext4io: journal block %d: %w", b, err)
-			}
-			// The journal keeps the pending copy itself: nothing changes
-			// it from here on (the next operations get new pending
-			// copies), and the metadata cache shares it once logged.
-			if err := h.DirtyOwned(b, pending[b]); err != nil {
-				h.Stop()
-				return 0, fmt.Errorf("ext4io: journal block %d: %w", b, err)
-			}
-		}
-		if err := h.Stop(); err != nil {
-			return 0, fmt.Errorf("ext4io: journal stop: %w", err)
-		}
-		blks, revs = blks[nb:], revs[nr:]
+	if err := h.Stop(); err != nil {
+		return 0, fmt.Errorf("ext4io: journal stop: %w", err)
 	}
 	return tid, nil
 }

@@ -64,6 +64,54 @@ func (j *Journal) Start(credits int) (*Handle, error) {
 	if credits < 1 || j.logBound(credits) > j.maxTxn {
 		return nil, fmt.Errorf("journal: %d credits exceed the transaction limit: %w", credits, ErrInvalid)
 	}
+	return j.start(credits, j.maxTxn)
+}
+
+// MaxCredits returns the most credits Start takes for one handle: a
+// transaction's log footprint is at most a quarter of the log (jbd2's
+// j_max_transaction_buffers).
+func (j *Journal) MaxCredits() int { return j.maxCreditsFor(j.maxTxn) }
+
+// MaxLargeCredits returns the most credits StartLarge takes: a
+// transaction filling the whole log but logSlack blocks.
+func (j *Journal) MaxLargeCredits() int { return j.maxCreditsFor(j.largeTxn()) }
+
+// largeTxn is the largest log footprint of a transaction StartLarge
+// builds.
+func (j *Journal) largeTxn() int { return int(j.last-j.first) - logSlack }
+
+// maxCreditsFor returns the largest c with logBound(c) <= limit, 0 if none.
+func (j *Journal) maxCreditsFor(limit int) int {
+	c := limit // logBound(c) > c
+	for c > 0 && j.logBound(c) > limit {
+		c--
+	}
+	return c
+}
+
+// StartLarge is Start for a handle of more than MaxCredits credits, up to
+// MaxLargeCredits, for a change that must not be split between
+// transactions: it waits until the log has room for a transaction that
+// large (committing the running transaction and checkpointing as needed)
+// and joins the handle to it, so that all its changes commit together.
+// The transaction may then exceed the quarter of the log Start keeps to
+// (recovery sets no limit on a transaction's size); the next Start that
+// does not fit commits it first. It fails with an error matching
+// ErrNoSpace when credits exceed MaxLargeCredits, as jbd2 refuses a
+// handle larger than a transaction with ENOSPC.
+func (j *Journal) StartLarge(credits int) (*Handle, error) {
+	if credits < 1 {
+		return nil, fmt.Errorf("journal: %d credits: %w", credits, ErrInvalid)
+	}
+	if j.logBound(credits) > j.largeTxn() {
+		return nil, fmt.Errorf("journal: %d credits exceed the log (%d at most in one transaction): %w", credits, j.MaxLargeCredits(), ErrNoSpace)
+	}
+	return j.start(credits, max(j.maxTxn, j.largeTxn()))
+}
+
+// start is Start with limit as the largest log footprint of the
+// transaction the handle joins.
+func (j *Journal) start(credits, limit int) (*Handle, error) {
 	j.mu.Lock()
 	for {
 		if j.mu.err != nil {
@@ -88,7 +136,7 @@ func (j *Journal) Start(credits int) (*Handle, error) {
 			continue
 		}
 		need := j.logBound(t.reserved + credits)
-		if need > j.maxTxn {
+		if need > limit {
 			// Full: commit it and join the next one.
 			t.locked = true
 			j.requestCommitLocked(t.tid)
