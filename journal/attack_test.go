@@ -22,8 +22,9 @@ import (
 // test takes crash images (only flushed state, or a random part of the
 // unflushed writes with the last one torn). After recovery every block
 // holds what the last Sync that returned nil before the crash covered, or
-// newer. Variants: shared device, external journal (FSDev != Dev),
-// async_commit, and a home write failing during a background checkpoint.
+// newer. Variants: shared device, external journal (FSDev != Dev), a
+// journal opened with async_commit (its first commit clears it), and a home
+// write failing during a background checkpoint.
 func TestSyncDurableUnderGroupCommit(t *testing.T) {
 	for _, tc := range []struct {
 		name                  string

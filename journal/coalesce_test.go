@@ -45,9 +45,9 @@ func (d *opDev) reset() ([][2]int64, int) {
 
 // TestCommitCoalescesLogWrites: a commit writes each physically contiguous
 // run of its log blocks with one device write, breaking at the log's wrap
-// and where the BlockMap is not contiguous; without async_commit the
-// commit block is a write of its own after the preflush. Crash images of
-// the last commit replay to the committed contents.
+// and where the BlockMap is not contiguous; the commit block is a write of
+// its own after the preflush, on a journal that had async_commit too.
+// Crash images of the last commit replay to the committed contents.
 func TestCommitCoalescesLogWrites(t *testing.T) {
 	const (
 		split   = 40  // journal blocks from split on live elsewhere
@@ -93,12 +93,10 @@ func TestCommitCoalescesLogWrites(t *testing.T) {
 				j.sbMu.Unlock()
 				j.f = nsb.format() // before any handle: no committer yet
 			}
-			// Log blocks written in one run with the commit block: all
-			// 15 with async_commit, else the 14 before it.
+			// Log blocks written in runs before the commit block: the 14
+			// before it, with async_commit too (the first commit clears
+			// it).
 			inRun := uint32(14)
-			if tc.async {
-				inRun = 15
-			}
 			logDev := map[int64]uint32{} // device offset -> journal block
 			for b := uint32(1); b < tJLen; b++ {
 				db, _ := bmap(b)
@@ -150,23 +148,16 @@ func TestCommitCoalescesLogWrites(t *testing.T) {
 					}
 				}
 				msg := fmt.Sprintf("round %d, log start %d: writes %v", round, start, logWrites)
-				if tc.async {
-					assert.Len(t, logWrites, runs, msg) // the commit block ends the last run
-				} else {
-					assert.Len(t, logWrites, runs+1, msg) // the runs, then the commit block
-				}
+				assert.Len(t, logWrites, runs+1, msg) // the runs, then the commit block
 				var n int64
 				for _, w := range logWrites {
 					n += w[1]
 				}
 				assert.Equal(t, int64(15*tBS), n, msg)
-				// Preflush and the commit's flush (one after an async
-				// commit); a background checkpoint may add its own.
-				if tc.async {
-					assert.GreaterOrEqual(t, flushes, 1, msg)
-				} else {
-					assert.GreaterOrEqual(t, flushes, 2, msg)
-				}
+				// Preflush and the commit's flush; a background
+				// checkpoint may add its own.
+				assert.GreaterOrEqual(t, flushes, 2, msg)
+				assert.Zero(t, j.Superblock().FeatureIncompat&FeatureIncompatAsyncCommit, msg)
 			}
 			// A crash now keeps what the flushes made durable: recovery
 			// replays the last commit.

@@ -140,6 +140,10 @@ type Journal struct {
 // Open reads and validates the journal superblock the way jbd2's
 // journal_load_superblock does. It starts no goroutine and writes nothing;
 // call Recover when NeedsRecovery reports true, before starting handles.
+// Recover replays a log written with async_commit as jbd2 does; the first
+// commit then rewrites the superblock without that feature, as ext4's
+// mounts without journal_async_commit do: every commit block follows a
+// flush of what was written before it.
 func Open(cfg Config) (*Journal, error) {
 	if cfg.Dev == nil || cfg.BlockSize < 1024 || cfg.BlockSize > 65536 || cfg.BlockSize&(cfg.BlockSize-1) != 0 || cfg.Blocks < 2 {
 		return nil, fmt.Errorf("journal: bad config (block size %d, %d blocks): %w", cfg.BlockSize, cfg.Blocks, ErrInvalid)
@@ -241,7 +245,9 @@ func (j *Journal) Superblock() Superblock {
 	return j.sb
 }
 
-// Format returns the block format parameters of this journal.
+// Format returns the block format parameters of this journal as Open read
+// them; Superblock shows the features written since (the first commit
+// clears async_commit).
 func (j *Journal) Format() Format { return j.f }
 
 // CreateOptions selects the features of a new journal.

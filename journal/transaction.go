@@ -455,7 +455,11 @@ func (j *Journal) commitRunning() {
 // fs/jbd2/commit.c jbd2_journal_commit_transaction:
 //   - if the on-disk superblock says the log is empty (JBD2_FLUSHED), it is
 //     rewritten first with s_start/s_sequence of this transaction, without a
-//     flush: the commit block's preflush makes it durable;
+//     flush: the commit block's preflush makes it durable. A superblock
+//     with async_commit (JBD2_FEATURE_INCOMPAT_ASYNC_COMMIT) is rewritten
+//     without it in the same way, before the first commit block: ext4
+//     clears the feature at every mount without journal_async_commit
+//     (set_journal_csum_feature_set), and ext4io has no such option;
 //   - ordered data is written (Config.BeforeCommit);
 //   - revoke blocks (jbd2_journal_write_revoke_records), then descriptor
 //     blocks each followed by its journalled blocks, escaped when they begin
@@ -464,16 +468,20 @@ func (j *Journal) commitRunning() {
 //   - with an external journal the file system device is flushed before the
 //     commit record ("if the journal is not located on the file system
 //     device, then we must flush the file system device");
-//   - without async_commit the commit block is written REQ_PREFLUSH|REQ_FUA
-//     (journal_submit_commit_record): here Flush, write, Flush. With
-//     async_commit it is written with the other blocks and one flush follows.
-//     On a shared device the preflush also covers the ordered data.
+//   - the commit block is written REQ_PREFLUSH|REQ_FUA, as jbd2 does without
+//     async_commit (journal_submit_commit_record): here Flush, write, Flush.
+//     On a shared device the preflush also covers the ordered data the
+//     caller wrote before the commit (with or without BeforeCommit): no
+//     commit block reaches the log before the data its blocks map.
 func (j *Journal) writeTransaction(t *transaction) error {
 	j.sbMu.Lock()
 	uuid := j.sb.UUID // j.sb is replaced under sbMu by checkpoints
-	if j.sb.Start == 0 {
+	if j.sb.Start == 0 || j.sb.FeatureIncompat&FeatureIncompatAsyncCommit != 0 {
 		nsb := j.sb
-		nsb.Start, nsb.SeqTail = t.start, t.tid
+		if nsb.Start == 0 {
+			nsb.Start, nsb.SeqTail = t.start, t.tid
+		}
+		nsb.FeatureIncompat &^= FeatureIncompatAsyncCommit
 		if err := j.writeSuperblockLocked(&nsb, false); err != nil {
 			j.sbMu.Unlock()
 			return err
@@ -567,12 +575,9 @@ func (j *Journal) writeTransaction(t *transaction) error {
 		}
 		blocks = blocks[n:]
 	}
-	async := j.f.Incompat&FeatureIncompatAsyncCommit != 0
-	if !async {
-		// The commit block is a write of its own after the preflush.
-		if err := lw.write(); err != nil {
-			return err
-		}
+	// The commit block is a write of its own after the preflush.
+	if err := lw.write(); err != nil {
+		return err
 	}
 	if j.fsdev != j.dev && j.before != nil {
 		if err := j.fsdev.Flush(); err != nil {
@@ -589,7 +594,7 @@ func (j *Journal) writeTransaction(t *transaction) error {
 			}
 		}
 	}
-	if !async && !mutant.NoCommitFlush {
+	if !mutant.NoCommitFlush {
 		if err := j.dev.Flush(); err != nil {
 			return fmt.Errorf("journal: preflush before commit %d: %w", t.tid, ioErr(err))
 		}
