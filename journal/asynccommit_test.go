@@ -171,3 +171,85 @@ func TestAsyncCommitClearedAtFirstCommit(t *testing.T) {
 		})
 	}
 }
+
+// TestAsyncCommitLogRecovery: a log whose superblock has async_commit (a
+// crash under a Linux mount with journal_async_commit) replays as jbd2
+// does: a commit block that fails its checksum ends the replay before its
+// transaction without marking it failed, where without async_commit it is
+// j_failed_commit.
+func TestAsyncCommitLogRecovery(t *testing.T) {
+	for _, async := range []bool{true, false} {
+		name := "sync"
+		if async {
+			name = "async"
+		}
+		t.Run(name, func(t *testing.T) {
+			mem := newTestDev(t)
+			dev := &seqDev{Device: mem}
+			cfg := testConfig(mem)
+			cfg.Dev = dev
+			j, err := Create(cfg, CreateOptions{UUID: [16]byte{7}, CsumV3: true, Sequence: 5})
+			require.NoError(t, err)
+			dev.take()
+			commitOff := map[uint32]int64{}
+			for i := range 3 {
+				h, err := j.Start(1)
+				require.NoError(t, err)
+				b := uint64(tHome0 + i)
+				require.NoError(t, h.GetWriteAccess(b))
+				require.NoError(t, h.Dirty(b, bytes.Repeat([]byte{byte(0x40 + i)}, tBS)))
+				require.NoError(t, h.Stop())
+				require.NoError(t, j.Commit())
+			}
+			for _, o := range dev.take() {
+				for b := 0; b < len(o.data); b += tBS {
+					if seq, ok := commitSeq(o.data[b:b+tBS], o.off+int64(b)); ok {
+						commitOff[seq] = o.off + int64(b)
+					}
+				}
+			}
+			require.Len(t, commitOff, 3)
+			img := mem.durableCopy()
+			require.NoError(t, j.Close())
+
+			// The crash image: the superblock as the Linux mount wrote it,
+			// the second commit block torn (its checksum no longer
+			// matches).
+			sb, err := DecodeSuperblock(img[tJOff*tBS : (tJOff+1)*tBS])
+			require.NoError(t, err)
+			require.EqualValues(t, 5, sb.SeqTail)
+			require.NotZero(t, sb.Start)
+			if async {
+				sb.FeatureIncompat |= FeatureIncompatAsyncCommit
+			}
+			sb.SetChecksum()
+			sb.Encode(img[tJOff*tBS : (tJOff+1)*tBS])
+			img[commitOff[6]+16] ^= 0xFF
+
+			rdev := memDevFrom(img)
+			rj, err := Open(testConfig(rdev))
+			require.NoError(t, err)
+			info, err := rj.Recover()
+			require.NoError(t, err)
+			assert.EqualValues(t, 5, info.StartSeq)
+			assert.EqualValues(t, 6, info.EndSeq)
+			assert.Equal(t, 1, info.Transactions)
+			if async {
+				assert.Zero(t, info.FailedCommit)
+			} else {
+				assert.EqualValues(t, 6, info.FailedCommit)
+			}
+			for i := range 3 {
+				want := bytes.Repeat([]byte{byte(0x40 + i)}, tBS)
+				if i > 0 {
+					want = initialBlock(uint64(tHome0 + i))
+				}
+				b := tHome0 + i
+				assert.Equal(t, want, rdev.cur[b*tBS:(b+1)*tBS], "home block %d", b)
+			}
+			// Recovery keeps the superblock's features.
+			assert.Equal(t, async, readJSB(t, rdev).FeatureIncompat&FeatureIncompatAsyncCommit != 0)
+			require.NoError(t, rj.Close())
+		})
+	}
+}
