@@ -1,6 +1,7 @@
 package ext4io
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -767,7 +768,21 @@ func (v *Volume) fcInodeTags(fc *fcState, w *fcBuilder, ino uint32, creat bool) 
 	if v.sb.InodeSizeBytes() > layout.GoodOldInodeSize {
 		n += int(in.ExtraIsize)
 	}
-	inodeTag := layout.EncodeFCInode(layout.FCInode{Ino: ino, Raw: raw[:min(n, len(raw))]})
+	n = min(n, len(raw))
+	if creat {
+		// The replay keeps the on-disk bytes past the tag's n: in a
+		// freed inode reused here, its predecessor's in-inode xattrs
+		// (Linux's ext4_fc_replay_inode and e2fsck's
+		// ext4_fc_handle_inode copy only the tag's bytes too).
+		logged, err := v.fcLoggedInode(ino)
+		if err != nil {
+			return "", err
+		}
+		if logged == nil || !bytes.Equal(logged[n:], raw[n:]) {
+			return "created inode over a freed inode's xattr area", nil
+		}
+	}
+	inodeTag := layout.EncodeFCInode(layout.FCInode{Ino: ino, Raw: raw[:n]})
 	if creat {
 		// INODE first, as ext4_fc_commit_dentry_updates writes a created
 		// inode: replay makes the inode (an empty extent root) before its
@@ -811,9 +826,28 @@ func (v *Volume) fcResized(fc *fcState, ino uint32, size uint64, creat bool) (bo
 	if creat {
 		return size > 0, nil
 	}
+	raw, err := v.fcLoggedInode(ino)
+	if err != nil {
+		return false, err
+	}
+	if raw == nil {
+		return true, nil
+	}
+	old, err := layout.DecodeInode(raw, v.sb.InodeSizeBytes())
+	if err != nil || old.LinksCount == 0 {
+		return true, nil
+	}
+	return size != old.Size, nil
+}
+
+// fcLoggedInode returns inode ino as the last full commit left it: the
+// copy a replay of the log gives, which fast-commit tags are replayed
+// onto. nil without a journal. fc.mu and txnGate (exclusively) are held,
+// as for fcResized.
+func (v *Volume) fcLoggedInode(ino uint32) ([]byte, error) {
 	m, ok := v.meta.(*jmeta)
 	if !ok {
-		return true, nil
+		return nil, nil
 	}
 	g, idx := v.sb.InodeLocation(ino)
 	isz := v.sb.InodeSizeBytes()
@@ -821,13 +855,9 @@ func (v *Volume) fcResized(fc *fcState, ino uint32, size uint64, creat bool) (bo
 	blk := v.groups[g].InodeTable + byteOff/uint64(v.bs)
 	raw := make([]byte, isz)
 	if err := m.readLoggedAt(blk, int(byteOff%uint64(v.bs)), raw); err != nil {
-		return false, fmt.Errorf("ext4io: fast commit: inode %d: %w", ino, err)
+		return nil, fmt.Errorf("ext4io: fast commit: inode %d: %w", ino, err)
 	}
-	old, err := layout.DecodeInode(raw, isz)
-	if err != nil || old.LinksCount == 0 {
-		return true, nil
-	}
-	return size != old.Size, nil
+	return raw, nil
 }
 
 // fcRawInode returns the on-disk inode ino as the next full commit would
