@@ -446,6 +446,28 @@ func (v *Volume) fcLead(mine *fcRun) {
 				r = nil
 			}
 		}
+		// A fast commit that starts the area and spans blocks writes
+		// all but its first block now, and that first block, which
+		// holds the HEAD, only after a flush: a crash that kept the
+		// HEAD without a later block of the first fast commit (before
+		// its first TAIL) fails the kernel's and e2fsck's whole
+		// recovery (-ECANCELED at a zero tag, -EFSBADCRC at a bad
+		// TAIL), and e2fsck then drops the log. Until the HEAD is
+		// written the area's first block is zero (journal FW4) and no
+		// scan reads the others.
+		headLast := r != nil && b.off == 0 && len(b.w.buf) > v.bs
+		if headLast {
+			err := j.WriteFastCommitBlocks(b.tid, 1, b.w.buf[v.bs:])
+			if err != nil {
+				b.release()
+				if errors.Is(err, journal.ErrSuperseded) {
+					v.fcFinish(nil, r) // as for the write below
+				} else {
+					v.fcFinish(v.fcFailed(err), r)
+				}
+				r = nil
+			}
+		}
 		g.mu.Lock()
 		pending := g.unflushed
 		g.mu.Unlock()
@@ -455,7 +477,7 @@ func (v *Volume) fcLead(mine *fcRun) {
 		// past a smaller size) must be durable before the tags that
 		// expose them are written (journal FW3), unless
 		// Tuning.FastCommitOneFlush accepts the window: flush first.
-		preflush := r != nil && (b.adds || b.dels || b.resized) && !v.opts.Tuning.FastCommitOneFlush
+		preflush := r != nil && (headLast || (b.adds || b.dels || b.resized) && !v.opts.Tuning.FastCommitOneFlush)
 		if preflush || r == nil && len(pending) > 0 {
 			g.mu.Lock()
 			pending, g.unflushed = g.unflushed, nil
@@ -490,7 +512,11 @@ func (v *Volume) fcLead(mine *fcRun) {
 		if r == nil {
 			continue
 		}
-		err := j.WriteFastCommitBlocks(b.tid, b.off, b.w.buf)
+		buf := b.w.buf
+		if headLast {
+			buf = buf[:v.bs]
+		}
+		err := j.WriteFastCommitBlocks(b.tid, b.off, buf)
 		b.release()
 		switch {
 		case errors.Is(err, journal.ErrSuperseded):
