@@ -1,6 +1,7 @@
 package ext4io
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -445,6 +446,28 @@ func (v *Volume) fcLead(mine *fcRun) {
 				r = nil
 			}
 		}
+		// A fast commit that starts the area and spans blocks writes
+		// all but its first block now, and that first block, which
+		// holds the HEAD, only after a flush: a crash that kept the
+		// HEAD without a later block of the first fast commit (before
+		// its first TAIL) fails the kernel's and e2fsck's whole
+		// recovery (-ECANCELED at a zero tag, -EFSBADCRC at a bad
+		// TAIL), and e2fsck then drops the log. Until the HEAD is
+		// written the area's first block is zero (journal FW4) and no
+		// scan reads the others.
+		headLast := r != nil && b.off == 0 && len(b.w.buf) > v.bs
+		if headLast {
+			err := j.WriteFastCommitBlocks(b.tid, 1, b.w.buf[v.bs:])
+			if err != nil {
+				b.release()
+				if errors.Is(err, journal.ErrSuperseded) {
+					v.fcFinish(nil, r) // as for the write below
+				} else {
+					v.fcFinish(v.fcFailed(err), r)
+				}
+				r = nil
+			}
+		}
 		g.mu.Lock()
 		pending := g.unflushed
 		g.mu.Unlock()
@@ -454,7 +477,7 @@ func (v *Volume) fcLead(mine *fcRun) {
 		// past a smaller size) must be durable before the tags that
 		// expose them are written (journal FW3), unless
 		// Tuning.FastCommitOneFlush accepts the window: flush first.
-		preflush := r != nil && (b.adds || b.dels || b.resized) && !v.opts.Tuning.FastCommitOneFlush
+		preflush := r != nil && (headLast || (b.adds || b.dels || b.resized) && !v.opts.Tuning.FastCommitOneFlush)
 		if preflush || r == nil && len(pending) > 0 {
 			g.mu.Lock()
 			pending, g.unflushed = g.unflushed, nil
@@ -489,7 +512,11 @@ func (v *Volume) fcLead(mine *fcRun) {
 		if r == nil {
 			continue
 		}
-		err := j.WriteFastCommitBlocks(b.tid, b.off, b.w.buf)
+		buf := b.w.buf
+		if headLast {
+			buf = buf[:v.bs]
+		}
+		err := j.WriteFastCommitBlocks(b.tid, b.off, buf)
 		b.release()
 		switch {
 		case errors.Is(err, journal.ErrSuperseded):
@@ -767,7 +794,21 @@ func (v *Volume) fcInodeTags(fc *fcState, w *fcBuilder, ino uint32, creat bool) 
 	if v.sb.InodeSizeBytes() > layout.GoodOldInodeSize {
 		n += int(in.ExtraIsize)
 	}
-	inodeTag := layout.EncodeFCInode(layout.FCInode{Ino: ino, Raw: raw[:min(n, len(raw))]})
+	n = min(n, len(raw))
+	if creat {
+		// The replay keeps the on-disk bytes past the tag's n: in a
+		// freed inode reused here, its predecessor's in-inode xattrs
+		// (Linux's ext4_fc_replay_inode and e2fsck's
+		// ext4_fc_handle_inode copy only the tag's bytes too).
+		logged, err := v.fcLoggedInode(ino)
+		if err != nil {
+			return "", err
+		}
+		if logged == nil || !bytes.Equal(logged[n:], raw[n:]) {
+			return "created inode over a freed inode's xattr area", nil
+		}
+	}
+	inodeTag := layout.EncodeFCInode(layout.FCInode{Ino: ino, Raw: raw[:n]})
 	if creat {
 		// INODE first, as ext4_fc_commit_dentry_updates writes a created
 		// inode: replay makes the inode (an empty extent root) before its
@@ -778,6 +819,16 @@ func (v *Volume) fcInodeTags(fc *fcState, w *fcBuilder, ino uint32, creat bool) 
 	if hi > lo {
 		if in.Flags&layout.InodeFlagExtents == 0 {
 			return "block-mapped file", nil
+		}
+		if extent.DecodeHeader(in.Block[:]).Depth > 0 {
+			// e2fsck 1.47.0 replays an inode's ranges by rebuilding its
+			// whole extent tree, and takes the blocks of a tree too
+			// large for i_block from the bitmap as replayed so far. A
+			// block a later ADD_RANGE maps is still free there: e2fsck
+			// wrote a tree block over another file's data and left the
+			// block claimed twice. A tree that fits in i_block (depth 0:
+			// at most 4 extents) needs no block in that rebuild.
+			return "extent tree deeper than i_block", nil
 		}
 		if err := v.fcRangeTags(w, ino, lo, hi); err != nil {
 			return "", err
@@ -811,9 +862,28 @@ func (v *Volume) fcResized(fc *fcState, ino uint32, size uint64, creat bool) (bo
 	if creat {
 		return size > 0, nil
 	}
+	raw, err := v.fcLoggedInode(ino)
+	if err != nil {
+		return false, err
+	}
+	if raw == nil {
+		return true, nil
+	}
+	old, err := layout.DecodeInode(raw, v.sb.InodeSizeBytes())
+	if err != nil || old.LinksCount == 0 {
+		return true, nil
+	}
+	return size != old.Size, nil
+}
+
+// fcLoggedInode returns inode ino as the last full commit left it: the
+// copy a replay of the log gives, which fast-commit tags are replayed
+// onto. nil without a journal. fc.mu and txnGate (exclusively) are held,
+// as for fcResized.
+func (v *Volume) fcLoggedInode(ino uint32) ([]byte, error) {
 	m, ok := v.meta.(*jmeta)
 	if !ok {
-		return true, nil
+		return nil, nil
 	}
 	g, idx := v.sb.InodeLocation(ino)
 	isz := v.sb.InodeSizeBytes()
@@ -821,13 +891,9 @@ func (v *Volume) fcResized(fc *fcState, ino uint32, size uint64, creat bool) (bo
 	blk := v.groups[g].InodeTable + byteOff/uint64(v.bs)
 	raw := make([]byte, isz)
 	if err := m.readLoggedAt(blk, int(byteOff%uint64(v.bs)), raw); err != nil {
-		return false, fmt.Errorf("ext4io: fast commit: inode %d: %w", ino, err)
+		return nil, fmt.Errorf("ext4io: fast commit: inode %d: %w", ino, err)
 	}
-	old, err := layout.DecodeInode(raw, isz)
-	if err != nil || old.LinksCount == 0 {
-		return true, nil
-	}
-	return size != old.Size, nil
+	return raw, nil
 }
 
 // fcRawInode returns the on-disk inode ino as the next full commit would

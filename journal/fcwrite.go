@@ -63,7 +63,13 @@ type fcState struct {
 //     tags never reach the disk before the data they map. Without it the
 //     device is flushed once after both, and a crash before that flush may
 //     keep tags that map blocks whose data did not arrive (the window of
-//     jbd2's async_commit).
+//     jbd2's async_commit). The fast commit that starts the area may have
+//     its blocks after the first written before that first flush: while
+//     the area's first block is zero (FW4) no scan reads them. Its first
+//     block, with the HEAD, follows the flush, so that a crash never keeps
+//     the HEAD without the rest of the first fast commit, which the
+//     kernel's and e2fsck's scans take for a corrupt area and fail the
+//     whole recovery.
 
 // ErrSuperseded is returned by WriteFastCommit when the full commit of the
 // fast commit's tid is durable already: it holds every change the fast

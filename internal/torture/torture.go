@@ -23,7 +23,9 @@
 //     then cover, plus each later write up to the point kept at random, the
 //     write at the point itself possibly torn (see Recorder.CrashAt). Each
 //     image is recovered by ext4io (Open Writable or Replay) or, one time in
-//     four, by e2fsck -fy; e2fsck -fn must then be clean, every name and
+//     four, by e2fsck -fy (when e2fsck 1.47.0's recovery fails on a stale
+//     fast-commit HEAD, by ext4io and, as root, Linux's mount instead:
+//     stalehead.go); e2fsck -fn must then be clean, every name and
 //     content made durable by a sync that had returned by the point (and not
 //     touched by an operation begun by then) must read back exactly, and no
 //     file may hold a non-zero block that no version of the worker's files
@@ -99,6 +101,10 @@ type Config struct {
 	// FastCommit formats with the fast_commit feature: Syncs write fast
 	// commits, and crash images hold them for recovery to replay.
 	FastCommit bool
+	// NoLinux skips Linux's recovery (mount -o loop, as root) of the crash
+	// images e2fsck fails to recover because of a stale fast-commit HEAD
+	// (stalehead.go); ext4io's recovery is checked either way.
+	NoLinux bool
 }
 
 // Summary counts what Run did.
@@ -115,12 +121,17 @@ type Summary struct {
 	RefusedOpens, ReadOnlyOpens int
 	FileRounds                  int // rounds on a file-backed device (blockdev.OpenFile)
 	XattrOps                    int // Setxattr, Getxattr, Listxattr, Removexattr calls
+	// StaleHead counts crash images whose e2fsck -fy recovery failed on a
+	// stale fast-commit HEAD and that were recovered and checked with
+	// ext4io instead; StaleHeadLinux those of them Linux's mount recovered
+	// and that passed the same checks.
+	StaleHead, StaleHeadLinux int
 }
 
 func (s Summary) String() string {
-	return fmt.Sprintf("rounds=%d ops=%d xattr-ops=%d device-ops=%d crashes=%d (at a flush %d) recovered(ext4io)=%d recovered(e2fsck)=%d e2fsck-runs=%d fault-rounds=%d io-errors=%d enospc-rounds=%d file-rounds=%d refused-opens=%d ro-opens=%d failures=%d",
+	return fmt.Sprintf("rounds=%d ops=%d xattr-ops=%d device-ops=%d crashes=%d (at a flush %d) recovered(ext4io)=%d recovered(e2fsck)=%d e2fsck-runs=%d fault-rounds=%d io-errors=%d enospc-rounds=%d file-rounds=%d refused-opens=%d ro-opens=%d stale-head(e2fsck failed; ext4io checked)=%d (Linux checked %d) failures=%d",
 		s.Rounds, s.Operations, s.XattrOps, s.DeviceOps, s.Crashes, s.CrashPointsAtFlush, s.RecoveredByExt4io, s.RecoveredByE2fsck, s.E2fsckRuns,
-		s.FaultRounds, s.IOErrorsInjected, s.ENOSPCRounds, s.FileRounds, s.RefusedOpens, s.ReadOnlyOpens, s.Failures)
+		s.FaultRounds, s.IOErrorsInjected, s.ENOSPCRounds, s.FileRounds, s.RefusedOpens, s.ReadOnlyOpens, s.StaleHead, s.StaleHeadLinux, s.Failures)
 }
 
 // runner is the state of one Run; used by one goroutine.
@@ -128,6 +139,7 @@ type runner struct {
 	cfg   Config
 	sum   Summary
 	fsck  string // e2fsck path, "" if missing
+	linux bool   // Linux can mount images (root, loop devices) and Config.NoLinux is off
 	rng   *rand.Rand
 	dev   *memdev.Device // the image the next round starts from; nil: format
 	round int
@@ -160,6 +172,7 @@ func Run(cfg Config) (Summary, error) {
 	}
 	r := &runner{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x70727475))}
 	r.fsck, _ = exec.LookPath("e2fsck")
+	r.linux = !cfg.NoLinux && linuxAvailable()
 	deadline := time.Now().Add(cfg.Duration)
 	more := func() bool {
 		if cfg.RoundSeed != 0 || cfg.MaxRounds > 0 && r.round >= cfg.MaxRounds {
@@ -475,9 +488,28 @@ func (r *runner) fileRound(v *ext4io.Volume, ws []*worker, name string) error {
 // recoverAndCheck recovers an image crashed after log entry p and checks it
 // against the model's state at p.
 func (r *runner) recoverAndCheck(img *memdev.Device, ws []*worker, p int, rng *rand.Rand) error {
+	check := func(v *ext4io.Volume) error {
+		for _, w := range ws {
+			s, ok := w.at(p)
+			if !ok {
+				continue // before the round's first sync: nothing is promised
+			}
+			if err := w.checkAt(v, s); err != nil {
+				return fmt.Errorf("%s: %s operation %q, log %d: %w", w.dir, map[bool]string{true: "in flight", false: "after"}[s.pre], s.op, s.idx, err)
+			}
+		}
+		return nil
+	}
+	return r.recoverAndCheckFn(img, rng, check)
+}
+
+// recoverAndCheckFn recovers img, by e2fsck one time in four, else by
+// ext4io, and checks the result: e2fsck -fn clean, then check.
+func (r *runner) recoverAndCheckFn(img *memdev.Device, rng *rand.Rand, check func(*ext4io.Volume) error) error {
 	how := "e2fsck -fy"
 	if r.fsck != "" && rng.IntN(4) == 0 {
-		if err := r.fsckY(img); err != nil {
+		var err error
+		if how, err = r.recoverByE2fsck(img, check); err != nil {
 			return err
 		}
 		r.sum.RecoveredByE2fsck++
@@ -515,14 +547,8 @@ func (r *runner) recoverAndCheck(img *memdev.Device, ws []*worker, p int, rng *r
 		return fmt.Errorf("open image recovered by %s: %w", how, err)
 	}
 	defer v.Close()
-	for _, w := range ws {
-		s, ok := w.at(p)
-		if !ok {
-			continue // before the round's first sync: nothing is promised
-		}
-		if err := w.checkAt(v, s); err != nil {
-			return fmt.Errorf("after recovery by %s (%s: %s operation %q, log %d): %w", how, w.dir, map[bool]string{true: "in flight", false: "after"}[s.pre], s.op, s.idx, err)
-		}
+	if err := check(v); err != nil {
+		return fmt.Errorf("after recovery by %s (%w)", how, err)
 	}
 	return nil
 }
@@ -538,18 +564,6 @@ func (r *runner) fsckN(img *memdev.Device) error {
 	}
 	if code != 0 {
 		return fmt.Errorf("e2fsck -fn exit %d:\n%s", code, out)
-	}
-	return nil
-}
-
-// fsckY repairs the image with e2fsck -fy (exit <= 1).
-func (r *runner) fsckY(img *memdev.Device) error {
-	out, code, err := r.e2fsck(img, "-fy", true)
-	if err != nil {
-		return err
-	}
-	if code > 1 {
-		return fmt.Errorf("e2fsck -fy exit %d:\n%s", code, out)
 	}
 	return nil
 }
