@@ -503,6 +503,9 @@ func (f *File) Truncate(size int64) error {
 	if err := f.checkRange("truncate", size, 0); err != nil {
 		return err
 	}
+	if err := f.truncateSteps(uint64(size)); err != nil {
+		return &fs.PathError{Op: "truncate", Path: f.name, Err: err}
+	}
 	if err := f.v.beginOp(); err != nil {
 		return &fs.PathError{Op: "truncate", Path: f.name, Err: err}
 	}
@@ -519,6 +522,106 @@ func (f *File) Truncate(size int64) error {
 		return &fs.PathError{Op: "truncate", Path: f.name, Err: err}
 	}
 	return nil
+}
+
+// truncateSteps frees the blocks a shrink to size removes in steps from
+// the file's end, each its own operation, when freeing them all in one
+// would change more metadata blocks than a pending set may hold (jmeta.log
+// commits a set in one journal transaction, at most the whole log): so a
+// truncate of a file with a large tree works on a small journal, as
+// ext4_truncate restarts its handle. It leaves at most truncateStepWeight
+// of the removal to the single operation that sets the size. Between steps
+// the file keeps its old size, its freed tail reading as zeroes; a crash
+// there leaves that state, which e2fsck accepts (a hole at the end). A
+// step removes everything past its cut, so writes between steps land
+// before the truncate. Without a journal it does nothing.
+func (f *File) truncateSteps(size uint64) error {
+	if f.v.jm == nil {
+		return nil
+	}
+	bs := uint64(f.v.bs)
+	first := (size + bs - 1) / bs
+	if first >= maxFileBlocks {
+		return nil
+	}
+	budget := f.truncateStepWeight()
+	var cuts []uint32 // ascending lblks: steps remove [cut, end), the last cut first
+	if err := f.truncateStep(func() error {
+		if f.m == nil || f.m.tree == nil || f.m.tree.Depth() == 0 || size >= f.in.Size {
+			return nil // a root's four extents change few blocks
+		}
+		cuts = cuts[:0]
+		var ws []int
+		bpg := uint64(f.v.sb.BlocksPerGroup)
+		err := f.m.tree.Walk(func(e extent.Extent) error {
+			if e.End() <= first {
+				return nil
+			}
+			lo := max(uint64(e.Lblk), first)
+			p := e.Pblk + (lo - uint64(e.Lblk))
+			groups := int((p+(e.End()-lo)-1)/bpg - p/bpg + 1)
+			cuts = append(cuts, uint32(lo))
+			ws = append(ws, 2*groups+1) // bitmaps, descriptors, a leaf's share
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		// Keep one cut every budget of weight, from the end; the final
+		// operation removes what is left below the lowest.
+		kept, w := cuts[:0], 0
+		for i := len(cuts) - 1; i >= 0; i-- {
+			if w += ws[i]; w >= budget {
+				kept = append(kept, cuts[i])
+				w = 0
+			}
+		}
+		cuts = kept // descending
+		return nil
+	}); err != nil {
+		return err
+	}
+	for _, c := range cuts {
+		if err := f.truncateStep(func() error {
+			if f.m == nil || f.m.tree == nil {
+				return nil
+			}
+			f.dropCacheLocked(int64(c)*int64(bs), math.MaxInt64-int64(c)*int64(bs))
+			defer f.n.dataGen.Add(1)
+			f.n.conv.dropFrom(c)
+			if err := f.v.applyConversionsLocked(f.n); err != nil {
+				return err
+			}
+			if err := f.m.tree.Remove(c, extent.EndLblk-1); err != nil {
+				return err
+			}
+			f.m.drop(c, uint32(maxFileBlocks-uint64(c)))
+			return f.v.writeInodeLocked(f.n)
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// truncateStepWeight is the most metadata blocks (by truncateSteps's
+// count) one step frees: half the pending set that triggers a commit, so
+// that a step, joining a set below commitAt, stays far below the log.
+func (f *File) truncateStepWeight() int { return max(f.v.jm.commitAt/2, 8) }
+
+// truncateStep runs fn as one operation with the inode locked, as
+// Truncate does.
+func (f *File) truncateStep(fn func() error) error {
+	if err := f.v.beginOp(); err != nil {
+		return err
+	}
+	f.n.mu.Lock()
+	err := f.closedLocked()
+	if err == nil {
+		err = fn()
+	}
+	f.n.mu.Unlock()
+	return f.v.endOpErr(err)
 }
 
 func (f *File) truncateLocked(size uint64) error {

@@ -1,0 +1,65 @@
+package ext4io
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/ext4io/ext4io/blockdev/memdev"
+	"github.com/ext4io/ext4io/ext4iotest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestTruncateTreeLargerThanLog shrinks a file whose extent tree has more
+// leaf blocks than the whole log holds in one transaction (a 1024-block
+// journal, 1 KiB blocks, one extent a block). Before truncateSteps the
+// truncate's pending set did not fit one transaction: jmeta.log refused
+// it with ErrNoSpace and the volume stopped committing.
+func TestTruncateTreeLargerThanLog(t *testing.T) {
+	mem := memdev.NewBlockSize(256<<20, 1024)
+	require.NoError(t, Format(mem, FormatOptions{BlockSize: 1024, JournalBlocks: 1024}))
+	v, err := Open(mem, Options{Writable: true, PageCacheBytes: -1})
+	require.NoError(t, err)
+	f, err := v.Create("big")
+	require.NoError(t, err)
+	// Written and unwritten blocks alternate: one extent a block.
+	const nblk = 2 * 84 * 1100
+	require.NoError(t, f.Fallocate(FallocAllocate, 0, nblk*1024))
+	mark := func(i int64) []byte { return bytes.Repeat([]byte{byte(i/2%251 + 1)}, 1024) }
+	for i := int64(0); i < nblk; i += 2 {
+		_, err := f.WriteAt(mark(i), i*1024)
+		require.NoError(t, err)
+	}
+	require.NoError(t, v.Sync())
+	leaves := 0
+	require.NoError(t, f.m.tree.Blocks(func(uint64, int) error { leaves++; return nil }))
+	require.Greater(t, leaves, v.jm.j.MaxLargeCredits(), "the tree's blocks alone exceed one transaction")
+
+	const keep = 1001 // blocks kept, the last one partly
+	size := int64(keep*1024 - 100)
+	require.NoError(t, f.Truncate(size))
+	assert.Equal(t, size, f.Size())
+	require.NoError(t, f.Close())
+	require.NoError(t, v.Close())
+	ext4iotest.FsckDev(t, mem)
+
+	v, err = Open(mem, Options{})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, v.Close()) }()
+	f, err = v.Open("big")
+	require.NoError(t, err)
+	assert.Equal(t, size, f.Size())
+	exts, err := f.Extents()
+	require.NoError(t, err)
+	assert.Len(t, exts, keep)
+	got := make([]byte, 1024)
+	for _, i := range []int64{0, 2, 998, keep - 1} {
+		n, _ := f.ReadAt(got, i*1024)
+		want := mark(i)
+		if i%2 == 1 {
+			want = make([]byte, 1024)
+		}
+		want = want[:min(int64(len(want)), size-i*1024)]
+		assert.Equal(t, want, got[:n], "block %d", i)
+	}
+}
