@@ -2,8 +2,11 @@ package ext4io
 
 import (
 	"bytes"
+	"io/fs"
 	"testing"
 
+	"github.com/ext4io/ext4io/blockdev"
+	"github.com/ext4io/ext4io/blockdev/errordev"
 	"github.com/ext4io/ext4io/blockdev/memdev"
 	"github.com/ext4io/ext4io/ext4iotest"
 	"github.com/stretchr/testify/assert"
@@ -38,6 +41,7 @@ func TestTruncateTreeLargerThanLog(t *testing.T) {
 	const keep = 1001 // blocks kept, the last one partly
 	size := int64(keep*1024 - 100)
 	require.NoError(t, f.Truncate(size))
+	assert.Greater(t, v.jm.j.Stats().Commits, uint64(2), "the truncate committed in steps")
 	assert.Equal(t, size, f.Size())
 	require.NoError(t, f.Close())
 	require.NoError(t, v.Close())
@@ -62,4 +66,72 @@ func TestTruncateTreeLargerThanLog(t *testing.T) {
 		want = want[:min(int64(len(want)), size-i*1024)]
 		assert.Equal(t, want, got[:n], "block %d", i)
 	}
+}
+
+// bigTreeFile formats a volume with a 1024-block journal and 1 KiB blocks
+// on dev and writes file "big" whose extent tree has more blocks than the
+// whole log takes in one transaction. It returns the open volume and file
+// and the free block count before the file.
+func bigTreeFile(t *testing.T, dev blockdev.Device) (*Volume, *File, uint64) {
+	require.NoError(t, Format(dev, FormatOptions{BlockSize: 1024, JournalBlocks: 1024}))
+	v, err := Open(dev, Options{Writable: true, PageCacheBytes: -1})
+	require.NoError(t, err)
+	free := v.sb.FreeBlocksCount
+	f, err := v.Create("big")
+	require.NoError(t, err)
+	const nblk = 2 * 84 * 1100
+	require.NoError(t, f.Fallocate(FallocAllocate, 0, nblk*1024))
+	b := make([]byte, 1024)
+	for i := int64(0); i < nblk; i += 2 {
+		_, err := f.WriteAt(b, i*1024)
+		require.NoError(t, err)
+	}
+	require.NoError(t, v.Sync())
+	blocks := 0
+	require.NoError(t, f.m.tree.Blocks(func(uint64, int) error { blocks++; return nil }))
+	require.Greater(t, blocks, v.jm.j.MaxLargeCredits())
+	return v, f, free
+}
+
+// TestRemoveTreeLargerThanLog removes a closed file whose tree is larger
+// than one transaction: before orphanSteps the unlink's eviction did not
+// fit the log and stopped the volume (ErrNoSpace), and Remove reported
+// ENOENT from its rmdir attempt.
+func TestRemoveTreeLargerThanLog(t *testing.T) {
+	mem := memdev.NewBlockSize(256<<20, 1024)
+	v, f, _ := bigTreeFile(t, mem)
+	require.NoError(t, f.Close())
+	require.NoError(t, v.Remove("big"))
+	require.NoError(t, v.Sync())
+	_, err := v.Open("big")
+	require.ErrorIs(t, err, fs.ErrNotExist)
+	require.NoError(t, v.Close())
+	ext4iotest.FsckDev(t, mem)
+}
+
+// TestOrphanTreeLargerThanLog unlinks such a file while it is open: its
+// last Close frees it, and so does the next open of a crash image taken
+// while it was an orphan. Before orphanSteps both failed with ErrNoSpace,
+// the second on every later writable open.
+func TestOrphanTreeLargerThanLog(t *testing.T) {
+	mem := memdev.NewBlockSize(256<<20, 1024)
+	c, err := errordev.NewCrashable(mem)
+	require.NoError(t, err)
+	v, f, free := bigTreeFile(t, c)
+	require.NoError(t, v.Remove("big"))
+	require.NoError(t, v.Sync())
+	img, err := c.Crash(errordev.CrashOptions{})
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	require.NoError(t, v.Close())
+	ext4iotest.FsckDev(t, c)
+
+	v, err = Open(img, Options{Writable: true, PageCacheBytes: -1})
+	require.NoError(t, err)
+	require.NoError(t, v.Close())
+	ext4iotest.FsckDev(t, img)
+	v, err = Open(img, Options{})
+	require.NoError(t, err)
+	assert.InDelta(t, free, v.sb.FreeBlocksCount, 16, "the orphan's blocks are free")
+	require.NoError(t, v.Close())
 }

@@ -529,7 +529,7 @@ func (f *File) Truncate(size int64) error {
 // would change more metadata blocks than a pending set may hold (jmeta.log
 // commits a set in one journal transaction, at most the whole log): so a
 // truncate of a file with a large tree works on a small journal, as
-// ext4_truncate restarts its handle. It leaves at most truncateStepWeight
+// ext4_truncate restarts its handle. It leaves at most treeStepWeight
 // of the removal to the single operation that sets the size. Between steps
 // the file keeps its old size, its freed tail reading as zeroes; a crash
 // there leaves that state, which e2fsck accepts (a hole at the end). A
@@ -544,40 +544,12 @@ func (f *File) truncateSteps(size uint64) error {
 	if first >= maxFileBlocks {
 		return nil
 	}
-	budget := f.truncateStepWeight()
-	var cuts []uint32 // ascending lblks: steps remove [cut, end), the last cut first
-	if err := f.truncateStep(func() error {
-		if f.m == nil || f.m.tree == nil || f.m.tree.Depth() == 0 || size >= f.in.Size {
-			return nil // a root's four extents change few blocks
+	var cuts []uint32 // descending: steps remove [cut, end)
+	if err := f.truncateStep(func() (err error) {
+		if size < f.in.Size {
+			cuts, err = f.v.treeCutsLocked(f.n, first)
 		}
-		cuts = cuts[:0]
-		var ws []int
-		bpg := uint64(f.v.sb.BlocksPerGroup)
-		err := f.m.tree.Walk(func(e extent.Extent) error {
-			if e.End() <= first {
-				return nil
-			}
-			lo := max(uint64(e.Lblk), first)
-			p := e.Pblk + (lo - uint64(e.Lblk))
-			groups := int((p+(e.End()-lo)-1)/bpg - p/bpg + 1)
-			cuts = append(cuts, uint32(lo))
-			ws = append(ws, 2*groups+1) // bitmaps, descriptors, a leaf's share
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		// Keep one cut every budget of weight, from the end; the final
-		// operation removes what is left below the lowest.
-		kept, w := cuts[:0], 0
-		for i := len(cuts) - 1; i >= 0; i-- {
-			if w += ws[i]; w >= budget {
-				kept = append(kept, cuts[i])
-				w = 0
-			}
-		}
-		cuts = kept // descending
-		return nil
+		return err
 	}); err != nil {
 		return err
 	}
@@ -587,16 +559,7 @@ func (f *File) truncateSteps(size uint64) error {
 				return nil
 			}
 			f.dropCacheLocked(int64(c)*int64(bs), math.MaxInt64-int64(c)*int64(bs))
-			defer f.n.dataGen.Add(1)
-			f.n.conv.dropFrom(c)
-			if err := f.v.applyConversionsLocked(f.n); err != nil {
-				return err
-			}
-			if err := f.m.tree.Remove(c, extent.EndLblk-1); err != nil {
-				return err
-			}
-			f.m.drop(c, uint32(maxFileBlocks-uint64(c)))
-			return f.v.writeInodeLocked(f.n)
+			return f.v.removeStepLocked(f.n, c)
 		}); err != nil {
 			return err
 		}
@@ -604,10 +567,66 @@ func (f *File) truncateSteps(size uint64) error {
 	return nil
 }
 
-// truncateStepWeight is the most metadata blocks (by truncateSteps's
-// count) one step frees: half the pending set that triggers a commit, so
-// that a step, joining a set below commitAt, stays far below the log.
-func (f *File) truncateStepWeight() int { return max(f.v.jm.commitAt/2, 8) }
+// treeStepWeight is the most metadata blocks (by treeCutsLocked's
+// count) one step of truncateSteps or orphanSteps frees: half the pending
+// set that triggers a commit, so that a step, joining a set below
+// commitAt, stays far below the log.
+func (v *Volume) treeStepWeight() int { return max(v.jm.commitAt/2, 8) }
+
+// treeCutsLocked returns where steps freeing the blocks inode n (locked)
+// maps from first on cut the file, last cut first, so that each step
+// (from its cut to the previous one) and what is left below the last cut
+// free at most treeStepWeight metadata blocks: the block bitmap and group
+// descriptor of each group an extent reaches, and a leaf's share. None
+// when all of it fits one operation.
+func (v *Volume) treeCutsLocked(n *inode, first uint64) ([]uint32, error) {
+	if v.jm == nil || n.m == nil || n.m.tree == nil || n.m.tree.Depth() == 0 || first >= maxFileBlocks {
+		return nil, nil // a root's four extents change few blocks
+	}
+	var (
+		starts []uint32
+		ws     []int
+		bpg    = uint64(v.sb.BlocksPerGroup)
+	)
+	err := n.m.tree.Walk(func(e extent.Extent) error {
+		if e.End() <= first {
+			return nil
+		}
+		lo := max(uint64(e.Lblk), first)
+		p := e.Pblk + (lo - uint64(e.Lblk))
+		groups := int((p+(e.End()-lo)-1)/bpg - p/bpg + 1)
+		starts = append(starts, uint32(lo))
+		ws = append(ws, 2*groups+1)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ext4io: inode %d: %w", n.ino, err)
+	}
+	var cuts []uint32
+	budget, w := v.treeStepWeight(), 0
+	for i := len(starts) - 1; i >= 0; i-- {
+		if w += ws[i]; w >= budget {
+			cuts = append(cuts, starts[i])
+			w = 0
+		}
+	}
+	return cuts, nil
+}
+
+// removeStepLocked is one step of truncateSteps or orphanSteps: it frees
+// the blocks inode n (locked) maps from lblk c on.
+func (v *Volume) removeStepLocked(n *inode, c uint32) error {
+	defer n.dataGen.Add(1)
+	n.conv.dropFrom(c)
+	if err := v.applyConversionsLocked(n); err != nil {
+		return err
+	}
+	if err := n.m.tree.Remove(c, extent.EndLblk-1); err != nil {
+		return err
+	}
+	n.m.drop(c, uint32(maxFileBlocks-uint64(c)))
+	return v.writeInodeLocked(n)
+}
 
 // truncateStep runs fn as one operation with the inode locked, as
 // Truncate does.
