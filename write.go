@@ -585,7 +585,7 @@ func (v *Volume) treeCutsLocked(n *inode, first uint64) ([]uint32, error) {
 	}
 	var (
 		starts []uint32
-		ws     []int
+		gs     [][2]uint64 // first and last group of each extent's blocks
 		bpg    = uint64(v.sb.BlocksPerGroup)
 	)
 	err := n.m.tree.Walk(func(e extent.Extent) error {
@@ -594,20 +594,27 @@ func (v *Volume) treeCutsLocked(n *inode, first uint64) ([]uint32, error) {
 		}
 		lo := max(uint64(e.Lblk), first)
 		p := e.Pblk + (lo - uint64(e.Lblk))
-		groups := int((p+(e.End()-lo)-1)/bpg - p/bpg + 1)
 		starts = append(starts, uint32(lo))
-		ws = append(ws, 2*groups+1)
+		gs = append(gs, [2]uint64{p / bpg, (p + (e.End() - lo) - 1) / bpg})
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("ext4io: inode %d: %w", n.ino, err)
 	}
 	var cuts []uint32
-	budget, w := v.treeStepWeight(), 0
+	// An extent weighs one (its leaf's share, generously), and two more
+	// (bitmap, descriptor) for each group it reaches that the extent
+	// after it, freed in the same step, does not.
+	budget, w, prev := v.treeStepWeight(), 0, uint64(math.MaxUint64)
 	for i := len(starts) - 1; i >= 0; i-- {
-		if w += ws[i]; w >= budget {
+		w += 1 + 2*int(gs[i][1]-gs[i][0]+1)
+		if gs[i][1] == prev {
+			w -= 2
+		}
+		prev = gs[i][0]
+		if w >= budget {
 			cuts = append(cuts, starts[i])
-			w = 0
+			w, prev = 0, math.MaxUint64
 		}
 	}
 	return cuts, nil
