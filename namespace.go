@@ -440,7 +440,7 @@ func (v *Volume) releaseLinkLocked(n *inode, inUse bool) error {
 		n.in.Ctime = now()
 		return v.orphanAddLocked(n)
 	}
-	if cuts, err := v.treeCutsLocked(n, v.orphanFirstLocked(n)); err != nil {
+	if cuts, err := v.treeCutsLocked(n, v.orphanFirstLocked(n), maxFileBlocks); err != nil {
 		return err
 	} else if len(cuts) > 0 {
 		// Too large to free in this operation: an orphan until v.op

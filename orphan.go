@@ -471,7 +471,7 @@ func (v *Volume) orphanNeedsSteps(ino uint32) (bool, error) {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	cuts, err := v.treeCutsLocked(n, v.orphanFirstLocked(n))
+	cuts, err := v.treeCutsLocked(n, v.orphanFirstLocked(n), maxFileBlocks)
 	return len(cuts) > 0, err
 }
 
@@ -496,7 +496,7 @@ func (v *Volume) orphanSteps(ino uint32) error {
 		return v.endOpErr(err)
 	}
 	if err := step(func() (err error) {
-		cuts, err = v.treeCutsLocked(n, v.orphanFirstLocked(n))
+		cuts, err = v.treeCutsLocked(n, v.orphanFirstLocked(n), maxFileBlocks)
 		return err
 	}); err != nil {
 		return err
@@ -507,7 +507,7 @@ func (v *Volume) orphanSteps(ino uint32) error {
 				return nil // no longer an orphan's blocks to free
 			}
 			v.cache.Forget(ino)
-			return v.removeStepLocked(n, c)
+			return v.removeStepLocked(n, c, maxFileBlocks)
 		}); err != nil {
 			return fmt.Errorf("ext4io: freeing orphan inode %d: %w", ino, err)
 		}

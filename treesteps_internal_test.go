@@ -135,3 +135,39 @@ func TestOrphanTreeLargerThanLog(t *testing.T) {
 	assert.InDelta(t, free, v.sb.FreeBlocksCount, 16, "the orphan's blocks are free")
 	require.NoError(t, v.Close())
 }
+
+// TestPunchTreeLargerThanLog punches, and zero-ranges, most of a file
+// whose tree in that range is larger than one transaction: before
+// punchSteps the punch did not fit the log (ErrNoSpace) and stopped the
+// volume. The blocks around the range keep their data.
+func TestPunchTreeLargerThanLog(t *testing.T) {
+	for _, mode := range []FallocMode{FallocPunchHole, FallocZeroRange} {
+		t.Run(mode.String(), func(t *testing.T) {
+			mem := memdev.NewBlockSize(256<<20, 1024)
+			v, f, _ := bigTreeFile(t, mem)
+			size := f.Size()
+			const lo, hi = 1000 * 1024, 2 * 84 * 1000 * 1024 // whole blocks
+			data := bytes.Repeat([]byte{7}, 1024)
+			_, err := f.WriteAt(data, lo-1024)
+			require.NoError(t, err)
+			_, err = f.WriteAt(data, hi)
+			require.NoError(t, err)
+			require.NoError(t, f.Fallocate(mode, lo, hi-lo))
+			assert.Equal(t, size, f.Size())
+			got := make([]byte, 1024)
+			for _, off := range []int64{lo - 1024, hi} {
+				_, err := f.ReadAt(got, off)
+				require.NoError(t, err)
+				assert.Equal(t, data, got, "block at %d", off)
+			}
+			for _, off := range []int64{lo, lo + 2048, hi - 1024} {
+				_, err := f.ReadAt(got, off)
+				require.NoError(t, err)
+				assert.Equal(t, make([]byte, 1024), got, "block at %d", off)
+			}
+			require.NoError(t, f.Close())
+			require.NoError(t, v.Close())
+			ext4iotest.FsckDev(t, mem)
+		})
+	}
+}

@@ -547,7 +547,7 @@ func (f *File) truncateSteps(size uint64) error {
 	var cuts []uint32 // descending: steps remove [cut, end)
 	if err := f.truncateStep(func() (err error) {
 		if size < f.in.Size {
-			cuts, err = f.v.treeCutsLocked(f.n, first)
+			cuts, err = f.v.treeCutsLocked(f.n, first, maxFileBlocks)
 		}
 		return err
 	}); err != nil {
@@ -559,7 +559,7 @@ func (f *File) truncateSteps(size uint64) error {
 				return nil
 			}
 			f.dropCacheLocked(int64(c)*int64(bs), math.MaxInt64-int64(c)*int64(bs))
-			return f.v.removeStepLocked(f.n, c)
+			return f.v.removeStepLocked(f.n, c, maxFileBlocks)
 		}); err != nil {
 			return err
 		}
@@ -574,13 +574,13 @@ func (f *File) truncateSteps(size uint64) error {
 func (v *Volume) treeStepWeight() int { return max(v.jm.commitAt/2, 8) }
 
 // treeCutsLocked returns where steps freeing the blocks inode n (locked)
-// maps from first on cut the file, last cut first, so that each step
-// (from its cut to the previous one) and what is left below the last cut
-// free at most treeStepWeight metadata blocks: the block bitmap and group
-// descriptor of each group an extent reaches, and a leaf's share. None
-// when all of it fits one operation.
-func (v *Volume) treeCutsLocked(n *inode, first uint64) ([]uint32, error) {
-	if v.jm == nil || n.m == nil || n.m.tree == nil || n.m.tree.Depth() == 0 || first >= maxFileBlocks {
+// maps in [first, last) cut that range, highest cut first, so that each
+// step (from its cut to the previous one) and what is left below the
+// lowest cut free at most treeStepWeight metadata blocks: the block bitmap
+// and group descriptor of each group an extent reaches, and a leaf's
+// share. None when all of it fits one operation.
+func (v *Volume) treeCutsLocked(n *inode, first, last uint64) ([]uint32, error) {
+	if v.jm == nil || n.m == nil || n.m.tree == nil || n.m.tree.Depth() == 0 || first >= min(last, maxFileBlocks) {
 		return nil, nil // a root's four extents change few blocks
 	}
 	var (
@@ -589,13 +589,13 @@ func (v *Volume) treeCutsLocked(n *inode, first uint64) ([]uint32, error) {
 		bpg    = uint64(v.sb.BlocksPerGroup)
 	)
 	err := n.m.tree.Walk(func(e extent.Extent) error {
-		if e.End() <= first {
+		if e.End() <= first || uint64(e.Lblk) >= last {
 			return nil
 		}
-		lo := max(uint64(e.Lblk), first)
+		lo, hi := max(uint64(e.Lblk), first), min(e.End(), last)
 		p := e.Pblk + (lo - uint64(e.Lblk))
 		starts = append(starts, uint32(lo))
-		gs = append(gs, [2]uint64{p / bpg, (p + (e.End() - lo) - 1) / bpg})
+		gs = append(gs, [2]uint64{p / bpg, (p + (hi - lo) - 1) / bpg})
 		return nil
 	})
 	if err != nil {
@@ -620,18 +620,20 @@ func (v *Volume) treeCutsLocked(n *inode, first uint64) ([]uint32, error) {
 	return cuts, nil
 }
 
-// removeStepLocked is one step of truncateSteps or orphanSteps: it frees
-// the blocks inode n (locked) maps from lblk c on.
-func (v *Volume) removeStepLocked(n *inode, c uint32) error {
+// removeStepLocked is one step of truncateSteps, punchSteps or
+// orphanSteps: it frees the blocks inode n (locked) maps in [c, last).
+func (v *Volume) removeStepLocked(n *inode, c uint32, last uint64) error {
 	defer n.dataGen.Add(1)
-	n.conv.dropFrom(c)
+	if last >= maxFileBlocks {
+		n.conv.dropFrom(c) // queued conversions of the removed blocks go with them
+	}
 	if err := v.applyConversionsLocked(n); err != nil {
 		return err
 	}
-	if err := n.m.tree.Remove(c, extent.EndLblk-1); err != nil {
+	if err := n.m.tree.Remove(c, uint32(min(last, maxFileBlocks)-1)); err != nil {
 		return err
 	}
-	n.m.drop(c, uint32(maxFileBlocks-uint64(c)))
+	n.m.drop(c, uint32(min(last, maxFileBlocks)-uint64(c)))
 	return v.writeInodeLocked(n)
 }
 
