@@ -1,6 +1,7 @@
 package ext4io
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -479,8 +480,10 @@ func (v *Volume) orphanNeedsSteps(ino uint32) (bool, error) {
 // does), what freeing orphan ino frees, but for what one operation
 // (freeOrphan) can take. The orphan stays on the list meanwhile: a crash
 // between steps leaves it for the next open to finish. The caller is
-// outside any operation.
-func (v *Volume) orphanSteps(ino uint32) error {
+// outside any operation. With inMemory, each step first checks that ino
+// is still an in-memory orphan: releaseOrphans takes it off before
+// freeing it, after which its number may be reused.
+func (v *Volume) orphanSteps(ino uint32, inMemory bool) error {
 	n, err := v.getInode(ino)
 	if err != nil {
 		return err
@@ -496,6 +499,9 @@ func (v *Volume) orphanSteps(ino uint32) error {
 		return v.endOpErr(err)
 	}
 	if err := step(func() (err error) {
+		if inMemory && !v.isOrphan(ino) {
+			return nil
+		}
 		cuts, err = v.treeCutsLocked(n, v.orphanFirstLocked(n), maxFileBlocks)
 		return err
 	}); err != nil {
@@ -503,16 +509,33 @@ func (v *Volume) orphanSteps(ino uint32) error {
 	}
 	for _, c := range cuts {
 		if err := step(func() error {
+			if inMemory && !v.isOrphan(ino) {
+				return errOrphanGone
+			}
 			if uint64(c) < v.orphanFirstLocked(n) {
 				return nil // no longer an orphan's blocks to free
 			}
 			v.cache.Forget(ino)
 			return v.removeStepLocked(n, c, maxFileBlocks)
-		}); err != nil {
+		}); err == errOrphanGone {
+			return nil // freed by releaseOrphans meanwhile
+		} else if err != nil {
 			return fmt.Errorf("ext4io: freeing orphan inode %d: %w", ino, err)
 		}
 	}
 	return nil
+}
+
+// errOrphanGone stops orphanSteps: the orphan was freed meanwhile.
+var errOrphanGone = errors.New("orphan freed")
+
+// isOrphan reports whether ino is an in-memory orphan.
+func (v *Volume) isOrphan(ino uint32) bool {
+	s := v.ns()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.mu.orphans[ino]
+	return ok
 }
 
 // stepOrphans runs orphanSteps for the in-memory orphans whose Files are
@@ -539,7 +562,7 @@ func (v *Volume) stepOrphans(all bool) error {
 			}
 			continue
 		}
-		if err := v.orphanSteps(ino); err != nil {
+		if err := v.orphanSteps(ino, true); err != nil {
 			return err
 		}
 	}

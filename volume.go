@@ -499,7 +499,7 @@ func (v *Volume) openWritable() error {
 			return err
 		}
 		for _, ino := range inos {
-			if err := v.orphanSteps(ino); err != nil {
+			if err := v.orphanSteps(ino, false); err != nil {
 				return err
 			}
 		}
