@@ -2,6 +2,7 @@ package ext4io
 
 import (
 	"bytes"
+	"fmt"
 	"io/fs"
 	"os"
 	"sync"
@@ -75,13 +76,20 @@ func TestTruncateStepsConcurrentWriters(t *testing.T) {
 }
 
 // TestTruncateStepsCrash crashes around every flush of a stepped truncate
-// and the stepped unlink after it: every image opens writable (finishing
+// (made durable with Datasync, a fast commit when the volume has them) and
+// the stepped unlink after it: every image opens writable (finishing
 // the orphan), e2fsck accepts it, the file's size is the old or the new
 // one, or the file is gone, and its first block keeps its data.
 func TestTruncateStepsCrash(t *testing.T) {
+	for _, fc := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fastcommit=%v", fc), func(t *testing.T) { testTruncateStepsCrash(t, fc) })
+	}
+}
+
+func testTruncateStepsCrash(t *testing.T, fc bool) {
 	const nblk = 2 * 84 * 300
 	start := memdev.NewBlockSize(96<<20, 1024)
-	require.NoError(t, Format(start, FormatOptions{BlockSize: 1024, JournalBlocks: 1024}))
+	require.NoError(t, Format(start, FormatOptions{BlockSize: 1024, JournalBlocks: 1024, FastCommit: fc}))
 	v, err := Open(start, Options{Writable: true, PageCacheBytes: -1})
 	require.NoError(t, err)
 	f, err := v.Create("big")
@@ -105,6 +113,9 @@ func TestTruncateStepsCrash(t *testing.T) {
 			return err
 		}
 		if err := f.Truncate(half); err != nil {
+			return err
+		}
+		if err := f.Datasync(); err != nil { // a fast commit when fc
 			return err
 		}
 		if err := f.Close(); err != nil {
