@@ -75,6 +75,11 @@ func (f *File) Fallocate(mode FallocMode, off, length int64) error {
 		return &fs.PathError{Op: "fallocate", Path: f.name, Err: fmt.Errorf("zero length: %w", ErrInvalid)}
 	}
 	defer f.n.dataGen.Add(1) // read-ahead windows (readahead.go)
+	if mode == FallocPunchHole || mode == FallocZeroRange {
+		if err := f.punchSteps(off, length); err != nil {
+			return &fs.PathError{Op: "fallocate " + mode.String(), Path: f.name, Err: err}
+		}
+	}
 	shift := mode == FallocCollapseRange || mode == FallocInsertRange
 	retried := false
 	for {
@@ -268,6 +273,42 @@ func (f *File) shiftRangeLocked(mode FallocMode, off, length int64) error {
 		f.n.setSizeLocked(f.in.Size + uint64(length))
 	}
 	f.m.drop(first, uint32(maxFileBlocks-uint64(first)))
+	return nil
+}
+
+// punchSteps frees the whole blocks of [off, off+length) in steps of
+// their own operations, from the range's end, when freeing them in one
+// would change more metadata than a pending set may hold (truncateSteps),
+// leaving at most one step's worth to the operation of the punch itself,
+// as ext4_punch_hole restarts its handle. A crash between steps leaves
+// part of the range punched: it reads as zeroes, as after the punch.
+func (f *File) punchSteps(off, length int64) error {
+	if f.v.jm == nil {
+		return nil
+	}
+	bs := uint64(f.v.bs)
+	first, last := (uint64(off)+bs-1)/bs, uint64(off+length)/bs
+	if first >= last {
+		return nil
+	}
+	var cuts []uint32
+	if err := f.truncateStep(func() (err error) {
+		cuts, err = f.v.treeCutsLocked(f.n, first, last)
+		return err
+	}); err != nil {
+		return err
+	}
+	for _, c := range cuts {
+		if err := f.truncateStep(func() error {
+			if f.m == nil || f.m.tree == nil {
+				return nil
+			}
+			f.dropCacheLocked(int64(c)*int64(bs), int64(last-uint64(c))*int64(bs))
+			return f.v.removeStepLocked(f.n, c, last)
+		}); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -315,6 +315,9 @@ func (f *File) Close() error {
 	f.ra.release()
 	if f.v.alloc != nil && !f.v.closed.Load() {
 		// Free unlinked files whose last handle this was.
+		if err := f.v.stepOrphans(false); err != nil {
+			return &fs.PathError{Op: "close", Path: f.name, Err: err}
+		}
 		if err := f.v.beginInternalOp(); err != nil {
 			return nil // Close released the orphans
 		}

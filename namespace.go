@@ -65,7 +65,17 @@ func (v *Volume) op(fn func() error) error {
 	if err := v.beginOp(); err != nil {
 		return err
 	}
-	return v.endOpErr(fn())
+	err := v.endOpErr(fn())
+	if v.ns().deferred.Swap(false) {
+		// fn unlinked a file too large to free in one operation: free it
+		// in steps now. Its errors are not fn's (the name is gone, as
+		// after Linux's unlink whose final iput fails); one that stops
+		// the volume is reported by later operations and Close.
+		if v.stepOrphans(false) == nil && v.beginOp() == nil {
+			_ = v.endOpErr(v.releaseOrphans(false))
+		}
+	}
+	return err
 }
 
 // checkName validates one path component for creation.
@@ -429,6 +439,18 @@ func (v *Volume) releaseLinkLocked(n *inode, inUse bool) error {
 	if inUse {
 		n.in.Ctime = now()
 		return v.orphanAddLocked(n)
+	}
+	if cuts, err := v.treeCutsLocked(n, v.orphanFirstLocked(n), maxFileBlocks); err != nil {
+		return err
+	} else if len(cuts) > 0 {
+		// Too large to free in this operation: an orphan until v.op
+		// frees it in steps (orphanSteps), as one still open would be.
+		n.in.Ctime = now()
+		if err := v.orphanAddLocked(n); err != nil {
+			return err
+		}
+		v.ns().deferred.Store(true)
+		return nil
 	}
 	return v.evictLocked(n)
 }

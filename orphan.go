@@ -1,8 +1,10 @@
 package ext4io
 
 import (
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ext4io/ext4io/internal/errs"
 	"github.com/ext4io/ext4io/layout"
@@ -42,6 +44,10 @@ type nsState struct {
 	}
 	omu  sync.Mutex // on-disk orphan list changes
 	reap sync.Mutex // one reaper at a time
+	// deferred is set when an unlink left an inode with no links on the
+	// orphan list because freeing it takes steps (releaseLinkLocked); the
+	// operation's v.op frees it once the operation has ended.
+	deferred atomic.Bool
 }
 
 func (s *nsState) init() {
@@ -319,6 +325,14 @@ func (v *Volume) releaseOrphans(all bool) error {
 		if !all && v.inodeInUse(ino) {
 			continue
 		}
+		if big, err := v.orphanNeedsSteps(ino); err != nil || big {
+			// Inside an operation, which cannot commit between steps: left
+			// for orphanSteps (v.op, File.Close, Volume.Close).
+			if err != nil && first == nil {
+				first = err
+			}
+			continue
+		}
 		s.mu.Lock()
 		_, still := s.mu.orphans[ino]
 		delete(s.mu.orphans, ino)
@@ -368,6 +382,34 @@ func (v *Volume) freeOrphan(ino uint32) error {
 // size, and the list is emptied. Volume.openWritable should call it once
 // the allocator is up.
 func (v *Volume) processOrphans() error {
+	inos, err := v.orphanList()
+	if err != nil {
+		return err
+	}
+	for _, ino := range inos {
+		if err := v.freeOrphan(ino); err != nil {
+			return fmt.Errorf("ext4io: processing orphan inode %d: %w", ino, err)
+		}
+	}
+	v.sbMu.Lock()
+	changed := v.sb.LastOrphan != 0
+	v.sb.LastOrphan = 0
+	if changed {
+		err = v.writeSuperLocked()
+	}
+	v.sbMu.Unlock()
+	if err != nil {
+		return err
+	}
+	if v.sb.HasCompat(layout.CompatOrphanFile) && v.sb.OrphanFileInum != 0 {
+		return v.setOrphanPresent(false)
+	}
+	return nil
+}
+
+// orphanList returns the inodes on the on-disk orphan list (the orphan
+// file and the s_last_orphan chain), checked to be in range.
+func (v *Volume) orphanList() ([]uint32, error) {
 	var inos []uint32
 	seen := map[uint32]bool{}
 	if v.sb.HasCompat(layout.CompatOrphanFile) && v.sb.OrphanFileInum != 0 {
@@ -381,12 +423,12 @@ func (v *Volume) processOrphans() error {
 			return false, nil
 		})
 		if err != nil {
-			return err
+			return nil, err
 		}
 	}
 	for cur, hops := v.sb.LastOrphan, 0; cur != 0; hops++ {
 		if cur < v.sb.FirstInode() || cur > v.sb.InodesCount || hops > int(v.sb.InodesCount) {
-			return errs.Corruptf("orphan list", 0, -1, "s_last_orphan chain reaches inode %d", cur)
+			return nil, errs.Corruptf("orphan list", 0, -1, "s_last_orphan chain reaches inode %d", cur)
 		}
 		if seen[cur] {
 			break
@@ -395,31 +437,134 @@ func (v *Volume) processOrphans() error {
 		inos = append(inos, cur)
 		in, err := v.readInode(cur)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		cur = in.Dtime
 	}
 	for _, ino := range inos {
 		if ino < v.sb.FirstInode() || ino > v.sb.InodesCount {
-			return errs.Corruptf("orphan list", 0, -1, "orphan inode %d out of range", ino)
-		}
-		if err := v.freeOrphan(ino); err != nil {
-			return fmt.Errorf("ext4io: processing orphan inode %d: %w", ino, err)
+			return nil, errs.Corruptf("orphan list", 0, -1, "orphan inode %d out of range", ino)
 		}
 	}
-	v.sbMu.Lock()
-	changed := v.sb.LastOrphan != 0
-	v.sb.LastOrphan = 0
-	var err error
-	if changed {
-		err = v.writeSuperLocked()
+	return inos, nil
+}
+
+// orphanFirstLocked returns the first block freeOrphan frees of orphan
+// n (locked): all of a file without links, those past its size otherwise;
+// maxFileBlocks when it frees none by removing a tree range.
+func (v *Volume) orphanFirstLocked(n *inode) uint64 {
+	if n.m == nil || n.m.tree == nil || !n.in.IsReg() {
+		return maxFileBlocks // directories and others go in one operation
 	}
-	v.sbMu.Unlock()
+	if n.in.LinksCount == 0 {
+		return 0
+	}
+	bs := uint64(v.bs)
+	return (n.in.Size + bs - 1) / bs
+}
+
+// orphanNeedsSteps reports whether freeing orphan ino in one operation
+// would change more metadata than one step may (treeCutsLocked).
+func (v *Volume) orphanNeedsSteps(ino uint32) (bool, error) {
+	n, err := v.getInode(ino)
+	if err != nil {
+		return false, err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	cuts, err := v.treeCutsLocked(n, v.orphanFirstLocked(n), maxFileBlocks)
+	return len(cuts) > 0, err
+}
+
+// orphanSteps frees, in steps of their own operations (as truncateSteps
+// does), what freeing orphan ino frees, but for what one operation
+// (freeOrphan) can take. The orphan stays on the list meanwhile: a crash
+// between steps leaves it for the next open to finish. The caller is
+// outside any operation. With inMemory, each step first checks that ino
+// is still an in-memory orphan: releaseOrphans takes it off before
+// freeing it, after which its number may be reused.
+func (v *Volume) orphanSteps(ino uint32, inMemory bool) error {
+	n, err := v.getInode(ino)
 	if err != nil {
 		return err
 	}
-	if v.sb.HasCompat(layout.CompatOrphanFile) && v.sb.OrphanFileInum != 0 {
-		return v.setOrphanPresent(false)
+	var cuts []uint32
+	step := func(fn func() error) error {
+		if err := v.beginInternalOp(); err != nil {
+			return err
+		}
+		n.mu.Lock()
+		err := fn()
+		n.mu.Unlock()
+		return v.endOpErr(err)
+	}
+	if err := step(func() (err error) {
+		if inMemory && !v.isOrphan(ino) {
+			return nil
+		}
+		cuts, err = v.treeCutsLocked(n, v.orphanFirstLocked(n), maxFileBlocks)
+		return err
+	}); err != nil {
+		return err
+	}
+	for _, c := range cuts {
+		if err := step(func() error {
+			if inMemory && !v.isOrphan(ino) {
+				return errOrphanGone
+			}
+			if uint64(c) < v.orphanFirstLocked(n) {
+				return nil // no longer an orphan's blocks to free
+			}
+			v.cache.Forget(ino)
+			return v.removeStepLocked(n, c, maxFileBlocks)
+		}); err == errOrphanGone {
+			return nil // freed by releaseOrphans meanwhile
+		} else if err != nil {
+			return fmt.Errorf("ext4io: freeing orphan inode %d: %w", ino, err)
+		}
+	}
+	return nil
+}
+
+// errOrphanGone stops orphanSteps: the orphan was freed meanwhile.
+var errOrphanGone = errors.New("orphan freed")
+
+// isOrphan reports whether ino is an in-memory orphan.
+func (v *Volume) isOrphan(ino uint32) bool {
+	s := v.ns()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.mu.orphans[ino]
+	return ok
+}
+
+// stepOrphans runs orphanSteps for the in-memory orphans whose Files are
+// all closed (all of them with all set) and that need it, then frees
+// them. The caller is outside any operation.
+func (v *Volume) stepOrphans(all bool) error {
+	if v.alloc == nil || v.jm == nil {
+		return nil
+	}
+	s := v.ns()
+	s.mu.Lock()
+	var inos []uint32
+	for ino := range s.mu.orphans {
+		inos = append(inos, ino)
+	}
+	s.mu.Unlock()
+	for _, ino := range inos {
+		if !all && v.inodeInUse(ino) {
+			continue
+		}
+		if big, err := v.orphanNeedsSteps(ino); err != nil || !big {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		if err := v.orphanSteps(ino, true); err != nil {
+			return err
+		}
 	}
 	return nil
 }

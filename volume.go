@@ -491,7 +491,19 @@ func (v *Volume) openWritable() error {
 	if err := v.flushDev(); err != nil {
 		return err
 	}
-	// Finish what a crash left on the orphan list, as Linux does at mount.
+	// Finish what a crash left on the orphan list, as Linux does at mount:
+	// large files in steps first.
+	if v.jm != nil {
+		inos, err := v.orphanList()
+		if err != nil {
+			return err
+		}
+		for _, ino := range inos {
+			if err := v.orphanSteps(ino, false); err != nil {
+				return err
+			}
+		}
+	}
 	if err := v.beginInternalOp(); err != nil {
 		return err
 	}
@@ -770,6 +782,9 @@ func (v *Volume) unmount() error {
 	}
 	if v.failed() == nil {
 		if err := v.writeDirtyInodes(); err != nil {
+			return abandon(err)
+		}
+		if err := v.stepOrphans(true); err != nil {
 			return abandon(err)
 		}
 		if err := v.beginInternalOp(); err != nil {

@@ -503,6 +503,9 @@ func (f *File) Truncate(size int64) error {
 	if err := f.checkRange("truncate", size, 0); err != nil {
 		return err
 	}
+	if err := f.truncateSteps(uint64(size)); err != nil {
+		return &fs.PathError{Op: "truncate", Path: f.name, Err: err}
+	}
 	if err := f.v.beginOp(); err != nil {
 		return &fs.PathError{Op: "truncate", Path: f.name, Err: err}
 	}
@@ -519,6 +522,134 @@ func (f *File) Truncate(size int64) error {
 		return &fs.PathError{Op: "truncate", Path: f.name, Err: err}
 	}
 	return nil
+}
+
+// truncateSteps frees the blocks a shrink to size removes in steps from
+// the file's end, each its own operation, when freeing them all in one
+// would change more metadata blocks than a pending set may hold (jmeta.log
+// commits a set in one journal transaction, at most the whole log): so a
+// truncate of a file with a large tree works on a small journal, as
+// ext4_truncate restarts its handle. It leaves at most treeStepWeight
+// of the removal to the single operation that sets the size. Between steps
+// the file keeps its old size, its freed tail reading as zeroes; a crash
+// there leaves that state, which e2fsck accepts (a hole at the end). A
+// step removes everything past its cut, so writes between steps land
+// before the truncate. Without a journal it does nothing.
+func (f *File) truncateSteps(size uint64) error {
+	if f.v.jm == nil {
+		return nil
+	}
+	bs := uint64(f.v.bs)
+	first := (size + bs - 1) / bs
+	if first >= maxFileBlocks {
+		return nil
+	}
+	var cuts []uint32 // descending: steps remove [cut, end)
+	if err := f.truncateStep(func() (err error) {
+		if size < f.in.Size {
+			cuts, err = f.v.treeCutsLocked(f.n, first, maxFileBlocks)
+		}
+		return err
+	}); err != nil {
+		return err
+	}
+	for _, c := range cuts {
+		if err := f.truncateStep(func() error {
+			if f.m == nil || f.m.tree == nil {
+				return nil
+			}
+			f.dropCacheLocked(int64(c)*int64(bs), math.MaxInt64-int64(c)*int64(bs))
+			return f.v.removeStepLocked(f.n, c, maxFileBlocks)
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// treeStepWeight is the most metadata blocks (by treeCutsLocked's
+// count) one step of truncateSteps or orphanSteps frees: half the pending
+// set that triggers a commit, so that a step, joining a set below
+// commitAt, stays far below the log.
+func (v *Volume) treeStepWeight() int { return max(v.jm.commitAt/2, 8) }
+
+// treeCutsLocked returns where steps freeing the blocks inode n (locked)
+// maps in [first, last) cut that range, highest cut first, so that each
+// step (from its cut to the previous one) and what is left below the
+// lowest cut free at most treeStepWeight metadata blocks: the block bitmap
+// and group descriptor of each group an extent reaches, and a leaf's
+// share. None when all of it fits one operation.
+func (v *Volume) treeCutsLocked(n *inode, first, last uint64) ([]uint32, error) {
+	if v.jm == nil || n.m == nil || n.m.tree == nil || n.m.tree.Depth() == 0 || first >= min(last, maxFileBlocks) {
+		return nil, nil // a root's four extents change few blocks
+	}
+	var (
+		starts []uint32
+		gs     [][2]uint64 // first and last group of each extent's blocks
+		bpg    = uint64(v.sb.BlocksPerGroup)
+	)
+	err := n.m.tree.Walk(func(e extent.Extent) error {
+		if e.End() <= first || uint64(e.Lblk) >= last {
+			return nil
+		}
+		lo, hi := max(uint64(e.Lblk), first), min(e.End(), last)
+		p := e.Pblk + (lo - uint64(e.Lblk))
+		starts = append(starts, uint32(lo))
+		gs = append(gs, [2]uint64{p / bpg, (p + (hi - lo) - 1) / bpg})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ext4io: inode %d: %w", n.ino, err)
+	}
+	var cuts []uint32
+	// An extent weighs one (its leaf's share, generously), and two more
+	// (bitmap, descriptor) for each group it reaches that the extent
+	// after it, freed in the same step, does not.
+	budget, w, prev := v.treeStepWeight(), 0, uint64(math.MaxUint64)
+	for i := len(starts) - 1; i >= 0; i-- {
+		w += 1 + 2*int(gs[i][1]-gs[i][0]+1)
+		if gs[i][1] == prev {
+			w -= 2
+		}
+		prev = gs[i][0]
+		if w >= budget {
+			cuts = append(cuts, starts[i])
+			w, prev = 0, math.MaxUint64
+		}
+	}
+	return cuts, nil
+}
+
+// removeStepLocked is one step of truncateSteps, punchSteps or
+// orphanSteps: it frees the blocks inode n (locked) maps in [c, last).
+func (v *Volume) removeStepLocked(n *inode, c uint32, last uint64) error {
+	defer n.dataGen.Add(1)
+	if last >= maxFileBlocks {
+		n.conv.dropFrom(c) // queued conversions of the removed blocks go with them
+	}
+	if err := v.applyConversionsLocked(n); err != nil {
+		return err
+	}
+	if err := n.m.tree.Remove(c, uint32(min(last, maxFileBlocks)-1)); err != nil {
+		return err
+	}
+	n.m.drop(c, uint32(min(last, maxFileBlocks)-uint64(c)))
+	return v.writeInodeLocked(n)
+}
+
+// truncateStep runs fn as one operation with the inode locked, as
+// Truncate does.
+func (f *File) truncateStep(fn func() error) error {
+	if err := f.v.beginOp(); err != nil {
+		return err
+	}
+	f.n.mu.Lock()
+	err := f.closedLocked()
+	if err == nil {
+		err = fn()
+	}
+	f.n.mu.Unlock()
+	return f.v.endOpErr(err)
 }
 
 func (f *File) truncateLocked(size uint64) error {
