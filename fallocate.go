@@ -298,18 +298,7 @@ func (f *File) punchSteps(off, length int64) error {
 	}); err != nil {
 		return err
 	}
-	for _, c := range cuts {
-		if err := f.truncateStep(func() error {
-			if f.m == nil || f.m.tree == nil {
-				return nil
-			}
-			f.dropCacheLocked(int64(c)*int64(bs), int64(last-uint64(c))*int64(bs))
-			return f.v.removeStepLocked(f.n, c, last)
-		}); err != nil {
-			return err
-		}
-	}
-	return nil
+	return f.removeSteps(cuts, last)
 }
 
 // punchLocked frees the whole blocks of the range and zeroes partial ones.

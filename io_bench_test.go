@@ -267,6 +267,30 @@ func shmMmap(b testing.TB, size int64) *blockdev.Mmap {
 	return dev
 }
 
+// shmFile returns a file device on a new image of size bytes in /dev/shm
+// (the test's temporary directory where there is none), removed and
+// closed with the benchmark.
+func shmFile(b testing.TB, size int64) *blockdev.File {
+	b.Helper()
+	dir := "/dev/shm"
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		dir = b.TempDir()
+	}
+	img, err := os.CreateTemp(dir, "ext4io-bench-*.img")
+	if err != nil {
+		b.Fatal(err)
+	}
+	path := img.Name()
+	img.Close()
+	b.Cleanup(func() { os.Remove(path) })
+	dev, err := blockdev.CreateFile(path, size)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { dev.Close() })
+	return dev
+}
+
 // discardDev is an mmap device whose reads and writes can be switched to
 // do nothing, so a benchmark can set an image up and then time the engine
 // alone.
@@ -412,21 +436,7 @@ func BenchmarkBufferedSequential(b *testing.B) {
 		imgSize = 1 << 30
 		wrap    = 256 << 20
 	)
-	dir := "/dev/shm"
-	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		dir = b.TempDir()
-	}
-	img, err := os.CreateTemp(dir, "ext4io-bench-*.img")
-	if err != nil {
-		b.Fatal(err)
-	}
-	path := img.Name()
-	img.Close()
-	defer os.Remove(path)
-	dev, err := blockdev.CreateFile(path, imgSize)
-	if err != nil {
-		b.Fatal(err)
-	}
+	dev := shmFile(b, imgSize)
 	fill := make([]byte, 1<<20)
 	for i := range fill {
 		fill[i] = byte(i)

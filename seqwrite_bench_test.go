@@ -99,22 +99,7 @@ func BenchmarkSeqWriteSameBlocks(b *testing.B) {
 		size    = 1 << 20
 		pass    = 256 << 20
 	)
-	dir := "/dev/shm"
-	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		dir = b.TempDir()
-	}
-	img, err := os.CreateTemp(dir, "ext4io-bench-*.img")
-	if err != nil {
-		b.Fatal(err)
-	}
-	path := img.Name()
-	img.Close()
-	defer os.Remove(path)
-	dev, err := blockdev.CreateFile(path, imgSize)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer dev.Close()
+	dev := shmFile(b, imgSize)
 	buf := make([]byte, size)
 	for off := int64(0); off < imgSize; off += size {
 		if _, err := dev.WriteAt(buf, off); err != nil {

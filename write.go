@@ -553,13 +553,26 @@ func (f *File) truncateSteps(size uint64) error {
 	}); err != nil {
 		return err
 	}
+	return f.removeSteps(cuts, maxFileBlocks)
+}
+
+// removeSteps runs one operation per cut, highest first, each freeing the
+// blocks the file maps from its cut to last (maxFileBlocks: to the end)
+// and dropping their cached pages.
+func (f *File) removeSteps(cuts []uint32, last uint64) error {
+	bs := int64(f.v.bs)
 	for _, c := range cuts {
 		if err := f.truncateStep(func() error {
 			if f.m == nil || f.m.tree == nil {
 				return nil
 			}
-			f.dropCacheLocked(int64(c)*int64(bs), math.MaxInt64-int64(c)*int64(bs))
-			return f.v.removeStepLocked(f.n, c, maxFileBlocks)
+			off := int64(c) * bs
+			n := int64(math.MaxInt64) - off
+			if last < maxFileBlocks {
+				n = int64(last-uint64(c)) * bs
+			}
+			f.dropCacheLocked(off, n)
+			return f.v.removeStepLocked(f.n, c, last)
 		}); err != nil {
 			return err
 		}
