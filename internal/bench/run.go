@@ -649,7 +649,10 @@ func (r *benchRun) phase(ctx context.Context, w workload, jobs, round int, s sid
 			rng := rand.New(rand.NewPCG(r.cfg.Seed, uint64(round)<<32|uint64(g)))
 			buf := pattern(w.IOSize, byte(g))
 			h := &hists[g]
-			for !stop.Load() {
+			// Every job completes one op at least, so a phase whose timer
+			// fires before a loaded machine schedules its goroutines still
+			// measures something instead of reporting zero ops.
+			for n := 0; n == 0 || !stop.Load(); n++ {
 				var err error
 				t0 := time.Now()
 				switch w.Op {
