@@ -74,3 +74,60 @@ func TestRemoveStepsMappingGrows(t *testing.T) {
 		})
 	}
 }
+
+// TestTruncateDeepTreeSmallFree shrinks a file whose tree is deep by a
+// few blocks: one operation frees them, as before steps existed.
+func TestTruncateDeepTreeSmallFree(t *testing.T) {
+	mem := memdev.NewBlockSize(256<<20, 1024)
+	require.NoError(t, Format(mem, FormatOptions{BlockSize: 1024, JournalBlocks: 1024}))
+	v, err := Open(mem, Options{Writable: true, PageCacheBytes: -1})
+	require.NoError(t, err)
+	f, err := v.Create("f")
+	require.NoError(t, err)
+	const n = 2 * 84 * 300
+	fragment(t, f, 0, n)
+	_, err = f.WriteAt([]byte{1}, n*1024)
+	require.NoError(t, err)
+	require.NoError(t, v.Sync())
+	require.Positive(t, f.m.tree.Depth())
+	var ops []bool
+	v.stepHook = func(done bool) { ops = append(ops, done) }
+	require.NoError(t, f.Truncate((n-40)*1024))
+	assert.Equal(t, []bool{true}, ops, "one operation looked, none stepped")
+	require.NoError(t, f.Close())
+	require.NoError(t, v.Close())
+	ext4iotest.FsckDev(t, mem)
+}
+
+// TestTruncateStepsSecondTruncate truncates the file to zero, and then
+// grows it, from between two steps of a stepped truncate: the first
+// truncate ends the steps and sets its size last.
+func TestTruncateStepsSecondTruncate(t *testing.T) {
+	mem := memdev.NewBlockSize(256<<20, 1024)
+	require.NoError(t, Format(mem, FormatOptions{BlockSize: 1024, JournalBlocks: 1024}))
+	v, err := Open(mem, Options{Writable: true, PageCacheBytes: -1})
+	require.NoError(t, err)
+	f, err := v.Create("f")
+	require.NoError(t, err)
+	const n = 2 * 84 * 300
+	fragment(t, f, 0, n)
+	_, err = f.WriteAt([]byte{1}, n*1024)
+	require.NoError(t, err)
+	require.NoError(t, v.Sync())
+	steps := 0
+	v.stepHook = func(bool) {
+		if steps++; steps == 2 {
+			require.NoError(t, f.Truncate(0))
+			require.NoError(t, f.Truncate(1<<30))
+		}
+	}
+	require.NoError(t, f.Truncate(5000))
+	require.Greater(t, steps, 2)
+	assert.Equal(t, int64(5000), f.Size())
+	exts, err := f.Extents()
+	require.NoError(t, err)
+	assert.Empty(t, exts)
+	require.NoError(t, f.Close())
+	require.NoError(t, v.Close())
+	ext4iotest.FsckDev(t, mem)
+}
