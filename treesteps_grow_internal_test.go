@@ -1,6 +1,9 @@
 package ext4io
 
 import (
+	"io"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/ext4io/ext4io/blockdev/memdev"
@@ -130,4 +133,98 @@ func TestTruncateStepsSecondTruncate(t *testing.T) {
 	require.NoError(t, f.Close())
 	require.NoError(t, v.Close())
 	ext4iotest.FsckDev(t, mem)
+}
+
+// TestTruncateStepsRacing runs stepped truncates and punches of a file
+// while other goroutines append fragmented blocks to it, read it, fsync it
+// (fast commits on), write atomically and rename it, under -race: no
+// operation fails for lack of log space, every tree checks and e2fsck
+// accepts the image.
+func TestTruncateStepsRacing(t *testing.T) {
+	for _, bs := range []int{1024, 4096} {
+		mem := memdev.NewBlockSize(256<<20, bs)
+		require.NoError(t, Format(mem, FormatOptions{BlockSize: bs, JournalBlocks: 1024, FastCommit: true}))
+		v, err := Open(mem, Options{Writable: true, PageCacheBytes: -1})
+		require.NoError(t, err)
+		f, err := v.Create("f")
+		require.NoError(t, err)
+		b := int64(bs)
+		const n = 2 * 84 * 200
+		require.NoError(t, f.Fallocate(FallocKeepSize, 0, n*b))
+		p := make([]byte, b)
+		for i := int64(0); i < n; i += 2 {
+			_, err := f.WriteAt(p, i*b)
+			require.NoError(t, err)
+		}
+		var wg sync.WaitGroup
+		stop := make(chan struct{})
+		run := func(fn func(i int64) error) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := int64(0); ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if err := fn(i); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		run(func(i int64) error { // fragmented appends
+			off := (n + i%4000*2) * b
+			if err := f.Fallocate(FallocKeepSize, off, 2*b); err != nil {
+				return err
+			}
+			_, err := f.WriteAt(p, off)
+			return err
+		})
+		run(func(i int64) error {
+			if _, err := f.ReadAt(make([]byte, b), i%n*b); err != nil && err != io.EOF {
+				return err
+			}
+			return nil
+		})
+		run(func(i int64) error {
+			if i%2 == 0 {
+				return f.Sync()
+			}
+			return f.Datasync()
+		})
+		run(func(i int64) error {
+			_, err := f.WriteAtomic(make([]byte, b), i%64*b)
+			return err
+		})
+		run(func(i int64) error {
+			from, to := "f", "g"
+			if i%2 == 1 {
+				from, to = to, from
+			}
+			return v.Rename(from, to)
+		})
+		var steps atomic.Int64
+		v.stepHook = func(done bool) {
+			if !done {
+				steps.Add(1)
+			}
+		}
+		for i := range 4 {
+			if i%2 == 0 {
+				require.NoError(t, f.Truncate(b))
+			} else {
+				require.NoError(t, f.Fallocate(FallocPunchHole, b, f.Size()))
+			}
+		}
+		close(stop)
+		wg.Wait()
+		assert.Positive(t, steps.Load(), "steps ran")
+		require.NoError(t, f.CheckTree())
+		require.NoError(t, f.Close())
+		require.NoError(t, v.Close())
+		ext4iotest.FsckDev(t, mem)
+	}
 }
