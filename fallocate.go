@@ -1,6 +1,7 @@
 package ext4io
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"math"
@@ -75,14 +76,18 @@ func (f *File) Fallocate(mode FallocMode, off, length int64) error {
 		return &fs.PathError{Op: "fallocate", Path: f.name, Err: fmt.Errorf("zero length: %w", ErrInvalid)}
 	}
 	defer f.n.dataGen.Add(1) // read-ahead windows (readahead.go)
-	if mode == FallocPunchHole || mode == FallocZeroRange {
-		if err := f.punchSteps(off, length); err != nil {
-			return &fs.PathError{Op: "fallocate " + mode.String(), Path: f.name, Err: err}
-		}
-	}
+	punch := mode == FallocPunchHole || mode == FallocZeroRange
 	shift := mode == FallocCollapseRange || mode == FallocInsertRange
-	retried := false
+	retried, steps := false, punch
+	var seen uint64 // the mapping's seq after punchSteps
 	for {
+		if steps {
+			var err error
+			if seen, err = f.punchSteps(off, length); err != nil {
+				return &fs.PathError{Op: "fallocate " + mode.String(), Path: f.name, Err: err}
+			}
+			steps = false
+		}
 		if shift {
 			// Everything from off moves: write back the dirty pages first.
 			if err := f.flushCache(off, math.MaxInt64); err != nil {
@@ -91,9 +96,13 @@ func (f *File) Fallocate(mode FallocMode, off, length int64) error {
 		}
 		err := f.v.beginOp()
 		if err == nil {
-			err = f.v.endOpErr(f.fallocate(mode, off, length))
+			err = f.v.endOpErr(f.fallocate(mode, off, length, seen))
 		}
 		if err == errCacheRace {
+			continue
+		}
+		if err == errStepsAgain {
+			steps = true
 			continue
 		}
 		if !retried && f.v.retryNoSpace(err) {
@@ -107,11 +116,29 @@ func (f *File) Fallocate(mode FallocMode, off, length int64) error {
 	}
 }
 
-func (f *File) fallocate(mode FallocMode, off, length int64) error {
+// errStepsAgain sends Fallocate back to punchSteps: the mapping changed
+// after the steps, leaving more than one step's worth to free.
+var errStepsAgain = errors.New("more steps")
+
+// fallocate is one operation of Fallocate; seen is the mapping's seq
+// after punchSteps, for a punch or zero-range.
+func (f *File) fallocate(mode FallocMode, off, length int64, seen uint64) error {
 	f.n.mu.Lock()
 	defer f.n.mu.Unlock()
 	if err := f.closedLocked(); err != nil {
 		return err
+	}
+	if bs := uint64(f.v.bs); mode == FallocPunchHole || mode == FallocZeroRange {
+		first, last := (uint64(off)+bs-1)/bs, uint64(off+length)/bs
+		if first < last {
+			again, err := f.stepsAgainLocked(seen, first, last)
+			if err != nil {
+				return err
+			}
+			if again {
+				return errStepsAgain
+			}
+		}
 	}
 	if err := f.v.applyConversionsLocked(f.n); err != nil {
 		return err
@@ -281,24 +308,18 @@ func (f *File) shiftRangeLocked(mode FallocMode, off, length int64) error {
 // would change more metadata than a pending set may hold (truncateSteps),
 // leaving at most one step's worth to the operation of the punch itself,
 // as ext4_punch_hole restarts its handle. A crash between steps leaves
-// part of the range punched: it reads as zeroes, as after the punch.
-func (f *File) punchSteps(off, length int64) error {
+// part of the range punched: it reads as zeroes, as after the punch. It
+// returns the mapping's seq after its last operation (removeSteps).
+func (f *File) punchSteps(off, length int64) (uint64, error) {
 	if f.v.jm == nil {
-		return nil
+		return 0, nil
 	}
 	bs := uint64(f.v.bs)
 	first, last := (uint64(off)+bs-1)/bs, uint64(off+length)/bs
 	if first >= last {
-		return nil
+		return 0, nil
 	}
-	var cuts []uint32
-	if err := f.truncateStep(func() (err error) {
-		cuts, err = f.v.treeCutsLocked(f.n, first, last)
-		return err
-	}); err != nil {
-		return err
-	}
-	return f.removeSteps(cuts, last)
+	return f.removeSteps(func() bool { return true }, first, last)
 }
 
 // punchLocked frees the whole blocks of the range and zeroes partial ones.

@@ -482,7 +482,10 @@ func (v *Volume) orphanNeedsSteps(ino uint32) (bool, error) {
 // between steps leaves it for the next open to finish. The caller is
 // outside any operation. With inMemory, each step first checks that ino
 // is still an in-memory orphan: releaseOrphans takes it off before
-// freeing it, after which its number may be reused.
+// freeing it, after which its number may be reused. Every step checks,
+// under the inode lock, that its inode was not freed meanwhile (evictLocked
+// marks it freed): the number may be an in-memory orphan again, of a new
+// file whose inode is not n.
 func (v *Volume) orphanSteps(ino uint32, inMemory bool) error {
 	n, err := v.getInode(ino)
 	if err != nil {
@@ -499,7 +502,7 @@ func (v *Volume) orphanSteps(ino uint32, inMemory bool) error {
 		return v.endOpErr(err)
 	}
 	if err := step(func() (err error) {
-		if inMemory && !v.isOrphan(ino) {
+		if n.freed || inMemory && !v.isOrphan(ino) {
 			return nil
 		}
 		cuts, err = v.treeCutsLocked(n, v.orphanFirstLocked(n), maxFileBlocks)
@@ -508,8 +511,13 @@ func (v *Volume) orphanSteps(ino uint32, inMemory bool) error {
 		return err
 	}
 	for _, c := range cuts {
+		if v.stepHook != nil {
+			v.stepHook(false)
+		}
 		if err := step(func() error {
-			if inMemory && !v.isOrphan(ino) {
+			if n.freed || inMemory && !v.isOrphan(ino) {
+				// n was evicted: ino, an orphan again, may be another
+				// file's now, which n is not.
 				return errOrphanGone
 			}
 			if uint64(c) < v.orphanFirstLocked(n) {

@@ -254,6 +254,9 @@ type Volume struct {
 	internalStopped bool
 
 	jm *jmeta // journaled metadata of a writable volume with a journal, else nil
+	// stepHook, when set (tests only), runs after each operation of a
+	// stepped removal (File.removeSteps), outside it; done after the last.
+	stepHook func(done bool)
 	// fc tracks the changes fast commits log (fcwrite.go); nil unless the
 	// volume is writable, journaled and has fast_commit. Set in Open.
 	fc *fcState

@@ -503,25 +503,35 @@ func (f *File) Truncate(size int64) error {
 	if err := f.checkRange("truncate", size, 0); err != nil {
 		return err
 	}
-	if err := f.truncateSteps(uint64(size)); err != nil {
-		return &fs.PathError{Op: "truncate", Path: f.name, Err: err}
-	}
-	if err := f.v.beginOp(); err != nil {
-		return &fs.PathError{Op: "truncate", Path: f.name, Err: err}
-	}
-	f.n.mu.Lock()
-	err := f.closedLocked()
-	if err == nil {
-		if uint64(size) < f.in.Size {
-			f.dropCacheLocked(size, math.MaxInt64-size)
+	for {
+		seen, err := f.truncateSteps(uint64(size))
+		if err != nil {
+			return &fs.PathError{Op: "truncate", Path: f.name, Err: err}
 		}
-		err = f.truncateLocked(uint64(size))
+		if err := f.v.beginOp(); err != nil {
+			return &fs.PathError{Op: "truncate", Path: f.name, Err: err}
+		}
+		f.n.mu.Lock()
+		again := false
+		err = f.closedLocked()
+		if err == nil && uint64(size) < f.in.Size {
+			bs := uint64(f.v.bs)
+			again, err = f.stepsAgainLocked(seen, (uint64(size)+bs-1)/bs, maxFileBlocks)
+		}
+		if err == nil && !again {
+			if uint64(size) < f.in.Size {
+				f.dropCacheLocked(size, math.MaxInt64-size)
+			}
+			err = f.truncateLocked(uint64(size))
+		}
+		f.n.mu.Unlock()
+		if err := f.v.endOpErr(err); err != nil {
+			return &fs.PathError{Op: "truncate", Path: f.name, Err: err}
+		}
+		if !again {
+			return nil
+		}
 	}
-	f.n.mu.Unlock()
-	if err := f.v.endOpErr(err); err != nil {
-		return &fs.PathError{Op: "truncate", Path: f.name, Err: err}
-	}
-	return nil
 }
 
 // truncateSteps frees the blocks a shrink to size removes in steps from
@@ -534,50 +544,85 @@ func (f *File) Truncate(size int64) error {
 // the file keeps its old size, its freed tail reading as zeroes; a crash
 // there leaves that state, which e2fsck accepts (a hole at the end). A
 // step removes everything past its cut, so writes between steps land
-// before the truncate. Without a journal it does nothing.
-func (f *File) truncateSteps(size uint64) error {
+// before the truncate. Without a journal it does nothing. It returns the
+// mapping's seq after its last operation (removeSteps).
+func (f *File) truncateSteps(size uint64) (uint64, error) {
 	if f.v.jm == nil {
-		return nil
+		return 0, nil
 	}
 	bs := uint64(f.v.bs)
 	first := (size + bs - 1) / bs
 	if first >= maxFileBlocks {
-		return nil
+		return 0, nil
 	}
-	var cuts []uint32 // descending: steps remove [cut, end)
-	if err := f.truncateStep(func() (err error) {
-		if size < f.in.Size {
-			cuts, err = f.v.treeCutsLocked(f.n, first, maxFileBlocks)
-		}
-		return err
-	}); err != nil {
-		return err
-	}
-	return f.removeSteps(cuts, maxFileBlocks)
+	return f.removeSteps(func() bool { return size < f.in.Size }, first, maxFileBlocks)
 }
 
-// removeSteps runs one operation per cut, highest first, each freeing the
-// blocks the file maps from its cut to last (maxFileBlocks: to the end)
-// and dropping their cached pages.
-func (f *File) removeSteps(cuts []uint32, last uint64) error {
-	bs := int64(f.v.bs)
-	for _, c := range cuts {
-		if err := f.truncateStep(func() error {
-			if f.m == nil || f.m.tree == nil {
+// removeSteps frees the blocks the file maps in [first, last) (last
+// maxFileBlocks: to the end) but for one step's worth, in steps of their
+// own operations, highest first, each dropping the cached pages of what
+// it frees; only while want (called with the inode locked) holds. An
+// operation computes the cuts (treeCutsLocked) and takes the first step;
+// later steps follow those cuts while the mapping's seq is what the
+// previous step left. Another writer's change of the mapping between
+// steps (blocks appended past the end, holes filled) may have added to
+// what a cut's step frees, so the cuts are computed again, in the
+// operation of the next step: each step frees at most treeStepWeight
+// of the mapping it sees. It returns the mapping's seq after its last
+// operation: the caller's final operation must compute the cuts again
+// if the seq has changed (treeCutsLocked).
+func (f *File) removeSteps(want func() bool, first, last uint64) (uint64, error) {
+	var (
+		cuts []uint32
+		seen uint64
+		done bool
+		bs   = int64(f.v.bs)
+	)
+	for !done {
+		err := f.truncateStep(func() (err error) {
+			if f.m == nil || f.m.tree == nil || !want() {
+				done = true
 				return nil
 			}
+			if len(cuts) == 0 || f.m.seq.Load() != seen {
+				if cuts, err = f.v.treeCutsLocked(f.n, first, last); err != nil || len(cuts) == 0 {
+					seen, done = f.m.seq.Load(), true
+					return err
+				}
+			}
+			c := cuts[0]
+			cuts = cuts[1:]
 			off := int64(c) * bs
 			n := int64(math.MaxInt64) - off
 			if last < maxFileBlocks {
 				n = int64(last-uint64(c)) * bs
 			}
 			f.dropCacheLocked(off, n)
-			return f.v.removeStepLocked(f.n, c, last)
-		}); err != nil {
+			err = f.v.removeStepLocked(f.n, c, last)
+			seen = f.m.seq.Load()
+			done = len(cuts) == 0
 			return err
+		})
+		if err != nil {
+			return 0, err
+		}
+		if f.v.stepHook != nil {
+			f.v.stepHook(done)
 		}
 	}
-	return nil
+	return seen, nil
+}
+
+// stepsAgainLocked reports whether the final operation of a stepped
+// removal of [first, last) must give way to more steps: the mapping has
+// changed since the steps' last operation (seen) and what is left to free
+// is more than one step's worth.
+func (f *File) stepsAgainLocked(seen, first, last uint64) (bool, error) {
+	if f.v.jm == nil || f.m == nil || f.m.tree == nil || f.m.seq.Load() == seen {
+		return false, nil
+	}
+	cuts, err := f.v.treeCutsLocked(f.n, first, last)
+	return len(cuts) > 0, err
 }
 
 // treeStepWeight is the most metadata blocks (by treeCutsLocked's
