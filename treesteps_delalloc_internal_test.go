@@ -2,9 +2,9 @@ package ext4io
 
 import (
 	"bytes"
-	"github.com/ext4io/ext4io/blockdev/errordev"
 	"testing"
 
+	"github.com/ext4io/ext4io/blockdev/errordev"
 	"github.com/ext4io/ext4io/blockdev/memdev"
 	"github.com/ext4io/ext4io/ext4iotest"
 	"github.com/stretchr/testify/assert"

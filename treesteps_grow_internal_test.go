@@ -23,6 +23,24 @@ func fragment(t *testing.T, f *File, from, to int64) {
 	}
 }
 
+// smallLogFile formats mem with 1 KiB blocks and a 1024-block journal
+// (one transaction holds about a thousand metadata blocks), opens it
+// writable without a page cache and creates f, made of n one-block
+// extents (fragment) with a byte past them, synced.
+func smallLogFile(t *testing.T, mem *memdev.Device, n int64) (*Volume, *File) {
+	t.Helper()
+	require.NoError(t, Format(mem, FormatOptions{BlockSize: 1024, JournalBlocks: 1024}))
+	v, err := Open(mem, Options{Writable: true, PageCacheBytes: -1})
+	require.NoError(t, err)
+	f, err := v.Create("f")
+	require.NoError(t, err)
+	fragment(t, f, 0, n)
+	_, err = f.WriteAt([]byte{1}, n*1024)
+	require.NoError(t, err)
+	require.NoError(t, v.Sync())
+	return v, f
+}
+
 // TestRemoveStepsMappingGrows writes, between two steps of a stepped
 // truncate and of a stepped punch, more one-block extents into what the
 // next steps, or the final operation, remove (past the cuts the steps
@@ -82,16 +100,8 @@ func TestRemoveStepsMappingGrows(t *testing.T) {
 // few blocks: one operation frees them, as before steps existed.
 func TestTruncateDeepTreeSmallFree(t *testing.T) {
 	mem := memdev.NewBlockSize(256<<20, 1024)
-	require.NoError(t, Format(mem, FormatOptions{BlockSize: 1024, JournalBlocks: 1024}))
-	v, err := Open(mem, Options{Writable: true, PageCacheBytes: -1})
-	require.NoError(t, err)
-	f, err := v.Create("f")
-	require.NoError(t, err)
 	const n = 2 * 84 * 300
-	fragment(t, f, 0, n)
-	_, err = f.WriteAt([]byte{1}, n*1024)
-	require.NoError(t, err)
-	require.NoError(t, v.Sync())
+	v, f := smallLogFile(t, mem, n)
 	require.Positive(t, f.m.tree.Depth())
 	var ops []bool
 	v.stepHook = func(done bool) { ops = append(ops, done) }
@@ -107,16 +117,8 @@ func TestTruncateDeepTreeSmallFree(t *testing.T) {
 // truncate ends the steps and sets its size last.
 func TestTruncateStepsSecondTruncate(t *testing.T) {
 	mem := memdev.NewBlockSize(256<<20, 1024)
-	require.NoError(t, Format(mem, FormatOptions{BlockSize: 1024, JournalBlocks: 1024}))
-	v, err := Open(mem, Options{Writable: true, PageCacheBytes: -1})
-	require.NoError(t, err)
-	f, err := v.Create("f")
-	require.NoError(t, err)
 	const n = 2 * 84 * 300
-	fragment(t, f, 0, n)
-	_, err = f.WriteAt([]byte{1}, n*1024)
-	require.NoError(t, err)
-	require.NoError(t, v.Sync())
+	v, f := smallLogFile(t, mem, n)
 	steps := 0
 	v.stepHook = func(bool) {
 		if steps++; steps == 2 {
