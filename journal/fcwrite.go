@@ -108,7 +108,7 @@ func (j *Journal) EnableFastCommit() error {
 		j.last, j.fcFirst, j.fcLast = nsb.MaxLen, 0, 0
 		return err
 	}
-	j.maxTxn = int(j.last-j.first) / 4
+	j.setMaxTxn()
 	return nil
 }
 

@@ -66,6 +66,7 @@ type Journal struct {
 	fcReplay   FastCommitReplayer
 	fcState        // fast commits written (fcwrite.go)
 	maxTxn     int // largest log footprint of one transaction
+	maxCredits int // MaxCredits: the most credits whose log footprint fits maxTxn
 	interval   time.Duration
 	minBatch   time.Duration // Config.MinBatchTime
 	maxBatch   time.Duration // Config.MaxBatchTime; negative: no batching
@@ -185,7 +186,7 @@ func Open(cfg Config) (*Journal, error) {
 		return nil, err
 	}
 	j.fcReplay = cfg.FastCommit
-	j.maxTxn = int(j.last-j.first) / 4
+	j.setMaxTxn()
 	j.mu.changed = make(chan struct{})
 	j.mu.nextTid = sb.SeqTail
 	j.mu.commitSeq = sb.SeqTail - 1

@@ -67,10 +67,17 @@ func (j *Journal) Start(credits int) (*Handle, error) {
 	return j.start(credits, j.maxTxn)
 }
 
+// setMaxTxn sets the transaction limits from the log's extent [first,
+// last): a quarter of the log, as jbd2's j_max_transaction_buffers.
+func (j *Journal) setMaxTxn() {
+	j.maxTxn = int(j.last-j.first) / 4
+	j.maxCredits = j.maxCreditsFor(j.maxTxn)
+}
+
 // MaxCredits returns the most credits Start takes for one handle: a
 // transaction's log footprint is at most a quarter of the log (jbd2's
 // j_max_transaction_buffers).
-func (j *Journal) MaxCredits() int { return j.maxCreditsFor(j.maxTxn) }
+func (j *Journal) MaxCredits() int { return j.maxCredits }
 
 // MaxLargeCredits returns the most credits StartLarge takes: a
 // transaction filling the whole log but logSlack blocks.
