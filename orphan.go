@@ -466,8 +466,8 @@ func (v *Volume) orphanFirstLocked(n *inode) uint64 {
 // orphanNeedsSteps reports whether freeing orphan ino in one operation
 // would change more metadata than one step may (treeCutsLocked).
 func (v *Volume) orphanNeedsSteps(ino uint32) (bool, error) {
-	n, err := v.getInode(ino)
-	if err != nil {
+	n, err := v.orphanInode(ino, true)
+	if n == nil || err != nil {
 		return false, err
 	}
 	n.mu.Lock()
@@ -487,8 +487,8 @@ func (v *Volume) orphanNeedsSteps(ino uint32) (bool, error) {
 // marks it freed): the number may be an in-memory orphan again, of a new
 // file whose inode is not n.
 func (v *Volume) orphanSteps(ino uint32, inMemory bool) error {
-	n, err := v.getInode(ino)
-	if err != nil {
+	n, err := v.orphanInode(ino, inMemory)
+	if n == nil || err != nil {
 		return err
 	}
 	var cuts []uint32
@@ -532,6 +532,19 @@ func (v *Volume) orphanSteps(ino uint32, inMemory bool) error {
 		}
 	}
 	return nil
+}
+
+// orphanInode returns orphan ino's inode. An in-memory orphan's inode
+// stays cached until evictLocked frees it, so it is looked up in the cache
+// only: nil means another Close freed it since its number was listed, and
+// reading it again would cache a freed inode, which the inode allocator
+// would then find live when it hands the number out again. An orphan
+// listed at Open is read from its inode table.
+func (v *Volume) orphanInode(ino uint32, inMemory bool) (*inode, error) {
+	if inMemory {
+		return v.cachedInode(ino), nil
+	}
+	return v.getInode(ino)
 }
 
 // errOrphanGone stops orphanSteps: the orphan was freed meanwhile.

@@ -59,3 +59,36 @@ func TestOrphanStepsNumberReused(t *testing.T) {
 	require.NoError(t, v.Close())
 	ext4iotest.FsckDev(t, mem)
 }
+
+// TestOrphanListedThenFreed: a Close lists the in-memory orphans, another
+// Close frees one of them, then the first looks at it. It must not read
+// the freed inode back into the inode cache, where the inode allocator
+// would find it live when it hands its number out again ("inode marked
+// free but in use", seen in the torture harness with two goroutines).
+func TestOrphanListedThenFreed(t *testing.T) {
+	mem := memdev.New(16 << 20)
+	require.NoError(t, Format(mem, FormatOptions{}))
+	v, err := Open(mem, Options{Writable: true})
+	require.NoError(t, err)
+	f, err := v.Create("a")
+	require.NoError(t, err)
+	ino := f.ino
+	require.NoError(t, v.Remove("a"))
+	require.True(t, v.isOrphan(ino))
+	require.NoError(t, f.Close()) // frees the orphan
+	require.Nil(t, v.cachedInode(ino))
+
+	// The first Close, which listed ino before it was freed, goes on.
+	big, err := v.orphanNeedsSteps(ino)
+	require.NoError(t, err)
+	assert.False(t, big)
+	require.NoError(t, v.orphanSteps(ino, true))
+	assert.Nil(t, v.cachedInode(ino), "a freed inode was cached again")
+
+	g, err := v.Create("b")
+	require.NoError(t, err, "the freed number is handed out again")
+	assert.Equal(t, ino, g.ino)
+	require.NoError(t, g.Close())
+	require.NoError(t, v.Close())
+	ext4iotest.FsckDev(t, mem)
+}
