@@ -450,14 +450,18 @@ func (v *Volume) orphanList() ([]uint32, error) {
 }
 
 // orphanFirstLocked returns the first block freeOrphan frees of orphan
-// n (locked): all of a file without links, those past its size otherwise;
-// maxFileBlocks when it frees none by removing a tree range.
+// n (locked): all of a file or directory without links, those past its
+// size of a regular file with links; maxFileBlocks when it frees none by
+// removing a tree range.
 func (v *Volume) orphanFirstLocked(n *inode) uint64 {
-	if n.m == nil || n.m.tree == nil || !n.in.IsReg() {
-		return maxFileBlocks // directories and others go in one operation
+	if n.m == nil || n.m.tree == nil || !n.in.IsReg() && !n.in.IsDir() {
+		return maxFileBlocks // others go in one operation
 	}
 	if n.in.LinksCount == 0 {
 		return 0
+	}
+	if n.in.IsDir() {
+		return maxFileBlocks
 	}
 	bs := uint64(v.bs)
 	return (n.in.Size + bs - 1) / bs
@@ -478,7 +482,8 @@ func (v *Volume) orphanNeedsSteps(ino uint32) (bool, error) {
 
 // orphanSteps frees, in steps of their own operations (as truncateSteps
 // does), what freeing orphan ino frees, but for what one operation
-// (freeOrphan) can take. The orphan stays on the list meanwhile: a crash
+// (freeOrphan) can take: the blocks of a file, or of a directory removed
+// by Rmdir (its blocks are metadata, a revoke each: treeCutsLocked). The orphan stays on the list meanwhile: a crash
 // between steps leaves it for the next open to finish. The caller is
 // outside any operation. With inMemory, each step first checks that ino
 // is still an in-memory orphan: releaseOrphans takes it off before

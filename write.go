@@ -634,38 +634,66 @@ func (v *Volume) treeStepWeight() int { return max(v.jm.commitAt/2, 8) }
 // treeCutsLocked returns where steps freeing the blocks inode n (locked)
 // maps in [first, last) cut that range, highest cut first, so that each
 // step (from its cut to the previous one) and what is left below the
-// lowest cut free at most treeStepWeight metadata blocks: the block bitmap
-// and group descriptor of each group an extent reaches, and a leaf's
-// share. None when all of it fits one operation.
+// lowest cut free at most treeStepWeight metadata blocks and revokes: the
+// block bitmap and group descriptor of each group an extent reaches, a
+// leaf's share, and for a directory, whose blocks are metadata, a revoke
+// per block (a directory's extent may be cut inside). None when all of it
+// fits one operation.
 func (v *Volume) treeCutsLocked(n *inode, first, last uint64) ([]uint32, error) {
-	if v.jm == nil || n.m == nil || n.m.tree == nil || n.m.tree.Depth() == 0 || first >= min(last, maxFileBlocks) {
-		return nil, nil // a root's four extents change few blocks
+	if v.jm == nil {
+		return nil, nil
+	}
+	cuts, _, err := v.treeCutsBudgetLocked(n, first, last, v.treeStepWeight())
+	return cuts, err
+}
+
+// treeCutsBudgetLocked is treeCutsLocked with budget as the most a step
+// frees; it also returns the weight of what is left below the lowest cut
+// (with no cuts, the weight of it all).
+func (v *Volume) treeCutsBudgetLocked(n *inode, first, last uint64, budget int) (cuts []uint32, rest int, err error) {
+	dir := n.in.IsDir()
+	if n.m == nil || n.m.tree == nil || n.m.tree.Depth() == 0 && !dir || first >= min(last, maxFileBlocks) {
+		return nil, 0, nil // a root's four extents of data change few blocks
+	}
+	// A piece of a directory's extent, revoked block by block, weighs at
+	// most half a step with its leaf share and groups.
+	chunk := uint64(math.MaxUint64)
+	if dir {
+		chunk = uint64(max(budget/2-5, 1))
 	}
 	var (
 		starts []uint32
-		gs     [][2]uint64 // first and last group of each extent's blocks
+		gs     [][2]uint64 // first and last group of each piece's blocks
+		revs   []int       // revokes of each piece
 		bpg    = uint64(v.sb.BlocksPerGroup)
 	)
-	err := n.m.tree.Walk(func(e extent.Extent) error {
+	err = n.m.tree.Walk(func(e extent.Extent) error {
 		if e.End() <= first || uint64(e.Lblk) >= last {
 			return nil
 		}
 		lo, hi := max(uint64(e.Lblk), first), min(e.End(), last)
-		p := e.Pblk + (lo - uint64(e.Lblk))
-		starts = append(starts, uint32(lo))
-		gs = append(gs, [2]uint64{p / bpg, (p + (hi - lo) - 1) / bpg})
+		for ; lo < hi; lo += min(chunk, hi-lo) {
+			l := min(chunk, hi-lo)
+			p := e.Pblk + (lo - uint64(e.Lblk))
+			starts = append(starts, uint32(lo))
+			gs = append(gs, [2]uint64{p / bpg, (p + l - 1) / bpg})
+			if dir {
+				revs = append(revs, int(l))
+			} else {
+				revs = append(revs, 0)
+			}
+		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("ext4io: inode %d: %w", n.ino, err)
+		return nil, 0, fmt.Errorf("ext4io: inode %d: %w", n.ino, err)
 	}
-	var cuts []uint32
-	// An extent weighs one (its leaf's share, generously), and two more
-	// (bitmap, descriptor) for each group it reaches that the extent
-	// after it, freed in the same step, does not.
-	budget, w, prev := v.treeStepWeight(), 0, uint64(math.MaxUint64)
+	// A piece weighs one (its leaf's share, generously), its revokes, and
+	// two more (bitmap, descriptor) for each group it reaches that the
+	// piece after it, freed in the same step, does not.
+	w, prev := 0, uint64(math.MaxUint64)
 	for i := len(starts) - 1; i >= 0; i-- {
-		w += 1 + 2*int(gs[i][1]-gs[i][0]+1)
+		w += 1 + revs[i] + 2*int(gs[i][1]-gs[i][0]+1)
 		if gs[i][1] == prev {
 			w -= 2
 		}
@@ -675,11 +703,14 @@ func (v *Volume) treeCutsLocked(n *inode, first, last uint64) ([]uint32, error) 
 			w, prev = 0, math.MaxUint64
 		}
 	}
-	return cuts, nil
+	return cuts, w, nil
 }
 
 // removeStepLocked is one step of truncateSteps, punchSteps or
 // orphanSteps: it frees the blocks inode n (locked) maps in [c, last).
+// A directory's freed blocks are revoked as the tree frees them
+// (treeAlloc.FreeData), and its i_size ends at its last block still
+// mapped.
 func (v *Volume) removeStepLocked(n *inode, c uint32, last uint64) error {
 	defer n.dataGen.Add(1)
 	if last >= maxFileBlocks {
@@ -692,6 +723,18 @@ func (v *Volume) removeStepLocked(n *inode, c uint32, last uint64) error {
 		return err
 	}
 	n.m.drop(c, uint32(min(last, maxFileBlocks)-uint64(c)))
+	if n.in.IsDir() {
+		// A directory's i_size ends at its last mapped block (checkDirSize,
+		// e2fsck): the orphan a crash leaves between steps reads as a
+		// directory cut short.
+		end, err := n.m.end()
+		if err != nil {
+			return err
+		}
+		if s := end * uint64(v.bs); s < n.in.Size {
+			n.setSizeLocked(s)
+		}
+	}
 	return v.writeInodeLocked(n)
 }
 
