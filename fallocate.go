@@ -33,11 +33,15 @@ const (
 	// FallocCollapseRange removes the range and shifts everything after
 	// it down, shrinking the file (FALLOC_FL_COLLAPSE_RANGE). Offset and
 	// length must be block-aligned and the range must end before EOF.
+	// The shift is one journal transaction: on a journal too small for
+	// the extent tree past the offset it fails with ErrNoSpace and
+	// changes nothing.
 	FallocCollapseRange
 	// FallocInsertRange shifts everything from the offset up by the
 	// length, inserting a hole and growing the file
 	// (FALLOC_FL_INSERT_RANGE). Offset and length must be block-aligned
-	// and the offset inside the file.
+	// and the offset inside the file. Like FallocCollapseRange, it fails
+	// with ErrNoSpace when the journal is too small for the shift.
 	FallocInsertRange
 )
 
@@ -259,6 +263,18 @@ func (f *File) preallocLocked(off, length int64, written bool) error {
 // shiftRangeLocked implements collapse-range and insert-range with
 // extent.Tree.Shift, as ext4_collapse_range/ext4_insert_range do.
 //
+// The shift runs in one operation, so it commits in one journal
+// transaction: a crash leaves the file as before or as after it. Linux
+// restarts its handle while shifting, holding i_rwsem across the
+// restarts; here the transaction gate is outer to the inode lock, so
+// nothing would keep the file's other writers off a half-shifted mapping
+// between steps (docs/design.md). A shift (with a collapse's removal)
+// that would change more metadata blocks than one operation may
+// (shiftFitsLocked) is refused before anything changes, with ErrNoSpace,
+// and the volume goes on committing. On the smallest journal (1024
+// blocks of 1 KiB) that is about 500 tree blocks past the offset (some
+// 20,000 to 40,000 extents).
+//
 // Fast commits cannot express a shift (ADD_RANGE and DEL_RANGE place
 // blocks, they do not move the mapping): the Sync after it commits the
 // journal in full (Linux's EXT4_FC_REASON_FALLOC_RANGE).
@@ -277,6 +293,9 @@ func (f *File) shiftRangeLocked(mode FallocMode, off, length int64) error {
 		if _, err := f.v.checkRemoveLocked(f.n, first, uint32(off/bs+n-1)); err != nil {
 			return err
 		}
+		if err := f.shiftFitsLocked(mode, first+uint32(n), uint64(first), uint64(first)+uint64(n)); err != nil {
+			return err
+		}
 		if err := f.m.tree.Remove(first, uint32(off/bs+n-1)); err != nil {
 			return err
 		}
@@ -291,6 +310,9 @@ func (f *File) shiftRangeLocked(mode FallocMode, off, length int64) error {
 		if uint64(size+length) > uint64(maxFileBlocks)*uint64(bs) {
 			return fmt.Errorf("insert-range: file would exceed the largest size: %w", ErrInvalid)
 		}
+		if err := f.shiftFitsLocked(mode, first, 0, 0); err != nil {
+			return err
+		}
 		if err := f.m.tree.SplitAt(first, false); err != nil {
 			return err
 		}
@@ -300,6 +322,42 @@ func (f *File) shiftRangeLocked(mode FallocMode, off, length int64) error {
 		f.n.setSizeLocked(f.in.Size + uint64(length))
 	}
 	f.m.drop(first, uint32(maxFileBlocks-uint64(first)))
+	return nil
+}
+
+// shiftSlack is what a shift changes besides the tree blocks
+// extent.Tree.ShiftBlocks counts and a collapse's removal: the inode, and
+// for an insert's split of a full leaf a new leaf, its parent, a bitmap
+// and a group descriptor (a tree that grows a level needs one more).
+const shiftSlack = 8
+
+// shiftFitsLocked fails with an error matching ErrNoSpace when shifting
+// the mapping from block from, after removing [rmFirst, rmLast) for a
+// collapse, would change more metadata blocks than one operation may:
+// half the largest transaction the journal takes (MaxLargeCredits), the
+// other half left to the pending set the operation joins. It reads the
+// whole tree, as the shift does. Without a journal there is no limit.
+func (f *File) shiftFitsLocked(mode FallocMode, from uint32, rmFirst, rmLast uint64) error {
+	v := f.v
+	if v.jm == nil || f.m == nil || f.m.tree == nil {
+		return nil
+	}
+	w, err := f.m.tree.ShiftBlocks(from)
+	if err != nil {
+		return fmt.Errorf("ext4io: inode %d: %w", f.ino, err)
+	}
+	if rmFirst < rmLast {
+		_, rest, err := v.treeCutsBudgetLocked(f.n, rmFirst, rmLast, math.MaxInt)
+		if err != nil {
+			return err
+		}
+		w += rest
+	}
+	w += shiftSlack
+	if limit := v.jm.j.MaxLargeCredits() / 2; w > limit {
+		return fmt.Errorf("%v: the shift changes up to %d metadata blocks, more than one journal transaction may take (%d): %w",
+			mode, w, limit, ErrNoSpace)
+	}
 	return nil
 }
 

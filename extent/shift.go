@@ -44,6 +44,34 @@ func (t *Tree) Shift(from uint32, delta int64) error {
 	})
 }
 
+// ShiftBlocks returns how many tree blocks (leaves and index blocks; the
+// root in the inode is not counted) Shift(from, delta) would change, at
+// most: every leaf holding an extent that starts at or after from, and
+// every index block above such a leaf, whose keys may change with it. A
+// caller bounding the metadata one transaction changes checks it before
+// the shift. It reads the whole tree, as Shift does.
+func (t *Tree) ShiftBlocks(from uint32) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	touched := make(map[uint64]struct{})
+	err := t.walkLocked(func(path []pathElem) error {
+		leaf := path[len(path)-1].n
+		if len(leaf.ext) == 0 || leaf.ext[len(leaf.ext)-1].Lblk < from {
+			return nil
+		}
+		for _, p := range path {
+			if !p.n.root {
+				touched[p.n.pblk] = struct{}{}
+			}
+		}
+		return nil
+	}, nil)
+	if err != nil {
+		return 0, err
+	}
+	return len(touched), nil
+}
+
 // shiftNode shifts the entries of n (whose key range ends at hi) that
 // start at or after from, recursing into children that hold any.
 func (tx *txn) shiftNode(n *node, hi uint64, from uint32, delta int64) error {

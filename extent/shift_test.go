@@ -72,8 +72,16 @@ func TestShiftModel(t *testing.T) {
 			} else {
 				delta = int64(1 + rng.IntN(20))
 			}
+			bound, err := tr.ShiftBlocks(from)
+			if err != nil {
+				t.Fatal(err)
+			}
+			writes := m.io.writes
 			if err := tr.Shift(from, delta); err != nil {
 				t.Fatalf("step %d: Shift(%d, %d): %v", step, from, delta, err)
+			}
+			if got := m.io.writes - writes; got > bound {
+				t.Fatalf("step %d: Shift(%d, %d) wrote %d tree blocks, ShiftBlocks counted %d", step, from, delta, got, bound)
 			}
 			next := shiftModel{}
 			for l, p := range sm {
