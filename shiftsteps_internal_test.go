@@ -2,10 +2,13 @@ package ext4io
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io/fs"
 	"math"
 	"os"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/ext4io/ext4io/blockdev"
@@ -177,4 +180,61 @@ func TestShiftLargeCrash(t *testing.T) {
 		require.NoError(t, v.Close())
 		ext4iotest.FsckDev(t, crashed)
 	}, ext4iotest.SweepOptions{MaxPoints: 16})
+}
+
+// TestShiftConcurrentReaders collapses a block at the start of a file of
+// some 200 tree leaves five times while two goroutines read its blocks,
+// under -race: every read sees the file before or after a collapse (each
+// written block names its original block; after j collapses block p holds
+// block p+j), never a block from elsewhere.
+func TestShiftConcurrentReaders(t *testing.T) {
+	const n = 2 * 84 * 100
+	mem := memdev.NewBlockSize(64<<20, 1024)
+	v, f := smallLogFile(t, mem, n)
+	blk := make([]byte, 1024)
+	for i := int64(0); i < n; i += 2 {
+		binary.LittleEndian.PutUint64(blk, uint64(i)+1)
+		_, err := f.WriteAt(blk, i*1024)
+		require.NoError(t, err)
+	}
+	const collapses = 5
+	var (
+		wg   sync.WaitGroup
+		stop atomic.Bool
+		done atomic.Int64 // collapses finished
+	)
+	for g := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got := make([]byte, 1024)
+			for i := 0; !stop.Load(); i++ {
+				p := int64(1 + (i*7919+g*104729)%(n-2*collapses))
+				before := done.Load()
+				_, err := f.ReadAt(got, p*1024)
+				after := done.Load()
+				if !assert.NoError(t, err) {
+					return
+				}
+				q := int64(binary.LittleEndian.Uint64(got)) - 1
+				if q < 0 {
+					continue // an unwritten block
+				}
+				if !assert.True(t, q-p >= before && q-p <= after+1,
+					"block %d holds block %d between collapses %d and %d", p, q, before, after) {
+					return
+				}
+			}
+		}()
+	}
+	for range collapses {
+		require.NoError(t, f.Fallocate(FallocCollapseRange, 1024, 1024))
+		done.Add(1)
+	}
+	stop.Store(true)
+	wg.Wait()
+	require.NoError(t, f.CheckTree())
+	require.NoError(t, f.Close())
+	require.NoError(t, v.Close())
+	ext4iotest.FsckDev(t, mem)
 }
