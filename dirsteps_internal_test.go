@@ -92,6 +92,7 @@ func TestRmdirLargerThanLog(t *testing.T) {
 			} else {
 				require.NoError(t, v.Rmdir("d"))
 			}
+			t.Logf("%d directory blocks freed in %d steps", blocks, steps)
 			// Each step revokes at most about a step's weight of blocks.
 			assert.GreaterOrEqual(t, steps, blocks/(2*v.treeStepWeight()), "the directory was freed in steps")
 			require.NoError(t, v.Sync()) // the freed blocks become allocatable

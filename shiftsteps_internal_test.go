@@ -37,6 +37,7 @@ func TestShiftTreeLargerThanLog(t *testing.T) {
 			require.NoError(t, err)
 			size := f.Size()
 			err = f.Fallocate(mode, 1024, 1024)
+			t.Log(err)
 			var pe *fs.PathError
 			require.True(t, errors.As(err, &pe), "%v", err)
 			require.ErrorIs(t, err, ErrNoSpace)
