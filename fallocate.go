@@ -355,7 +355,7 @@ func (f *File) shiftFitsLocked(mode FallocMode, from uint32, rmFirst, rmLast uin
 	}
 	w += shiftSlack
 	if limit := v.jm.j.MaxLargeCredits() / 2; w > limit {
-		return fmt.Errorf("%v: the shift changes up to %d metadata blocks, more than one journal transaction may take (%d): %w",
+		return fmt.Errorf("%v: the shift changes up to %d metadata blocks, more than one operation may (%d, half the journal's largest transaction): %w",
 			mode, w, limit, ErrNoSpace)
 	}
 	return nil
