@@ -483,8 +483,9 @@ func (v *Volume) orphanNeedsSteps(ino uint32) (bool, error) {
 // orphanSteps frees, in steps of their own operations (as truncateSteps
 // does), what freeing orphan ino frees, but for what one operation
 // (freeOrphan) can take: the blocks of a file, or of a directory removed
-// by Rmdir (its blocks are metadata, a revoke each: treeCutsLocked). The orphan stays on the list meanwhile: a crash
-// between steps leaves it for the next open to finish. The caller is
+// by Rmdir (its blocks are metadata, a revoke each: treeCutsLocked). The
+// orphan stays on the list meanwhile: a crash between steps leaves it for
+// the next open to finish. The caller is
 // outside any operation. With inMemory, each step first checks that ino
 // is still an in-memory orphan: releaseOrphans takes it off before
 // freeing it, after which its number may be reused. Every step checks,
