@@ -485,13 +485,12 @@ func (v *Volume) orphanNeedsSteps(ino uint32) (bool, error) {
 // (freeOrphan) can take: the blocks of a file, or of a directory removed
 // by Rmdir (its blocks are metadata, a revoke each: treeCutsLocked). The
 // orphan stays on the list meanwhile: a crash between steps leaves it for
-// the next open to finish. The caller is
-// outside any operation. With inMemory, each step first checks that ino
-// is still an in-memory orphan: releaseOrphans takes it off before
-// freeing it, after which its number may be reused. Every step checks,
-// under the inode lock, that its inode was not freed meanwhile (evictLocked
-// marks it freed): the number may be an in-memory orphan again, of a new
-// file whose inode is not n.
+// the next open to finish. The caller is outside any operation. With
+// inMemory, each step first checks that ino is still an in-memory orphan:
+// releaseOrphans takes it off before freeing it, after which its number
+// may be reused. Every step checks, under the inode lock, that its inode
+// was not freed meanwhile (evictLocked marks it freed): the number may be
+// an in-memory orphan again, of a new file whose inode is not n.
 func (v *Volume) orphanSteps(ino uint32, inMemory bool) error {
 	n, err := v.orphanInode(ino, inMemory)
 	if n == nil || err != nil {
