@@ -727,7 +727,7 @@ func perOpLine(r *WorkloadResult) string {
 	if e, w := r.Engine.Disk, r.Raw.Disk; e != nil && w != nil {
 		fmt.Fprintf(&b, "  disk KiB w%.1f r%.1f / w%.1f r%.1f", e.WriteBytes/1024, e.ReadBytes/1024, w.WriteBytes/1024, w.ReadBytes/1024)
 	}
-	if r.Engine.ImageGrowth != 0 || r.Raw.ImageGrowth != 0 {
+	if math.Abs(r.Engine.ImageGrowth) >= 51.2 || math.Abs(r.Raw.ImageGrowth) >= 51.2 { // 0.05 KiB: what %.1f shows
 		fmt.Fprintf(&b, "  holes KiB %.1f / %.1f", r.Engine.ImageGrowth/1024, r.Raw.ImageGrowth/1024)
 	}
 	keys := make([]string, 0, len(r.Counters))
