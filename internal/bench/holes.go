@@ -9,15 +9,15 @@ import (
 // An atomic page batch moves its pages to free blocks of the filesystem.
 // In a sparse image file (the temporary image, in /dev/shm or on a disk)
 // the free blocks a fresh filesystem has never written are holes, and a
-// write into a hole pays the host's allocation of it: in /dev/shm, on this
-// project's VMs, 1.5 to 14 times the copy of the data (docs/bench.md). The
-// doublewrite and plain-page workloads write in place, over blocks the
-// file's preparation wrote, and raw over its written window, so only the
-// atomic workloads would pay it, and how much depended on the image's
-// size and on what earlier workloads had written. The same holds for the
-// journal's blocks, which the format zeroes: the file backend zeroes by
-// punching holes where the host filesystem has no zero-range (tmpfs), so
-// the log's first pass after each format wrote into holes. Before each
+// write into a hole pays the host's allocation of it, a multiple of the
+// copy of the data (docs/bench.md and docs/performance.md have the
+// figures). The doublewrite and plain-page workloads write in place, over
+// blocks the file's preparation wrote, and raw over its written window,
+// so only the atomic workloads would pay it, by how much of the image
+// earlier workloads had written. The same holds for the journal's blocks,
+// which the format zeroes: the file backend zeroes by punching holes where
+// the host filesystem has no zero-range (tmpfs), so the log's first pass
+// after each format would write into holes. Before each
 // page-batch workload's format the bench therefore writes its fill
 // pattern into the holes of the filesystem's window (warmFree) and
 // formats through zeroWrites, as a disk's blocks all exist; every phase
