@@ -46,9 +46,6 @@ func (s imageState) allocated() (n int64, ok bool) {
 // formats without discarding); the holes a format or a write-zeroes file
 // punched since the last call are filled again.
 func (r *benchRun) warmFree() (int64, error) {
-	if r.image.path == "" || r.cfg.keepHoles {
-		return 0, nil
-	}
 	holes, err := fileHoles(r.image.path, 0, r.fsDev.Size())
 	if err != nil {
 		return 0, fmt.Errorf("finding the image's holes: %w", err)
@@ -70,11 +67,17 @@ func (r *benchRun) warmFree() (int64, error) {
 	return n, r.fsDev.Flush()
 }
 
-// formatDev is the device a page-batch workload's format writes through:
-// zeroWrites when warmFree fills holes, so that the format does not punch
-// new ones.
+// warms reports whether w's preparation fills the image's holes
+// (warmFree) and formats through zeroWrites: a page-batch workload on an
+// image file, unless the config keeps the holes.
+func (r *benchRun) warms(w workload) bool {
+	return w.Op == opPageBatch && r.image.path != "" && !r.cfg.keepHoles
+}
+
+// formatDev is the device w's format writes through: zeroWrites when
+// warms(w), so that the format does not punch new holes.
 func (r *benchRun) formatDev(w workload) blockdev.Device {
-	if w.Op != opPageBatch || r.image.path == "" || r.cfg.keepHoles {
+	if !r.warms(w) {
 		return r.fsDev
 	}
 	return zeroWrites{r.fsDev}

@@ -13,8 +13,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestBenchPageBatchNoHoles runs atomic-64 and doublewrite-64 on a
-// temporary sparse image: with warmFree's fill and the format through
+// TestBenchPageBatchNoHoles runs overwrite-2, atomic-64 and doublewrite-64
+// on a temporary sparse image (atomic-64 after a workload that leaves a
+// written file, which it would otherwise reuse without a format): with
+// warmFree's fill and the format through
 // zeroWrites no phase writes into a hole of the image (Measure.ImageGrowth
 // is 0 on both sides), while with the holes kept atomic-64's moved pages
 // land in them, which the same counter shows. On disk (the test's temp
@@ -30,13 +32,13 @@ func TestBenchPageBatchNoHoles(t *testing.T) {
 		for _, keep := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/keepHoles=%v", name, keep), func(t *testing.T) {
 				c, err := newConfig(Config{Dir: dir, Size: 128 << 20, Runtime: 200 * time.Millisecond, Seed: 1,
-					Workloads: []string{"atomic-64", "doublewrite-64"}})
+					Workloads: []string{"overwrite-2", "atomic-64", "doublewrite-64"}})
 				require.NoError(t, err)
 				c.keepHoles = keep
 				rep, err := runBench(context.Background(), c)
 				require.NoError(t, err)
 				require.NoError(t, rep.Err())
-				require.Len(t, rep.Workloads, 2)
+				require.Len(t, rep.Workloads, 3)
 				for _, w := range rep.Workloads {
 					require.Positive(t, w.Engine.Ops, w.Name)
 					assert.Zero(t, w.Raw.ImageGrowth, "%s: raw wrote into holes", w.Name)

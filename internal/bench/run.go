@@ -332,11 +332,14 @@ func (r *benchRun) closeEngine() error {
 // unless the current one already holds a fully written file and w wants
 // one. It returns the side to measure.
 func (r *benchRun) prepareEngine(w workload) (engineSide, error) {
-	if r.v == nil || w.Prep != prepWritten || r.vPrep != prepWritten {
+	// A page-batch workload that fills the image's holes formats afresh
+	// even after a workload that left a written file: the fill runs
+	// before a format, never under a mounted volume (holes.go).
+	if r.v == nil || w.Prep != prepWritten || r.vPrep != prepWritten || r.warms(w) {
 		if err := r.closeEngine(); err != nil {
 			return engineSide{}, err
 		}
-		if w.Op == opPageBatch {
+		if r.warms(w) {
 			n, err := r.warmFree() // holes.go
 			if err != nil {
 				return engineSide{}, err
