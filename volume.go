@@ -891,6 +891,11 @@ type Counters struct {
 	// log (descriptors, revoke and commit blocks, and each metadata block
 	// once per transaction however often it changed in it).
 	JournalLogBlocks uint64
+	// JournalCheckpoints counts checkpoint rounds (committed transactions'
+	// blocks written home to free log space); JournalSpaceWaits counts
+	// journal handles that found the log short of space and waited for,
+	// or ran, a commit or checkpoint first (journal.Stats.SpaceWaits).
+	JournalCheckpoints, JournalSpaceWaits uint64
 	// BufferedWrites counts writes through the page cache (no journal
 	// handle, no metadata update); DelallocBlocks counts blocks allocated
 	// for them at write-back.
@@ -925,6 +930,10 @@ func (v *Volume) Counters() Counters {
 		ReservedBlocks: v.reserved(), SplitsDeferred: s.splitsDeferred.Load(),
 		ConversionsQueued: s.convQueued.Load(), ConversionBatches: s.convBatches.Load(),
 		JournalTransactions: v.journalTransactions(), JournalLogBlocks: v.journalLogBlocks()}
+	if m := v.jm; m != nil {
+		st := m.j.Stats()
+		c.JournalCheckpoints, c.JournalSpaceWaits = st.Checkpoints, st.SpaceWaits
+	}
 	if fc := v.fc; fc != nil {
 		c.FastCommits, c.FastCommitFallbacks = fc.commits.Load(), fc.fallbacks.Load()
 		c.FastCommitShared = fc.group.shared.Load()

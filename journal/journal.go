@@ -84,7 +84,7 @@ type Journal struct {
 	logBuf []byte
 
 	stats struct {
-		commits, checkpoints, logBlocks, batchWaits atomic.Uint64
+		commits, checkpoints, logBlocks, batchWaits, spaceWaits atomic.Uint64
 	} // Stats
 
 	sbMu sync.Mutex // guards sb and serializes superblock writes
@@ -688,6 +688,11 @@ type Stats struct {
 	Checkpoints uint64 // checkpoint rounds
 	LogBlocks   uint64 // blocks written to the log
 	BatchWaits  uint64 // Syncs that waited for others to join their transaction
+	// SpaceWaits counts Starts that found the log short of space for
+	// their transaction and checkpointed, or waited for a commit or a
+	// checkpoint, before going on: the background checkpoint had not kept
+	// up, and the caller paid for the log's tail itself.
+	SpaceWaits uint64
 }
 
 // forgetEvent is one Forget of a block.

@@ -119,6 +119,7 @@ func (j *Journal) StartLarge(credits int) (*Handle, error) {
 // start is Start with limit as the largest log footprint of the
 // transaction the handle joins.
 func (j *Journal) start(credits, limit int) (*Handle, error) {
+	short := false // counted in stats.spaceWaits once
 	j.mu.Lock()
 	for {
 		if j.mu.err != nil {
@@ -152,6 +153,10 @@ func (j *Journal) start(credits, limit int) (*Handle, error) {
 		}
 		free := int(j.last-j.first) - int(j.mu.used) - logSlack
 		if need > free {
+			if !short {
+				short = true
+				j.stats.spaceWaits.Add(1)
+			}
 			switch {
 			case len(j.mu.checkpoint) > 0:
 				j.mu.Unlock()
@@ -309,7 +314,7 @@ func (h *Handle) Stop() error {
 // Stats returns the journal's counters since Open or Create.
 func (j *Journal) Stats() Stats {
 	return Stats{Commits: j.stats.commits.Load(), Checkpoints: j.stats.checkpoints.Load(),
-		LogBlocks: j.stats.logBlocks.Load(), BatchWaits: j.stats.batchWaits.Load()}
+		LogBlocks: j.stats.logBlocks.Load(), BatchWaits: j.stats.batchWaits.Load(), SpaceWaits: j.stats.spaceWaits.Load()}
 }
 
 // commitLoop is the commit goroutine (jbd2's kjournald2). It commits

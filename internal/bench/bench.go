@@ -98,6 +98,9 @@ type Config struct {
 type config struct {
 	Config
 	workloads []workload
+	// keepHoles leaves the image's holes before page-batch workloads
+	// (no warmFree), for the tests that show what they cost.
+	keepHoles bool
 }
 
 // newConfig checks c and fills in its defaults.
@@ -320,6 +323,9 @@ func runBench(ctx context.Context, c *config) (*Report, error) {
 	defer r.closeEngine()
 	desc := b.desc
 	if b.path != "" {
+		if st, err := os.Stat(b.path); err == nil && st.Mode().IsRegular() {
+			r.image.path = b.path
+		}
 		if r.disk = openHostDisk(b.path); r.disk != nil {
 			desc += "; host disk " + r.disk.name
 		} else {

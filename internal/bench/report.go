@@ -99,6 +99,12 @@ type Measure struct {
 	// mmap backends it tells whether the phases reached the disk or ran
 	// in the host's page cache, whose own write-back it also counts.
 	Disk *DiskPerOp `json:"host_disk_per_op,omitempty"`
+	// ImageGrowth is the bytes per operation by which the image file's
+	// allocation grew during the phases: the holes of a sparse image the
+	// side wrote into, which the host allocated (holes.go). Zero on
+	// block devices, the memory and NBD backends, and where the platform
+	// has no st_blocks.
+	ImageGrowth float64 `json:"image_growth_bytes_per_op,omitempty"`
 	// Wraps counts the times the side started its file over at the
 	// space plan's budget (sequential writes) or reused a small file's
 	// name (fsync-small).
@@ -107,6 +113,7 @@ type Measure struct {
 	dev    devSnap       // the device operations behind Device
 	cpu    time.Duration // the CPU time behind CPUus
 	faults int64         // the page faults behind Faults
+	growth int64         // the bytes behind ImageGrowth
 }
 
 // DevPerOp is the device operations (and bytes) a side issued per
@@ -260,6 +267,9 @@ func makeMeasure(t *phaseTotals, ioSize int) Measure {
 	m.Faults = faultsPerOp(t.faults, t.ops)
 	if t.diskOK {
 		m.disk, m.Disk = t.disk, diskPer(t.disk, t.ops)
+	}
+	if t.imageOK {
+		m.growth, m.ImageGrowth = t.imageGrowth, faultsPerOp(t.imageGrowth, t.ops)
 	}
 	if t.elapsed > 0 {
 		m.IOPS = float64(t.ops) / t.elapsed.Seconds()
@@ -431,6 +441,7 @@ func combineMeasures(ms []Measure) Measure {
 		c.dev = c.dev.add(m.dev)
 		c.cpu += m.cpu
 		c.faults += m.faults
+		c.growth += m.growth
 		c.disk = c.disk.add(m.disk)
 		pooled = pooled && m.Device != nil
 		diskPooled = diskPooled && m.Disk != nil
@@ -443,6 +454,7 @@ func combineMeasures(ms []Measure) Measure {
 	}
 	c.CPUus = cpuPerOp(c.cpu, c.Ops)
 	c.Faults = faultsPerOp(c.faults, c.Ops)
+	c.ImageGrowth = faultsPerOp(c.growth, c.Ops)
 	if diskPooled {
 		c.Disk = diskPer(c.disk, c.Ops)
 	} else {
@@ -595,7 +607,7 @@ func (rep *Report) WriteText(w io.Writer) {
 		writeRatios(w, rep.Ratios, kern)
 		fmt.Fprintln(w)
 	}
-	fmt.Fprintln(w, "per operation (device ops issued by the engine / by raw; process CPU time per op, engine / raw; page faults per op; KiB the host disk under the image wrote and read per op, all processes; engine counters per op; wraps: files started over at the space plan's budget, engine / raw; prep time):")
+	fmt.Fprintln(w, "per operation (device ops issued by the engine / by raw; process CPU time per op, engine / raw; page faults per op; KiB the host disk under the image wrote and read per op, all processes; holes: KiB of the image file's holes the side wrote into per op, engine / raw; engine counters per op; wraps: files started over at the space plan's budget, engine / raw; prep time):")
 	for i := range rep.Workloads {
 		r := &rep.Workloads[i]
 		fmt.Fprintf(w, "  %-15s %s\n", r.Name, perOpLine(r))
@@ -714,6 +726,9 @@ func perOpLine(r *WorkloadResult) string {
 	}
 	if e, w := r.Engine.Disk, r.Raw.Disk; e != nil && w != nil {
 		fmt.Fprintf(&b, "  disk KiB w%.1f r%.1f / w%.1f r%.1f", e.WriteBytes/1024, e.ReadBytes/1024, w.WriteBytes/1024, w.ReadBytes/1024)
+	}
+	if math.Abs(r.Engine.ImageGrowth) >= 51.2 || math.Abs(r.Raw.ImageGrowth) >= 51.2 { // 0.05 KiB: what %.1f shows
+		fmt.Fprintf(&b, "  holes KiB %.1f / %.1f", r.Engine.ImageGrowth/1024, r.Raw.ImageGrowth/1024)
 	}
 	keys := make([]string, 0, len(r.Counters))
 	for k, v := range r.Counters {

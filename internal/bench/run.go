@@ -296,6 +296,7 @@ type benchRun struct {
 	rawPrep       prepKind
 	rawPrepValid  bool
 	disk          *hostDisk  // the host block device under the image; nil if none
+	image         imageState // the image file, when it can have holes (holes.go)
 	plan          *spacePlan // budgets every workload keeps to
 	// atomicSplits counts the atomic batches split in two because one
 	// journal transaction could not take them (pageBatch; reported and
@@ -331,11 +332,23 @@ func (r *benchRun) closeEngine() error {
 // unless the current one already holds a fully written file and w wants
 // one. It returns the side to measure.
 func (r *benchRun) prepareEngine(w workload) (engineSide, error) {
-	if r.v == nil || w.Prep != prepWritten || r.vPrep != prepWritten {
+	// A page-batch workload that fills the image's holes formats afresh
+	// even after a workload that left a written file: the fill runs
+	// before a format, never under a mounted volume (holes.go).
+	if r.v == nil || w.Prep != prepWritten || r.vPrep != prepWritten || r.warms(w) {
 		if err := r.closeEngine(); err != nil {
 			return engineSide{}, err
 		}
-		if err := ext4io.Format(r.fsDev, ext4io.FormatOptions{BlockSize: r.cfg.BlockSize, NoDiscard: true, FastCommit: r.cfg.FastCommit}); err != nil {
+		if r.warms(w) {
+			n, err := r.warmFree() // holes.go
+			if err != nil {
+				return engineSide{}, err
+			}
+			if n > 0 && r.cfg.Log != nil {
+				fmt.Fprintf(r.cfg.Log, "%s: wrote %d MiB into the holes of the image's filesystem window first\n", w.Name, n>>20)
+			}
+		}
+		if err := ext4io.Format(r.formatDev(w), ext4io.FormatOptions{BlockSize: r.cfg.BlockSize, NoDiscard: true, FastCommit: r.cfg.FastCommit}); err != nil {
 			return engineSide{}, fmt.Errorf("format: %w", err)
 		}
 		v, err := ext4io.Open(r.fsDev, ext4io.Options{Writable: true, Tuning: ext4io.Tuning{DeferSplits: r.cfg.DeferSplits, ZeroOutChunk: r.cfg.ZeroOutChunk, EagerConversions: r.cfg.EagerConversions}})
@@ -520,19 +533,23 @@ func (r *benchRun) rezero(w workload, raw rawSide) error {
 
 // phaseTotals accumulates one side's phases of a workload.
 type phaseTotals struct {
-	hist     benchstat.Histogram
-	ops      int64
-	elapsed  time.Duration
-	dev      devSnap
-	cpu      time.Duration // process CPU time (see Measure.CPUus)
-	faults   int64         // process page faults (see Measure.Faults)
-	disk     diskSnap      // host disk I/O (see Measure.Disk)
-	diskOK   bool          // disk holds every phase's counts
-	phases   int
-	counters map[string]float64 // engine only: deltas of uint64 counters, last value of gauges
-	gauges   map[string]bool    // the keys of counters that are gauges
-	prep     time.Duration
-	wraps    int64 // sequential files started over, small-file names reused
+	hist    benchstat.Histogram
+	ops     int64
+	elapsed time.Duration
+	dev     devSnap
+	cpu     time.Duration // process CPU time (see Measure.CPUus)
+	faults  int64         // process page faults (see Measure.Faults)
+	disk    diskSnap      // host disk I/O (see Measure.Disk)
+	diskOK  bool          // disk holds every phase's counts
+	// imageGrowth is the bytes by which the image file's allocation grew
+	// (see Measure.ImageGrowth); imageOK: every phase read it.
+	imageGrowth int64
+	imageOK     bool
+	phases      int
+	counters    map[string]float64 // engine only: deltas of uint64 counters, last value of gauges
+	gauges      map[string]bool    // the keys of counters that are gauges
+	prep        time.Duration
+	wraps       int64 // sequential files started over, small-file names reused
 }
 
 // seqState is a side's cursor for sequential workloads, kept across its
@@ -628,6 +645,7 @@ func (r *benchRun) phase(ctx context.Context, w workload, jobs, round int, s sid
 	devBefore := win.c.snap()
 	diskBefore, diskOK := r.disk.snap()
 	cpuBefore, faultsBefore := processUsage()
+	imageBefore, imageOK := r.image.allocated()
 	start := time.Now()
 	timer := time.AfterFunc(d, func() { stop.Store(true) })
 	defer timer.Stop()
@@ -728,11 +746,14 @@ func (r *benchRun) phase(ctx context.Context, w workload, jobs, round int, s sid
 	t.cpu += cpuAfter - cpuBefore
 	t.faults += faultsAfter - faultsBefore
 	diskAfter, ok := r.disk.snap()
+	imageAfter, imageOK2 := r.image.allocated()
 	if t.phases == 0 {
-		t.diskOK = true
+		t.diskOK, t.imageOK = true, true
 	}
 	t.phases++
 	t.diskOK = t.diskOK && diskOK && ok
+	t.imageOK = t.imageOK && imageOK && imageOK2
+	t.imageGrowth += imageAfter - imageBefore
 	t.disk = t.disk.add(diskAfter.sub(diskBefore))
 	return nil
 }

@@ -19,3 +19,6 @@ func openMmap(string) (blockdev.Device, error) {
 // processUsage is not measured on this platform (the bench reports no
 // CPU or fault figure).
 func processUsage() (time.Duration, int64) { return 0, 0 }
+
+// allocatedBytes is not measured on this platform.
+func allocatedBytes(string) (int64, bool) { return 0, false }

@@ -29,3 +29,13 @@ func processUsage() (time.Duration, int64) {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), int64(ru.Minflt + ru.Majflt)
 }
+
+// allocatedBytes is the bytes the file at path holds on its filesystem
+// (st_blocks); below its size when it has holes.
+func allocatedBytes(path string) (int64, bool) {
+	var st syscall.Stat_t
+	if syscall.Stat(path, &st) != nil {
+		return 0, false
+	}
+	return st.Blocks * 512, true
+}
