@@ -657,7 +657,7 @@ func (r *fcReplay) writeBlock(blk uint64, b []byte) error {
 // write).
 func (r *fcReplay) dirFile(ino uint32) (*File, error) {
 	v := r.v
-	n, err := v.getInode(ino)
+	n, err := v.getOrphanInode(ino) // replay: no lookup races it
 	if err != nil {
 		return nil, err
 	}

@@ -43,7 +43,7 @@ func (fsys FS) Open(name string) (fs.File, error) {
 	if err := fsys.check("open", name); err != nil {
 		return nil, err
 	}
-	f, err := fsys.v.resolve(name, true)
+	f, err := fsys.v.openTracked(func() (*File, error) { return fsys.v.resolve(name, true) })
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
 	}
