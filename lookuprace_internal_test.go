@@ -83,7 +83,17 @@ func TestLookupRemoveStress(t *testing.T) {
 			buf := make([]byte, 512)
 			for i := 0; !stop.Load(); i++ {
 				name := names[(i+r)%len(names)]
-				switch (i + r) % 5 {
+				switch (i + r) % 6 {
+				case 5:
+					ents, err := v.ReadDir(".")
+					if err != nil {
+						fail(fmt.Errorf("readdir: %w", err))
+					}
+					for _, e := range ents {
+						if _, err := e.Info(); err != nil && !errors.Is(err, fs.ErrNotExist) {
+							fail(fmt.Errorf("info %s: %w", e.Name(), err))
+						}
+					}
 				case 0:
 					_, err := v.Stat(name)
 					notExistOK("stat", err)
@@ -327,4 +337,35 @@ func TestOpenRacingRemoveBeforeTrack(t *testing.T) {
 			ext4iotest.FsckDev(t, dev)
 		})
 	}
+}
+
+// TestDirEntryInfoAfterRemove: a directory entry read before its name was
+// removed and its inode freed reports fs.ErrNotExist from Info, as os's
+// DirEntry.Info does, not the corruption a free inode named by an entry
+// would be; one whose inode is live still reports it.
+func TestDirEntryInfoAfterRemove(t *testing.T) {
+	dev, v := memVolume(t, 16<<20, 1024)
+	require.NoError(t, v.WriteFile("a", []byte("x"), 0o644))
+	require.NoError(t, v.WriteFile("b", []byte("yy"), 0o644))
+	d, err := v.resolve(".", true)
+	require.NoError(t, err)
+	ents, err := d.readDirAll()
+	require.NoError(t, err)
+	require.Len(t, ents, 3) // lost+found, a, b
+	require.NoError(t, v.Remove("a"))
+	for _, e := range ents {
+		de := &fsDirEntry{v: v, e: e, dir: d}
+		fi, err := de.Info()
+		switch e.Name {
+		case "a":
+			require.ErrorIs(t, err, fs.ErrNotExist)
+			var pe *fs.PathError
+			require.ErrorAs(t, err, &pe)
+		case "b":
+			require.NoError(t, err)
+			assert.EqualValues(t, 2, fi.Size())
+		}
+	}
+	require.NoError(t, v.Close())
+	ext4iotest.FsckDev(t, dev)
 }
