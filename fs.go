@@ -181,6 +181,7 @@ func (d *fsDirEntry) Name() string      { return d.e.Name }
 func (d *fsDirEntry) IsDir() bool       { return d.typ.IsDir() }
 func (d *fsDirEntry) Type() fs.FileMode { return d.typ }
 func (d *fsDirEntry) String() string    { return fs.FormatDirEntry(d) }
+
 // Info returns the metadata of the entry's inode. An entry removed since
 // the directory was read fails with an *fs.PathError matching
 // fs.ErrNotExist, as os's DirEntry.Info: its inode may be free by now
