@@ -133,6 +133,7 @@ func (v *Volume) forgetInodes() {
 	v.inoMu.Lock()
 	old := v.inodes
 	v.inodes = make(map[uint32]*inode)
+	v.inoForgets++
 	v.inoMu.Unlock()
 	for ino, n := range old {
 		if n.m != nil {

@@ -134,6 +134,39 @@ func TestLookupRemoveStress(t *testing.T) {
 		})
 	}
 	wg.Go(func() {
+		// Renames over the names free their inodes too.
+		for i := 0; !stop.Load(); i++ {
+			name := names[i%len(names)]
+			if err := v.WriteFile("tmp", data[:200], 0o644); err != nil {
+				fail(fmt.Errorf("writefile tmp: %w", err))
+				return
+			}
+			if err := v.Rename("tmp", name); err != nil {
+				fail(fmt.Errorf("rename over %s: %w", name, err))
+				return
+			}
+		}
+	})
+	wg.Go(func() {
+		// Opens by number, as a FUSE server's: a stale number is
+		// fs.ErrNotExist.
+		for i := 0; !stop.Load(); i++ {
+			fi, err := v.Lstat(names[i%len(names)])
+			if err != nil {
+				notExistOK("lstat", err)
+				continue
+			}
+			f, err := v.OpenIno(fi.Ino)
+			notExistOK("openino", err)
+			if err == nil {
+				if _, err := f.Stat(); err != nil {
+					fail(fmt.Errorf("stat <%d>: %w", fi.Ino, err))
+				}
+				f.Close()
+			}
+		}
+	})
+	wg.Go(func() {
 		// Fresh files: the freed numbers go to them.
 		for i := 0; !stop.Load(); i++ {
 			name := fmt.Sprintf("fresh%d", i%4)
@@ -365,6 +398,55 @@ func TestDirEntryInfoAfterRemove(t *testing.T) {
 			require.NoError(t, err)
 			assert.EqualValues(t, 2, fi.Size())
 		}
+	}
+	require.NoError(t, v.Close())
+	ext4iotest.FsckDev(t, dev)
+}
+
+// TestUnlinkCountsOpenUnderInodeLock: an unlink decides whether a File
+// is open (the inode becomes an orphan) or not (it is freed now) under
+// the inode's lock, which it holds until the inode is freed. An open that
+// found the inode before the unlink and counts its File (trackOpen)
+// while the unlink waits for that lock must keep a live inode: here the
+// unlink waits for the lock the test holds, the open counts its File and
+// then reads the freed flag before the unlink takes the lock.
+func TestUnlinkCountsOpenUnderInodeLock(t *testing.T) {
+	dev, v := memVolume(t, 16<<20, 1024)
+	require.NoError(t, v.WriteFile("a", []byte("x"), 0o644))
+	found := make(chan *File)
+	proceed := make(chan struct{})
+	v.openHook = func(f *File) {
+		found <- f
+		<-proceed
+	}
+	type result struct {
+		f   *File
+		err error
+	}
+	opened := make(chan result, 1)
+	go func() {
+		f, err := v.OpenFile("a", os.O_RDWR, 0)
+		opened <- result{f, err}
+	}()
+	n := (<-found).n
+	v.openHook = nil
+	n.mu.Lock() // the unlink waits for it
+	removed := make(chan error, 1)
+	go func() { removed <- v.Remove("a") }()
+	time.Sleep(100 * time.Millisecond)
+	close(proceed) // trackOpen counts the File, then waits for the lock
+	time.Sleep(100 * time.Millisecond)
+	n.mu.Unlock() // the open's read lock is granted before the unlink's lock
+	r := <-opened
+	require.NoError(t, <-removed)
+	require.NoError(t, r.err)
+	require.False(t, n.freed, "the unlink freed an inode whose File was handed out")
+	assert.True(t, v.isOrphan(r.f.ino))
+	_, err := r.f.WriteAt([]byte("data"), 0)
+	require.NoError(t, err)
+	require.NoError(t, r.f.Close())
+	for i := range 3 {
+		require.NoError(t, v.WriteFile(fmt.Sprintf("n%d", i), []byte("y"), 0o644))
 	}
 	require.NoError(t, v.Close())
 	ext4iotest.FsckDev(t, dev)

@@ -87,6 +87,7 @@ func (v *Volume) recover(ctx context.Context) error {
 	// replayed superblock and descriptors.
 	v.inoMu.Lock()
 	v.inodes = make(map[uint32]*inode)
+	v.inoForgets++
 	v.inoMu.Unlock()
 	v.cache.Forget(v.sb.JournalInum)
 	buf := make([]byte, layout.SuperblockSize)
