@@ -161,7 +161,9 @@ func (v *Volume) entryInode(ino uint32) (*inode, error) {
 // an unlinked one still open elsewhere too; a number that is free (links
 // count 0 on disk, or freed while being opened) fails with an error
 // matching fs.ErrNotExist, as Linux's ESTALE for a stale handle, and
-// leaves nothing cached. Errors are *fs.PathError.
+// leaves nothing cached. The File counts as open until it is closed, as
+// OpenFile's: removing the inode's last name meanwhile leaves it an
+// orphan. Errors are *fs.PathError.
 func (v *Volume) OpenIno(ino uint32) (*File, error) {
 	name := fmt.Sprintf("<%d>", ino)
 	if err := v.checkOpen(); err != nil {
@@ -171,14 +173,12 @@ func (v *Volume) OpenIno(ino uint32) (*File, error) {
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
 	}
-	n.mu.RLock()
-	freed := n.freed
-	n.mu.RUnlock()
-	if freed {
-		// Cached when looked up, evicted since.
+	f := newFile(v, n, ino, name)
+	if !v.trackOpen(f) {
+		// Cached when looked up, freed since.
 		return nil, &fs.PathError{Op: "open", Path: name, Err: &freeInodeError{ino: ino}}
 	}
-	return newFile(v, n, ino, name), nil
+	return f, nil
 }
 
 // Ino returns the file's inode number (0 for a zero File).

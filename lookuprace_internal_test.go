@@ -451,3 +451,52 @@ func TestUnlinkCountsOpenUnderInodeLock(t *testing.T) {
 	require.NoError(t, v.Close())
 	ext4iotest.FsckDev(t, dev)
 }
+
+// TestOpenInoOrphanRacingRelease: the last File of an orphan closed and
+// the reaper found it unused, then an OpenIno opened the orphan by number
+// before the reaper took its lock. The reaper looks again under the lock
+// and keeps the orphan for the new File, which the next Close frees.
+func TestOpenInoOrphanRacingRelease(t *testing.T) {
+	dev, v := memVolume(t, 16<<20, 1024)
+	f, err := v.Create("a")
+	require.NoError(t, err)
+	_, err = f.Write([]byte("data"))
+	require.NoError(t, err)
+	ino, n := f.ino, f.n
+	require.NoError(t, v.Remove("a"))
+	require.True(t, v.isOrphan(ino))
+	f.closed.Store(true) // closed, not yet released
+
+	n.mu.Lock() // the reaper waits for it, having found ino unused
+	released := make(chan error, 1)
+	go func() { released <- v.releaseOrphans(false) }()
+	time.Sleep(100 * time.Millisecond)
+	type result struct {
+		f   *File
+		err error
+	}
+	opened := make(chan result, 1)
+	go func() {
+		g, err := v.OpenIno(ino) // counts its File, then waits for the lock
+		opened <- result{g, err}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	n.mu.Unlock() // the open's read lock is granted before the reaper's lock
+	r := <-opened
+	require.NoError(t, <-released)
+	require.NoError(t, r.err)
+	require.False(t, n.freed, "the reaper freed an orphan whose File was handed out")
+	assert.True(t, v.isOrphan(ino))
+	buf := make([]byte, 4)
+	_, err = r.f.ReadAt(buf, 0)
+	require.NoError(t, err)
+	assert.Equal(t, "data", string(buf))
+	require.NoError(t, r.f.Close()) // frees it
+	assert.False(t, v.isOrphan(ino))
+	assert.Nil(t, v.cachedInode(ino))
+	for i := range 3 {
+		require.NoError(t, v.WriteFile(fmt.Sprintf("n%d", i), []byte("y"), 0o644))
+	}
+	require.NoError(t, v.Close())
+	ext4iotest.FsckDev(t, dev)
+}
