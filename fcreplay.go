@@ -133,7 +133,9 @@ func (v *Volume) forgetInodes() {
 	v.inoMu.Lock()
 	old := v.inodes
 	v.inodes = make(map[uint32]*inode)
-	v.inoForgets++
+	for i := range v.inoForgets {
+		v.inoForgets[i]++
+	}
 	v.inoMu.Unlock()
 	for ino, n := range old {
 		if n.m != nil {

@@ -273,12 +273,13 @@ func (v *Volume) getOrphanInode(ino uint32) (*inode, error) {
 // A read races evictLocked of the same inode: it may read the inode before
 // the eviction wrote its links count 0 and insert it after forgetInode
 // dropped the cached copy, caching a stale, linked copy of a freed inode.
-// forgetInode bumps v.inoForgets under inoMu, so a read that overlapped a
-// forget is done again instead of inserted; the new read sees links 0.
+// forgetInode bumps ino's counter in v.inoForgets under inoMu, so a read
+// that overlapped a forget of ino (or of a number sharing its counter) is
+// done again instead of inserted; the new read sees links 0.
 func (v *Volume) loadInode(ino uint32, orphan bool) (*inode, error) {
 	for {
 		v.inoMu.Lock()
-		n, seq := v.inodes[ino], v.inoForgets
+		n, seq := v.inodes[ino], v.inoForgets[ino%uint32(len(v.inoForgets))]
 		v.inoMu.Unlock()
 		if n != nil {
 			return n, nil
@@ -295,7 +296,7 @@ func (v *Volume) loadInode(ino uint32, orphan bool) (*inode, error) {
 			v.inoMu.Unlock()
 			return old, nil
 		}
-		if v.inoForgets != seq {
+		if v.inoForgets[ino%uint32(len(v.inoForgets))] != seq {
 			v.inoMu.Unlock()
 			continue // an inode was forgotten meanwhile: perhaps this one
 		}
@@ -419,7 +420,7 @@ func (v *Volume) forgetInode(ino uint32) {
 	v.inoMu.Lock()
 	n := v.inodes[ino]
 	delete(v.inodes, ino)
-	v.inoForgets++
+	v.inoForgets[ino%uint32(len(v.inoForgets))]++
 	v.inoMu.Unlock()
 	if v.pc != nil {
 		v.pc.Forget(iomap.Key(ino))

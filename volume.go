@@ -236,9 +236,10 @@ type Volume struct {
 
 	inoMu  sync.Mutex
 	inodes map[uint32]*inode // guarded by inoMu
-	// inoForgets counts forgetInode calls (guarded by inoMu): getInode
-	// inserts an inode it read only if no forget ran during the read.
-	inoForgets uint64
+	// inoForgets counts forgetInode calls by inode number modulo its
+	// length (guarded by inoMu): getInode inserts an inode it read only
+	// if no forget of a number of its stripe ran during the read.
+	inoForgets [64]uint64
 
 	nss nsState // open Files and in-memory orphans (orphan.go)
 
