@@ -29,12 +29,12 @@ import (
 // fs.ErrNotExist; everything else must succeed, and the image must be
 // clean.
 func TestLookupRemoveStress(t *testing.T) {
+	dur := 1500 * time.Millisecond
 	if testing.Short() {
-		t.Skip("stress")
+		dur = 500 * time.Millisecond
 	}
 	dev, v := memVolume(t, 32<<20, 1024)
 	names := []string{"a", "b", "c"}
-	const dur = 1500 * time.Millisecond
 	var (
 		wg      sync.WaitGroup
 		stop    atomic.Bool
