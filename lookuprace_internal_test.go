@@ -51,8 +51,13 @@ func TestLookupRemoveStress(t *testing.T) {
 		stop.Store(true)
 	}
 	notExistOK := func(op string, err error) {
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		var pe *fs.PathError
+		switch {
+		case err == nil:
+		case !errors.Is(err, fs.ErrNotExist):
 			fail(fmt.Errorf("%s: %w", op, err))
+		case !errors.As(err, &pe):
+			fail(fmt.Errorf("%s: not an *fs.PathError: %w", op, err))
 		}
 	}
 	data := make([]byte, 3000)
