@@ -161,9 +161,11 @@ func (v *Volume) entryInode(ino uint32) (*inode, error) {
 // an unlinked one still open elsewhere too; a number that is free (links
 // count 0 on disk, or freed while being opened) fails with an error
 // matching fs.ErrNotExist, as Linux's ESTALE for a stale handle, and
-// leaves nothing cached. The File counts as open until it is closed, as
-// OpenFile's: removing the inode's last name meanwhile leaves it an
-// orphan. Errors are *fs.PathError.
+// leaves nothing cached. So does an orphan (unlinked while open) whose
+// Files are all closed: it is being freed, as an inode Linux is evicting.
+// The File counts as open until it is closed, as OpenFile's: removing the
+// inode's last name meanwhile leaves it an orphan. Errors are
+// *fs.PathError.
 func (v *Volume) OpenIno(ino uint32) (*File, error) {
 	name := fmt.Sprintf("<%d>", ino)
 	if err := v.checkOpen(); err != nil {
@@ -174,11 +176,47 @@ func (v *Volume) OpenIno(ino uint32) (*File, error) {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
 	}
 	f := newFile(v, n, ino, name)
-	if !v.trackOpen(f) {
-		// Cached when looked up, freed since.
+	if !v.trackUnlessReaped(f) || !v.keptOpenIno(f) {
+		// Cached when looked up, freed (or being freed) since.
 		return nil, &fs.PathError{Op: "open", Path: name, Err: &freeInodeError{ino: ino}}
 	}
 	return f, nil
+}
+
+// trackUnlessReaped records f as open (trackFile) unless its inode is an
+// in-memory orphan without an open File: releaseOrphans and stepOrphans
+// free such an orphan after finding it unused (inodeInUse), without its
+// lock, so no File may appear on it once that is so. The check and the
+// record are one step under s.mu, which inodeInUse takes too.
+func (v *Volume) trackUnlessReaped(f *File) bool {
+	if v.alloc == nil || f.in.IsDir() {
+		return true // never freed, or not tracked (trackFile)
+	}
+	s := v.ns()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	open := pruneClosed(s.mu.open[f.ino])
+	if _, orphan := s.mu.orphans[f.ino]; orphan && len(open) == 0 {
+		delete(s.mu.open, f.ino)
+		return false
+	}
+	s.mu.open[f.ino] = append(open, f)
+	s.mu.tracked++
+	return true
+}
+
+// keptOpenIno is keptOpen for OpenIno, which may find an inode with no
+// links: an orphan (kept while it is one), or one being freed, which
+// releaseOrphans took off the orphans before it took the inode's lock to
+// free it.
+func (v *Volume) keptOpenIno(f *File) bool {
+	f.n.mu.RLock()
+	gone := f.n.freed || f.n.in.LinksCount == 0 && f.ino >= v.sb.FirstInode() && !v.isOrphan(f.ino)
+	f.n.mu.RUnlock()
+	if gone {
+		f.closed.Store(true)
+	}
+	return !gone
 }
 
 // Ino returns the file's inode number (0 for a zero File).

@@ -457,48 +457,51 @@ func TestUnlinkCountsOpenUnderInodeLock(t *testing.T) {
 	ext4iotest.FsckDev(t, dev)
 }
 
-// TestOpenInoOrphanRacingRelease: the last File of an orphan closed and
-// the reaper found it unused, then an OpenIno opened the orphan by number
-// before the reaper took its lock. The reaper looks again under the lock
-// and keeps the orphan for the new File, which the next Close frees.
-func TestOpenInoOrphanRacingRelease(t *testing.T) {
+// TestOpenInoOrphan: OpenIno of an orphan (unlinked while open) opens it
+// while another File has it open, and the orphan then stays until that
+// File closes too. Once its Files are all closed the orphan is being
+// freed, and OpenIno fails with fs.ErrNotExist: before the reaper takes
+// it off the orphans (releaseOrphans frees it after finding it unused,
+// without its lock), and after (it frees it next).
+func TestOpenInoOrphan(t *testing.T) {
 	dev, v := memVolume(t, 16<<20, 1024)
-	f, err := v.Create("a")
-	require.NoError(t, err)
-	_, err = f.Write([]byte("data"))
-	require.NoError(t, err)
-	ino, n := f.ino, f.n
-	require.NoError(t, v.Remove("a"))
-	require.True(t, v.isOrphan(ino))
-	f.closed.Store(true) // closed, not yet released
-
-	n.mu.Lock() // the reaper waits for it, having found ino unused
-	released := make(chan error, 1)
-	go func() { released <- v.releaseOrphans(false) }()
-	time.Sleep(100 * time.Millisecond)
-	type result struct {
-		f   *File
-		err error
+	orphan := func(name string) *File {
+		f, err := v.Create(name)
+		require.NoError(t, err)
+		_, err = f.Write([]byte("data"))
+		require.NoError(t, err)
+		require.NoError(t, v.Remove(name))
+		require.True(t, v.isOrphan(f.ino))
+		return f
 	}
-	opened := make(chan result, 1)
-	go func() {
-		g, err := v.OpenIno(ino) // counts its File, then waits for the lock
-		opened <- result{g, err}
-	}()
-	time.Sleep(100 * time.Millisecond)
-	n.mu.Unlock() // the open's read lock is granted before the reaper's lock
-	r := <-opened
-	require.NoError(t, <-released)
-	require.NoError(t, r.err)
-	require.False(t, n.freed, "the reaper freed an orphan whose File was handed out")
-	assert.True(t, v.isOrphan(ino))
+
+	f := orphan("a")
+	g, err := v.OpenIno(f.ino)
+	require.NoError(t, err, "an orphan with an open File opens by number")
+	require.NoError(t, f.Close())
+	assert.True(t, v.isOrphan(g.ino), "the File opened by number keeps the orphan")
 	buf := make([]byte, 4)
-	_, err = r.f.ReadAt(buf, 0)
+	_, err = g.ReadAt(buf, 0)
 	require.NoError(t, err)
 	assert.Equal(t, "data", string(buf))
-	require.NoError(t, r.f.Close()) // frees it
-	assert.False(t, v.isOrphan(ino))
-	assert.Nil(t, v.cachedInode(ino))
+	require.NoError(t, g.Close())
+	assert.Nil(t, v.cachedInode(g.ino))
+
+	f = orphan("b")
+	f.closed.Store(true) // closed, not yet released
+	_, err = v.OpenIno(f.ino)
+	require.ErrorIs(t, err, fs.ErrNotExist, "an orphan without Files is being freed")
+	// The reaper found it unused and takes it off the orphans.
+	s := v.ns()
+	s.mu.Lock()
+	delete(s.mu.orphans, f.ino)
+	s.mu.Unlock()
+	_, err = v.OpenIno(f.ino)
+	require.ErrorIs(t, err, fs.ErrNotExist, "an orphan taken off the orphans is being freed")
+	require.False(t, v.inodeInUse(f.ino))
+	require.NoError(t, v.freeOrphan(f.ino))
+	assert.True(t, f.n.freed)
+
 	for i := range 3 {
 		require.NoError(t, v.WriteFile(fmt.Sprintf("n%d", i), []byte("y"), 0o644))
 	}

@@ -342,33 +342,11 @@ func (v *Volume) releaseOrphans(all bool) error {
 		if !still {
 			continue
 		}
-		if err := v.releaseOrphan(ino, all); err != nil && first == nil {
+		if err := v.freeOrphan(ino); err != nil && first == nil {
 			first = err
 		}
 	}
 	return first
-}
-
-// releaseOrphan is freeOrphan for in-memory orphan ino, which the caller
-// took off s.mu.orphans. Unless all is set, a File of ino opened since
-// the caller's inodeInUse (OpenIno, which finds orphans by number) keeps
-// it: the check is made again under the inode's lock, as unlink makes
-// it (trackOpen), and ino goes back on s.mu.orphans.
-func (v *Volume) releaseOrphan(ino uint32, all bool) error {
-	n := v.cachedInode(ino) // cached until evicted (orphanInode)
-	if n == nil {
-		return nil
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if !all && !n.freed && v.inodeInUse(ino) {
-		s := v.ns()
-		s.mu.Lock()
-		s.mu.orphans[ino] = struct{}{}
-		s.mu.Unlock()
-		return nil
-	}
-	return v.freeOrphanLocked(n)
 }
 
 // freeOrphan takes ino off the orphan list and frees it if it has no
@@ -381,12 +359,6 @@ func (v *Volume) freeOrphan(ino uint32) error {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return v.freeOrphanLocked(n)
-}
-
-// freeOrphanLocked is freeOrphan with n's lock held.
-func (v *Volume) freeOrphanLocked(n *inode) error {
-	ino := n.ino
 	if err := v.orphanDelLocked(n); err != nil {
 		return err
 	}

@@ -92,19 +92,25 @@ const maxOpenRetries = 8
 
 // trackOpen records f as open (trackFile), so that removing the inode's
 // last name from now on makes it an orphan instead of freeing it, and
-// reports whether the inode is still live. It is not when an unlink or
-// rename freed it after the lookup that found f and before trackFile:
-// the remover checks inodeInUse under the inode's lock held exclusively
-// until the inode is freed, so the freed flag read here under that lock
-// after trackFile is either false for good or already set. f is untracked
-// then, and must not be used.
+// reports whether the inode is still live (keptOpen).
 func (v *Volume) trackOpen(f *File) bool {
 	v.trackFile(f)
+	return v.keptOpen(f)
+}
+
+// keptOpen reports whether the inode of f, just recorded as open, is
+// still live. It is not when an unlink or rename freed it after the
+// lookup that found f and before f was recorded: the remover checks
+// inodeInUse under the inode's lock held exclusively until the inode is
+// freed, so the freed flag read here under that lock after the record is
+// either false for good or already set. f is marked closed then (the open
+// Files drop it), and must not be used.
+func (v *Volume) keptOpen(f *File) bool {
 	f.n.mu.RLock()
 	freed := f.n.freed
 	f.n.mu.RUnlock()
 	if freed {
-		f.closed.Store(true) // pruned from the open Files by the next look
+		f.closed.Store(true)
 	}
 	return !freed
 }
