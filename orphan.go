@@ -96,9 +96,11 @@ func pruneClosed(fs []*File) []*File {
 }
 
 // inodeInUse reports whether a File of ino is still open. s.mu is a leaf
-// lock: callers may hold inode locks. A caller about to free ino holds
-// its inode lock exclusively, so that an open racing it either is
-// counted here or finds the inode freed (trackOpen).
+// lock: callers may hold inode locks. Unlink and rename call it with the
+// inode's lock held exclusively until they free it, so that an open
+// racing them either is counted here or finds the inode freed
+// (trackOpen); the orphan reaper calls it without, which OpenIno allows
+// for (trackUnlessReaped).
 func (v *Volume) inodeInUse(ino uint32) bool {
 	s := v.ns()
 	s.mu.Lock()
