@@ -23,12 +23,11 @@ import (
 // ErrNotFound. Errors are *fs.PathError.
 func (d *File) CreateAt(name string, perm fs.FileMode) (*File, error) {
 	full := d.childName(name)
-	f, err := d.createAt(name, perm)
+	f, err := d.v.openTracked(func() (*File, error) { return d.createAt(name, perm) })
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: full, Err: err}
 	}
 	f.name, f.flag = full, os.O_RDWR
-	d.v.trackFile(f)
 	return f, nil
 }
 

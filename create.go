@@ -30,7 +30,7 @@ func (v *Volume) create(name string, mode uint16) (*File, error) {
 // createIn creates the regular file base in directory dir (checked by
 // parentDir or dirAt), inside an operation.
 func (v *Volume) createIn(dir *File, base string, mode uint16) (*File, error) {
-	f, _, err := v.createOrLookup(dir, base, mode)
+	f, _, _, err := v.createOrLookup(dir, base, mode)
 	if err == nil && f == nil {
 		return nil, ErrExist
 	}
@@ -38,23 +38,26 @@ func (v *Volume) createIn(dir *File, base string, mode uint16) (*File, error) {
 }
 
 // createOrLookup is createIn that, when base already names an entry,
-// returns that entry (f nil) instead of failing with ErrExist: the
-// lookup and the create are one look at the directory, under its lock.
-func (v *Volume) createOrLookup(dir *File, base string, mode uint16) (f *File, existing layout.DirEntry, err error) {
+// returns that entry's inode number and inode (f nil) instead of failing
+// with ErrExist: the lookup and the create are one look at the directory,
+// under its lock, and the inode is cached before the lock is released,
+// as lookupOpen does.
+func (v *Volume) createOrLookup(dir *File, base string, mode uint16) (f *File, ino uint32, existing *inode, err error) {
 	dir.n.mu.Lock()
 	defer dir.n.mu.Unlock()
 	if dir.n.in.LinksCount == 0 {
-		return nil, existing, ErrNotFound // removed since resolved (Linux's IS_DEADDIR)
+		return nil, 0, nil, ErrNotFound // removed since resolved (Linux's IS_DEADDIR)
 	}
 	var hint insertHint
 	defer hint.release()
 	if e, err := dir.lookupForCreate(base, layout.DirRecLen(len(base)), &hint); err == nil {
-		return nil, e, nil
+		n, err := v.entryInode(e.Inode)
+		return nil, e.Inode, n, err
 	} else if !isNotExist(err) {
-		return nil, existing, err
+		return nil, 0, nil, err
 	}
 	f, err = v.createInLocked(dir, base, mode, &hint)
-	return f, existing, err
+	return f, 0, nil, err
 }
 
 // createInLocked is createIn once the name is known to be free (dir's

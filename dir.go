@@ -579,20 +579,11 @@ func (v *Volume) resolveFrom(start uint32, name string, followLast bool, hops *i
 		if len(p) > layout.MaxNameLen {
 			return nil, ErrNameTooLong
 		}
-		// Lookups share the directory's lock with each other and exclude
-		// inserts, removals and htree splits, which change several blocks
-		// (Linux's VFS takes i_rwsem shared for lookup).
-		dir.n.mu.RLock()
-		e, err := dir.lookupName(p)
-		dir.n.mu.RUnlock()
+		child, err := v.lookupOpen(dir, p)
 		if err != nil {
 			if lastMissing != nil && i == len(parts)-1 && errors.Is(err, ErrNotFound) {
 				*lastMissing = true
 			}
-			return nil, err
-		}
-		child, err := v.openInode(e.Inode, p)
-		if err != nil {
 			return nil, err
 		}
 		last := i == len(parts)-1
@@ -618,6 +609,35 @@ func (v *Volume) resolveFrom(start uint32, name string, followLast bool, hops *i
 		dir = child
 	}
 	return dir, nil
+}
+
+// lookupOpen finds name in directory dir and opens the inode it names.
+//
+// Lookups share the directory's lock with each other and exclude
+// inserts, removals and htree splits, which change several blocks
+// (Linux's VFS takes i_rwsem shared for lookup). The lock is held until
+// the inode is in the cache: removing the entry's last name, which frees
+// the inode (unlink, rmdir, a rename over it), takes the lock exclusively,
+// so the inode is cached before its eviction can start, and a freed inode
+// is never read and cached. The inode's own lock is taken only after the
+// directory's is released: a corrupt entry may name an ancestor, whose
+// lock comes first. Meanwhile the name may go; the inode is then an
+// orphan (links 0, still cached) or evicted (freed), and fileOf fails
+// with ErrNotFound, as if the lookup had come after the removal. The inode may
+// still be evicted once lookupOpen returns: File users that write keep it
+// alive by trackOpen (osvolume.go).
+func (v *Volume) lookupOpen(dir *File, name string) (*File, error) {
+	dir.n.mu.RLock()
+	e, err := dir.lookupName(name)
+	var n *inode
+	if err == nil {
+		n, err = v.entryInode(e.Inode)
+	}
+	dir.n.mu.RUnlock()
+	if err != nil {
+		return nil, err
+	}
+	return v.fileOf(n, e.Inode, name)
 }
 
 // readlink returns a symlink's target.

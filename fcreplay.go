@@ -133,6 +133,9 @@ func (v *Volume) forgetInodes() {
 	v.inoMu.Lock()
 	old := v.inodes
 	v.inodes = make(map[uint32]*inode)
+	for i := range v.inoForgets {
+		v.inoForgets[i]++
+	}
 	v.inoMu.Unlock()
 	for ino, n := range old {
 		if n.m != nil {
@@ -657,7 +660,7 @@ func (r *fcReplay) writeBlock(blk uint64, b []byte) error {
 // write).
 func (r *fcReplay) dirFile(ino uint32) (*File, error) {
 	v := r.v
-	n, err := v.getInode(ino)
+	n, err := v.getOrphanInode(ino) // replay: no lookup races it
 	if err != nil {
 		return nil, err
 	}

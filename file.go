@@ -108,13 +108,32 @@ func newFile(v *Volume, n *inode, ino uint32, name string) *File {
 	return f
 }
 
+// openInode opens inode ino, whose number the caller found earlier: a new
+// inode it made (its directory's lock held), or an entry it looked up
+// without holding the directory's lock since (a directory a walk started
+// from, an entry createOrLookup found). A free inode, or one evicted or
+// unlinked since, fails with an error matching ErrNotFound, as if the
+// open came after the removal. lookupOpen opens entries under their
+// directory's lock.
 func (v *Volume) openInode(ino uint32, name string) (*File, error) {
 	n, err := v.getInode(ino)
 	if err != nil {
 		return nil, err
 	}
+	return v.fileOf(n, ino, name)
+}
+
+// fileOf returns a File of inode n (number ino) found through a name: a
+// freed or unlinked inode fails with an error matching ErrNotFound (the
+// name went meanwhile), one with no valid file type as checkLinked.
+func (v *Volume) fileOf(n *inode, ino uint32, name string) (*File, error) {
 	n.mu.RLock()
-	err = checkLinked(ino, n.in)
+	var err error
+	if n.freed || n.in.LinksCount == 0 {
+		err = &freeInodeError{ino: ino}
+	} else {
+		err = checkLinked(ino, n.in)
+	}
 	n.mu.RUnlock()
 	if err != nil {
 		return nil, err
@@ -122,19 +141,82 @@ func (v *Volume) openInode(ino uint32, name string) (*File, error) {
 	return newFile(v, n, ino, name), nil
 }
 
+// entryInode returns the inode that a directory entry names, for a caller
+// holding the directory's lock (either mode) from the lookup of the entry
+// on: the entry still names ino, so an inode without links is corruption
+// (ext4_lookup's "deleted inode referenced"), not a race.
+func (v *Volume) entryInode(ino uint32) (*inode, error) {
+	n, err := v.getInode(ino)
+	var fe *freeInodeError
+	if errors.As(err, &fe) {
+		return nil, &errs.CorruptError{What: "inode", Ino: ino, Off: -1, Msg: "unused inode referenced (links count 0)"}
+	}
+	return n, err
+}
+
 // OpenIno opens inode ino directly (no path, no link-count check): for
 // servers that name files by inode number, as a FUSE server does
 // (package fusefs opens its nodes this way), and for tools that read
-// reserved inodes such as the journal (8).
+// reserved inodes such as the journal (8). An inode still in use opens,
+// an unlinked one still open elsewhere too; a number that is free (links
+// count 0 on disk, or freed while being opened) fails with an error
+// matching fs.ErrNotExist, as Linux's ESTALE for a stale handle, and
+// leaves nothing cached. So does an orphan (unlinked while open) whose
+// Files are all closed: it is being freed, as an inode Linux is evicting.
+// The File counts as open until it is closed, as OpenFile's: removing the
+// inode's last name meanwhile leaves it an orphan. Errors are
+// *fs.PathError.
 func (v *Volume) OpenIno(ino uint32) (*File, error) {
+	name := fmt.Sprintf("<%d>", ino)
 	if err := v.checkOpen(); err != nil {
-		return nil, &fs.PathError{Op: "open", Path: fmt.Sprintf("<%d>", ino), Err: err}
+		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
 	}
 	n, err := v.getInode(ino)
 	if err != nil {
-		return nil, err
+		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
 	}
-	return newFile(v, n, ino, fmt.Sprintf("<%d>", ino)), nil
+	f := newFile(v, n, ino, name)
+	if !v.trackUnlessReaped(f) || !v.keptOpenIno(f) {
+		// Cached when looked up, freed (or being freed) since.
+		return nil, &fs.PathError{Op: "open", Path: name, Err: &freeInodeError{ino: ino}}
+	}
+	return f, nil
+}
+
+// trackUnlessReaped records f as open (trackFile) unless its inode is an
+// in-memory orphan without an open File: releaseOrphans and stepOrphans
+// free such an orphan after finding it unused (inodeInUse), without its
+// lock, so no File may appear on it once that is so. The check and the
+// record are one step under s.mu, which inodeInUse takes too.
+func (v *Volume) trackUnlessReaped(f *File) bool {
+	if v.alloc == nil || f.in.IsDir() {
+		return true // never freed, or not tracked (trackFile)
+	}
+	s := v.ns()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	open := pruneClosed(s.mu.open[f.ino])
+	if _, orphan := s.mu.orphans[f.ino]; orphan && len(open) == 0 {
+		delete(s.mu.open, f.ino)
+		return false
+	}
+	s.mu.open[f.ino] = append(open, f)
+	s.mu.tracked++
+	return true
+}
+
+// keptOpenIno is keptOpen for OpenIno, which may find an inode with no
+// links: an orphan (kept while it is one), or one being freed, which
+// releaseOrphans took off the orphans before it took the inode's lock to
+// free it.
+func (v *Volume) keptOpenIno(f *File) bool {
+	f.n.mu.RLock()
+	gone := f.n.freed || f.n.in.LinksCount == 0 && f.ino >= v.sb.FirstInode() && !v.isOrphan(f.ino)
+	f.n.mu.RUnlock()
+	if gone {
+		f.closed.Store(true)
+	}
+	return !gone
 }
 
 // Ino returns the file's inode number (0 for a zero File).

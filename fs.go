@@ -43,7 +43,7 @@ func (fsys FS) Open(name string) (fs.File, error) {
 	if err := fsys.check("open", name); err != nil {
 		return nil, err
 	}
-	f, err := fsys.v.resolve(name, true)
+	f, err := fsys.v.openTracked(func() (*File, error) { return fsys.v.resolve(name, true) })
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
 	}
@@ -107,17 +107,20 @@ func (f *File) fsDirEntries() ([]fs.DirEntry, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]fs.DirEntry, len(ents))
-	for i, e := range ents {
-		de := &fsDirEntry{v: f.v, e: e}
+	out := make([]fs.DirEntry, 0, len(ents))
+	for _, e := range ents {
+		de := &fsDirEntry{v: f.v, e: e, dir: f}
 		// The dirent's file type is a hint; the inode is the truth and
 		// fs.DirEntry.Type must agree with Info().Mode().Type().
 		fi, err := de.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // removed since the scan, as os.ReadDir skips it
+		}
 		if err != nil {
 			return nil, err
 		}
 		de.typ = fi.Mode().Type()
-		out[i] = de
+		out = append(out, de)
 	}
 	return out, nil
 }
@@ -170,6 +173,7 @@ func (f *File) ReadDir(n int) ([]fs.DirEntry, error) {
 type fsDirEntry struct {
 	v   *Volume
 	e   DirEntry
+	dir *File // the directory e was read from
 	typ fs.FileMode
 }
 
@@ -177,7 +181,29 @@ func (d *fsDirEntry) Name() string      { return d.e.Name }
 func (d *fsDirEntry) IsDir() bool       { return d.typ.IsDir() }
 func (d *fsDirEntry) Type() fs.FileMode { return d.typ }
 func (d *fsDirEntry) String() string    { return fs.FormatDirEntry(d) }
+
+// Info returns the metadata of the entry's inode. An entry removed since
+// the directory was read fails with an *fs.PathError matching
+// fs.ErrNotExist, as os's DirEntry.Info: its inode may be free by now
+// (links count 0), which is corruption only while the entry still names
+// it. A failure is therefore looked at again under the directory's lock,
+// which removals take exclusively.
 func (d *fsDirEntry) Info() (fs.FileInfo, error) {
+	fi, err := d.info()
+	if err == nil || d.dir == nil || d.e.Ino == d.dir.ino {
+		return fi, err
+	}
+	d.dir.n.mu.RLock()
+	defer d.dir.n.mu.RUnlock()
+	e, lerr := d.dir.lookupName(d.e.Name)
+	if errors.Is(lerr, ErrNotFound) || lerr == nil && e.Inode != d.e.Ino {
+		return nil, &fs.PathError{Op: "lstat", Path: d.e.Name, Err: ErrNotFound}
+	}
+	// Still named (perhaps again, by a new inode of the same number).
+	return d.info()
+}
+
+func (d *fsDirEntry) info() (fs.FileInfo, error) {
 	d.v.inoMu.Lock()
 	n := d.v.inodes[d.e.Ino]
 	d.v.inoMu.Unlock()

@@ -235,23 +235,90 @@ func checkSize(ino uint32, in *layout.Inode) error {
 	return nil
 }
 
+// freeInodeError is getInode's error for an inode that is not in use on
+// disk (links count 0) and not cached: a lookup that raced the removal of
+// the inode's last name, or a stale inode number (OpenIno). It matches
+// ErrNotFound (fs.ErrNotExist), as ext4_iget's ESTALE for such an inode.
+type freeInodeError struct{ ino uint32 }
+
+func (e *freeInodeError) Error() string {
+	return fmt.Sprintf("ext4io: inode %d is not in use (links count 0)", e.ino)
+}
+
+func (e *freeInodeError) Unwrap() error { return ErrNotFound }
+
 // getInode returns the shared state of inode ino, reading it on first use.
-// Inodes stay cached while the volume is open.
+// Inodes stay cached while the volume is open, until evictLocked frees
+// them. An inode read from disk with no links is not cached: outside
+// orphan processing (getOrphanInode) it is free, or being freed, and
+// caching it would keep a freed number live in v.inodes (allocInode then
+// fails with "marked free but in use"); getInode fails with a
+// *freeInodeError instead. Reserved inodes (below the superblock's first
+// inode) are exempt: they are not freed and may have no links (the bad
+// blocks inode).
 func (v *Volume) getInode(ino uint32) (*inode, error) {
-	v.inoMu.Lock()
-	n := v.inodes[ino]
-	v.inoMu.Unlock()
-	if n != nil {
+	return v.loadInode(ino, false)
+}
+
+// getOrphanInode is getInode for orphan processing: the orphan list
+// walks (processOrphans, orphanDelLocked's s_last_orphan chain),
+// freeOrphan and fast-commit replay, which read inodes whose links count
+// is 0 on purpose, to free them.
+func (v *Volume) getOrphanInode(ino uint32) (*inode, error) {
+	return v.loadInode(ino, true)
+}
+
+// loadInode is getInode; orphan says links count 0 is expected.
+//
+// A read races evictLocked of the same inode: it may read the inode before
+// the eviction wrote its links count 0 and insert it after forgetInode
+// dropped the cached copy, caching a stale, linked copy of a freed inode.
+// forgetInode bumps ino's counter in v.inoForgets under inoMu, so a read
+// that overlapped a forget of ino (or of a number sharing its counter) is
+// done again instead of inserted; the new read sees links 0.
+func (v *Volume) loadInode(ino uint32, orphan bool) (*inode, error) {
+	for {
+		v.inoMu.Lock()
+		n, seq := v.inodes[ino], v.inoForgets[ino%uint32(len(v.inoForgets))]
+		v.inoMu.Unlock()
+		if n != nil {
+			return n, nil
+		}
+		n, err := v.readNewInode(ino, orphan)
+		if err != nil {
+			return nil, err
+		}
+		if v.inodeReadHook != nil {
+			v.inodeReadHook(ino)
+		}
+		v.inoMu.Lock()
+		if old := v.inodes[ino]; old != nil {
+			v.inoMu.Unlock()
+			return old, nil
+		}
+		if v.inoForgets[ino%uint32(len(v.inoForgets))] != seq {
+			v.inoMu.Unlock()
+			continue // an inode was forgotten meanwhile: perhaps this one
+		}
+		v.inodes[ino] = n
+		v.inoMu.Unlock()
 		return n, nil
 	}
+}
+
+// readNewInode reads inode ino into a new inode struct for loadInode.
+func (v *Volume) readNewInode(ino uint32, orphan bool) (*inode, error) {
 	in, err := v.readInode(ino)
 	if err != nil {
 		return nil, err
 	}
+	if in.LinksCount == 0 && !orphan && ino >= v.sb.FirstInode() {
+		return nil, &freeInodeError{ino: ino}
+	}
 	if err := checkSize(ino, in); err != nil {
 		return nil, err
 	}
-	n = &inode{ino: ino, in: in}
+	n := &inode{ino: ino, in: in}
 	switch {
 	case in.Flags&layout.InodeFlagInlineData != 0:
 		n.inl, err = v.inlineData(ino, in)
@@ -274,12 +341,6 @@ func (v *Volume) getInode(ino uint32) (*inode, error) {
 	if err != nil {
 		return nil, err
 	}
-	v.inoMu.Lock()
-	defer v.inoMu.Unlock()
-	if old := v.inodes[ino]; old != nil {
-		return old, nil
-	}
-	v.inodes[ino] = n
 	return n, nil
 }
 
@@ -359,6 +420,7 @@ func (v *Volume) forgetInode(ino uint32) {
 	v.inoMu.Lock()
 	n := v.inodes[ino]
 	delete(v.inodes, ino)
+	v.inoForgets[ino%uint32(len(v.inoForgets))]++
 	v.inoMu.Unlock()
 	if v.pc != nil {
 		v.pc.Forget(iomap.Key(ino))

@@ -169,10 +169,11 @@ func (f *File) lookupChild(name string) (*File, error) {
 	return f.v.inodeFile(e.Inode, name)
 }
 
-// inodeFile is openInode for callers that may hold the inode's lock
-// already (a rename's directories): it takes no lock.
+// inodeFile opens the inode a directory entry names for callers that
+// hold the directory's lock exclusively (or renameMu) and may hold the
+// inode's lock already (a rename's directories): it takes no lock.
 func (v *Volume) inodeFile(ino uint32, name string) (*File, error) {
-	n, err := v.getInode(ino)
+	n, err := v.entryInode(ino)
 	if err != nil {
 		return nil, err
 	}
@@ -549,9 +550,12 @@ func (v *Volume) unlink(name string) error {
 	if child.in.IsDir() {
 		return ErrIsDir
 	}
-	inUse := v.inodeInUse(child.ino)
 	child.n.mu.Lock()
 	defer child.n.mu.Unlock()
+	// Under the inode's lock: an open racing this unlink either tracked
+	// its File before (the inode becomes an orphan) or sees it freed
+	// after (trackOpen).
+	inUse := v.inodeInUse(child.ino)
 	if child.n.in.LinksCount == 1 && !inUse {
 		if err := v.checkEvictLocked(child.n); err != nil {
 			return err

@@ -95,8 +95,12 @@ func pruneClosed(fs []*File) []*File {
 	return out
 }
 
-// inodeInUse reports whether a File of ino is still open. Call it without
-// the inode lock (File.Read holds the File's mutex while taking it).
+// inodeInUse reports whether a File of ino is still open. s.mu is a leaf
+// lock: callers may hold inode locks. Unlink and rename call it with the
+// inode's lock held exclusively until they free it, so that an open
+// racing them either is counted here or finds the inode freed
+// (trackOpen); the orphan reaper calls it without, which OpenIno allows
+// for (trackUnlessReaped).
 func (v *Volume) inodeInUse(ino uint32) bool {
 	s := v.ns()
 	s.mu.Lock()
@@ -278,7 +282,7 @@ func (v *Volume) orphanDelLocked(n *inode) error {
 		if hops > int(v.sb.InodesCount) || cur > v.sb.InodesCount {
 			return errs.Corruptf("orphan list", 0, -1, "s_last_orphan chain does not end (at inode %d)", cur)
 		}
-		p, err := v.getInode(cur)
+		p, err := v.getOrphanInode(cur)
 		if err != nil {
 			return err
 		}
@@ -351,7 +355,7 @@ func (v *Volume) releaseOrphans(all bool) error {
 // links left, or truncates the blocks past its size (an orphan of an
 // interrupted truncate).
 func (v *Volume) freeOrphan(ino uint32) error {
-	n, err := v.getInode(ino)
+	n, err := v.getOrphanInode(ino)
 	if err != nil {
 		return err
 	}
@@ -549,7 +553,7 @@ func (v *Volume) orphanInode(ino uint32, inMemory bool) (*inode, error) {
 	if inMemory {
 		return v.cachedInode(ino), nil
 	}
-	return v.getInode(ino)
+	return v.getOrphanInode(ino)
 }
 
 // errOrphanGone stops orphanSteps: the orphan was freed meanwhile.

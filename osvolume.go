@@ -39,7 +39,7 @@ import (
 // written back first; reads of a file with cached pages copy them).
 // ReadFrom and WriteTo, which io.Copy uses, align by themselves.
 func (v *Volume) OpenFile(name string, flag int, perm fs.FileMode) (*File, error) {
-	f, err := v.openFile(name, flag, perm, 0)
+	f, err := v.openTracked(func() (*File, error) { return v.openFile(name, flag, perm, 0) })
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
 	}
@@ -52,6 +52,7 @@ func (v *Volume) OpenFile(name string, flag int, perm fs.FileMode) (*File, error
 		t := f.bufferedTwin()
 		t.flag = os.O_RDWR
 		if err := t.Truncate(0); err != nil {
+			f.Close() // untracks it
 			var pe *fs.PathError
 			if errors.As(err, &pe) {
 				err = pe.Err
@@ -59,8 +60,59 @@ func (v *Volume) OpenFile(name string, flag int, perm fs.FileMode) (*File, error
 			return nil, &fs.PathError{Op: "open", Path: name, Err: err}
 		}
 	}
-	v.trackFile(f)
 	return f, nil
+}
+
+// openTracked runs open and keeps the File it returns open (trackOpen).
+// When the File's inode was freed before trackOpen counted it, its last
+// name went meanwhile: open runs again, as the open would have run after
+// the removal (maxOpenRetries times at most, then ErrNotFound).
+func (v *Volume) openTracked(open func() (*File, error)) (*File, error) {
+	for try := 0; ; try++ {
+		f, err := open()
+		if err != nil {
+			return nil, err
+		}
+		if v.openHook != nil {
+			v.openHook(f)
+		}
+		if v.trackOpen(f) {
+			return f, nil
+		}
+		if try == maxOpenRetries {
+			return nil, ErrNotFound
+		}
+	}
+}
+
+// maxOpenRetries bounds the lookups an open repeats when the inode it
+// found is freed before trackOpen counts its File: each repeat follows a
+// removal of the name by another goroutine.
+const maxOpenRetries = 8
+
+// trackOpen records f as open (trackFile), so that removing the inode's
+// last name from now on makes it an orphan instead of freeing it, and
+// reports whether the inode is still live (keptOpen).
+func (v *Volume) trackOpen(f *File) bool {
+	v.trackFile(f)
+	return v.keptOpen(f)
+}
+
+// keptOpen reports whether the inode of f, just recorded as open, is
+// still live. It is not when an unlink or rename freed it after the
+// lookup that found f and before f was recorded: the remover checks
+// inodeInUse under the inode's lock held exclusively until the inode is
+// freed, so the freed flag read here under that lock after the record is
+// either false for good or already set. f is marked closed then (the open
+// Files drop it), and must not be used.
+func (v *Volume) keptOpen(f *File) bool {
+	f.n.mu.RLock()
+	freed := f.n.freed
+	f.n.mu.RUnlock()
+	if freed {
+		f.closed.Store(true)
+	}
+	return !freed
 }
 
 // openFile resolves (or with O_CREATE creates) the file OpenFile opens.
@@ -172,13 +224,16 @@ func (v *Volume) createOrOpen(name string, perm fs.FileMode) (f *File, ok bool, 
 	if err := v.beginOp(); err != nil {
 		return nil, true, err
 	}
-	f, e, err := v.createOrLookup(dir, base, layout.ModeReg|unixMode(perm))
+	f, ino, n, err := v.createOrLookup(dir, base, layout.ModeReg|unixMode(perm))
 	if err = v.endOpErr(err); f != nil || err != nil {
 		return f, true, err
 	}
 	// An entry was there: open it as resolve would, if it is a regular
 	// file.
-	if f, err = v.openInode(e.Inode, base); err != nil {
+	if f, err = v.fileOf(n, ino, base); err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return nil, false, nil // removed since: the walk creates it again
+		}
 		return nil, true, err
 	}
 	if !f.in.IsReg() {

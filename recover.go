@@ -87,6 +87,9 @@ func (v *Volume) recover(ctx context.Context) error {
 	// replayed superblock and descriptors.
 	v.inoMu.Lock()
 	v.inodes = make(map[uint32]*inode)
+	for i := range v.inoForgets {
+		v.inoForgets[i]++
+	}
 	v.inoMu.Unlock()
 	v.cache.Forget(v.sb.JournalInum)
 	buf := make([]byte, layout.SuperblockSize)

@@ -136,12 +136,14 @@ func (v *Volume) rename(oldname, newname string, noReplace bool) error {
 			return ErrIsDir
 		}
 	}
-	dstInUse := dst != nil && !dst.in.IsDir() && v.inodeInUse(dst.ino)
 	src.n.mu.Lock()
 	defer src.n.mu.Unlock()
+	dstInUse := false
 	if dst != nil {
 		dst.n.mu.Lock()
 		defer dst.n.mu.Unlock()
+		// Under dst's lock, as unlink checks it (trackOpen).
+		dstInUse = !dst.in.IsDir() && v.inodeInUse(dst.ino)
 		if srcDir {
 			if err := dst.checkEmpty(); err != nil {
 				return err

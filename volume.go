@@ -236,6 +236,10 @@ type Volume struct {
 
 	inoMu  sync.Mutex
 	inodes map[uint32]*inode // guarded by inoMu
+	// inoForgets counts forgetInode calls by inode number modulo its
+	// length (guarded by inoMu): getInode inserts an inode it read only
+	// if no forget of a number of its stripe ran during the read.
+	inoForgets [64]uint64
 
 	nss nsState // open Files and in-memory orphans (orphan.go)
 
@@ -257,6 +261,11 @@ type Volume struct {
 	// stepHook, when set (tests only), runs after each operation of a
 	// stepped removal (File.removeSteps), outside it; done after the last.
 	stepHook func(done bool)
+	// inodeReadHook, when set (tests only), runs in getInode between
+	// reading an inode and caching it; openHook in OpenFile, CreateAt and
+	// FS.Open between finding the File and trackOpen.
+	inodeReadHook func(ino uint32)
+	openHook      func(f *File)
 	// fc tracks the changes fast commits log (fcwrite.go); nil unless the
 	// volume is writable, journaled and has fast_commit. Set in Open.
 	fc *fcState

@@ -377,7 +377,7 @@ func (v *Volume) eaInodeValue(ino uint32, x *layout.Xattr) ([]byte, error) {
 	if x.ValueInum == ino || x.ValueInum < v.sb.FirstInode() || x.ValueInum > v.sb.InodesCount {
 		return nil, bad("out of range")
 	}
-	n, err := v.getInode(x.ValueInum)
+	n, err := v.entryInode(x.ValueInum) // named by the entry: links 0 is corruption
 	if err != nil {
 		return nil, err
 	}
