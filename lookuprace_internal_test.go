@@ -440,7 +440,8 @@ func TestUnlinkCountsOpenUnderInodeLock(t *testing.T) {
 	go func() { removed <- v.Remove("a") }()
 	time.Sleep(100 * time.Millisecond)
 	close(proceed) // trackOpen counts the File, then waits for the lock
-	time.Sleep(100 * time.Millisecond)
+	require.Eventually(t, func() bool { return v.inodeInUse(n.ino) }, 10*time.Second, time.Millisecond)
+	time.Sleep(10 * time.Millisecond) // and reaches the lock
 	n.mu.Unlock() // the open's read lock is granted before the unlink's lock
 	r := <-opened
 	require.NoError(t, <-removed)
