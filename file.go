@@ -157,11 +157,14 @@ func (v *Volume) entryInode(ino uint32) (*inode, error) {
 // OpenIno opens inode ino directly (no path, no link-count check): for
 // servers that name files by inode number, as a FUSE server does
 // (package fusefs opens its nodes this way), and for tools that read
-// reserved inodes such as the journal (8). An inode still in use opens,
-// an unlinked one still open elsewhere too; a number that is free (links
-// count 0 on disk, or freed while being opened) fails with an error
-// matching fs.ErrNotExist, as Linux's ESTALE for a stale handle, and
-// leaves nothing cached. So does an orphan (unlinked while open) whose
+// reserved inodes such as the journal (8). A reserved inode other than
+// the root opens read-only: the volume itself writes those (the journal,
+// the resize inode, the orphan file), and no write through a File may
+// race it. An inode still in use opens, an unlinked one still open
+// elsewhere too; a number that is free (links count 0 on disk, or freed
+// while being opened), 0 or past the superblock's inode count fails with
+// an error matching fs.ErrNotExist, as Linux's ESTALE for a stale handle,
+// and leaves nothing cached. So does an orphan (unlinked while open) whose
 // Files are all closed: it is being freed, as an inode Linux is evicting.
 // The File counts as open until it is closed, as OpenFile's: removing the
 // inode's last name meanwhile leaves it an orphan. Errors are
@@ -171,11 +174,20 @@ func (v *Volume) OpenIno(ino uint32) (*File, error) {
 	if err := v.checkOpen(); err != nil {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
 	}
+	if ino == 0 || ino > v.sb.InodesCount {
+		// A number no inode has: a stale or made-up handle, not a
+		// corrupt image (readInode's check is for numbers the image holds).
+		return nil, &fs.PathError{Op: "open", Path: name,
+			Err: fmt.Errorf("inode %d outside 1..%d: %w", ino, v.sb.InodesCount, ErrNotFound)}
+	}
 	n, err := v.getInode(ino)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
 	}
 	f := newFile(v, n, ino, name)
+	if ino != layout.RootIno && ino < v.sb.FirstInode() {
+		f.flag = os.O_RDONLY
+	}
 	if !v.trackUnlessReaped(f) || !v.keptOpenIno(f) {
 		// Cached when looked up, freed (or being freed) since.
 		return nil, &fs.PathError{Op: "open", Path: name, Err: &freeInodeError{ino: ino}}
