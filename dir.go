@@ -699,13 +699,20 @@ func (v *Volume) Readlink(name string) (string, error) {
 	return t, nil
 }
 
+// removedDirLocked reports whether n is a directory that Rmdir (or a
+// rename over it) removed: freed, or with no links while orphanSteps
+// frees its blocks (Linux's IS_DEADDIR). The caller holds n.mu.
+func (n *inode) removedDirLocked() bool {
+	return n.freed || n.in.IsDir() && n.in.LinksCount == 0
+}
+
 func (f *File) readDirAll() ([]DirEntry, error) {
 	f.n.mu.RLock()
 	defer f.n.mu.RUnlock()
 	if !f.in.IsDir() {
 		return nil, ErrNotDir
 	}
-	if f.n.freed {
+	if f.n.removedDirLocked() {
 		return nil, ErrNotFound // a removed directory still open: ENOENT, as Linux's iterate_dir
 	}
 	var out []DirEntry

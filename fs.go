@@ -143,9 +143,9 @@ func (f *File) ReadDir(n int) ([]fs.DirEntry, error) {
 		return nil, &fs.PathError{Op: "readdir", Path: f.name, Err: ErrNotDir}
 	}
 	f.n.mu.RLock()
-	freed := f.n.freed
+	removed := f.n.removedDirLocked()
 	f.n.mu.RUnlock()
-	if freed {
+	if removed {
 		return nil, &fs.PathError{Op: "readdir", Path: f.name, Err: ErrNotFound} // removed since opened
 	}
 	if f.dir == nil {
