@@ -397,9 +397,17 @@ func (f *File) lookupForCreate(name string, need int, hint *insertHint) (layout.
 // checkEntryIno refuses an entry of directory dir that names an inode no
 // entry may name, as ext4_lookup does (ext4_valid_inum): a reserved inode
 // other than the root (the resize inode, the journal, ...), or one past
-// the inode count. "." and ".." are checked like any other name.
+// the inode count. "." and ".." are checked like any other name. A name
+// other than those naming dir itself is refused too: a directory is not
+// its own child, and removing or renaming such an entry would take dir's
+// lock twice (Linux's d_splice_alias refuses the alias, "would have
+// caused loop").
 func (v *Volume) checkEntryIno(dir uint32, e layout.DirEntry) error {
 	ino := e.Inode
+	if ino == dir && string(e.Name) != "." && string(e.Name) != ".." {
+		return &errs.CorruptError{What: "directory entry", Ino: dir, Off: -1,
+			Msg: fmt.Sprintf("entry %q names its own directory", e.Name)}
+	}
 	if ino == layout.RootIno || ino >= v.sb.FirstInode() && ino <= v.sb.InodesCount {
 		return nil
 	}
