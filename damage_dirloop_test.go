@@ -73,3 +73,15 @@ func TestEntryNamingOwnDirectory(t *testing.T) {
 		})
 	}
 }
+
+// TestRemoveAllDirectoryLoop: RemoveAll of a directory that lies inside
+// itself (D/E/up names D) recursed for ever, down D/E/up/E/up/...; it
+// fails with ErrCorrupt, and the volume closes.
+func TestRemoveAllDirectoryLoop(t *testing.T) {
+	fresh := loopImage(t)
+	v, err := ext4io.OpenImage(fresh(t), ext4io.Options{Writable: true})
+	require.NoError(t, err)
+	err = within(t, "RemoveAll", func() error { return v.RemoveAll("D/E") })
+	assert.ErrorIs(t, err, ext4io.ErrCorrupt)
+	within(t, "Close", v.Close)
+}

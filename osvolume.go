@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ext4io/ext4io/internal/errs"
 	"github.com/ext4io/ext4io/layout"
 )
 
@@ -283,6 +284,9 @@ func (v *Volume) Remove(name string) error {
 
 // RemoveAll removes name and everything it contains, as os.RemoveAll
 // does: a missing name is no error, and the first error met is returned.
+// A directory that contains itself (a hostile image's entry naming an
+// ancestor) fails with an error matching ErrCorrupt instead of recursing
+// for ever.
 func (v *Volume) RemoveAll(name string) error {
 	if name == "" {
 		return nil
@@ -290,6 +294,12 @@ func (v *Volume) RemoveAll(name string) error {
 	if name == "." || strings.HasSuffix(name, "/.") {
 		return &fs.PathError{Op: "RemoveAll", Path: name, Err: ErrInvalid}
 	}
+	return v.removeAll(name, map[uint32]bool{})
+}
+
+// removeAll is RemoveAll; above holds the inode numbers of the
+// directories name lies in, which it must not meet again.
+func (v *Volume) removeAll(name string, above map[uint32]bool) error {
 	err := v.Remove(name)
 	if err == nil || errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -304,16 +314,22 @@ func (v *Volume) RemoveAll(name string) error {
 	if !fi.IsDir() {
 		return err
 	}
+	if above[fi.Ino] {
+		return &fs.PathError{Op: "RemoveAll", Path: name, Err: &errs.CorruptError{What: "directory", Ino: fi.Ino, Off: -1,
+			Msg: "the directory lies inside itself (an entry names an ancestor)"}}
+	}
 	ents, rerr := v.ReadDir(name)
 	if rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
 		return rerr
 	}
+	above[fi.Ino] = true
 	var first error
 	for _, e := range ents {
-		if err := v.RemoveAll(strings.TrimRight(name, "/") + "/" + e.Name()); err != nil && first == nil {
+		if err := v.removeAll(strings.TrimRight(name, "/")+"/"+e.Name(), above); err != nil && first == nil {
 			first = err
 		}
 	}
+	delete(above, fi.Ino)
 	err = v.Remove(name)
 	if err == nil || errors.Is(err, fs.ErrNotExist) {
 		return first
