@@ -157,10 +157,9 @@ func (v *Volume) entryInode(ino uint32) (*inode, error) {
 // OpenIno opens inode ino directly (no path, no link-count check): for
 // servers that name files by inode number, as a FUSE server does
 // (package fusefs opens its nodes this way), and for tools that read
-// reserved inodes such as the journal (8). A reserved inode other than
-// the root opens read-only: the volume itself writes those (the journal,
-// the resize inode, the orphan file), and no write through a File may
-// race it. An inode still in use opens, an unlinked one still open
+// reserved inodes such as the journal (8). A system inode (systemInode:
+// the journal, the orphan file, ...) opens read-only: the volume itself
+// writes those, and no write through a File may race it. An inode still in use opens, an unlinked one still open
 // elsewhere too; a number that is free (links count 0 on disk, or freed
 // while being opened), 0 or past the superblock's inode count fails with
 // an error matching fs.ErrNotExist, as Linux's ESTALE for a stale handle,
@@ -185,7 +184,7 @@ func (v *Volume) OpenIno(ino uint32) (*File, error) {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
 	}
 	f := newFile(v, n, ino, name)
-	if ino != layout.RootIno && ino < v.sb.FirstInode() {
+	if v.systemInode(ino, n) {
 		f.flag = os.O_RDONLY
 	}
 	if !v.trackUnlessReaped(f) || !v.keptOpenIno(f) {
@@ -193,6 +192,22 @@ func (v *Volume) OpenIno(ino uint32) (*File, error) {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: &freeInodeError{ino: ino}}
 	}
 	return f, nil
+}
+
+// systemInode reports whether inode ino (n) belongs to the filesystem
+// rather than to a name: a reserved inode other than the root, the
+// journal and the orphan file (which may lie past the reserved ones), or
+// an xattr value inode (Linux's is_special_ino, and EXT4_EA_INODE_FL).
+func (v *Volume) systemInode(ino uint32, n *inode) bool {
+	switch {
+	case ino == layout.RootIno:
+		return false
+	case ino < v.sb.FirstInode(), ino == v.sb.JournalInum, ino == v.sb.OrphanFileInum:
+		return true
+	}
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return n.in.Flags&layout.InodeFlagEAInode != 0
 }
 
 // trackUnlessReaped records f as open (trackFile) unless its inode is an

@@ -49,3 +49,23 @@ func TestOpenInoHandleNumbers(t *testing.T) {
 	require.NoError(t, v.Close())
 	ext4iotest.Fsck(t, img)
 }
+
+// TestOpenInoOrphanFileReadOnly: the orphan file's inode lies past the
+// reserved inodes (orphan_file); a write through OpenIno of it left e2fsck
+// with "Orphan file (inode 12) block 0 is not clean". It opens read-only.
+func TestOpenInoOrphanFileReadOnly(t *testing.T) {
+	img := filepath.Join(t.TempDir(), "img")
+	ext4iotest.Mkfs(t, img, "16M", "-b", "1024", "-O", "orphan_file")
+	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
+	require.NoError(t, err)
+	sb := v.Superblock()
+	ino := sb.OrphanFileInum
+	require.GreaterOrEqual(t, ino, sb.FirstInode())
+	f, err := v.OpenIno(ino)
+	require.NoError(t, err)
+	_, err = f.WriteAt([]byte("not an orphan block"), 0)
+	require.Error(t, err, "a write into the orphan file")
+	require.NoError(t, f.Close())
+	require.NoError(t, v.Close())
+	ext4iotest.Fsck(t, img)
+}
