@@ -3,14 +3,18 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ext4io/ext4io/blockdev"
 )
 
 // TestBenchPageBatchNoHoles runs overwrite-2, atomic-64 and doublewrite-64
@@ -51,5 +55,44 @@ func TestBenchPageBatchNoHoles(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestWarmFreeHostSpace: warmFree fills the holes of the filesystem's
+// window of a sparse image, unless they exceed half the host's free
+// space: a large sparse --image (or a --size bigger than the temporary
+// image's free-space rule picks) filled the host's disk. It then leaves
+// the image as it is and logs why.
+func TestWarmFreeHostSpace(t *testing.T) {
+	for _, free := range []int64{1 << 40, 40 << 20} {
+		t.Run(fmt.Sprintf("free=%dMiB", free>>20), func(t *testing.T) {
+			img := filepath.Join(t.TempDir(), "img")
+			d, err := blockdev.CreateFile(img, 64<<20)
+			require.NoError(t, err)
+			defer d.Close()
+			before, ok := allocatedBytes(img)
+			if !ok {
+				t.Skip("no st_blocks")
+			}
+			var log bytes.Buffer
+			c, err := newConfig(Config{Dir: t.TempDir(), Size: 64 << 20, Runtime: time.Second, Log: &log})
+			require.NoError(t, err)
+			r := newBenchRun(c, d, 64<<20, 16<<20, nil)
+			r.image.path = img
+			old := hostFree
+			hostFree = func(string) (int64, error) { return free, nil }
+			defer func() { hostFree = old }()
+			n, err := r.warmFree()
+			require.NoError(t, err)
+			after, _ := allocatedBytes(img)
+			if free > 1<<30 {
+				assert.Equal(t, int64(48<<20), n, "the window's holes are filled")
+				assert.GreaterOrEqual(t, after-before, int64(48<<20))
+				return
+			}
+			assert.Zero(t, n, "holes larger than half the host's free space are left")
+			assert.Less(t, after-before, int64(1<<20), "the image's allocation grew")
+			assert.Contains(t, log.String(), "not filling")
+		})
 	}
 }
