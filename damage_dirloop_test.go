@@ -1,6 +1,7 @@
 package ext4io_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -82,6 +83,27 @@ func TestRemoveAllDirectoryLoop(t *testing.T) {
 	v, err := ext4io.OpenImage(fresh(t), ext4io.Options{Writable: true})
 	require.NoError(t, err)
 	err = within(t, "RemoveAll", func() error { return v.RemoveAll("D/E") })
+	assert.ErrorIs(t, err, ext4io.ErrCorrupt)
+	within(t, "Close", v.Close)
+}
+
+// TestEntryNamingOrphanFile: a directory entry naming the orphan file's
+// inode (orphan_file puts it past the reserved inodes) is corruption, as
+// Linux's iget refuses it ("illegal inode"); it opened for writing, and a
+// write through it broke the orphan file.
+func TestEntryNamingOrphanFile(t *testing.T) {
+	img := filepath.Join(t.TempDir(), "img")
+	ext4iotest.Mkfs(t, img, "16M", "-b", "1024", "-O", "orphan_file")
+	v, err := ext4io.OpenImage(img, ext4io.Options{})
+	require.NoError(t, err)
+	sb := v.Superblock()
+	ino := sb.OrphanFileInum
+	require.GreaterOrEqual(t, ino, sb.FirstInode())
+	require.NoError(t, v.Close())
+	ext4iotest.Debugfs(t, img, true, fmt.Sprintf("ln <%d> /x", ino))
+	v, err = ext4io.OpenImage(img, ext4io.Options{Writable: true})
+	require.NoError(t, err)
+	_, err = v.OpenFile("x", os.O_RDWR, 0)
 	assert.ErrorIs(t, err, ext4io.ErrCorrupt)
 	within(t, "Close", v.Close)
 }
