@@ -442,7 +442,7 @@ func TestUnlinkCountsOpenUnderInodeLock(t *testing.T) {
 	close(proceed) // trackOpen counts the File, then waits for the lock
 	require.Eventually(t, func() bool { return v.inodeInUse(n.ino) }, 10*time.Second, time.Millisecond)
 	time.Sleep(10 * time.Millisecond) // and reaches the lock
-	n.mu.Unlock() // the open's read lock is granted before the unlink's lock
+	n.mu.Unlock()                     // the open's read lock is granted before the unlink's lock
 	r := <-opened
 	require.NoError(t, <-removed)
 	require.NoError(t, r.err)
