@@ -41,6 +41,7 @@ func TestReadDirRemovedDirInSteps(t *testing.T) {
 		require.NoError(t, g.Close())
 	}
 	require.NoError(t, v.Rmdir("d"))
+	v.stepHook = nil // later truncates call it too
 	require.Greater(t, checked, 1, "listed between steps")
 	_, err = d.ReadDir(-1)
 	assert.ErrorIs(t, err, fs.ErrNotExist, "after the last step")

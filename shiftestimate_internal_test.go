@@ -27,7 +27,7 @@ func TestShiftEstimateCoversChanges(t *testing.T) {
 func shiftEstimate(t *testing.T, n int64) {
 	mem := memdev.NewBlockSize(128<<20, 1024)
 	require.NoError(t, Format(mem, FormatOptions{BlockSize: 1024, JournalBlocks: 1024}))
-	v, err := Open(mem, Options{Writable: true, PageCacheBytes: -1})
+	v, err := Open(mem, Options{Writable: true, PageCacheBytes: -1, CommitInterval: -1}) // no committer reads commitAt
 	require.NoError(t, err)
 	f, err := v.Create("f")
 	require.NoError(t, err)
