@@ -156,89 +156,109 @@ func (f *File) fallocate(mode FallocMode, off, length int64, seen uint64) error 
 		f.dropCacheLocked(off, length)
 	}
 	var err error
+	var reached uint64 // preallocLocked's progress: [off, reached) is allocated
 	switch mode {
 	case FallocAllocate, FallocKeepSize:
-		err = f.preallocLocked(off, length, false)
+		reached, err = f.preallocLocked(off, length, false)
 	case FallocPunchHole:
 		err = f.punchLocked(off, length)
 	case FallocZeroRange:
 		if err = f.punchLocked(off, length); err == nil {
-			err = f.preallocLocked(off, length, false)
+			reached, err = f.preallocLocked(off, length, false)
 		}
 	case FallocWriteZeroes:
-		err = f.preallocLocked(off, length, true)
+		reached, err = f.preallocLocked(off, length, true)
 	case FallocCollapseRange, FallocInsertRange:
 		err = f.shiftRangeLocked(mode, off, length)
 	default:
 		err = fmt.Errorf("fallocate mode %v: %w", mode, ErrUnsupported)
 	}
+	grows := mode == FallocAllocate || mode == FallocZeroRange || mode == FallocWriteZeroes
 	if err == nil {
-		if end := uint64(off + length); mode != FallocKeepSize && mode != FallocPunchHole &&
-			mode != FallocCollapseRange && mode != FallocInsertRange && end > f.in.Size {
+		if end := uint64(off + length); grows && end > f.in.Size {
 			f.n.setSizeLocked(end)
 		} else if mode == FallocWriteZeroes {
 			f.n.coverLocked(end) // written blocks inside i_size, maybe past i_disksize
 		}
 		f.touchLocked()
 		err = f.v.writeInodeLocked(f.n)
+	} else if f.m != nil && f.m.tree != nil && (f.n.blocksChanged || f.m.tree.Root() != f.in.Block) {
+		// A failure half-way (ErrNoSpace after some runs were allocated,
+		// or after zero-range's punch) keeps what was done, as Linux's
+		// ext4_alloc_file_blocks does, i_size growing over the allocated
+		// part (no written block past EOF, which e2fsck clears). The
+		// bitmap and tree-block changes are in the running transaction,
+		// and the inode (i_block, i_blocks, i_size) must commit with them,
+		// or a crash leaves blocks marked used that no file maps, or freed
+		// blocks the inode still maps. The error returned is the
+		// operation's.
+		if grows && reached > f.in.Size {
+			f.n.setSizeLocked(reached)
+		} else if mode == FallocWriteZeroes {
+			f.n.coverLocked(reached)
+		}
+		f.touchLocked()
+		_ = f.v.writeInodeLocked(f.n)
 	}
 	return err
 }
 
 // preallocLocked allocates the holes of the range: unwritten extents, or
 // with written set, zeroed written blocks (unwritten blocks are zeroed and
-// converted too, written ones zeroed).
-func (f *File) preallocLocked(off, length int64, written bool) error {
+// converted too, written ones zeroed). It returns the byte offset up to
+// which the range is done: off+length, less when it failed half-way.
+func (f *File) preallocLocked(off, length int64, written bool) (uint64, error) {
 	bs := uint64(f.v.bs)
 	lblk := uint64(off) / bs
 	end := (uint64(off+length) + bs - 1) / bs
+	done := func() uint64 { return min(lblk*bs, uint64(off+length)) }
 	if written {
 		// Partial edge blocks: zero their bytes in the range.
 		if err := f.zeroPartial(uint64(off), uint64(length)); err != nil {
-			return err
+			return done(), err
 		}
 		if e := uint64(off+length) / bs * bs; e > uint64(off) {
 			if err := f.zeroPartial(e, uint64(off+length)-e); err != nil {
-				return err
+				return done(), err
 			}
 		}
 	}
 	for lblk < end {
 		m, err := f.m.lookup(lblk)
 		if err != nil {
-			return err
+			return done(), err
 		}
 		n := min(m.n, end-lblk)
 		switch {
 		case m.kind == mapHole && written:
 			start, got, err := f.allocRun(lblk, n, extent.MaxWrittenLen)
 			if err != nil {
-				return err
+				return done(), err
 			}
 			if err := f.v.zeroBlocks(start, got, false); err != nil {
 				f.v.alloc.Free(start, got)
-				return err
+				return done(), err
 			}
 			if err := f.mapRun(lblk, start, got, false); err != nil {
-				return err
+				return done(), err
 			}
 			n = got
 		case m.kind == mapHole:
 			start, got, err := f.allocRun(lblk, n, extent.MaxUnwrittenLen)
 			if err != nil {
-				return err
+				return done(), err
 			}
 			if err := f.mapRun(lblk, start, got, true); err != nil {
-				return err
+				return done(), err
 			}
 			n = got
 		case written && m.kind == mapUnwritten:
 			n = min(n, extent.MaxWrittenLen)
 			if err := f.v.zeroBlocks(m.pblk, n, false); err != nil {
-				return err
+				return done(), err
 			}
 			if err := f.convertLocked(lblk, n); err != nil {
-				return err
+				return done(), err
 			}
 		case written && m.kind == mapWritten:
 			// Whole blocks inside the range; edges were zeroed above.
@@ -251,13 +271,13 @@ func (f *File) preallocLocked(off, length int64, written bool) error {
 			}
 			if last > first {
 				if err := f.v.zeroBlocks(m.pblk+(first-lblk), last-first, false); err != nil {
-					return err
+					return done(), err
 				}
 			}
 		}
 		lblk += n
 	}
-	return nil
+	return done(), nil
 }
 
 // shiftRangeLocked implements collapse-range and insert-range with

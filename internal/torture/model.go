@@ -51,7 +51,11 @@ type worker struct {
 	volSync bool            // a Volume.Sync succeeded: syncedNames is meaningful
 	synced  map[string]bool // names in dir at the last Volume.Sync
 	changed map[string]bool // names touched since the last Volume.Sync
-	stopped bool            // an I/O error ended the worker's round
+	// unknown holds the names of files dropped after a failed operation
+	// (drop): the name may be there or not, now and after any later sync.
+	// Names are never reused. Copied on write: snapshots share it.
+	unknown map[string]bool
+	stopped bool // an I/O error ended the worker's round
 	ops     int
 	xops    int    // xattr calls
 	xsteps  int    // steps that were xattr operations (runWorkers does not count them)
@@ -116,6 +120,7 @@ type snap struct {
 	volSync bool
 	synced  map[string]bool   // names at the last Volume.Sync; shared, never mutated
 	changed map[string]bool   // names touched since; a copy
+	unknown map[string]bool   // names that may be there or not (worker.unknown); shared, never mutated
 	content map[string][]byte // name -> durable contents; shared slices, never mutated
 	xattrs  map[string][]xset // name -> possible attribute sets (mfile.xcands); shared, never mutated
 }
@@ -137,7 +142,7 @@ func (w *worker) now() int {
 // uncertain are left out (an operation in flight may change them).
 func (w *worker) snapshot(pre bool, op string, uncertain ...string) snap {
 	s := snap{idx: w.now(), pre: pre, op: op, volSync: w.volSync, synced: w.synced,
-		changed: maps.Clone(w.changed), content: make(map[string][]byte, len(w.files)), xattrs: map[string][]xset{}}
+		changed: maps.Clone(w.changed), unknown: w.unknown, content: make(map[string][]byte, len(w.files)), xattrs: map[string][]xset{}}
 	for n, m := range w.files {
 		if m.synced != nil {
 			s.content[n] = m.synced
@@ -249,9 +254,16 @@ func (w *worker) touch(names ...string) {
 }
 
 // drop forgets a file whose state is unknown after a failed operation.
+// Its name stays unknown: a failed write, truncate or fallocate leaves the
+// file, a failed rename or unlink may or may not have removed the name.
 func (w *worker) drop(m *mfile) {
 	m.synced = nil
 	w.touch(m.name)
+	w.unknown = maps.Clone(w.unknown)
+	if w.unknown == nil {
+		w.unknown = map[string]bool{}
+	}
+	w.unknown[m.name] = true
 	if m.f != nil {
 		m.f.Close()
 	}
@@ -510,7 +522,7 @@ func (w *worker) check(v *ext4io.Volume, durable bool) error {
 	if durable {
 		return w.checkAt(v, w.snapshot(false, "now"))
 	}
-	all := snap{volSync: true, synced: map[string]bool{}, changed: map[string]bool{}, content: map[string][]byte{}, xattrs: map[string][]xset{}}
+	all := snap{volSync: true, synced: map[string]bool{}, changed: map[string]bool{}, unknown: w.unknown, content: map[string][]byte{}, xattrs: map[string][]xset{}}
 	for n, m := range w.files {
 		all.synced[n] = true
 		all.content[n] = m.data
@@ -534,7 +546,8 @@ func (w *worker) checkAt(v *ext4io.Volume, s snap) error {
 
 // compare compares the volume with s. durable: names touched since the
 // last Volume.Sync may be there or not; otherwise only names whose
-// creation failed (fill files) may be there beyond s.
+// creation failed (fill files) may be there beyond s. Either way the
+// names of dropped files (s.unknown) may be there.
 func (w *worker) compare(v *ext4io.Volume, s snap, durable bool) error {
 	if s.volSync {
 		ents, err := v.ReadDir(w.dir)
@@ -554,7 +567,7 @@ func (w *worker) compare(v *ext4io.Volume, s snap, durable bool) error {
 			}
 		}
 		for n := range have {
-			if !s.synced[n] && (!durable || !s.changed[n]) && (durable || !w.changed[n] || !strings.HasPrefix(n, "fill")) {
+			if !s.synced[n] && !s.unknown[n] && (!durable || !s.changed[n]) && (durable || !w.changed[n] || !strings.HasPrefix(n, "fill")) {
 				return fmt.Errorf("%s/%s: exists but the model says it does not (durable=%v)", w.dir, n, durable)
 			}
 		}

@@ -42,10 +42,29 @@ func TestRun(t *testing.T) {
 	}
 	t.Logf("seed %d", seed)
 	var log bytes.Buffer
-	sum, err := Run(Config{Seed: seed, Duration: d, Goroutines: 3, DeviceSize: 32 << 20, CrashEvery: 150, Dir: dir, Log: &log})
+	cfg := Config{Seed: seed, Duration: d, Goroutines: 3, DeviceSize: 32 << 20, CrashEvery: 150, Dir: dir, Log: &log}
+	sum, err := Run(cfg)
 	t.Logf("summary: %v", sum)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Under load (-race on a busy machine) the duration may end after a
+	// round or two without crash points (ENOSPC and file-backed rounds
+	// have none): one more round at a time, each with the next seed,
+	// until a crash image was recovered by ext4io.
+	for extra := 0; sum.RecoveredByExt4io == 0 && extra < 20; extra++ {
+		cfg.Seed, cfg.Duration, cfg.MaxRounds = seed+uint64(extra)+1, 0, 1
+		more, err := Run(cfg)
+		t.Logf("one more round, seed %d: %v", cfg.Seed, more)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum.Rounds += more.Rounds
+		sum.Operations += more.Operations
+		sum.Crashes += more.Crashes
+		sum.RecoveredByExt4io += more.RecoveredByExt4io
+		sum.E2fsckRuns += more.E2fsckRuns
+		sum.Failures += more.Failures
 	}
 	if sum.Rounds == 0 || sum.Operations == 0 || sum.Crashes == 0 || sum.RecoveredByExt4io == 0 || sum.Failures != 0 {
 		t.Fatalf("summary %v", sum)
