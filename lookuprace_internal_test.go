@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ext4io/ext4io/blockdev"
 	"github.com/ext4io/ext4io/ext4iotest"
 )
 
@@ -244,12 +245,7 @@ func TestStatRacingRemoveCachesNothingFreed(t *testing.T) {
 	require.NoError(t, <-done)
 	assert.Nil(t, v.cachedInode(ino), "the removed inode is still cached")
 
-	g, err := v.Create("b")
-	require.NoError(t, err, "the freed number is handed out again")
-	assert.Equal(t, ino, g.ino)
-	require.NoError(t, g.Close())
-	require.NoError(t, v.Close())
-	ext4iotest.FsckDev(t, dev)
+	requireNumberReused(t, v, dev, ino)
 }
 
 // TestOpenInoRacingRemove: OpenIno reads an inode that is freed before it
@@ -279,12 +275,7 @@ func TestOpenInoRacingRemove(t *testing.T) {
 	require.ErrorAs(t, err, &pe)
 	assert.Nil(t, v.cachedInode(ino), "a stale copy of the freed inode was cached")
 
-	g, err := v.Create("b")
-	require.NoError(t, err, "the freed number is handed out again")
-	assert.Equal(t, ino, g.ino)
-	require.NoError(t, g.Close())
-	require.NoError(t, v.Close())
-	ext4iotest.FsckDev(t, dev)
+	requireNumberReused(t, v, dev, ino)
 }
 
 // TestOpenInoFreedNumber: OpenIno of a number whose inode was freed
@@ -306,12 +297,7 @@ func TestOpenInoFreedNumber(t *testing.T) {
 	assert.Equal(t, "open", pe.Op)
 	assert.Nil(t, v.cachedInode(ino), "a freed inode was cached")
 
-	g, err := v.Create("b")
-	require.NoError(t, err, "the freed number is handed out again")
-	assert.Equal(t, ino, g.ino)
-	require.NoError(t, g.Close())
-	require.NoError(t, v.Close())
-	ext4iotest.FsckDev(t, dev)
+	requireNumberReused(t, v, dev, ino)
 }
 
 // TestOpenRacingRemoveBeforeTrack: the name's removal frees the inode
@@ -506,6 +492,19 @@ func TestOpenInoOrphan(t *testing.T) {
 	for i := range 3 {
 		require.NoError(t, v.WriteFile(fmt.Sprintf("n%d", i), []byte("y"), 0o644))
 	}
+	require.NoError(t, v.Close())
+	ext4iotest.FsckDev(t, dev)
+}
+
+// requireNumberReused checks that freed inode number ino is the next a
+// create gets (nothing cached keeps it live), then closes v and runs
+// e2fsck on dev.
+func requireNumberReused(t *testing.T, v *Volume, dev blockdev.Device, ino uint32) {
+	t.Helper()
+	g, err := v.Create("b")
+	require.NoError(t, err, "the freed number is handed out again")
+	assert.Equal(t, ino, g.ino)
+	require.NoError(t, g.Close())
 	require.NoError(t, v.Close())
 	ext4iotest.FsckDev(t, dev)
 }
