@@ -107,14 +107,4 @@ func (r *benchRun) formatDev(w workload) blockdev.Device {
 // its blocks.
 type zeroWrites struct{ blockdev.Device }
 
-func (z zeroWrites) ZeroOut(off, n int64) error {
-	buf := make([]byte, min(n, 1<<20))
-	for n > 0 {
-		c := min(n, int64(len(buf)))
-		if _, err := z.WriteAt(buf[:c], off); err != nil {
-			return err
-		}
-		off, n = off+c, n-c
-	}
-	return nil
-}
+func (z zeroWrites) ZeroOut(off, n int64) error { return blockdev.WriteZeroes(z.Device, off, n) }
