@@ -52,6 +52,9 @@ func (v *Volume) createOrLookup(dir *File, base string, mode uint16) (f *File, i
 	defer hint.release()
 	if e, err := dir.lookupForCreate(base, layout.DirRecLen(len(base)), &hint); err == nil {
 		n, err := v.entryInode(e.Inode)
+		if err == nil {
+			err = v.checkDirParent(dir.ino, base, n)
+		}
 		return nil, e.Inode, n, err
 	} else if !isNotExist(err) {
 		return nil, 0, nil, err

@@ -417,6 +417,29 @@ func (v *Volume) checkEntryIno(dir uint32, e layout.DirEntry) error {
 		Msg: fmt.Sprintf("entry %q names inode %d, which no entry may name", e.Name, ino)}
 }
 
+// checkDirParent fails with ErrCorrupt when n, the inode that entry
+// name of directory dir names, is a directory whose ".." names another
+// directory: a second name of a directory (a hostile directory hard link,
+// possibly to an ancestor). A directory is reachable by one name only, the
+// one its ".." agrees with, as e2fsck's pass 3 decides the parent. So the
+// directories named from the root form a tree, whose order (parent before
+// child) every operation locking two directories, or a directory and its
+// entry's inode, follows. "." and ".." are not second names.
+func (v *Volume) checkDirParent(dir uint32, name string, n *inode) error {
+	if name == "." || name == ".." || !n.in.IsDir() {
+		return nil
+	}
+	p := n.dotdot.Load()
+	if p == 0 {
+		return fmt.Errorf("entry %q of directory inode %d: %w", name, dir, n.dotdotErr)
+	}
+	if p != dir {
+		return &errs.CorruptError{What: "directory entry", Ino: dir, Off: -1,
+			Msg: fmt.Sprintf("entry %q names directory inode %d, whose \"..\" names inode %d (a directory hard link)", name, n.ino, p)}
+	}
+	return nil
+}
+
 // dxLookup walks the htree index to the leaf (and any continuation leaves
 // for hash collisions) that may hold name, calling fn on their entries.
 // The entries' names point into a scratch buffer reused after fn returns.
@@ -642,6 +665,9 @@ func (v *Volume) lookupOpen(dir *File, name string) (*File, error) {
 	var n *inode
 	if err == nil {
 		n, err = v.entryInode(e.Inode)
+	}
+	if err == nil {
+		err = v.checkDirParent(dir.ino, name, n)
 	}
 	dir.n.mu.RUnlock()
 	if err != nil {

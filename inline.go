@@ -296,5 +296,6 @@ func (d *File) setInlineDotDotLocked(parent uint32) error {
 	// n.inl is shared by the inode's Files (the same array): they see the
 	// new parent under the lock.
 	layout.SetInlineDirParent(n.inl, parent)
+	n.dotdot.Store(parent)
 	return nil
 }

@@ -42,6 +42,16 @@ type inode struct {
 	bops      *bufOps       // buffered I/O ops; nil without a page cache or for non-extent files
 
 	freed bool // the inode was freed: never write n again; set under mu exclusively
+
+	// dotdot is the inode number a directory's ".." names: read when the
+	// inode is loaded (loadDotDot), before it is cached, and stored again
+	// by whatever writes ".." (initDirLocked, setDotDotLocked), under mu
+	// held exclusively. Atomic so that a lookup, which holds the lock of
+	// the directory it looks in but not this one's, can read it
+	// (checkDirParent). 0 when the load found no valid "..": dotdotErr
+	// says why; it is set before the inode is cached and never changes.
+	dotdot    atomic.Uint32
+	dotdotErr error
 	// convBatch is set while a conversion batch changes the tree, whose
 	// tree blocks then come from the conversion reservation; guarded by
 	// the lock the batch holds (dataMu, mu exclusively, or txnGate
@@ -341,7 +351,30 @@ func (v *Volume) readNewInode(ino uint32, orphan bool) (*inode, error) {
 	if err != nil {
 		return nil, err
 	}
+	if in.IsDir() {
+		v.loadDotDot(n)
+	}
 	return n, nil
+}
+
+// loadDotDot reads the ".." entry of directory n, not yet cached, into
+// n.dotdot (n.dotdotErr when it has none or it cannot be read: a new
+// directory has no block yet until initDirLocked stores its parent).
+func (v *Volume) loadDotDot(n *inode) {
+	f := &File{v: v, n: n, ino: n.ino, name: "..", in: n.in, m: n.m, inl: n.inl}
+	if n.m == nil && n.inl == nil {
+		n.dotdotErr = &errs.CorruptError{What: "directory", Ino: n.ino, Off: -1, Msg: "neither mapped nor inline"}
+		return
+	}
+	e, err := f.lookupName("..")
+	switch {
+	case err != nil:
+		n.dotdotErr = fmt.Errorf("directory inode %d has no valid \"..\": %w", n.ino, err)
+	case e.Inode == 0:
+		n.dotdotErr = &errs.CorruptError{What: "directory", Ino: n.ino, Off: -1, Msg: `".." names inode 0`}
+	default:
+		n.dotdot.Store(e.Inode)
+	}
 }
 
 // isFastSymlink reports a symlink whose target sits in i_block, as

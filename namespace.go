@@ -166,7 +166,20 @@ func (f *File) lookupChild(name string) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return f.v.inodeFile(e.Inode, name)
+	return f.v.entryFile(f.ino, e.Inode, name)
+}
+
+// entryFile is inodeFile for the inode that entry name of directory dir
+// names: a directory must have dir as its parent (checkDirParent).
+func (v *Volume) entryFile(dir, ino uint32, name string) (*File, error) {
+	f, err := v.inodeFile(ino, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := v.checkDirParent(dir, name, f.n); err != nil {
+		return nil, err
+	}
+	return f, nil
 }
 
 // inodeFile opens the inode a directory entry names for callers that
@@ -309,6 +322,9 @@ func (f *File) initDirLocked(parent uint32) error {
 		layout.SetDirTail(layout.InodeSeed(v.csumSeed, f.ino, f.in.Generation), b)
 	}
 	_, err := f.appendBlockLocked(b)
+	if err == nil {
+		f.n.dotdot.Store(parent)
+	}
 	return err
 }
 

@@ -91,7 +91,7 @@ func (v *Volume) rename(oldname, newname string, noReplace bool) error {
 		if e.Inode == src.ino {
 			return nil
 		}
-		if dst, err = v.inodeFile(e.Inode, nbase); err != nil {
+		if dst, err = v.entryFile(ndir.ino, e.Inode, nbase); err != nil {
 			return err
 		}
 		if dst.in.IsDir() {
@@ -248,7 +248,11 @@ func (f *File) setDotDotLocked(parent uint32) error {
 	if !layout.SetDirDotDot(buf, parent) {
 		return fmt.Errorf("directory inode %d: block 0 does not start with . and ..: %w", f.ino, ErrCorrupt)
 	}
-	return f.writeBlockRawLocked(0, buf)
+	if err := f.writeBlockRawLocked(0, buf); err != nil {
+		return err
+	}
+	f.n.dotdot.Store(parent)
+	return nil
 }
 
 // Flags of Rename2, with the values of Linux's renameat2(2) flags.
