@@ -676,8 +676,18 @@ func (v *Volume) lookupOpen(dir *File, name string) (*File, error) {
 	return v.fileOf(n, e.Inode, name)
 }
 
-// readlink returns a symlink's target.
+// readlink returns a symlink's target. It reads under the inode's lock,
+// which a removal freeing the inode holds from its last name to the
+// eviction: the link found by a lookup whose directory lock is released
+// may be freed meanwhile, and its block reused by another file. A freed
+// link fails with an error matching ErrNotFound, as if the lookup had
+// come after the removal.
 func (f *File) readlink() (string, error) {
+	f.n.mu.RLock()
+	defer f.n.mu.RUnlock()
+	if f.n.freed {
+		return "", &freeInodeError{ino: f.ino}
+	}
 	if f.in.Size > uint64(f.v.bs) || f.in.Size > 4096 {
 		return "", &errs.CorruptError{What: "symlink", Ino: f.ino, Off: -1, Msg: fmt.Sprintf("target length %d", f.in.Size)}
 	}

@@ -60,22 +60,29 @@ var (
 const linkMax = 65000
 
 // op runs one metadata-changing operation as one journal handle: fn
-// takes and releases its inode locks inside (see beginOp).
+// takes and releases its inode locks inside (see beginOp). An fn that
+// fails for space runs once more after a commit made the blocks freed by
+// earlier operations allocatable (retryNoSpace), as ext4_mkdir,
+// ext4_symlink and the others retry: a failed fn undid what it did (N4).
 func (v *Volume) op(fn func() error) error {
-	if err := v.beginOp(); err != nil {
-		return err
-	}
-	err := v.endOpErr(fn())
-	if v.ns().deferred.Swap(false) {
-		// fn unlinked a file too large to free in one operation: free it
-		// in steps now. Its errors are not fn's (the name is gone, as
-		// after Linux's unlink whose final iput fails); one that stops
-		// the volume is reported by later operations and Close.
-		if v.stepOrphans(false) == nil && v.beginOp() == nil {
-			_ = v.endOpErr(v.releaseOrphans(false))
+	for retried := false; ; retried = true {
+		if err := v.beginOp(); err != nil {
+			return err
+		}
+		err := v.endOpErr(fn())
+		if v.ns().deferred.Swap(false) {
+			// fn unlinked a file too large to free in one operation: free it
+			// in steps now. Its errors are not fn's (the name is gone, as
+			// after Linux's unlink whose final iput fails); one that stops
+			// the volume is reported by later operations and Close.
+			if v.stepOrphans(false) == nil && v.beginOp() == nil {
+				_ = v.endOpErr(v.releaseOrphans(false))
+			}
+		}
+		if err == nil || retried || !v.retryNoSpace(err) {
+			return err
 		}
 	}
-	return err
 }
 
 // checkName validates one path component for creation.
