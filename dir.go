@@ -397,8 +397,9 @@ func (f *File) lookupForCreate(name string, need int, hint *insertHint) (layout.
 // checkEntryIno refuses an entry of directory dir that names an inode no
 // entry may name, as ext4_lookup does (ext4_valid_inum, and __ext4_iget's
 // is_special_ino): a reserved inode other than the root (the resize
-// inode, the journal, ...), the journal's or the orphan file's inode
-// where they lie past the reserved ones, or one past the inode count. "." and ".." are checked like any other name. A name
+// inode, the journal, ...), the journal's, the orphan file's or a quota
+// file's inode where they lie past the reserved ones, or one past the
+// inode count. "." and ".." are checked like any other name. A name
 // other than those naming dir itself is refused too: a directory is not
 // its own child, and removing or renaming such an entry would take dir's
 // lock twice (Linux's d_splice_alias refuses the alias, "would have
@@ -410,7 +411,7 @@ func (v *Volume) checkEntryIno(dir uint32, e layout.DirEntry) error {
 			Msg: fmt.Sprintf("entry %q names its own directory", e.Name)}
 	}
 	if ino == layout.RootIno || ino >= v.sb.FirstInode() && ino <= v.sb.InodesCount &&
-		ino != v.sb.JournalInum && ino != v.sb.OrphanFileInum {
+		ino != v.sb.JournalInum && ino != v.sb.OrphanFileInum && !v.sb.QuotaInode(ino) {
 		return nil
 	}
 	return &errs.CorruptError{What: "directory entry", Ino: dir, Off: -1,

@@ -196,13 +196,14 @@ func (v *Volume) OpenIno(ino uint32) (*File, error) {
 
 // systemInode reports whether inode ino (n) belongs to the filesystem
 // rather than to a name: a reserved inode other than the root, the
-// journal and the orphan file (which may lie past the reserved ones), or
-// an xattr value inode (Linux's is_special_ino, and EXT4_EA_INODE_FL).
+// journal, the orphan file and the quota files (which may lie past the
+// reserved ones: mkfs puts the project quota file there), or an xattr
+// value inode (Linux's is_special_ino, and EXT4_EA_INODE_FL).
 func (v *Volume) systemInode(ino uint32, n *inode) bool {
 	switch {
 	case ino == layout.RootIno:
 		return false
-	case ino < v.sb.FirstInode(), ino == v.sb.JournalInum, ino == v.sb.OrphanFileInum:
+	case ino < v.sb.FirstInode(), ino == v.sb.JournalInum, ino == v.sb.OrphanFileInum, v.sb.QuotaInode(ino):
 		return true
 	}
 	n.mu.RLock()

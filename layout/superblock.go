@@ -99,9 +99,12 @@ type Superblock struct {
 	LogGroupsPerFlex  uint8      // 0x174
 	ChecksumType      uint8      // 0x175
 	KbytesWritten     uint64     // 0x178
+	UsrQuotaInum      uint32     // 0x240
+	GrpQuotaInum      uint32     // 0x244
 	OverheadClusters  uint32     // 0x248
 	BackupBgs         [2]uint32  // 0x24C
 	LpfIno            uint32     // 0x268
+	PrjQuotaInum      uint32     // 0x26C
 	ChecksumSeed      uint32     // 0x270
 	OrphanFileInum    uint32     // 0x280
 	Checksum          uint32     // 0x3FC
@@ -187,10 +190,13 @@ func DecodeSuperblock(b []byte) (*Superblock, error) {
 	s.LogGroupsPerFlex = r[0x174]
 	s.ChecksumType = r[0x175]
 	s.KbytesWritten = le.Uint64(r[0x178:])
+	s.UsrQuotaInum = le.Uint32(r[0x240:])
+	s.GrpQuotaInum = le.Uint32(r[0x244:])
 	s.OverheadClusters = le.Uint32(r[0x248:])
 	s.BackupBgs[0] = le.Uint32(r[0x24C:])
 	s.BackupBgs[1] = le.Uint32(r[0x250:])
 	s.LpfIno = le.Uint32(r[0x268:])
+	s.PrjQuotaInum = le.Uint32(r[0x26C:])
 	s.ChecksumSeed = le.Uint32(r[0x270:])
 	s.OrphanFileInum = le.Uint32(r[0x280:])
 	s.Checksum = le.Uint32(r[0x3FC:])
@@ -260,6 +266,14 @@ func (s *Superblock) Validate() error {
 		}
 	}
 	return nil
+}
+
+// QuotaInode reports whether ino is one of the quota inodes the
+// superblock names (s_usr_quota_inum, s_grp_quota_inum,
+// s_prj_quota_inum), with or without the quota feature, as Linux's
+// is_special_ino counts them.
+func (s *Superblock) QuotaInode(ino uint32) bool {
+	return ino != 0 && (ino == s.UsrQuotaInum || ino == s.GrpQuotaInum || ino == s.PrjQuotaInum)
 }
 
 // Encode returns the 1024 on-disk bytes, starting from Raw, with the
@@ -343,10 +357,13 @@ func (s *Superblock) Encode() []byte {
 	r[0x174] = s.LogGroupsPerFlex
 	r[0x175] = s.ChecksumType
 	le.PutUint64(r[0x178:], s.KbytesWritten)
+	le.PutUint32(r[0x240:], s.UsrQuotaInum)
+	le.PutUint32(r[0x244:], s.GrpQuotaInum)
 	le.PutUint32(r[0x248:], s.OverheadClusters)
 	le.PutUint32(r[0x24C:], s.BackupBgs[0])
 	le.PutUint32(r[0x250:], s.BackupBgs[1])
 	le.PutUint32(r[0x268:], s.LpfIno)
+	le.PutUint32(r[0x26C:], s.PrjQuotaInum)
 	le.PutUint32(r[0x270:], s.ChecksumSeed)
 	le.PutUint32(r[0x280:], s.OrphanFileInum)
 	if s.HasRoCompat(RoCompatMetadataCsum) {
