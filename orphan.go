@@ -184,6 +184,11 @@ func (v *Volume) orphanFileSet(old, new uint32) (bool, error) {
 // until fn returns stop.
 func (v *Volume) orphanFileBlocks(fn func(pblk uint64, b []byte) (stop bool, err error)) error {
 	of, err := v.getInode(v.sb.OrphanFileInum)
+	var fe *freeInodeError
+	if errors.As(err, &fe) {
+		// The superblock names it: no links is corruption, not a stale number.
+		return &errs.CorruptError{What: "orphan file", Ino: v.sb.OrphanFileInum, Off: -1, Msg: "inode has no links"}
+	}
 	if err != nil {
 		return fmt.Errorf("ext4io: orphan file: %w", err)
 	}
@@ -384,17 +389,33 @@ func (v *Volume) freeOrphan(ino uint32) error {
 // does when a volume is mounted read-write: every inode on the orphan file
 // or the s_last_orphan chain is freed (no links left) or truncated to its
 // size, and the list is emptied. Volume.openWritable should call it once
-// the allocator is up.
+// the allocator is up, outside any operation: each orphan is freed in an
+// operation of its own, as Linux evicts each in its own handle, so that a
+// long list never needs a transaction larger than the log; the list keeps
+// the rest until their turn.
 func (v *Volume) processOrphans() error {
 	inos, err := v.orphanList()
 	if err != nil {
 		return err
 	}
 	for _, ino := range inos {
-		if err := v.freeOrphan(ino); err != nil {
+		if err := v.beginInternalOp(); err != nil {
+			return err
+		}
+		if err := v.endOpErr(v.freeOrphan(ino)); err != nil {
 			return fmt.Errorf("ext4io: processing orphan inode %d: %w", ino, err)
 		}
 	}
+	if err := v.beginInternalOp(); err != nil {
+		return err
+	}
+	return v.endOpErr(v.clearOrphanList())
+}
+
+// clearOrphanList empties the on-disk orphan list once processOrphans
+// freed every inode on it: s_last_orphan 0, orphan_present clear.
+func (v *Volume) clearOrphanList() error {
+	var err error
 	v.sbMu.Lock()
 	changed := v.sb.LastOrphan != 0
 	v.sb.LastOrphan = 0
@@ -412,17 +433,24 @@ func (v *Volume) processOrphans() error {
 }
 
 // orphanList returns the inodes on the on-disk orphan list (the orphan
-// file and the s_last_orphan chain), checked to be in range.
+// file and the s_last_orphan chain), each checked by checkOrphan. An inode
+// listed twice (two slots, a chain that loops or meets a slot's inode) is
+// corruption: freeing it once would leave it listed, freed.
 func (v *Volume) orphanList() ([]uint32, error) {
 	var inos []uint32
 	seen := map[uint32]bool{}
 	if v.sb.HasCompat(layout.CompatOrphanFile) && v.sb.OrphanFileInum != 0 {
 		err := v.orphanFileBlocks(func(_ uint64, b []byte) (bool, error) {
 			for i := range layout.OrphanSlots(len(b)) {
-				if ino := layout.OrphanSlot(b, i); ino != 0 && !seen[ino] {
-					seen[ino] = true
-					inos = append(inos, ino)
+				ino := layout.OrphanSlot(b, i)
+				if ino == 0 {
+					continue
 				}
+				if seen[ino] {
+					return false, errs.Corruptf("orphan file", 0, -1, "inode %d is in two slots", ino)
+				}
+				seen[ino] = true
+				inos = append(inos, ino)
 			}
 			return false, nil
 		})
@@ -435,7 +463,7 @@ func (v *Volume) orphanList() ([]uint32, error) {
 			return nil, errs.Corruptf("orphan list", 0, -1, "s_last_orphan chain reaches inode %d", cur)
 		}
 		if seen[cur] {
-			break
+			return nil, errs.Corruptf("orphan list", 0, -1, "s_last_orphan chain meets inode %d twice", cur)
 		}
 		seen[cur] = true
 		inos = append(inos, cur)
@@ -446,11 +474,51 @@ func (v *Volume) orphanList() ([]uint32, error) {
 		cur = in.Dtime
 	}
 	for _, ino := range inos {
-		if ino < v.sb.FirstInode() || ino > v.sb.InodesCount {
-			return nil, errs.Corruptf("orphan list", 0, -1, "orphan inode %d out of range", ino)
+		if err := v.checkOrphan(ino); err != nil {
+			return nil, err
 		}
 	}
 	return inos, nil
+}
+
+// checkOrphan fails with ErrCorrupt unless inode ino may be on the
+// on-disk orphan list, as Linux's ext4_orphan_get decides ("bad orphan
+// inode"): a number in range and not a special inode (the journal, the
+// orphan file, a quota file, an xattr value inode), marked in use in the
+// inode bitmap (a free inode's stale block map may name blocks other
+// files own now), and, when it still has links (an interrupted truncate),
+// a regular file, directory or symlink. orphanList checks every orphan
+// before processOrphans changes anything.
+func (v *Volume) checkOrphan(ino uint32) error {
+	bad := func(why string) error {
+		return &errs.CorruptError{What: "orphan list", Ino: ino, Off: -1, Msg: "bad orphan inode: " + why}
+	}
+	if ino < v.sb.FirstInode() || ino > v.sb.InodesCount {
+		return bad("out of range")
+	}
+	if ino == v.sb.JournalInum || ino == v.sb.OrphanFileInum || v.sb.QuotaInode(ino) {
+		return bad("a special inode")
+	}
+	if v.alloc != nil {
+		used, err := v.alloc.InodeInUse(ino)
+		if err != nil {
+			return err
+		}
+		if !used {
+			return bad("free in the inode bitmap")
+		}
+	}
+	in, err := v.readInode(ino)
+	if err != nil {
+		return err
+	}
+	if in.Flags&layout.InodeFlagEAInode != 0 {
+		return bad("an xattr value inode")
+	}
+	if in.LinksCount > 0 && !in.IsReg() && !in.IsDir() && !in.IsSymlink() {
+		return bad(fmt.Sprintf("mode %#o with %d links cannot be truncated", in.Mode, in.LinksCount))
+	}
+	return nil
 }
 
 // orphanFirstLocked returns the first block freeOrphan frees of orphan

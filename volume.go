@@ -516,10 +516,7 @@ func (v *Volume) openWritable() error {
 			}
 		}
 	}
-	if err := v.beginInternalOp(); err != nil {
-		return err
-	}
-	if err := v.endOpErr(v.processOrphans()); err != nil {
+	if err := v.processOrphans(); err != nil {
 		return err
 	}
 	if age := v.opts.WritebackAge; v.pc != nil && age >= 0 {

@@ -211,6 +211,23 @@ func (a *Allocator) FreeInode(ino uint32, dir bool) error {
 	return nil
 }
 
+// InodeInUse reports whether the inode bitmap marks inode ino in use. A
+// number outside 1..s_inodes_count fails with ErrInvalid.
+func (a *Allocator) InodeInUse(ino uint32) (bool, error) {
+	if ino == 0 || ino > a.sb.InodesCount {
+		return false, fmt.Errorf("alloc: inode %d outside 1..%d: %w", ino, a.sb.InodesCount, ErrInvalid)
+	}
+	gi := uint64((ino - 1) / a.ipg)
+	idx := uint64((ino - 1) % a.ipg)
+	g := a.g[gi]
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := a.loadInodesLocked(gi); err != nil {
+		return false, err
+	}
+	return allSet(g.mu.ibitmap, idx, 1), nil
+}
+
 // loadInodesLocked reads (or, for INODE_UNINIT, creates) the inode bitmap.
 func (a *Allocator) loadInodesLocked(gi uint64) error {
 	g := a.g[gi]

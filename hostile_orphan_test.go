@@ -1,0 +1,149 @@
+package ext4io_test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ext4io/ext4io"
+	"github.com/ext4io/ext4io/ext4iotest"
+)
+
+// TestHostileOrphanList: a writable Open frees or truncates what the
+// on-disk orphan list names (processOrphans). Entries Linux's
+// ext4_orphan_get refuses as "bad orphan inode" fail the Open with
+// ErrCorrupt before anything is written, and the image is unchanged.
+func TestHostileOrphanList(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "src")
+	require.NoError(t, os.WriteFile(src, bytes.Repeat([]byte("0123456789abcdef"), 1250), 0o644))
+	for _, c := range []struct {
+		name   string
+		mkfs   []string
+		script []string
+		want   string // in the error
+		onMain string // what happened before the check
+	}{{
+		// A free inode (bitmap clear, links 0) whose stale extents name
+		// the blocks file b owns: evicting it freed b's blocks.
+		name:   "FreeInodeStaleMap",
+		mkfs:   []string{"-O", "^has_journal"},
+		script: []string{"write " + src + " b", "copy_inode <12> <20>", "sif <20> links_count 0", "ssv last_orphan 20"},
+		want:   "bad orphan inode: free in the inode bitmap",
+		onMain: "b's blocks freed: e2fsck finds them in use but marked free",
+	}, {
+		name:   "FreeInodeStaleMapJournal",
+		script: []string{"write " + src + " b", "copy_inode <12> <20>", "sif <20> links_count 0", "ssv last_orphan 20"},
+		want:   "bad orphan inode: free in the inode bitmap",
+	}, {
+		// The orphan file's own inode on the chain, with no links: it was
+		// evicted, blocks and all, while the superblock still names it.
+		name:   "OrphanFileInode",
+		mkfs:   []string{"-O", "orphan_file"},
+		script: []string{"sif <12> links_count 0", "ssv last_orphan 12"},
+		want:   "orphan file",
+		onMain: "fs.ErrNotExist: the orphan file inode read as a stale number",
+	}, {
+		// The orphan file itself on the chain, links intact.
+		name:   "OrphanFileOnChain",
+		mkfs:   []string{"-O", "orphan_file"},
+		script: []string{"ssv last_orphan 12"},
+		want:   "bad orphan inode: a special inode",
+	}, {
+		// A device with links cannot be truncated: Linux refuses it.
+		name:   "LinkedDevice",
+		script: []string{"mknod dev c 1 3", "ssv last_orphan 12"},
+		want:   "cannot be truncated",
+	}, {
+		// A chain that loops (b → c → b): freeing in turn would leave the
+		// head naming a freed inode after a crash between the two.
+		name:   "ChainLoop",
+		script: []string{"write " + src + " b", "write " + src + " c", "unlink b", "unlink c", "sif <12> links_count 0", "sif <13> links_count 0", "sif <12> dtime 13", "sif <13> dtime 12", "ssv last_orphan 12"},
+		want:   "chain meets inode 12 twice",
+	}, {
+		// A chain whose second inode is free in the bitmap.
+		name:   "ChainIntoFreeInode",
+		mkfs:   []string{"-O", "^has_journal"},
+		script: []string{"write " + src + " b", "write " + src + " c", "unlink c", "sif <13> links_count 0", "sif <13> dtime 20", "copy_inode <12> <20>", "sif <20> links_count 0", "sif <20> dtime 0", "ssv last_orphan 13"},
+		want:   "bad orphan inode: free in the inode bitmap",
+		onMain: "c freed, then b's blocks freed through inode 20",
+	}} {
+		t.Run(c.name, func(t *testing.T) {
+			img := filepath.Join(t.TempDir(), "img")
+			ext4iotest.Mkfs(t, img, "8M", append([]string{"-b", "1024"}, c.mkfs...)...)
+			ext4iotest.DebugfsScript(t, img, true, c.script)
+			before, err := os.ReadFile(img)
+			require.NoError(t, err)
+			v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
+			if err == nil {
+				require.NoError(t, v.Close())
+			}
+			require.ErrorIs(t, err, ext4io.ErrCorrupt, "%s", c.onMain)
+			assert.Contains(t, err.Error(), c.want)
+			assert.NotContains(t, strings.TrimSpace(err.Error()), "\n", "one line")
+			after, rerr := os.ReadFile(img)
+			require.NoError(t, rerr)
+			// The Open marked the superblock in use (not clean, mount
+			// count) before it met the list; nothing else changed.
+			assert.True(t, bytes.Equal(before[:1024], after[:1024]) && bytes.Equal(before[2048:], after[2048:]),
+				"the failed Open changed more than the superblock")
+			// Read-only opens do not process orphans: the files still read.
+			ro, err := ext4io.OpenImage(img, ext4io.Options{})
+			require.NoError(t, err)
+			require.NoError(t, ro.Close())
+		})
+	}
+}
+
+// TestHostileOrphanLongChain: a long but valid s_last_orphan chain (every
+// inode unlinked with one block, each i_dtime naming the next) is
+// processed whole by a writable Open, in bounded time, and e2fsck finds
+// the image clean. With a 1 MiB log the Open failed with ErrNoSpace: all
+// orphans were freed in one transaction ("1508 credits exceed the log");
+// each is now freed in an operation of its own, as Linux does.
+func TestHostileOrphanLongChain(t *testing.T) {
+	n := sized(4500, 4500, 20000) // more inode table blocks than the 1 MiB log holds
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	require.NoError(t, os.WriteFile(src, []byte("x"), 0o644))
+	img := filepath.Join(dir, "img")
+	ext4iotest.Mkfs(t, img, "32M", "-b", "1024", "-N", strconv.Itoa(n+64), "-J", "size=1")
+	var script []string
+	for i := range n {
+		script = append(script, fmt.Sprintf("write %s f%d", src, i))
+	}
+	first := uint32(12)
+	for i := range n {
+		ino := first + uint32(i)
+		next := ino + 1
+		if i == n-1 {
+			next = 0
+		}
+		script = append(script, fmt.Sprintf("unlink f%d", i), fmt.Sprintf("sif <%d> links_count 0", ino), fmt.Sprintf("sif <%d> dtime %d", ino, next))
+	}
+	script = append(script, fmt.Sprintf("ssv last_orphan %d", first))
+	ext4iotest.DebugfsScript(t, img, true, script)
+	free := func() uint64 {
+		v, err := ext4io.OpenImage(img, ext4io.Options{})
+		require.NoError(t, err)
+		defer v.Close()
+		st, err := v.Statfs()
+		require.NoError(t, err)
+		return st.FilesFree
+	}
+	before := free()
+	start := time.Now()
+	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
+	require.NoError(t, err)
+	t.Logf("%d orphans processed in %v", n, time.Since(start))
+	require.NoError(t, v.Close())
+	assert.Equal(t, before+uint64(n), free(), "every orphan freed")
+	ext4iotest.Fsck(t, img)
+}
