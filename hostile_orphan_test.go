@@ -21,6 +21,8 @@ import (
 // on-disk orphan list names (processOrphans). Entries Linux's
 // ext4_orphan_get refuses as "bad orphan inode" fail the Open with
 // ErrCorrupt before anything is written, and the image is unchanged.
+// What Linux accepts (a linked directory, a linked file with a huge size:
+// interrupted truncates) is processed, and e2fsck finds the image clean.
 func TestHostileOrphanList(t *testing.T) {
 	src := filepath.Join(t.TempDir(), "src")
 	require.NoError(t, os.WriteFile(src, bytes.Repeat([]byte("0123456789abcdef"), 1250), 0o644))
@@ -28,9 +30,24 @@ func TestHostileOrphanList(t *testing.T) {
 		name   string
 		mkfs   []string
 		script []string
-		want   string // in the error
+		want   string // in the error; "" for an Open that succeeds
+		keep   string // a name the Open that succeeds keeps, with its bytes
 		onMain string // what happened before the check
 	}{{
+		name:   "Root",
+		script: []string{"ssv last_orphan 2"},
+		want:   "s_last_orphan chain reaches inode 2",
+	}, {
+		// An interrupted truncate of a directory: nothing to cut.
+		name:   "LinkedDirectory",
+		script: []string{"mkdir d", "write " + src + " d/f", "ssv last_orphan 12"},
+		keep:   "d/f",
+	}, {
+		// An interrupted truncate to a size past every block: none cut.
+		name:   "LinkedHugeSize",
+		script: []string{"write " + src + " b", "sif <12> size 0x10000000000", "ssv last_orphan 12"},
+		keep:   "b",
+	}, {
 		// A free inode (bitmap clear, links 0) whose stale extents name
 		// the blocks file b owns: evicting it freed b's blocks.
 		name:   "FreeInodeStaleMap",
@@ -82,6 +99,25 @@ func TestHostileOrphanList(t *testing.T) {
 			before, err := os.ReadFile(img)
 			require.NoError(t, err)
 			v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
+			if c.want == "" {
+				require.NoError(t, err)
+				require.NoError(t, v.Close())
+				ext4iotest.Fsck(t, img)
+				ro, err := ext4io.OpenImage(img, ext4io.Options{})
+				require.NoError(t, err)
+				defer ro.Close()
+				assert.Zero(t, ro.Superblock().LastOrphan, "the list is emptied")
+				f, err := ro.Open(c.keep)
+				require.NoError(t, err)
+				defer f.Close()
+				b := make([]byte, 20000)
+				_, err = f.ReadAt(b, 0)
+				require.NoError(t, err)
+				want, err := os.ReadFile(src)
+				require.NoError(t, err)
+				assert.Equal(t, want, b, "no block cut")
+				return
+			}
 			if err == nil {
 				require.NoError(t, v.Close())
 			}
