@@ -425,16 +425,19 @@ func (v *Volume) checkEntryIno(dir uint32, e layout.DirEntry) error {
 // one its ".." agrees with, as e2fsck's pass 3 decides the parent. So the
 // directories named from the root form a tree, whose order (parent before
 // child) every operation locking two directories, or a directory and its
-// entry's inode, follows. "." and ".." are not second names.
+// entry's inode, follows. "." and ".." are not second names. A directory
+// without a valid ".." takes the first directory it is found in as its
+// parent, as Linux keeps the first alias of a directory and refuses the
+// others; its data stays reachable through that name.
 func (v *Volume) checkDirParent(dir uint32, name string, n *inode) error {
 	if name == "." || name == ".." || !n.in.IsDir() {
 		return nil
 	}
 	p := n.dotdot.Load()
-	if p == 0 {
-		return fmt.Errorf("entry %q of directory inode %d: %w", name, dir, n.dotdotErr)
+	if p == 0 && n.dotdot.CompareAndSwap(0, dir) {
+		return nil
 	}
-	if p != dir {
+	if p = n.dotdot.Load(); p != dir {
 		return &errs.CorruptError{What: "directory entry", Ino: dir, Off: -1,
 			Msg: fmt.Sprintf("entry %q names directory inode %d, whose \"..\" names inode %d (a directory hard link)", name, n.ino, p)}
 	}

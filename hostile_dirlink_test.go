@@ -1,6 +1,9 @@
 package ext4io_test
 
 import (
+	"encoding/binary"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -9,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ext4io/ext4io"
+	"github.com/ext4io/ext4io/ext4iotest"
 )
 
 // TestHostileDirLinkRemovalsDeadlock: in loopImage, D/E/up names D (a
@@ -61,4 +65,33 @@ func TestHostileDirLinkRemovalsDeadlock(t *testing.T) {
 	require.ErrorIs(t, v.Rmdir("D/E"), ext4io.ErrNotEmpty)
 	within(t, "Close", v.Close) // reports the corruption met
 
+}
+
+// TestHostileDirNoDotDot: a directory whose ".." names an inode no entry
+// may name (the resize inode) keeps its first name (the one a walk from
+// the root finds first), as Linux keeps the first alias: its files read.
+// A second name of it (D/E/up) is still refused, and removals through it
+// neither hang nor succeed.
+func TestHostileDirNoDotDot(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	require.NoError(t, os.MkdirAll(filepath.Join(src, "D", "E"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(src, "D", "f"), []byte("f"), 0o644))
+	img := filepath.Join(dir, "img")
+	ext4iotest.Mkfs(t, img, "8M", "-d", src, "-b", "1024")
+	ext4iotest.Debugfs(t, img, true, "link /D /D/E/up")
+	editDirBlock(t, img, "D", func(b []byte) {
+		require.Equal(t, "..", string(b[12+8:12+10]))
+		binary.LittleEndian.PutUint32(b[12:], 7)
+	})
+	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
+	require.NoError(t, err)
+	b, err := v.ReadFile("D/f")
+	require.NoError(t, err, "D keeps its first name")
+	assert.Equal(t, "f", string(b))
+	_, err = v.Stat("D/E/up")
+	assert.ErrorIs(t, err, ext4io.ErrCorrupt)
+	err = within(t, "Rmdir", func() error { return v.Rmdir("D/E/up") })
+	assert.ErrorIs(t, err, ext4io.ErrCorrupt)
+	within(t, "Close", v.Close)
 }

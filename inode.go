@@ -48,10 +48,10 @@ type inode struct {
 	// by whatever writes ".." (initDirLocked, setDotDotLocked), under mu
 	// held exclusively. Atomic so that a lookup, which holds the lock of
 	// the directory it looks in but not this one's, can read it
-	// (checkDirParent). 0 when the load found no valid "..": dotdotErr
-	// says why; it is set before the inode is cached and never changes.
-	dotdot    atomic.Uint32
-	dotdotErr error
+	// (checkDirParent). 0 when the load found no valid ".." (or none yet:
+	// a new directory): the first lookup that finds the directory then
+	// stores the directory it was found in.
+	dotdot atomic.Uint32
 	// convBatch is set while a conversion batch changes the tree, whose
 	// tree blocks then come from the conversion reservation; guarded by
 	// the lock the batch holds (dataMu, mu exclusively, or txnGate
@@ -358,21 +358,16 @@ func (v *Volume) readNewInode(ino uint32, orphan bool) (*inode, error) {
 }
 
 // loadDotDot reads the ".." entry of directory n, not yet cached, into
-// n.dotdot (n.dotdotErr when it has none or it cannot be read: a new
-// directory has no block yet until initDirLocked stores its parent).
+// n.dotdot. It leaves 0 when n has no valid ".." or it cannot be read (a
+// new directory has no block until initDirLocked stores its parent); the
+// error is not n's load's: the directory is read as it is, and the
+// operations that need its ".." (rename's ancestry walk) read it again.
 func (v *Volume) loadDotDot(n *inode) {
-	f := &File{v: v, n: n, ino: n.ino, name: "..", in: n.in, m: n.m, inl: n.inl}
 	if n.m == nil && n.inl == nil {
-		n.dotdotErr = &errs.CorruptError{What: "directory", Ino: n.ino, Off: -1, Msg: "neither mapped nor inline"}
 		return
 	}
-	e, err := f.lookupName("..")
-	switch {
-	case err != nil:
-		n.dotdotErr = fmt.Errorf("directory inode %d has no valid \"..\": %w", n.ino, err)
-	case e.Inode == 0:
-		n.dotdotErr = &errs.CorruptError{What: "directory", Ino: n.ino, Off: -1, Msg: `".." names inode 0`}
-	default:
+	f := &File{v: v, n: n, ino: n.ino, name: "..", in: n.in, m: n.m, inl: n.inl}
+	if e, err := f.lookupName(".."); err == nil {
 		n.dotdot.Store(e.Inode)
 	}
 }
