@@ -525,8 +525,14 @@ func (v *Volume) rmdir(name string) error {
 }
 
 // checkEmpty fails with ErrNotEmpty unless directory f holds only "." and
-// "..".
+// "..". A block-mapped directory whose i_size cannot hold those two is
+// corruption: the walk, bounded by i_size, would find it empty whatever
+// its blocks hold (Linux's ext4_empty_dir records "invalid size" as a
+// filesystem error and removes it; here nothing is removed).
 func (f *File) checkEmpty() error {
+	if f.inl == nil && f.in.Flags&layout.InodeFlagInlineData == 0 && f.in.Size < uint64(layout.DirRecLen(1)+layout.DirRecLen(2)) {
+		return &errs.CorruptError{What: "directory", Ino: f.ino, Off: -1, Msg: fmt.Sprintf("invalid size %d: less than \".\" and \"..\"", f.in.Size)}
+	}
 	err := f.scanDir(func(e layout.DirEntry) error {
 		if n := string(e.Name); n != "." && n != ".." {
 			return ErrNotEmpty
