@@ -52,6 +52,7 @@ type inode struct {
 	// a new directory): the first lookup that finds the directory then
 	// stores the directory it was found in.
 	dotdot atomic.Uint32
+
 	// convBatch is set while a conversion batch changes the tree, whose
 	// tree blocks then come from the conversion reservation; guarded by
 	// the lock the batch holds (dataMu, mu exclusively, or txnGate
