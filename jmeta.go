@@ -765,8 +765,10 @@ func (v *Volume) freeMapped(start, n uint64) error {
 // be retried because blocks freed by uncommitted transactions will be
 // allocatable after a commit; it commits and waits for them first
 // (ext4_should_retry_alloc). The caller holds no lock and no operation.
+// ErrTooManyLinks matches ErrNoSpace too but is no lack of space: a
+// commit frees no links, and Linux retries on ENOSPC only.
 func (v *Volume) retryNoSpace(err error) bool {
-	if !errors.Is(err, ErrNoSpace) || v.jm == nil || v.jm.busyBlocks.Load() == 0 {
+	if !errors.Is(err, ErrNoSpace) || errors.Is(err, ErrTooManyLinks) || v.jm == nil || v.jm.busyBlocks.Load() == 0 {
 		return false
 	}
 	return v.jm.commit(true) == nil
