@@ -33,10 +33,17 @@ func TestAdv22bRenameDirRacesLookups(t *testing.T) {
 	require.NoError(t, err)
 
 	var stop atomic.Bool
-	var bad atomic.Value
+	var (
+		badMu sync.Mutex
+		bad   error // the first unexpected error
+	)
 	check := func(err error) {
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			bad.CompareAndSwap(nil, err)
+			badMu.Lock()
+			if bad == nil {
+				bad = err
+			}
+			badMu.Unlock()
 		}
 	}
 	var wg sync.WaitGroup
@@ -78,7 +85,7 @@ func TestAdv22bRenameDirRacesLookups(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if err, _ := bad.Load().(error); err != nil {
+	if err := bad; err != nil {
 		t.Fatalf("a lookup during renames failed: %v", err)
 	}
 	require.NoError(t, v.Close())

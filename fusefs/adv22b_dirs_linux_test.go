@@ -31,10 +31,17 @@ func TestAdv22bMountDirectoryMoves(t *testing.T) {
 	check(t, os.WriteFile(m.path("A/d/e/file"), []byte("x"), 0o644))
 
 	var stop atomic.Bool
-	var bad atomic.Value
+	var (
+		badMu sync.Mutex
+		bad   error // the first unexpected error
+	)
 	ok := func(err error) {
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			bad.CompareAndSwap(nil, err)
+			badMu.Lock()
+			if bad == nil {
+				bad = err
+			}
+			badMu.Unlock()
 		}
 	}
 	var wg sync.WaitGroup
@@ -54,28 +61,44 @@ func TestAdv22bMountDirectoryMoves(t *testing.T) {
 	}
 	open, err := os.Open(m.path("A/d/e"))
 	check(t, err)
-	for i := range 100 {
-		check(t, os.Rename(m.path("A/d"), m.path("B/d")))
+	// must records an error the renames must not meet; the loop stops
+	// at the first, and the walkers with it, before the test fails.
+	must := func(err error) {
+		if err != nil {
+			badMu.Lock()
+			if bad == nil {
+				bad = err
+			}
+			badMu.Unlock()
+		}
+	}
+	failed := func() bool {
+		badMu.Lock()
+		defer badMu.Unlock()
+		return bad != nil
+	}
+	for i := 0; i < 100 && !failed(); i++ {
+		must(os.Rename(m.path("A/d"), m.path("B/d")))
 		ok(unix.Renameat2(unix.AT_FDCWD, m.path("B/d"), unix.AT_FDCWD, m.path("C/o"), unix.RENAME_EXCHANGE)) // no C/o: ENOENT
-		check(t, unix.Renameat2(unix.AT_FDCWD, m.path("B/d"), unix.AT_FDCWD, m.path("B/o"), unix.RENAME_EXCHANGE))
-		check(t, os.Rename(m.path("B/o"), m.path("C/o")))
-		check(t, unix.Renameat2(unix.AT_FDCWD, m.path("B/d"), unix.AT_FDCWD, m.path("C/o"), unix.RENAME_EXCHANGE))
-		check(t, os.Mkdir(m.path(fmt.Sprintf("C/empty%d", i)), 0o755))
-		check(t, unix.Rename(m.path("B/d"), m.path(fmt.Sprintf("C/empty%d", i)))) // over an empty directory
-		check(t, os.Rename(m.path(fmt.Sprintf("C/empty%d", i)), m.path("A/d")))
-		check(t, os.Rename(m.path("C/o"), m.path("B/o")))
+		must(unix.Renameat2(unix.AT_FDCWD, m.path("B/d"), unix.AT_FDCWD, m.path("B/o"), unix.RENAME_EXCHANGE))
+		must(os.Rename(m.path("B/o"), m.path("C/o")))
+		must(unix.Renameat2(unix.AT_FDCWD, m.path("B/d"), unix.AT_FDCWD, m.path("C/o"), unix.RENAME_EXCHANGE))
+		must(os.Mkdir(m.path(fmt.Sprintf("C/empty%d", i)), 0o755))
+		must(unix.Rename(m.path("B/d"), m.path(fmt.Sprintf("C/empty%d", i)))) // over an empty directory
+		must(os.Rename(m.path(fmt.Sprintf("C/empty%d", i)), m.path("A/d")))
+		must(os.Rename(m.path("C/o"), m.path("B/o")))
 		names, err := open.Readdirnames(-1)
-		check(t, err)
+		must(err)
 		if len(names) != 2 {
-			t.Fatalf("the open directory lists %v", names)
+			must(fmt.Errorf("the open directory lists %v", names))
 		}
 		_, err = open.Seek(0, 0)
-		check(t, err)
+		must(err)
 	}
 	stop.Store(true)
 	wg.Wait()
 	check(t, open.Close())
-	if err, _ := bad.Load().(error); err != nil {
+	if err := bad; err != nil {
 		t.Fatalf("through the kernel, during directory moves: %v", err)
 	}
 	_, err = os.Stat(m.path("A/d/e/file"))
