@@ -15,12 +15,12 @@ import (
 	"github.com/ext4io/ext4io/ext4iotest"
 )
 
-// linuxDirTree fills mnt, a Linux mount, with the directory shapes Linux
+// adv22bLinuxTree fills mnt, a Linux mount, with the directory shapes Linux
 // makes: deep trees, directories moved between parents, an htree
 // directory of thousands of subdirectories, a directory renamed over an
 // empty one, RENAME_EXCHANGE of two directories in different parents and
 // a directory renamed while open.
-func linuxDirTree(t *testing.T, mnt string) {
+func adv22bLinuxTree(t *testing.T, mnt string) {
 	p := func(s ...string) string { return filepath.Join(append([]string{mnt}, s...)...) }
 	require.NoError(t, os.MkdirAll(p("a", "b", "c", "d", "e", "f", "g", "h"), 0o755))
 	for _, d := range []string{"x", "y", "s", "t", "p1", "p2", "big"} {
@@ -46,8 +46,8 @@ func linuxDirTree(t *testing.T, mnt string) {
 	require.NoError(t, f.Close())
 }
 
-// walkAll opens and stats every name under the root of v.
-func walkAll(t *testing.T, v *ext4io.Volume) int {
+// adv22bWalkAll opens and stats every name under the root of v.
+func adv22bWalkAll(t *testing.T, v *ext4io.Volume) int {
 	n := 0
 	err := fs.WalkDir(v.FS(), ".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -79,13 +79,13 @@ func TestAdv22bLinuxDirectories(t *testing.T) {
 			img := filepath.Join(t.TempDir(), "img")
 			ext4iotest.Mkfs(t, img, "64M", "-O", feat)
 			mnt := ext4iotest.Mount(t, img, false)
-			linuxDirTree(t, mnt)
+			adv22bLinuxTree(t, mnt)
 			ext4iotest.Unmount(t, mnt)
 			ext4iotest.Fsck(t, img)
 
 			v, err := ext4io.OpenImage(img, ext4io.Options{})
 			require.NoError(t, err)
-			walkAll(t, v)
+			adv22bWalkAll(t, v)
 			require.NoError(t, v.Close())
 			if strings.HasPrefix(feat, "^extent") {
 				return // ext4io changes no block-mapped directory (ErrUnsupported)
@@ -100,12 +100,12 @@ func TestAdv22bLinuxDirectories(t *testing.T) {
 			require.NoError(t, v.Mkdir("p1/new", 0o755))
 			require.NoError(t, v.Rename("p1/new", "big/new"))
 			require.NoError(t, v.Rename("big/c", "t/c"))
-			walkAll(t, v)
+			adv22bWalkAll(t, v)
 			require.NoError(t, v.Close())
 			ext4iotest.Fsck(t, img)
 			v, err = ext4io.OpenImage(img, ext4io.Options{})
 			require.NoError(t, err)
-			walkAll(t, v)
+			adv22bWalkAll(t, v)
 			require.NoError(t, v.Close())
 		})
 	}

@@ -16,10 +16,10 @@ import (
 	"github.com/ext4io/ext4io/ext4iotest"
 )
 
-// shutdownExt4 stops mnt with EXT4_IOC_SHUTDOWN and
+// adv22bShutdown stops mnt with EXT4_IOC_SHUTDOWN and
 // EXT4_GOING_FLAGS_NOLOGFLUSH: the running transaction is not written,
 // what the last commit holds survives.
-func shutdownExt4(t *testing.T, mnt string) {
+func adv22bShutdown(t *testing.T, mnt string) {
 	fd, err := unix.Open(mnt, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	require.NoError(t, err)
 	defer unix.Close(fd)
@@ -30,11 +30,11 @@ func shutdownExt4(t *testing.T, mnt string) {
 	}
 }
 
-// linuxOrphanCrash makes a crash image with Linux: inodes of every kind
+// adv22bOrphanCrash makes a crash image with Linux: inodes of every kind
 // unlinked while open (a file with data, a directory, a fifo, a symlink
 // and a device held by O_PATH), committed by an fsync, then the
 // filesystem shut down before the closes free them.
-func linuxOrphanCrash(t *testing.T, feat string) string {
+func adv22bOrphanCrash(t *testing.T, feat string) string {
 	img := filepath.Join(t.TempDir(), "img")
 	ext4iotest.Mkfs(t, img, "32M", "-O", feat)
 	mnt := ext4iotest.Mount(t, img, false)
@@ -67,7 +67,7 @@ func linuxOrphanCrash(t *testing.T, feat string) string {
 	_, err = kf.WriteAt([]byte("x"), 0)
 	require.NoError(t, err)
 	require.NoError(t, kf.Sync()) // commits the orphan list
-	shutdownExt4(t, mnt)
+	adv22bShutdown(t, mnt)
 	require.NoError(t, kf.Close())
 	for _, fd := range fds {
 		unix.Close(fd)
@@ -82,23 +82,23 @@ func linuxOrphanCrash(t *testing.T, feat string) string {
 func TestAdv22bLinuxOrphanCrash(t *testing.T) {
 	for _, feat := range []string{"orphan_file", "^orphan_file"} {
 		t.Run(feat, func(t *testing.T) {
-			img := linuxOrphanCrash(t, feat)
-			requireOrphans(t, img, feat == "orphan_file")
+			img := adv22bOrphanCrash(t, feat)
+			adv22bRequireOrphans(t, img, feat == "orphan_file")
 			v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
 			require.NoError(t, err)
-			walkAll(t, v)
+			adv22bWalkAll(t, v)
 			require.NoError(t, v.Close())
 			ext4iotest.Fsck(t, img)
 		})
 	}
 }
 
-func execOut(name string, args ...string) (string, error) {
+func adv22bExec(name string, args ...string) (string, error) {
 	b, err := exec.Command(name, args...).CombinedOutput()
 	return string(b), err
 }
 
-func grepLines(s string, words ...string) string {
+func adv22bGrep(s string, words ...string) string {
 	var out []string
 	for _, l := range strings.Split(s, "\n") {
 		for _, w := range words {
@@ -111,12 +111,12 @@ func grepLines(s string, words ...string) string {
 	return strings.Join(out, "\n")
 }
 
-// linuxTruncateCrash makes a crash image with Linux whose orphan list
+// adv22bTruncateCrash makes a crash image with Linux whose orphan list
 // holds a linked regular file in the middle of a truncate: a file of
 // thousands of extents is cut while an fsync of another file commits the
 // transaction holding the truncate's orphan entry, then the filesystem is
 // shut down before the truncate ends.
-func linuxTruncateCrash(t *testing.T, feat string, delay time.Duration) string {
+func adv22bTruncateCrash(t *testing.T, feat string, delay time.Duration) string {
 	img := filepath.Join(t.TempDir(), "img")
 	ext4iotest.Mkfs(t, img, "128M", "-b", "1024", "-O", feat)
 	mnt := ext4iotest.Mount(t, img, false)
@@ -139,7 +139,7 @@ func linuxTruncateCrash(t *testing.T, feat string, delay time.Duration) string {
 	_, err = other.Write([]byte("x"))
 	require.NoError(t, err)
 	require.NoError(t, other.Sync())
-	shutdownExt4(t, mnt)
+	adv22bShutdown(t, mnt)
 	<-done
 	require.NoError(t, big.Close())
 	require.NoError(t, other.Close())
@@ -153,8 +153,8 @@ func linuxTruncateCrash(t *testing.T, feat string, delay time.Duration) string {
 func TestAdv22bLinuxTruncateCrash(t *testing.T) {
 	for _, feat := range []string{"orphan_file", "^orphan_file"} {
 		t.Run(feat, func(t *testing.T) {
-			img := linuxTruncateCrash(t, feat, time.Millisecond)
-			requireOrphans(t, img, feat == "orphan_file")
+			img := adv22bTruncateCrash(t, feat, time.Millisecond)
+			adv22bRequireOrphans(t, img, feat == "orphan_file")
 			v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
 			require.NoError(t, err)
 			fi, err := v.Stat("big")
@@ -166,21 +166,21 @@ func TestAdv22bLinuxTruncateCrash(t *testing.T) {
 	}
 }
 
-// requireOrphans replays the journal of a copy of img with e2fsck and,
+// adv22bRequireOrphans replays the journal of a copy of img with e2fsck and,
 // with the orphan file, fails t unless the replayed superblock says
 // orphan_present: the crash image is the one the test means to make.
 // e2fsck empties an s_last_orphan chain as it replays, so the chain's
 // images are not checked.
-func requireOrphans(t *testing.T, img string, orphanFile bool) {
+func adv22bRequireOrphans(t *testing.T, img string, orphanFile bool) {
 	b, err := os.ReadFile(img)
 	require.NoError(t, err)
 	c := filepath.Join(t.TempDir(), "replayed")
 	require.NoError(t, os.WriteFile(c, b, 0o644))
-	out, err := execOut(ext4iotest.Tool(t, "e2fsck"), "-E", "journal_only", "-y", c)
+	out, err := adv22bExec(ext4iotest.Tool(t, "e2fsck"), "-E", "journal_only", "-y", c)
 	require.NoError(t, err, out)
-	out, err = execOut(ext4iotest.Tool(t, "debugfs"), "-R", "stats", c)
+	out, err = adv22bExec(ext4iotest.Tool(t, "debugfs"), "-R", "stats", c)
 	require.NoError(t, err, out)
-	orphans := grepLines(out, "orphan_present", "first orphan inode")
+	orphans := adv22bGrep(out, "orphan_present", "first orphan inode")
 	t.Logf("after replay: %s", orphans)
 	if orphanFile {
 		require.Contains(t, orphans, "orphan_present", "the crash image has no orphans")

@@ -92,6 +92,6 @@ func TestAdv22bRenameDirRacesLookups(t *testing.T) {
 	ext4iotest.Fsck(t, img)
 	v, err = ext4io.OpenImage(img, ext4io.Options{})
 	require.NoError(t, err)
-	walkAll(t, v)
+	adv22bWalkAll(t, v)
 	assert.NoError(t, v.Close())
 }
