@@ -155,37 +155,61 @@ func TestFastCommitFlushOrder(t *testing.T) {
 		maxFlushes float64
 	}{{1, false, 2.1}, {4, false, 0.75}, {1, true, 1.1}} {
 		t.Run(fmt.Sprintf("jobs=%d,oneflush=%v", tc.jobs, tc.oneFlush), func(t *testing.T) {
-			base := memdev.New(256 << 20)
-			require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{FastCommit: true, NoDiscard: true, JournalBlocks: 16384}))
-			rec := &recDev{Device: base, flushDelay: 200 * time.Microsecond}
-			dev := &countDev{Device: rec}
-			v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1,
-				Tuning: ext4io.Tuning{FastCommitOneFlush: tc.oneFlush}})
-			require.NoError(t, err)
-			for job := range tc.jobs {
-				require.NoError(t, v.Mkdir(fmt.Sprintf("d%d", job), 0o755))
+			// The ordering holds on every attempt. The flush bound counts
+			// what overlapping fsyncs share, and a loaded machine (-race
+			// beside the package's other tests, CI) can delay a returning
+			// writer past the group's wait (four writers took 0.62-0.76
+			// flushes per file there, one run in 40 over 0.75): as in
+			// TestFastCommitGroup, it must hold in one of three attempts.
+			// Without the group's wait (waitReturning) four writers take
+			// 0.86-0.94, so no attempt meets it.
+			for attempt := 1; ; attempt++ {
+				flushes := fastCommitFlushOrderRun(t, tc.jobs, tc.oneFlush)
+				if flushes <= tc.maxFlushes || attempt == 3 {
+					assert.LessOrEqual(t, flushes, tc.maxFlushes)
+					return
+				}
+				t.Logf("attempt %d: %.2f flushes per file, over %.2f: again", attempt, flushes, tc.maxFlushes)
 			}
-			require.NoError(t, v.Sync())
-			c0 := v.Counters()
-			_, flushes, _ := fsyncConcurrently(t, v, dev, tc.jobs, 40, 4096, nil)
-			c := v.Counters()
-			require.NoError(t, v.Close())
-			rec.mu.Lock()
-			fcs, checked, bad := fcOrderCheck(rec.ops, 4096)
-			rec.mu.Unlock()
-			t.Logf("%d jobs: %.2f flushes per file, %d fast commits (%d shared fsyncs) on the device: %d mapped writes checked, %d written before a flush covered them",
-				tc.jobs, flushes, c.FastCommits-c0.FastCommits, c.FastCommitShared-c0.FastCommitShared, checked, bad)
-			assert.EqualValues(t, fcs, c.FastCommits-c0.FastCommits, "every fast commit is recognized")
-			assert.GreaterOrEqual(t, checked, tc.jobs*40, "every file's data is checked")
-			if tc.oneFlush {
-				assert.NotZero(t, bad, "FastCommitOneFlush writes tags before their data is flushed")
-			} else {
-				assert.Zero(t, bad, "tags written before the data they map was flushed")
-			}
-			assert.LessOrEqual(t, flushes, tc.maxFlushes)
-			ext4iotest.FsckDev(t, base)
 		})
 	}
+}
+
+// fastCommitFlushOrderRun fsyncs 40 files from each of jobs writers on a
+// fresh fast-commit volume over a recording device with slowed flushes,
+// checks the ordering of every fast commit on the recording and returns
+// the flushes per fsynced file.
+func fastCommitFlushOrderRun(t *testing.T, jobs int, oneFlush bool) (flushes float64) {
+	t.Helper()
+	base := memdev.New(256 << 20)
+	require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{FastCommit: true, NoDiscard: true, JournalBlocks: 16384}))
+	rec := &recDev{Device: base, flushDelay: 200 * time.Microsecond}
+	dev := &countDev{Device: rec}
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1,
+		Tuning: ext4io.Tuning{FastCommitOneFlush: oneFlush}})
+	require.NoError(t, err)
+	for job := range jobs {
+		require.NoError(t, v.Mkdir(fmt.Sprintf("d%d", job), 0o755))
+	}
+	require.NoError(t, v.Sync())
+	c0 := v.Counters()
+	_, flushes, _ = fsyncConcurrently(t, v, dev, jobs, 40, 4096, nil)
+	c := v.Counters()
+	require.NoError(t, v.Close())
+	rec.mu.Lock()
+	fcs, checked, bad := fcOrderCheck(rec.ops, 4096)
+	rec.mu.Unlock()
+	t.Logf("%d jobs: %.2f flushes per file, %d fast commits (%d shared fsyncs) on the device: %d mapped writes checked, %d written before a flush covered them",
+		jobs, flushes, c.FastCommits-c0.FastCommits, c.FastCommitShared-c0.FastCommitShared, checked, bad)
+	assert.EqualValues(t, fcs, c.FastCommits-c0.FastCommits, "every fast commit is recognized")
+	assert.GreaterOrEqual(t, checked, jobs*40, "every file's data is checked")
+	if oneFlush {
+		assert.NotZero(t, bad, "FastCommitOneFlush writes tags before their data is flushed")
+	} else {
+		assert.Zero(t, bad, "tags written before the data they map was flushed")
+	}
+	ext4iotest.FsckDev(t, base)
+	return flushes
 }
 
 // hookDev calls beforeFlush (when set) before each flush reaches the
