@@ -153,16 +153,17 @@ func TestFastCommitFlushOrder(t *testing.T) {
 		jobs       int
 		oneFlush   bool
 		maxFlushes float64
-	}{{1, false, 2.1}, {4, false, 0.75}, {1, true, 1.1}} {
+	}{{1, false, 2.1}, {4, false, 0.8}, {1, true, 1.1}} {
 		t.Run(fmt.Sprintf("jobs=%d,oneflush=%v", tc.jobs, tc.oneFlush), func(t *testing.T) {
 			// The ordering holds on every attempt. The flush bound counts
 			// what overlapping fsyncs share, and a loaded machine (-race
-			// beside the package's other tests, CI) can delay a returning
-			// writer past the group's wait (four writers took 0.62-0.76
-			// flushes per file there, one run in 40 over 0.75): as in
-			// TestFastCommitGroup, it must hold in one of three attempts.
-			// Without the group's wait (waitReturning) four writers take
-			// 0.86-0.94, so no attempt meets it.
+			// beside other tests, CI) can delay a returning writer past
+			// the group's wait: there four writers took 0.62-0.81 flushes
+			// per file, a few runs in 30 over 0.75, once twice in a row.
+			// As in TestFastCommitGroup, the bound is 0.8 and must hold
+			// in one of three attempts. Without the group's wait
+			// (waitReturning) four writers take 0.86-0.94, so no attempt
+			// meets it.
 			for attempt := 1; ; attempt++ {
 				flushes := fastCommitFlushOrderRun(t, tc.jobs, tc.oneFlush)
 				if flushes <= tc.maxFlushes || attempt == 3 {
