@@ -63,6 +63,11 @@ func closeWaitsForOperationInFlight(t *testing.T, fopts FormatOptions) {
 	<-dev.entered
 	closed := make(chan error, 1)
 	go func() { closed <- v.Close() }()
+	// Close has begun once it set closed (a loaded machine can start its
+	// goroutine late: a fixed wait would let the call below run first).
+	for deadline := time.Now().Add(10 * time.Second); !v.closed.Load(); time.Sleep(time.Millisecond) {
+		require.False(t, time.Now().After(deadline), "Close did not begin in 10 s")
+	}
 	select {
 	case err := <-closed:
 		t.Fatalf("Close returned %v while a write was in flight", err)

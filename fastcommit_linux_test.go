@@ -803,6 +803,24 @@ func TestFastCommitReplayLinux(t *testing.T) {
 			if ee, ok := err.(*exec.ExitError); err != nil && (!ok || ee.ExitCode() > 2) {
 				t.Fatalf("e2fsck -fy: %v", err)
 			}
+			// e2fsck 1.47.0 replays the fast commits with the group
+			// descriptors it read before replaying the log: an inode
+			// that a logged transaction put in a group's unused area
+			// reads as free, and pass 2 then clears the entries naming it
+			// ("references inode N found in group G's unused inodes
+			// area") and the fast commits' changes built on them. The
+			// scenarios without the oracle often log such transactions;
+			// the mixed ones only when Linux committed in full where it
+			// usually writes fast commits, which depends on timing: a
+			// mixed-4k crash image with 4 logged transactions instead of
+			// the usual 2 (inode 17, "c", created in the 4th) lost 44
+			// of 51 paths that way, while Linux's replay and ext4io's
+			// agreed. Then Linux's replay is the only oracle.
+			vsE2fsck := tc.e2fsck
+			if vsE2fsck && bytes.Contains(out, []byte("unused inodes area")) {
+				t.Logf("e2fsck's replay lost inodes a logged transaction allocated (e2fsck 1.47.0): not compared with it")
+				vsE2fsck = false
+			}
 			e2fs.Fsck(t, oracle)
 			ov, err := ext4io.OpenImage(oracle, ext4io.Options{})
 			if err != nil {
@@ -825,7 +843,7 @@ func TestFastCommitReplayLinux(t *testing.T) {
 			}
 			roTree := fcWalk(t, rv)
 			fcCompareTrees(t, "read-only replay vs Linux", vsLinux(roTree), kernelTree)
-			if tc.e2fsck {
+			if vsE2fsck {
 				fcCompareTrees(t, "read-only replay vs e2fsck", roTree, wantTree)
 			}
 			fcCheckContents(t, "read-only replay", rv, want)
@@ -859,7 +877,7 @@ func TestFastCommitReplayLinux(t *testing.T) {
 				t.Fatal(err)
 			}
 			fcCompareTrees(t, "writable replay vs Linux", vsLinux(wTree), kernelTree)
-			if tc.e2fsck {
+			if vsE2fsck {
 				fcCompareTrees(t, "writable replay vs e2fsck", wTree, wantTree)
 			}
 			fcCheckContents(t, "writable replay", wv, want)

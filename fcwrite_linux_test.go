@@ -124,9 +124,10 @@ func TestFastCommitGroupCrash(t *testing.T) {
 	crash, err := errordev.NewCrashable(base)
 	require.NoError(t, err)
 	dev := &countDev{Device: crash, flushDelay: 200 * time.Microsecond}
-	// No background write-back: its commits would make fsyncs fall back,
-	// and the crash image could hold only the log, not fast commits.
-	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1})
+	// No background write-back or committer: their commits would make
+	// fsyncs fall back, and the crash image could hold only the log, not
+	// fast commits.
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1, CommitInterval: -1})
 	require.NoError(t, err)
 	for job := range 4 {
 		require.NoError(t, v.Mkdir(fmt.Sprintf("d%d", job), 0o755))
@@ -252,7 +253,9 @@ func TestFastCommitMultiBlock(t *testing.T) {
 			require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{FastCommit: true, NoDiscard: true}))
 			crash, err := errordev.NewCrashable(base)
 			require.NoError(t, err)
-			v, err := ext4io.Open(crash, ext4io.Options{Writable: true, WritebackAge: -1})
+			// No background committer: a commit among the creates would
+			// leave the fast commit fewer of them.
+			v, err := ext4io.Open(crash, ext4io.Options{Writable: true, WritebackAge: -1, CommitInterval: -1})
 			require.NoError(t, err)
 			if dir != "" {
 				require.NoError(t, v.Mkdir(dir, 0o755))

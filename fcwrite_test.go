@@ -79,7 +79,10 @@ func TestFastCommitCounters(t *testing.T) {
 			// 102 fast commits (each ends its block).
 			require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{FastCommit: tc.fc, NoDiscard: true, JournalBlocks: 16384}))
 			dev := &countDev{Device: base}
-			v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1,
+			// No background committer (CommitInterval -1): its tick 5 s
+			// after Open, on a slow run, would commit in full between two
+			// fsyncs and change the counts.
+			v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1, CommitInterval: -1,
 				Tuning: ext4io.Tuning{FastCommitOneFlush: tc.oneFlush}})
 			require.NoError(t, err)
 			require.NoError(t, v.Mkdir("d", 0o755))
@@ -192,7 +195,8 @@ func fastCommitGroupRun(t *testing.T, jobs int, maxFlushes, maxFCs float64) (flu
 	base := memdev.New(256 << 20)
 	require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{FastCommit: true, NoDiscard: true, JournalBlocks: 16384}))
 	dev := &countDev{Device: base, flushDelay: 200 * time.Microsecond}
-	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1})
+	// No background committer: its commit would make an fsync fall back.
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1, CommitInterval: -1})
 	require.NoError(t, err)
 	for job := range jobs {
 		require.NoError(t, v.Mkdir(fmt.Sprintf("d%d", job), 0o755))
@@ -223,7 +227,9 @@ func TestFastCommitFallback(t *testing.T) {
 	require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{FastCommit: true, NoDiscard: true}))
 	crash, err := errordev.NewCrashable(base)
 	require.NoError(t, err)
-	v, err := ext4io.Open(crash, ext4io.Options{Writable: true, WritebackAge: -1})
+	// No background committer: committing a change in full before the
+	// fsync after it would make that fsync fast.
+	v, err := ext4io.Open(crash, ext4io.Options{Writable: true, WritebackAge: -1, CommitInterval: -1})
 	require.NoError(t, err)
 	write := func(name string, data string) {
 		f, err := v.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)

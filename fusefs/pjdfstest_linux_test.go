@@ -97,8 +97,7 @@ func TestPjdfstest(t *testing.T) {
 			args = append(args, filepath.Join(pjd, "tests", s.dir, f+".t"))
 		}
 	}
-	cmd := exec.Command("prove", args...)
-	cmd.Dir = work
+	cmd := commandIn(work, "prove", args...) // not cmd.Dir: see commandIn
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	t.Logf("prove took %v", time.Since(start).Round(time.Second))

@@ -4,10 +4,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ext4io/ext4io/fusefs"
+	"github.com/ext4io/ext4io/fusefs/fusetest"
 )
 
 // TestMountPrograms runs tar, git and rsync on the mount and in a host
@@ -75,12 +79,44 @@ func TestMountPrograms(t *testing.T) {
 	e2fsck(t, img)
 }
 
+// TestCommandInMount runs pwd in a directory of a mount this process
+// serves, with no entry or attribute caching (each change of directory
+// asks the server), 100 times while garbage collections run: commandIn
+// must start it there without hanging the process, which exec.Cmd.Dir on
+// the mount does at once (the watchdog then fails the test).
+func TestCommandInMount(t *testing.T) {
+	needFUSE(t)
+	img := newImage(t, 16<<20)
+	m := mount(t, img, fusefs.Options{EntryTimeout: -1, AttrTimeout: -1})
+	wd := fusetest.Watch(t, m.dir, 30*time.Second)
+	sub := m.path("sub dir")
+	check(t, os.Mkdir(sub, 0o755))
+	var stop atomic.Bool
+	gcDone := make(chan struct{})
+	go func() {
+		defer close(gcDone)
+		for !stop.Load() {
+			runtime.GC()
+		}
+	}()
+	for i := 0; i < 100 && !wd.Fired(); i++ {
+		out, err := commandIn(sub, "pwd").CombinedOutput()
+		if err != nil || string(out) != sub+"\n" {
+			t.Errorf("run %d: pwd: %q, %v; want %q", i, out, err, sub)
+			break
+		}
+	}
+	stop.Store(true)
+	<-gcDone
+	wd.Stop()
+	m.unmount()
+}
+
 // sh runs name with args in dir (fixed git identity and dates) and returns
 // its output; it fails the test on an error.
 func sh(t *testing.T, dir, name string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(name, args...)
-	cmd.Dir = dir
+	cmd := commandIn(dir, name, args...)
 	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=a", "GIT_AUTHOR_EMAIL=a@example.com",
 		"GIT_COMMITTER_NAME=a", "GIT_COMMITTER_EMAIL=a@example.com",
 		"GIT_AUTHOR_DATE=2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE=2026-01-01T00:00:00Z",
@@ -90,6 +126,21 @@ func sh(t *testing.T, dir, name string, args ...string) string {
 		t.Fatalf("%s %s in %s: %v\n%s", name, strings.Join(args, " "), dir, err, out)
 	}
 	return string(out)
+}
+
+// commandIn is exec.Command(name, args...) run in dir, which may be on a
+// mount this process serves. exec.Cmd.Dir must not be: Go starts a child
+// with vfork, and the child changes to Dir before its exec while the
+// parent's thread waits in clone without giving up its P. The child's
+// lookups on the mount need this process's goroutines, and a garbage
+// collection starting then stops them and waits for that thread: the
+// process hangs for good (TestCommandInMount). So the child execs
+// /bin/sh, which is not on the mount, and the shell changes to dir.
+func commandIn(dir, name string, args ...string) *exec.Cmd {
+	if dir == "" {
+		return exec.Command(name, args...)
+	}
+	return exec.Command("/bin/sh", append([]string{"-c", `cd "$0" && exec "$@"`, dir, name}, args...)...)
 }
 
 // firstDiff returns the first differing lines of a and b.

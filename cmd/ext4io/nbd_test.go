@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,12 +34,16 @@ func TestNBDURIs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { srv.Process.Kill(); srv.Wait() }()
+	// Wait until the socket accepts connections: nbdkit creates the
+	// file at bind and listens only after, and a connection between the
+	// two is refused.
 	for i := 0; ; i++ {
-		if _, err := os.Stat(sock); err == nil {
+		if c, err := net.Dial("unix", sock); err == nil {
+			c.Close()
 			break
 		}
-		if i == 100 {
-			t.Fatal("nbdkit did not create its socket in 5 s")
+		if i == 200 {
+			t.Fatal("nbdkit did not listen on its socket in 10 s")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
