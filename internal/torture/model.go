@@ -7,6 +7,7 @@ import (
 	"hash/maphash"
 	"io"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path"
@@ -76,6 +77,13 @@ type worker struct {
 	seen     map[uint64][]byte
 	hseed    maphash.Seed
 	versions []version // with debugVersions
+
+	// atomics holds the round's atomic steps (atomic.go), in order.
+	atomics  []*atomicRec
+	asteps   int // steps that were atomic steps (runWorkers does not count them)
+	aops     int // WriteAtomic and WriteAtomicBatch calls
+	abatches int // WriteAtomicBatch calls of several ranges that succeeded
+	arefused int // calls refused with ErrUnsupported
 }
 
 type version struct {
@@ -281,6 +289,10 @@ func (w *worker) step(faults bool) error {
 		w.xsteps++
 		return w.xattrStep(m, faults)
 	}
+	if m != nil && w.rng.IntN(100) < atomicPct {
+		w.asteps++
+		return w.atomicStep(m, faults)
+	}
 	k := w.rng.IntN(100)
 	if m == nil || len(w.files) < 2 && k < 50 {
 		k = 0
@@ -319,6 +331,7 @@ func (w *worker) step(faults bool) error {
 		next := resize(bytes.Clone(m.data), max(len(m.data), off+n))
 		copy(next[off:], p)
 		w.addVersion(next)
+		w.invalidate(m.name, int64(off), int64(off+n))
 		w.pre(op)
 		if _, err = m.f.WriteAt(p, int64(off)); err == nil {
 			m.data = next
@@ -330,6 +343,7 @@ func (w *worker) step(faults bool) error {
 		m.synced = nil
 		next := resize(bytes.Clone(m.data), size)
 		w.addVersion(next)
+		w.invalidate(m.name, int64(size), math.MaxInt64)
 		w.pre(op)
 		if err = m.f.Truncate(int64(size)); err == nil {
 			m.data = next
@@ -344,6 +358,9 @@ func (w *worker) step(faults bool) error {
 		m.synced = nil
 		next := fallocModel(bytes.Clone(m.data), mode, off, n)
 		w.addVersion(next)
+		if mode != ext4io.FallocAllocate && mode != ext4io.FallocKeepSize {
+			w.invalidate(m.name, int64(off), int64(off+n))
+		}
 		w.pre(op)
 		if err = m.f.Fallocate(mode, int64(off), int64(n)); err == nil {
 			m.data = next
@@ -361,6 +378,8 @@ func (w *worker) step(faults bool) error {
 		w.touch(m.name, to)
 		m.synced = nil
 		m.xcands = nil
+		w.invalidateFile(m.name)
+		w.invalidateFile(to)
 		w.pre(op, to)
 		if err = w.v.Rename(path.Join(w.dir, m.name), path.Join(w.dir, to)); err == nil {
 			if o := w.files[to]; o != nil {
@@ -376,6 +395,7 @@ func (w *worker) step(faults bool) error {
 		w.touch(m.name)
 		m.synced = nil
 		m.xcands = nil
+		w.invalidateFile(m.name)
 		w.pre(op)
 		if err = w.v.Unlink(path.Join(w.dir, m.name)); err == nil {
 			m.f.Close()
@@ -407,10 +427,18 @@ func (w *worker) step(faults bool) error {
 			}
 		}
 	case k < 92: // file sync
+		data := w.rng.IntN(2) == 0
 		op = "fsync " + m.name
+		if data {
+			op = "fdatasync " + m.name
+		}
 		w.logf("%s", op)
 		w.pre(op)
-		if err = m.f.Sync(); err == nil {
+		sync := m.f.Sync
+		if data {
+			sync = m.f.Datasync
+		}
+		if err = sync(); err == nil {
 			m.synced = m.durable()
 			m.syncX()
 		}
@@ -697,7 +725,7 @@ func readAll(v *ext4io.Volume, name string) ([]byte, error) {
 	return got, nil
 }
 
-// runWorkers runs n ops on each worker concurrently, xattr operations not
+// runWorkers runs n ops on each worker concurrently, xattr and atomic steps not
 // counted: they come on top, so that a round does as many data and
 // namespace operations (and syncs) as before they were added.
 func runWorkers(ws []*worker, n int, faults bool) error {
@@ -708,12 +736,12 @@ func runWorkers(ws []*worker, n int, faults bool) error {
 		go func() {
 			defer wg.Done()
 			for j := 0; j < n && !w.stopped; {
-				x := w.xsteps
+				x := w.xsteps + w.asteps
 				if err := w.step(faults); err != nil {
 					errs[i] = err
 					return
 				}
-				if w.xsteps == x {
+				if w.xsteps+w.asteps == x {
 					j++
 				}
 			}

@@ -5,7 +5,8 @@
 // A round formats a device (half the time filled with random bytes first)
 // or continues on the previous round's recovered image, opens it writable and runs random operations (create, buffered
 // and Direct writes, truncate, every implemented fallocate mode, rename,
-// unlink, mkdir/rmdir, File.Sync, Volume.Sync, and Setxattr (create,
+// unlink, mkdir/rmdir, File.Sync, File.Datasync, Volume.Sync, untorn
+// writes (WriteAtomic, WriteAtomicBatch; atomic.go), and Setxattr (create,
 // replace, plain; values from 0 to about 3000 bytes, in the inode or the
 // external block; whole attribute sets the round's workers share, so that
 // external blocks get h_refcount > 1), Getxattr, Listxattr, Removexattr)
@@ -46,8 +47,12 @@
 // Getxattr must give one of the sets the file had between its last sync
 // (File.Sync or Volume.Sync) and the crash point.
 //
-// Invariants checked: a synced state survives a crash at any point, and no
-// crash exposes stale blocks. Goroutine interleaving is not deterministic,
+// Untorn writes are modeled per atomic step (atomic.go): after a crash,
+// each unit (a whole batch) reads entirely new or entirely not new, and
+// overlapping concurrent units as some serial order of them.
+//
+// Invariants checked: a synced state survives a crash at any point, no
+// crash exposes stale blocks, and no crash tears an atomic write. Goroutine interleaving is not deterministic,
 // so a seed reproduces the operation sequence of each goroutine but not
 // their interleaving.
 //
@@ -126,12 +131,17 @@ type Summary struct {
 	// ext4io instead; StaleHeadLinux those of them Linux's mount recovered
 	// and that passed the same checks.
 	StaleHead, StaleHeadLinux int
+	// AtomicWrites counts WriteAtomic and WriteAtomicBatch calls (atomic.go),
+	// AtomicBatches the batches of several ranges that succeeded,
+	// AtomicRefused the calls refused with ErrUnsupported, and
+	// AtomicChecks the units checked untorn in crash images.
+	AtomicWrites, AtomicBatches, AtomicRefused, AtomicChecks int
 }
 
 func (s Summary) String() string {
-	return fmt.Sprintf("rounds=%d ops=%d xattr-ops=%d device-ops=%d crashes=%d (at a flush %d) recovered(ext4io)=%d recovered(e2fsck)=%d e2fsck-runs=%d fault-rounds=%d io-errors=%d enospc-rounds=%d file-rounds=%d refused-opens=%d ro-opens=%d stale-head(e2fsck failed; ext4io checked)=%d (Linux checked %d) failures=%d",
+	return fmt.Sprintf("rounds=%d ops=%d xattr-ops=%d device-ops=%d crashes=%d (at a flush %d) recovered(ext4io)=%d recovered(e2fsck)=%d e2fsck-runs=%d fault-rounds=%d io-errors=%d enospc-rounds=%d file-rounds=%d refused-opens=%d ro-opens=%d stale-head(e2fsck failed; ext4io checked)=%d (Linux checked %d) atomic-writes=%d (batches %d, refused %d) atomic-checks=%d failures=%d",
 		s.Rounds, s.Operations, s.XattrOps, s.DeviceOps, s.Crashes, s.CrashPointsAtFlush, s.RecoveredByExt4io, s.RecoveredByE2fsck, s.E2fsckRuns,
-		s.FaultRounds, s.IOErrorsInjected, s.ENOSPCRounds, s.FileRounds, s.RefusedOpens, s.ReadOnlyOpens, s.StaleHead, s.StaleHeadLinux, s.Failures)
+		s.FaultRounds, s.IOErrorsInjected, s.ENOSPCRounds, s.FileRounds, s.RefusedOpens, s.ReadOnlyOpens, s.StaleHead, s.StaleHeadLinux, s.AtomicWrites, s.AtomicBatches, s.AtomicRefused, s.AtomicChecks, s.Failures)
 }
 
 // runner is the state of one Run; used by one goroutine.
@@ -338,6 +348,9 @@ func (r *runner) doRound(seed uint64) ([]*worker, *memdev.Device, error) {
 	for _, w := range ws {
 		r.sum.Operations += w.ops
 		r.sum.XattrOps += w.xops
+		r.sum.AtomicWrites += w.aops
+		r.sum.AtomicBatches += w.abatches
+		r.sum.AtomicRefused += w.arefused
 	}
 	r.sum.IOErrorsInjected += int(counter.Failed(errordev.Write) + counter.Failed(errordev.Flush) + counter.Failed(errordev.ZeroOut))
 	if err != nil {
@@ -496,6 +509,11 @@ func (r *runner) recoverAndCheck(img *memdev.Device, ws []*worker, p int, rng *r
 			}
 			if err := w.checkAt(v, s); err != nil {
 				return fmt.Errorf("%s: %s operation %q, log %d: %w", w.dir, map[bool]string{true: "in flight", false: "after"}[s.pre], s.op, s.idx, err)
+			}
+			n, err := w.checkAtomic(v, p)
+			r.sum.AtomicChecks += n
+			if err != nil {
+				return fmt.Errorf("%s: %w", w.dir, err)
 			}
 		}
 		return nil
