@@ -59,9 +59,6 @@ import (
 // successful units in some order (never a block of the loser inside an
 // overlap won by another), and that order gives the model's new contents.
 
-// atomicPct is the percentage of steps that are atomic steps (tests raise it).
-var atomicPct = 10
-
 // testHookAtomic, if set, replaces the engine's WriteAtomicBatch in the
 // atomic steps: tests make it non-atomic and expect the model to see it.
 var testHookAtomic func(f *ext4io.File, ws []ext4io.AtomicWrite) (int, error)

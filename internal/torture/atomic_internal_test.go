@@ -87,6 +87,12 @@ func TestAtomicModel(t *testing.T) {
 	copy(ff["f"][5*bs+bs/2:], old[5*bs+bs/2:6*bs])
 	assert.ErrorContains(t, untorn(t, ff, us, bs), "torn")
 
+	// A one-block unit torn inside its block: neither new nor old.
+	d := &atomicUnit{file: "h", ranges: []ext4io.AtomicWrite{{Off: bs, Data: w.randBytes(bs)}}}
+	h := append(make([]byte, bs), d.ranges[0].Data[:bs/2]...)
+	h = append(h, make([]byte, bs/2)...)
+	assert.ErrorContains(t, untorn(t, fakeFiles{"h": h}, []*atomicUnit{d}, bs), "torn")
+
 	// The file's end cuts a new range: new blocks, then none.
 	ff = with(b)
 	ff["f"] = ff["f"][:6*bs]
@@ -136,10 +142,9 @@ func atomicTorture(t *testing.T, seed uint64, rounds int, hook func(f *ext4io.Fi
 	if !hasFsck() {
 		t.Skip("e2fsck not installed")
 	}
-	pct := atomicPct
-	atomicPct, testHookAtomic = 40, hook
-	defer func() { atomicPct, testHookAtomic = pct, nil }()
-	sum, err := Run(Config{Seed: seed, MaxRounds: rounds, Goroutines: 2, DeviceSize: 32 << 20, CrashEvery: 100, CrashPoints: 6, Dir: t.TempDir()})
+	testHookAtomic = hook
+	defer func() { testHookAtomic = nil }()
+	sum, err := Run(Config{AtomicPercent: 40, Seed: seed, MaxRounds: rounds, Goroutines: 2, DeviceSize: 32 << 20, CrashEvery: 100, CrashPoints: 6, Dir: t.TempDir()})
 	t.Logf("summary: %v", sum)
 	if err == nil {
 		require.Positive(t, sum.AtomicChecks, "no atomic unit checked in a crash image")

@@ -25,6 +25,30 @@ import (
 // the model compares them (tests prove the harness can fail).
 var testHookExpect func(name string, want []byte) []byte
 
+// What a crash may leave of a worker's files, by kind of operation:
+//
+//   - plain writes, truncates, fallocates: nothing is promised of a file
+//     changed since its last sync (File.Sync, File.Datasync,
+//     Volume.Sync) but that no block exposes data no version of the
+//     worker's files had (checkStale); a file synced and not changed since
+//     reads exactly as the model says (snap.content).
+//   - untorn writes (atomic.go): each unit, one WriteAtomic or a whole
+//     WriteAtomicBatch, reads entirely with its new bytes or with none of
+//     them; units issued together that overlap read as a serial order of
+//     the ones that made it. The rule holds for a unit from its call
+//     until the first later operation that may change a byte of its
+//     ranges begins: a plain write, truncate or zeroing fallocate
+//     overlapping it, or a later atomic unit overlapping it, or a rename
+//     or unlink of its file. A plain write overlapping an atomic unit thus
+//     ends that unit's check (their mix is legal after a crash: the plain
+//     write may reach the device in part), and an atomic unit after a
+//     plain write is checked as a whole over whatever the plain write left.
+//     A worker's steps run one after the other, so plain writes never run
+//     concurrently with atomic units on its files; only the units of one
+//     atomic step run concurrently, with each other.
+//     Once a sync begun after the unit returned has returned, the unit's
+//     bytes are part of the exact contents above: they must read new.
+
 // mfile is the model of one regular file of a worker.
 type mfile struct {
 	name   string
@@ -79,11 +103,12 @@ type worker struct {
 	versions []version // with debugVersions
 
 	// atomics holds the round's atomic steps (atomic.go), in order.
-	atomics  []*atomicRec
-	asteps   int // steps that were atomic steps (runWorkers does not count them)
-	aops     int // WriteAtomic and WriteAtomicBatch calls
-	abatches int // WriteAtomicBatch calls of several ranges that succeeded
-	arefused int // calls refused with ErrUnsupported
+	atomics   []*atomicRec
+	atomicPct int // percentage of steps that are atomic steps (Config.AtomicPercent)
+	asteps    int // steps that were atomic steps (runWorkers does not count them)
+	aops      int // WriteAtomic and WriteAtomicBatch calls
+	abatches  int // WriteAtomicBatch calls of several ranges that succeeded
+	arefused  int // calls refused with ErrUnsupported
 }
 
 type version struct {
@@ -289,7 +314,7 @@ func (w *worker) step(faults bool) error {
 		w.xsteps++
 		return w.xattrStep(m, faults)
 	}
-	if m != nil && w.rng.IntN(100) < atomicPct {
+	if m != nil && w.rng.IntN(100) < w.atomicPct {
 		w.asteps++
 		return w.atomicStep(m, faults)
 	}

@@ -110,6 +110,10 @@ type Config struct {
 	// images e2fsck fails to recover because of a stale fast-commit HEAD
 	// (stalehead.go); ext4io's recovery is checked either way.
 	NoLinux bool
+	// AtomicPercent is the percentage of steps that are atomic steps
+	// (WriteAtomic, WriteAtomicBatch: atomic.go), on top of the
+	// CrashEvery operations; 0: 10, -1: none.
+	AtomicPercent int
 }
 
 // Summary counts what Run did.
@@ -180,6 +184,12 @@ func Run(cfg Config) (Summary, error) {
 	if cfg.CrashPoints <= 0 {
 		cfg.CrashPoints = 4
 	}
+	switch {
+	case cfg.AtomicPercent == 0:
+		cfg.AtomicPercent = 10
+	case cfg.AtomicPercent < 0:
+		cfg.AtomicPercent = 0
+	}
 	r := &runner{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x70727475))}
 	r.fsck, _ = exec.LookPath("e2fsck")
 	r.linux = !cfg.NoLinux && linuxAvailable()
@@ -228,6 +238,13 @@ func (r *runner) fail(seed uint64, ws []*worker, img *memdev.Device, err error) 
 	}
 	if r.cfg.FastCommit {
 		limit += " --fast-commit"
+	}
+	switch r.cfg.AtomicPercent {
+	case 10:
+	case 0:
+		limit += " --atomic -1"
+	default:
+		limit += fmt.Sprintf(" --atomic %d", r.cfg.AtomicPercent)
 	}
 	return fmt.Errorf("torture: seed %d round %d: %w (saved %s); reproduce (goroutine interleaving varies, so the same round may not fail again): ext4io torture --seed %d %s --goroutines %d --size %d --block-size %d --crash-every %d --crash-points %d (this round alone, on a fresh device: --round-seed %d)",
 		r.cfg.Seed, r.round-1, err, strings.Join(saved, ", "), r.cfg.Seed, limit, r.cfg.Goroutines, r.cfg.DeviceSize, r.cfg.BlockSize, r.cfg.CrashEvery, r.cfg.CrashPoints, seed)
@@ -316,6 +333,7 @@ func (r *runner) doRound(seed uint64) ([]*worker, *memdev.Device, error) {
 	for i := range ws {
 		ws[i] = newWorker(v, fmt.Sprintf("/r%dg%d", r.round, i), rng.Uint64(), r.cfg.BlockSize)
 		ws[i].shared = shared
+		ws[i].atomicPct = r.cfg.AtomicPercent
 		ws[i].clock = rec.Len
 		if err := v.Mkdir(ws[i].dir, 0o755); err != nil {
 			if errors.Is(err, ext4io.ErrNoSpace) {
