@@ -33,9 +33,9 @@ import (
 // in that order covering it, or none when no unit of S covers it: each
 // unit (a whole batch) reads entirely new or entirely not new, and of
 // overlapping concurrent units the one swapped last wins their whole
-// overlap. A block that is neither (more than an eighth of its bytes
-// equal to a covering unit's, yet not all) is a torn block, also a
-// failure. "Not new" is not checked further here: the old contents of
+// overlap. A block that is neither (more than an eighth of its bytes,
+// and more than 16, equal to a covering unit's, yet not all) is a torn
+// block, also a failure. "Not new" is not checked further here: the old contents of
 // an unsynced range are any of the versions since its last sync, and
 // checkStale already requires every block to be some version's.
 //
@@ -356,7 +356,9 @@ func labelBlocks(us []*atomicUnit, bs int, size func(name string) (int64, error)
 					same++
 				}
 			}
-			if same > n/8 {
+			// Random bytes match by chance one time in 256: a few
+			// equal bytes of a short piece at the file's end are chance.
+			if same > max(n/8, 16) {
 				return nil, fmt.Errorf("%s: block at byte %d torn: %d of %d bytes equal to the atomic write's %d", b.file, b.off, same, n, i)
 			}
 		}

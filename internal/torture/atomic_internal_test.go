@@ -93,6 +93,13 @@ func TestAtomicModel(t *testing.T) {
 	h = append(h, make([]byte, bs/2)...)
 	assert.ErrorContains(t, untorn(t, fakeFiles{"h": h}, []*atomicUnit{d}, bs), "torn")
 
+	// A few bytes of the unit's block before the file's end, one of
+	// them equal to the new bytes by chance: none, not torn.
+	h = make([]byte, bs+6)
+	h[bs] = d.ranges[0].Data[0]
+	h[bs+1] = d.ranges[0].Data[1] + 1
+	require.NoError(t, untorn(t, fakeFiles{"h": h}, []*atomicUnit{d}, bs))
+
 	// The file's end cuts a new range: new blocks, then none.
 	ff = with(b)
 	ff["f"] = ff["f"][:6*bs]
