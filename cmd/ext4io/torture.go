@@ -11,7 +11,7 @@ import (
 
 func init() {
 	commands["torture"] = command{
-		usage: "torture [--duration 30s] [--seed N] [--goroutines N] [--size 64M] [--block-size 4096] [--crash-every N] [--crash-points N] [--max-rounds N] [--dir DIR] [--round-seed N] [--fast-commit] [-v]",
+		usage: "torture [--duration 30s] [--seed N] [--goroutines N] [--size 64M] [--block-size 4096] [--crash-every N] [--crash-points N] [--max-rounds N] [--dir DIR] [--round-seed N] [--fast-commit] [--atomic PCT] [-v]",
 		run:   cmdTorture,
 	}
 }
@@ -20,7 +20,8 @@ func init() {
 // (internal/torture): data, namespace and xattr operations, with a second
 // writer that must be refused (ErrBusy) and read-only opens beside each
 // round's writable Volume. The summary counts them (refused-opens,
-// ro-opens, xattr-ops).
+// ro-opens, xattr-ops), and untorn writes checked after crashes
+// (atomic-writes, atomic-checks).
 func cmdTorture(args []string, w io.Writer) error {
 	fs := newFlags("torture")
 	dur := fs.Duration("duration", 30*time.Second, "how long to run")
@@ -35,11 +36,12 @@ func cmdTorture(args []string, w io.Writer) error {
 	roundSeed := fs.Uint64("round-seed", 0, "run only the round with this round seed, on a fresh device")
 	verbose := fs.Bool("v", false, "log each round")
 	fastCommit := fs.Bool("fast-commit", false, "format with fast_commit: fsyncs write fast commits")
+	atomicPct := fs.Int("atomic", 0, "percentage of steps that are untorn writes (WriteAtomic, WriteAtomicBatch); 0: 10, -1: none")
 	if _, err := parseArgs(fs, args, 0, 0); err != nil {
 		return err
 	}
-	if *gor <= 0 || *every <= 0 || *dur <= 0 || *points <= 0 || *maxRounds < 0 {
-		return fmt.Errorf("%w: --goroutines, --crash-every, --duration and --crash-points must be positive, --max-rounds not negative", errUsage)
+	if *gor <= 0 || *every <= 0 || *dur <= 0 || *points <= 0 || *maxRounds < 0 || *atomicPct < -1 || *atomicPct > 100 {
+		return fmt.Errorf("%w: --goroutines, --crash-every, --duration and --crash-points must be positive, --max-rounds not negative, --atomic from -1 to 100", errUsage)
 	}
 	n, err := parseSize(*size)
 	if err != nil {
@@ -50,7 +52,7 @@ func cmdTorture(args []string, w io.Writer) error {
 	}
 	fmt.Fprintf(w, "torture: seed %d duration %s\n", *seed, *dur)
 	cfg := torture.Config{Seed: *seed, Duration: *dur, Goroutines: *gor, DeviceSize: n, BlockSize: *bs,
-		CrashEvery: *every, CrashPoints: *points, MaxRounds: *maxRounds, Dir: *dir, RoundSeed: *roundSeed, FastCommit: *fastCommit}
+		CrashEvery: *every, CrashPoints: *points, MaxRounds: *maxRounds, Dir: *dir, RoundSeed: *roundSeed, FastCommit: *fastCommit, AtomicPercent: *atomicPct}
 	if *verbose {
 		cfg.Log = w
 	}

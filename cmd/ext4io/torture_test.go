@@ -14,6 +14,7 @@ func TestTortureFlags(t *testing.T) {
 		{"torture", "--duration", "nope"},
 		{"torture", "--crash-points", "0"},
 		{"torture", "--max-rounds", "-1"},
+		{"torture", "--atomic", "101"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(args, &out, &errb); code != 2 || !strings.Contains(errb.String(), "usage: ext4io torture") {

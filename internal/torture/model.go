@@ -7,6 +7,7 @@ import (
 	"hash/maphash"
 	"io"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path"
@@ -23,6 +24,30 @@ import (
 // testHookExpect, if set, may alter the expected contents of a file before
 // the model compares them (tests prove the harness can fail).
 var testHookExpect func(name string, want []byte) []byte
+
+// What a crash may leave of a worker's files, by kind of operation:
+//
+//   - plain writes, truncates, fallocates: nothing is promised of a file
+//     changed since its last sync (File.Sync, File.Datasync,
+//     Volume.Sync) but that no block exposes data no version of the
+//     worker's files had (checkStale); a file synced and not changed since
+//     reads exactly as the model says (snap.content).
+//   - untorn writes (atomic.go): each unit, one WriteAtomic or a whole
+//     WriteAtomicBatch, reads entirely with its new bytes or with none of
+//     them; units issued together that overlap read as a serial order of
+//     the ones that made it. The rule holds for a unit from its call
+//     until the first later operation that may change a byte of its
+//     ranges begins: a plain write, truncate or zeroing fallocate
+//     overlapping it, or a later atomic unit overlapping it, or a rename
+//     or unlink of its file. A plain write overlapping an atomic unit thus
+//     ends that unit's check (their mix is legal after a crash: the plain
+//     write may reach the device in part), and an atomic unit after a
+//     plain write is checked as a whole over whatever the plain write left.
+//     A worker's steps run one after the other, so plain writes never run
+//     concurrently with atomic units on its files; only the units of one
+//     atomic step run concurrently, with each other.
+//     Once a sync begun after the unit returned has returned, the unit's
+//     bytes are part of the exact contents above: they must read new.
 
 // mfile is the model of one regular file of a worker.
 type mfile struct {
@@ -76,6 +101,14 @@ type worker struct {
 	seen     map[uint64][]byte
 	hseed    maphash.Seed
 	versions []version // with debugVersions
+
+	// atomics holds the round's atomic steps (atomic.go), in order.
+	atomics   []*atomicRec
+	atomicPct int // percentage of steps that are atomic steps (Config.AtomicPercent)
+	asteps    int // steps that were atomic steps (runWorkers does not count them)
+	aops      int // WriteAtomic and WriteAtomicBatch calls
+	abatches  int // WriteAtomicBatch calls of several ranges that succeeded
+	arefused  int // calls refused with ErrUnsupported
 }
 
 type version struct {
@@ -281,6 +314,10 @@ func (w *worker) step(faults bool) error {
 		w.xsteps++
 		return w.xattrStep(m, faults)
 	}
+	if m != nil && w.rng.IntN(100) < w.atomicPct {
+		w.asteps++
+		return w.atomicStep(m, faults)
+	}
 	k := w.rng.IntN(100)
 	if m == nil || len(w.files) < 2 && k < 50 {
 		k = 0
@@ -319,6 +356,7 @@ func (w *worker) step(faults bool) error {
 		next := resize(bytes.Clone(m.data), max(len(m.data), off+n))
 		copy(next[off:], p)
 		w.addVersion(next)
+		w.invalidate(m.name, int64(off), int64(off+n))
 		w.pre(op)
 		if _, err = m.f.WriteAt(p, int64(off)); err == nil {
 			m.data = next
@@ -330,6 +368,7 @@ func (w *worker) step(faults bool) error {
 		m.synced = nil
 		next := resize(bytes.Clone(m.data), size)
 		w.addVersion(next)
+		w.invalidate(m.name, int64(size), math.MaxInt64)
 		w.pre(op)
 		if err = m.f.Truncate(int64(size)); err == nil {
 			m.data = next
@@ -344,6 +383,9 @@ func (w *worker) step(faults bool) error {
 		m.synced = nil
 		next := fallocModel(bytes.Clone(m.data), mode, off, n)
 		w.addVersion(next)
+		if mode != ext4io.FallocAllocate && mode != ext4io.FallocKeepSize {
+			w.invalidate(m.name, int64(off), int64(off+n))
+		}
 		w.pre(op)
 		if err = m.f.Fallocate(mode, int64(off), int64(n)); err == nil {
 			m.data = next
@@ -361,6 +403,8 @@ func (w *worker) step(faults bool) error {
 		w.touch(m.name, to)
 		m.synced = nil
 		m.xcands = nil
+		w.invalidateFile(m.name)
+		w.invalidateFile(to)
 		w.pre(op, to)
 		if err = w.v.Rename(path.Join(w.dir, m.name), path.Join(w.dir, to)); err == nil {
 			if o := w.files[to]; o != nil {
@@ -376,6 +420,7 @@ func (w *worker) step(faults bool) error {
 		w.touch(m.name)
 		m.synced = nil
 		m.xcands = nil
+		w.invalidateFile(m.name)
 		w.pre(op)
 		if err = w.v.Unlink(path.Join(w.dir, m.name)); err == nil {
 			m.f.Close()
@@ -407,10 +452,18 @@ func (w *worker) step(faults bool) error {
 			}
 		}
 	case k < 92: // file sync
+		data := w.rng.IntN(2) == 0
 		op = "fsync " + m.name
+		if data {
+			op = "fdatasync " + m.name
+		}
 		w.logf("%s", op)
 		w.pre(op)
-		if err = m.f.Sync(); err == nil {
+		sync := m.f.Sync
+		if data {
+			sync = m.f.Datasync
+		}
+		if err = sync(); err == nil {
 			m.synced = m.durable()
 			m.syncX()
 		}
@@ -697,7 +750,7 @@ func readAll(v *ext4io.Volume, name string) ([]byte, error) {
 	return got, nil
 }
 
-// runWorkers runs n ops on each worker concurrently, xattr operations not
+// runWorkers runs n ops on each worker concurrently, xattr and atomic steps not
 // counted: they come on top, so that a round does as many data and
 // namespace operations (and syncs) as before they were added.
 func runWorkers(ws []*worker, n int, faults bool) error {
@@ -708,12 +761,12 @@ func runWorkers(ws []*worker, n int, faults bool) error {
 		go func() {
 			defer wg.Done()
 			for j := 0; j < n && !w.stopped; {
-				x := w.xsteps
+				x := w.xsteps + w.asteps
 				if err := w.step(faults); err != nil {
 					errs[i] = err
 					return
 				}
-				if w.xsteps == x {
+				if w.xsteps+w.asteps == x {
 					j++
 				}
 			}

@@ -24,6 +24,9 @@ import (
 // (TORTURE_MUTANTS may instead list tags, comma-separated, to run only
 // those; TORTURE_MUTANT_SEEDS a comma-separated list of seeds). It builds
 // the package's test binary once per tag and runs TestMutantTarget in it.
+// The untorn-write mutants are not build tags but replacements of the
+// atomic write in the harness (testHookAtomic), run by the ordinary tests
+// TestAtomicMutantInPlace and TestAtomicMutantTwoTransactions.
 const mutantRounds = 200
 
 var mutantSeeds = []uint64{1, 2, 3}

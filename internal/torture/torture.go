@@ -5,7 +5,8 @@
 // A round formats a device (half the time filled with random bytes first)
 // or continues on the previous round's recovered image, opens it writable and runs random operations (create, buffered
 // and Direct writes, truncate, every implemented fallocate mode, rename,
-// unlink, mkdir/rmdir, File.Sync, Volume.Sync, and Setxattr (create,
+// unlink, mkdir/rmdir, File.Sync, File.Datasync, Volume.Sync, untorn
+// writes (WriteAtomic, WriteAtomicBatch; atomic.go), and Setxattr (create,
 // replace, plain; values from 0 to about 3000 bytes, in the inode or the
 // external block; whole attribute sets the round's workers share, so that
 // external blocks get h_refcount > 1), Getxattr, Listxattr, Removexattr)
@@ -46,8 +47,12 @@
 // Getxattr must give one of the sets the file had between its last sync
 // (File.Sync or Volume.Sync) and the crash point.
 //
-// Invariants checked: a synced state survives a crash at any point, and no
-// crash exposes stale blocks. Goroutine interleaving is not deterministic,
+// Untorn writes are modeled per atomic step (atomic.go): after a crash,
+// each unit (a whole batch) reads entirely new or entirely not new, and
+// overlapping concurrent units as some serial order of them.
+//
+// Invariants checked: a synced state survives a crash at any point, no
+// crash exposes stale blocks, and no crash tears an atomic write. Goroutine interleaving is not deterministic,
 // so a seed reproduces the operation sequence of each goroutine but not
 // their interleaving.
 //
@@ -105,6 +110,10 @@ type Config struct {
 	// images e2fsck fails to recover because of a stale fast-commit HEAD
 	// (stalehead.go); ext4io's recovery is checked either way.
 	NoLinux bool
+	// AtomicPercent is the percentage of steps that are atomic steps
+	// (WriteAtomic, WriteAtomicBatch: atomic.go), on top of the
+	// CrashEvery operations; 0: 10, -1: none.
+	AtomicPercent int
 }
 
 // Summary counts what Run did.
@@ -126,12 +135,17 @@ type Summary struct {
 	// ext4io instead; StaleHeadLinux those of them Linux's mount recovered
 	// and that passed the same checks.
 	StaleHead, StaleHeadLinux int
+	// AtomicWrites counts WriteAtomic and WriteAtomicBatch calls (atomic.go),
+	// AtomicBatches the batches of several ranges that succeeded,
+	// AtomicRefused the calls refused with ErrUnsupported, and
+	// AtomicChecks the units checked untorn in crash images.
+	AtomicWrites, AtomicBatches, AtomicRefused, AtomicChecks int
 }
 
 func (s Summary) String() string {
-	return fmt.Sprintf("rounds=%d ops=%d xattr-ops=%d device-ops=%d crashes=%d (at a flush %d) recovered(ext4io)=%d recovered(e2fsck)=%d e2fsck-runs=%d fault-rounds=%d io-errors=%d enospc-rounds=%d file-rounds=%d refused-opens=%d ro-opens=%d stale-head(e2fsck failed; ext4io checked)=%d (Linux checked %d) failures=%d",
+	return fmt.Sprintf("rounds=%d ops=%d xattr-ops=%d device-ops=%d crashes=%d (at a flush %d) recovered(ext4io)=%d recovered(e2fsck)=%d e2fsck-runs=%d fault-rounds=%d io-errors=%d enospc-rounds=%d file-rounds=%d refused-opens=%d ro-opens=%d stale-head(e2fsck failed; ext4io checked)=%d (Linux checked %d) atomic-writes=%d (batches %d, refused %d) atomic-checks=%d failures=%d",
 		s.Rounds, s.Operations, s.XattrOps, s.DeviceOps, s.Crashes, s.CrashPointsAtFlush, s.RecoveredByExt4io, s.RecoveredByE2fsck, s.E2fsckRuns,
-		s.FaultRounds, s.IOErrorsInjected, s.ENOSPCRounds, s.FileRounds, s.RefusedOpens, s.ReadOnlyOpens, s.StaleHead, s.StaleHeadLinux, s.Failures)
+		s.FaultRounds, s.IOErrorsInjected, s.ENOSPCRounds, s.FileRounds, s.RefusedOpens, s.ReadOnlyOpens, s.StaleHead, s.StaleHeadLinux, s.AtomicWrites, s.AtomicBatches, s.AtomicRefused, s.AtomicChecks, s.Failures)
 }
 
 // runner is the state of one Run; used by one goroutine.
@@ -169,6 +183,12 @@ func Run(cfg Config) (Summary, error) {
 	}
 	if cfg.CrashPoints <= 0 {
 		cfg.CrashPoints = 4
+	}
+	switch {
+	case cfg.AtomicPercent == 0:
+		cfg.AtomicPercent = 10
+	case cfg.AtomicPercent < 0:
+		cfg.AtomicPercent = 0
 	}
 	r := &runner{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x70727475))}
 	r.fsck, _ = exec.LookPath("e2fsck")
@@ -218,6 +238,13 @@ func (r *runner) fail(seed uint64, ws []*worker, img *memdev.Device, err error) 
 	}
 	if r.cfg.FastCommit {
 		limit += " --fast-commit"
+	}
+	switch r.cfg.AtomicPercent {
+	case 10:
+	case 0:
+		limit += " --atomic -1"
+	default:
+		limit += fmt.Sprintf(" --atomic %d", r.cfg.AtomicPercent)
 	}
 	return fmt.Errorf("torture: seed %d round %d: %w (saved %s); reproduce (goroutine interleaving varies, so the same round may not fail again): ext4io torture --seed %d %s --goroutines %d --size %d --block-size %d --crash-every %d --crash-points %d (this round alone, on a fresh device: --round-seed %d)",
 		r.cfg.Seed, r.round-1, err, strings.Join(saved, ", "), r.cfg.Seed, limit, r.cfg.Goroutines, r.cfg.DeviceSize, r.cfg.BlockSize, r.cfg.CrashEvery, r.cfg.CrashPoints, seed)
@@ -306,6 +333,7 @@ func (r *runner) doRound(seed uint64) ([]*worker, *memdev.Device, error) {
 	for i := range ws {
 		ws[i] = newWorker(v, fmt.Sprintf("/r%dg%d", r.round, i), rng.Uint64(), r.cfg.BlockSize)
 		ws[i].shared = shared
+		ws[i].atomicPct = r.cfg.AtomicPercent
 		ws[i].clock = rec.Len
 		if err := v.Mkdir(ws[i].dir, 0o755); err != nil {
 			if errors.Is(err, ext4io.ErrNoSpace) {
@@ -338,6 +366,9 @@ func (r *runner) doRound(seed uint64) ([]*worker, *memdev.Device, error) {
 	for _, w := range ws {
 		r.sum.Operations += w.ops
 		r.sum.XattrOps += w.xops
+		r.sum.AtomicWrites += w.aops
+		r.sum.AtomicBatches += w.abatches
+		r.sum.AtomicRefused += w.arefused
 	}
 	r.sum.IOErrorsInjected += int(counter.Failed(errordev.Write) + counter.Failed(errordev.Flush) + counter.Failed(errordev.ZeroOut))
 	if err != nil {
@@ -496,6 +527,11 @@ func (r *runner) recoverAndCheck(img *memdev.Device, ws []*worker, p int, rng *r
 			}
 			if err := w.checkAt(v, s); err != nil {
 				return fmt.Errorf("%s: %s operation %q, log %d: %w", w.dir, map[bool]string{true: "in flight", false: "after"}[s.pre], s.op, s.idx, err)
+			}
+			n, err := w.checkAtomic(v, p)
+			r.sum.AtomicChecks += n
+			if err != nil {
+				return fmt.Errorf("%s: %w", w.dir, err)
 			}
 		}
 		return nil
