@@ -1,0 +1,96 @@
+package ext4io_test
+
+import (
+	"math/rand/v2"
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ext4io/ext4io"
+	"github.com/ext4io/ext4io/blockdev/memdev"
+	"github.com/ext4io/ext4io/ext4iotest"
+)
+
+// TestFastCommitAtomicCounters: an atomic 16 KiB page write followed by
+// Datasync costs 2 device writes (the page in its new blocks, the
+// fast-commit block with its ADD_RANGE and INODE tags) and 2 flushes
+// (before and after that block) with fast commits, as an emulated
+// doublewrite does; without fast commits the swap is a full jbd2 commit:
+// 3 writes (the page, the log run, the commit block) and 2 flushes. The
+// file has 4 pages, so its tree stays in i_block (at most 4 extents) and
+// its fsyncs stay eligible.
+func TestFastCommitAtomicCounters(t *testing.T) {
+	const (
+		page  = 16 << 10
+		pages = 4
+		n     = 60
+	)
+	for _, tc := range []struct {
+		name       string
+		fc         bool
+		minW, maxW float64
+	}{
+		{"fastcommit", true, 2, 2},
+		{"full", false, 3, 3.3}, // a checkpoint now and then
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := memdev.New(256 << 20)
+			// A 16384-block log: its 256-block fast-commit area holds the
+			// fast commits below (one block each).
+			require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{FastCommit: tc.fc, NoDiscard: true, JournalBlocks: 16384}))
+			dev := &countDev{Device: base}
+			v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1, CommitInterval: -1})
+			require.NoError(t, err)
+			f, err := v.OpenFile("db", os.O_RDWR|os.O_CREATE|ext4io.O_DIRECT, 0o644)
+			require.NoError(t, err)
+			want := make([]byte, pages*page)
+			_, err = f.WriteAt(want, 0)
+			require.NoError(t, err)
+			require.NoError(t, v.Sync())
+			rng := rand.New(rand.NewPCG(1, 2))
+			write := func() {
+				off := rng.IntN(pages) * page
+				p := want[off : off+page]
+				for i := range p {
+					p[i] = byte(rng.Uint32())
+				}
+				_, err := f.WriteAtomic(p, int64(off))
+				require.NoError(t, err)
+				require.NoError(t, f.Datasync())
+			}
+			// Warm up: the first fast commit after a full commit
+			// checkpoints the log and starts the area.
+			for range 3 {
+				write()
+			}
+			c0 := v.Counters()
+			w0, f0 := dev.writes.Load(), dev.flushes.Load()
+			for range n {
+				write()
+			}
+			writes := float64(dev.writes.Load()-w0) / n
+			flushes := float64(dev.flushes.Load()-f0) / n
+			c := v.Counters()
+			t.Logf("%s: %.2f device writes, %.2f flushes per atomic 16 KiB write + Datasync (fast commits %d, fallbacks %d)",
+				tc.name, writes, flushes, c.FastCommits-c0.FastCommits, c.FastCommitFallbacks-c0.FastCommitFallbacks)
+			assert.GreaterOrEqual(t, writes, tc.minW)
+			assert.LessOrEqual(t, writes, tc.maxW)
+			assert.EqualValues(t, 2, flushes)
+			if tc.fc {
+				assert.EqualValues(t, n, c.FastCommits-c0.FastCommits, "every Datasync a fast commit")
+				assert.Zero(t, c.FastCommitFallbacks-c0.FastCommitFallbacks)
+			} else {
+				assert.Zero(t, c.FastCommits)
+			}
+			got := make([]byte, len(want))
+			_, err = f.ReadAt(got, 0)
+			require.NoError(t, err)
+			require.Equal(t, want, got)
+			require.NoError(t, f.Close())
+			require.NoError(t, v.Close())
+			ext4iotest.FsckDev(t, base)
+		})
+	}
+}
