@@ -30,10 +30,16 @@ func TestFastCommitAtomicCounters(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		fc         bool
+		deep       bool // the file's extent tree is deeper than i_block
 		minW, maxW float64
 	}{
-		{"fastcommit", true, 2, 2},
-		{"full", false, 3, 3.3}, // a checkpoint now and then
+		{"fastcommit", true, false, 2, 2},
+		{"full", false, false, 3, 3.3}, // a checkpoint now and then
+		// A file of more than 4 extents falls back to full commits
+		// (fcInodeTags), each as cheap as without fast commits: the
+		// fallback is found before the log's checkpoint that the first
+		// fast commit of an area needs.
+		{"fastcommit-deep-tree", true, true, 3, 3.3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			base := memdev.New(256 << 20)
@@ -48,6 +54,14 @@ func TestFastCommitAtomicCounters(t *testing.T) {
 			want := make([]byte, pages*page)
 			_, err = f.WriteAt(want, 0)
 			require.NoError(t, err)
+			if tc.deep {
+				// 16 blocks after the pages, every other one written: 8
+				// extents the writes below leave alone.
+				for b := int64(pages * page / 4096); b < pages*page/4096+16; b += 2 {
+					_, err = f.WriteAt(make([]byte, 4096), b*4096)
+					require.NoError(t, err)
+				}
+			}
 			require.NoError(t, v.Sync())
 			rng := rand.New(rand.NewPCG(1, 2))
 			write := func() {
@@ -65,6 +79,13 @@ func TestFastCommitAtomicCounters(t *testing.T) {
 			for range 3 {
 				write()
 			}
+			exts, err := f.Extents()
+			require.NoError(t, err)
+			if tc.deep {
+				require.Greater(t, len(exts), 4)
+			} else {
+				require.LessOrEqual(t, len(exts), 4)
+			}
 			c0 := v.Counters()
 			w0, f0 := dev.writes.Load(), dev.flushes.Load()
 			for range n {
@@ -78,13 +99,18 @@ func TestFastCommitAtomicCounters(t *testing.T) {
 			assert.GreaterOrEqual(t, writes, tc.minW)
 			assert.LessOrEqual(t, writes, tc.maxW)
 			assert.EqualValues(t, 2, flushes)
-			if tc.fc {
+			switch {
+			case tc.deep:
+				assert.Zero(t, c.FastCommits-c0.FastCommits)
+				assert.EqualValues(t, n, c.FastCommitFallbacks-c0.FastCommitFallbacks, "every Datasync a full commit")
+				assert.Zero(t, c.JournalCheckpoints-c0.JournalCheckpoints, "no checkpoint for a fast commit not written")
+			case tc.fc:
 				assert.EqualValues(t, n, c.FastCommits-c0.FastCommits, "every Datasync a fast commit")
 				assert.Zero(t, c.FastCommitFallbacks-c0.FastCommitFallbacks)
-			} else {
+			default:
 				assert.Zero(t, c.FastCommits)
 			}
-			got := make([]byte, len(want))
+			got := make([]byte, len(want)) // the pages
 			_, err = f.ReadAt(got, 0)
 			require.NoError(t, err)
 			require.Equal(t, want, got)
