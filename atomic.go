@@ -94,7 +94,9 @@ import (
 // extent tree is deeper than i_block (more than four extents, the usual
 // state of a file written at random this way) still commits in full, as
 // every fsync of such a file does (fcInodeTags: e2fsck 1.47.0's replay
-// rebuilds the tree with blocks a later ADD_RANGE may map).
+// rebuilds the tree with blocks a later ADD_RANGE may map), and so does
+// every swap on a volume opened with Tuning.FastCommitOneFlush, whose
+// fast commits do not flush the data before the tags that map it.
 //
 // Where the device guarantees untorn writes of the size
 // (blockdev.AtomicWriter) and the range lies in written blocks of one
@@ -466,6 +468,14 @@ func (f *File) atomicSwap(rs []atomicRange, total int64) error {
 	// freeing the old blocks (ErrIO, ErrCorrupt), which stops the volume
 	// (endOpErr) so that no commit holds the half-done swap. The unmapped
 	// blocks reach freeMapped (treeAlloc).
+	if f.v.opts.Tuning.FastCommitOneFlush {
+		// One flush would let the fast commit's tags reach the device
+		// with the new blocks' data still in flight: a crash could then
+		// map the range to blocks that hold neither the old nor the new
+		// data. Inside the operation, so that the full commit that ends
+		// the ineligibility is the one holding the swap.
+		f.v.fcIneligible("atomic write remap with FastCommitOneFlush")
+	}
 	swaps := make([]extent.ReplaceRange, len(rs))
 	for i, r := range rs {
 		swaps[i] = extent.ReplaceRange{Lblk: uint32(r.lblk), Len: uint32(r.nblk), With: r.runs}

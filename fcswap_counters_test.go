@@ -31,15 +31,19 @@ func TestFastCommitAtomicCounters(t *testing.T) {
 		name       string
 		fc         bool
 		deep       bool // the file's extent tree is deeper than i_block
+		oneFlush   bool // Tuning.FastCommitOneFlush
 		minW, maxW float64
 	}{
-		{"fastcommit", true, false, 2, 2},
-		{"full", false, false, 3, 3.3}, // a checkpoint now and then
+		{"fastcommit", true, false, false, 2, 2},
+		{"full", false, false, false, 3, 3.3}, // a checkpoint now and then
 		// A file of more than 4 extents falls back to full commits
 		// (fcInodeTags), each as cheap as without fast commits: the
 		// fallback is found before the log's checkpoint that the first
 		// fast commit of an area needs.
-		{"fastcommit-deep-tree", true, true, 3, 3.3},
+		{"fastcommit-deep-tree", true, true, false, 3, 3.3},
+		// With one flush per fast commit the tags could reach the device
+		// before the page: swaps commit in full.
+		{"fastcommit-oneflush", true, false, true, 3, 3.3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			base := memdev.New(256 << 20)
@@ -47,7 +51,8 @@ func TestFastCommitAtomicCounters(t *testing.T) {
 			// fast commits below (one block each).
 			require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{FastCommit: tc.fc, NoDiscard: true, JournalBlocks: 16384}))
 			dev := &countDev{Device: base}
-			v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1, CommitInterval: -1})
+			v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1, CommitInterval: -1,
+				Tuning: ext4io.Tuning{FastCommitOneFlush: tc.oneFlush}})
 			require.NoError(t, err)
 			f, err := v.OpenFile("db", os.O_RDWR|os.O_CREATE|ext4io.O_DIRECT, 0o644)
 			require.NoError(t, err)
@@ -100,7 +105,7 @@ func TestFastCommitAtomicCounters(t *testing.T) {
 			assert.LessOrEqual(t, writes, tc.maxW)
 			assert.EqualValues(t, 2, flushes)
 			switch {
-			case tc.deep:
+			case tc.deep, tc.oneFlush:
 				assert.Zero(t, c.FastCommits-c0.FastCommits)
 				assert.EqualValues(t, n, c.FastCommitFallbacks-c0.FastCommitFallbacks, "every Datasync a full commit")
 				assert.Zero(t, c.JournalCheckpoints-c0.JournalCheckpoints, "no checkpoint for a fast commit not written")
