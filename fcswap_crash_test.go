@@ -96,7 +96,7 @@ func TestFastCommitAtomicCrash(t *testing.T) {
 		clock atomic.Uint64
 	)
 	const writers = 3
-	perWriter := sized(8, 25, 80)
+	perWriter := sized(8, 16, 80)
 	var fastCommits uint64
 	workload := func(dev blockdev.Device) error {
 		rec := dev.(*errordev.Recorder)
@@ -288,7 +288,7 @@ func TestFastCommitAtomicCrash(t *testing.T) {
 	}
 
 	oracles, pending := 0, 0
-	opts := ext4iotest.SweepOptions{EveryOp: true, MaxPoints: sized(40, 150, 0),
+	opts := ext4iotest.SweepOptions{EveryOp: true, MaxPoints: sized(40, 80, 0),
 		CrashAt: errordev.CrashAtOptions{KeepProb: 0.5, Tear: true, TearUnit: bs}}
 	checked := ext4iotest.CrashSweep(t, start, workload, func(t *testing.T, dev *memdev.Device, rep errordev.CrashReport) {
 		// A read-only open replays in memory and tells whether fast
