@@ -463,11 +463,6 @@ func (f *File) atomicSwap(rs []atomicRange, total int64) error {
 		return fmt.Errorf("ext4io: inode %d: atomic write of %d bytes in %d ranges from %d: its old blocks are scattered so that the swap would change about %d metadata blocks, more than one journal transaction takes here (%d): %w",
 			f.ino, total, len(rs), rs[0].off, c, most, ErrUnsupported)
 	}
-	// One tree mutation for all ranges: on error the tree is unchanged and
-	// the new blocks go back, except for an error while writing the tree or
-	// freeing the old blocks (ErrIO, ErrCorrupt), which stops the volume
-	// (endOpErr) so that no commit holds the half-done swap. The unmapped
-	// blocks reach freeMapped (treeAlloc).
 	if f.v.opts.Tuning.FastCommitOneFlush {
 		// One flush would let the fast commit's tags reach the device
 		// with the new blocks' data still in flight: a crash could then
@@ -476,6 +471,11 @@ func (f *File) atomicSwap(rs []atomicRange, total int64) error {
 		// the ineligibility is the one holding the swap.
 		f.v.fcIneligible("atomic write remap with FastCommitOneFlush")
 	}
+	// One tree mutation for all ranges: on error the tree is unchanged and
+	// the new blocks go back, except for an error while writing the tree or
+	// freeing the old blocks (ErrIO, ErrCorrupt), which stops the volume
+	// (endOpErr) so that no commit holds the half-done swap. The unmapped
+	// blocks reach freeMapped (treeAlloc).
 	swaps := make([]extent.ReplaceRange, len(rs))
 	for i, r := range rs {
 		swaps[i] = extent.ReplaceRange{Lblk: uint32(r.lblk), Len: uint32(r.nblk), With: r.runs}
