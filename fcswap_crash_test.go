@@ -30,10 +30,9 @@ import (
 const fcSwapPlain = 900000
 
 // fcSwapAck is a Datasync (file >= 0), a Volume.Sync (file -1) or the
-// Sync of small file x<k> (file -2-k) that
-// returned: it began at tick start of the workload's clock, and the
-// recorder's log held logLen entries when it returned, the flush that
-// made it durable among them.
+// Sync of small file x<k> (file -2-k) that returned: it began at tick
+// start of the workload's clock, and the recorder's log held logLen
+// entries when it returned, the flush that made it durable among them.
 type fcSwapAck struct {
 	file   int
 	start  uint64
@@ -41,8 +40,9 @@ type fcSwapAck struct {
 }
 
 // TestFastCommitAtomicCrash crashes a workload of atomic writes on a
-// volume with fast commits at every device write and flush, tearing the
-// last write: three writers on six 4-block files (blocks 0-1 written, 2
+// volume with fast commits at device writes and flushes (80 spread over
+// the log, every one with EXT4IO_LONG), tearing the last write: three
+// writers on six 4-block files (blocks 0-1 written, 2
 // unwritten, 3 a hole; any file may be written by any writer, so writers
 // share files), each op a WriteAtomic of 1 to 4 blocks or a
 // WriteAtomicBatch of two ranges, overlapping earlier ops, a Datasync of
@@ -50,8 +50,8 @@ type fcSwapAck struct {
 // A fourth writer creates one-block files with WriteAt and fsyncs each:
 // their blocks come from the free space around the swapped files', so a
 // swap's old blocks handed out before the swap is durable in a full
-// commit show up as another write's data.
-// The files keep at most 4 extents, so their fsyncs are fast commits
+// commit show up as another write's data. The files keep at most 4
+// extents, so their fsyncs are fast commits
 // (swaps as ADD_RANGE tags) until the area fills, then full commits.
 // After each crash, replayed by ext4io: every op reads all-old or all-new
 // (a block showing op k means every block of k shows k or an op not over
