@@ -42,19 +42,18 @@ type fcSwapAck struct {
 // TestFastCommitAtomicCrash crashes a workload of atomic writes on a
 // volume with fast commits at device writes and flushes (80 spread over
 // the log, every one with EXT4IO_LONG), tearing the last write: three
-// writers on six 4-block files (blocks 0-1 written, 2
-// unwritten, 3 a hole; any file may be written by any writer, so writers
-// share files), each op a WriteAtomic of 1 to 4 blocks or a
-// WriteAtomicBatch of two ranges, overlapping earlier ops, a Datasync of
-// the file after one op in three and a Volume.Sync after one in twenty.
-// A fourth writer creates one-block files with WriteAt and fsyncs each:
-// their blocks come from the free space around the swapped files', so a
-// swap's old blocks handed out before the swap is durable in a full
-// commit show up as another write's data. The files keep at most 4
-// extents, so their fsyncs are fast commits
-// (swaps as ADD_RANGE tags) until the area fills, then full commits.
-// After each crash, replayed by ext4io: every op reads all-old or all-new
-// (a block showing op k means every block of k shows k or an op not over
+// writers on six 4-block files (blocks 0-1 written, 2 unwritten, 3 a hole;
+// any file may be written by any writer, so writers share files), each op
+// a WriteAtomic of 1 to 4 blocks or a WriteAtomicBatch of two ranges,
+// overlapping earlier ops, a Datasync of the file after one op in three
+// and a Volume.Sync after one in twenty. A fourth writer creates one-block
+// files with WriteAt and fsyncs each: their blocks come from the free
+// space around the swapped files', so a swap's old blocks handed out
+// before the swap is durable in a full commit show up as another write's
+// data. The files keep at most 4 extents, so their fsyncs are fast commits
+// (swaps as ADD_RANGE tags) until the area fills, then full commits. After
+// each crash, replayed by ext4io: every op reads all-old or all-new (a
+// block showing op k means every block of k shows k or an op not over
 // before k began), every op acknowledged by a Datasync of its file or a
 // Volume.Sync that returned before the crash is there (each of its blocks
 // shows it or a later op), and e2fsck -fn is clean. A few images whose
