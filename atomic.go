@@ -62,13 +62,41 @@ import (
 // credit check counts all its ranges. The mutation takes the tree blocks
 // its splits need from the allocator's reserve.
 //
-// Fast commits: a swap moves blocks between owners, which fast-commit
-// range records replay only as "map these blocks" without the frees of
-// the old ones being ordered against their reuse. So a swap makes the
-// running transaction ineligible for fast commits (fcIneligible, as
-// Linux marks EXT4_FC_REASON_SWAP_BOOT/FALLOC_RANGE): the next fsync
-// commits the journal in full; the swap itself is always logged as
-// ordinary metadata in the running transaction.
+// Fast commits: a swap is tracked like any write (the mapper's set
+// records the swapped ranges and their inode, fcTrackRange), so the next
+// fsync of any file on a volume with fast commits (fcwrite.go) logs it as
+// ADD_RANGE tags of the range's new blocks and the INODE tag, in one fast
+// commit: the swap's data was written before its operation ended, and a
+// fast commit with ADD_RANGE flushes the device after building its tags
+// and before writing them, then again after them. That is Linux's own
+// representation of a range whose blocks changed
+// (ext4_fc_write_inode_data logs what ext4_map_blocks maps now:
+// ADD_RANGE where mapped, DEL_RANGE for holes), and every replay handles
+// an ADD_RANGE over a range mapped elsewhere by unmapping the old blocks
+// and freeing them in the bitmap: Linux's ext4_fc_replay_add_range
+// ("logical to physical mapping changed": the extent updated, the old
+// blocks marked free, every replayed inode's blocks marked used at the
+// end), e2fsck 1.47's ext4_modify_extent_list (the overlapped extents'
+// blocks unmarked, the inode's list marked again) and ext4io's (Remove,
+// then Insert). A range that was a hole or unwritten is the same tag. A
+// batch is one operation, so a fast commit holds all of its ranges or
+// none (fcBuild takes txnGate exclusively), and one TAIL's crc covers
+// them however many blocks the fast commit spans: a torn one replays none
+// of them. docs/fastcommit.md ("Atomic writes") has the details.
+//
+// The old blocks stay busy (freeMapped) until a full jbd2 commit holding
+// the swap is durable (jmeta.commit releases them after WaitCommit; fast
+// commits release nothing): no later fast commit of the same area can
+// map them, and once they are reused a full commit has superseded the
+// fast commits that freed them, so even a replay that drops the area
+// finds the new mapping. An allocation that fails for space while blocks
+// are busy commits in full and retries (retryNoSpace). A file whose
+// extent tree is deeper than i_block (more than four extents, the usual
+// state of a file written at random this way) still commits in full, as
+// every fsync of such a file does (fcInodeTags: e2fsck 1.47.0's replay
+// rebuilds the tree with blocks a later ADD_RANGE may map), and so does
+// every swap on a volume opened with Tuning.FastCommitOneFlush, whose
+// fast commits do not flush the data before the tags that map it.
 //
 // Where the device guarantees untorn writes of the size
 // (blockdev.AtomicWriter) and the range lies in written blocks of one
@@ -435,9 +463,14 @@ func (f *File) atomicSwap(rs []atomicRange, total int64) error {
 		return fmt.Errorf("ext4io: inode %d: atomic write of %d bytes in %d ranges from %d: its old blocks are scattered so that the swap would change about %d metadata blocks, more than one journal transaction takes here (%d): %w",
 			f.ino, total, len(rs), rs[0].off, c, most, ErrUnsupported)
 	}
-	// Inside the operation, so that the full commit that ends the fast
-	// commits' eligibility is the one holding the swap.
-	f.v.fcIneligible("atomic write remap")
+	if f.v.opts.Tuning.FastCommitOneFlush {
+		// One flush would let the fast commit's tags reach the device
+		// with the new blocks' data still in flight: a crash could then
+		// map the range to blocks that hold neither the old nor the new
+		// data. Inside the operation, so that the full commit that ends
+		// the ineligibility is the one holding the swap.
+		f.v.fcIneligible("atomic write remap with FastCommitOneFlush")
+	}
 	// One tree mutation for all ranges: on error the tree is unchanged and
 	// the new blocks go back, except for an error while writing the tree or
 	// freeing the old blocks (ErrIO, ErrCorrupt), which stops the volume

@@ -665,17 +665,6 @@ func (v *Volume) fcBuild() (*fcBuilt, error) {
 	if fc.off > 0 && fc.tid != tid {
 		fc.off = 0 // a full commit came between: start the area again
 	}
-	if fc.off == 0 {
-		// A new area: bring the log's transactions home first. e2fsck
-		// 1.47.0 replays fast commits with the group descriptors it read
-		// before replaying the log (inodes a logged transaction put in a
-		// group's unused area read as zeroes), so it must find the log
-		// empty; the cost falls on the first fast commit after each full
-		// commit.
-		if err := m.j.Checkpoint(); err != nil {
-			return nil, fmt.Errorf("ext4io: fast commit: %w", err)
-		}
-	}
 	b := &fcBuilt{w: fcBuilder{bs: v.bs}, tid: tid}
 	if fc.off == 0 {
 		b.w.add(layout.EncodeFCHead(layout.FCHead{Features: layout.FCSupportedFeatures, Tid: tid}))
@@ -694,6 +683,21 @@ func (v *Volume) fcBuild() (*fcBuilt, error) {
 		b.release()
 		fc.ineligible = "fast-commit area full"
 		return nil, errFCFallback
+	}
+	if fc.off == 0 {
+		// A new area: bring the log's transactions home first. e2fsck
+		// 1.47.0 replays fast commits with the group descriptors it read
+		// before replaying the log (inodes a logged transaction put in a
+		// group's unused area read as zeroes), so it must find the log
+		// empty; the cost falls on the first fast commit after each full
+		// commit. After the tags, so that a fallback (an ineligible
+		// inode found while building them) costs no checkpoint: the
+		// tags read the running metadata, which the checkpoint leaves
+		// alone.
+		if err := m.j.Checkpoint(); err != nil {
+			b.release()
+			return nil, fmt.Errorf("ext4io: fast commit: %w", err)
+		}
 	}
 	// The tags hold the tracked changes now: the tracking starts again
 	// for the next fast commit, whose blocks follow these.
