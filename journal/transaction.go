@@ -846,7 +846,11 @@ func (j *Journal) Checkpoint() error {
 // Close commits the running transaction, stops the commit goroutine,
 // checkpoints everything and marks the journal empty (s_start = 0,
 // s_sequence = the next tid) with FUA. It waits for open handles to stop.
-// It does not close the devices.
+// It does not close the devices. When fast commits were written since the
+// last full commit, they hold changes no commit has (the file system
+// stopped after an error without its last commit): the journal is left
+// as it is, s_start set, so that recovery replays them; an empty journal
+// would make every replay skip the fast-commit area.
 func (j *Journal) Close() error {
 	j.mu.Lock()
 	if j.mu.closed {
@@ -883,6 +887,9 @@ func (j *Journal) Close() error {
 		seq = j.mu.running.tid // empty: never committed, its tid is free
 	}
 	j.mu.Unlock()
+	if j.fcUsed.Load() {
+		return nil // no fast commit runs now: the journal is closed
+	}
 	j.sbMu.Lock()
 	defer j.sbMu.Unlock()
 	if j.sb.Start == 0 && j.sb.SeqTail == seq {
