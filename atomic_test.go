@@ -265,6 +265,86 @@ func (op *atomicOp) covers(b uint64) bool {
 	return false
 }
 
+// atomicFile creates name on v for the crash sweeps: blocks [0, written)
+// hold write 0's blocks (atomicBlock), [written, written+unwritten) are
+// unwritten, the rest up to blocks a hole.
+func atomicFile(t *testing.T, v *ext4io.Volume, name string, written, unwritten, blocks, bs uint64) {
+	t.Helper()
+	f, err := v.Create(name)
+	require.NoError(t, err)
+	buf := make([]byte, written*bs)
+	for b := range written {
+		atomicBlock(buf[b*bs:(b+1)*bs], 0, b)
+	}
+	_, err = f.WriteAt(buf, 0)
+	require.NoError(t, err)
+	require.NoError(t, f.Fallocate(ext4io.FallocKeepSize, int64(written*bs), int64(unwritten*bs)))
+	require.NoError(t, f.Truncate(int64(blocks*bs)))
+	require.NoError(t, f.Close())
+}
+
+// atomicWrites returns write id's data for ranges ([first block, count]
+// of bs-byte blocks), each block tagged by atomicBlock.
+func atomicWrites(id uint64, ranges [][2]uint64, bs uint64) []ext4io.AtomicWrite {
+	ws := make([]ext4io.AtomicWrite, len(ranges))
+	for i, r := range ranges {
+		buf := make([]byte, r[1]*bs)
+		for b := range r[1] {
+			atomicBlock(buf[b*bs:(b+1)*bs], id, r[0]+b)
+		}
+		ws[i] = ext4io.AtomicWrite{Off: int64(r[0] * bs), Data: buf}
+	}
+	return ws
+}
+
+// atomicOlder reports whether the block holding write j is older than
+// write k: the initial contents, or a write over before k began.
+func atomicOlder(byID map[uint64]*atomicOp, j uint64, k *atomicOp) bool {
+	return j == 0 || byID[j].end != 0 && byID[j].end < k.start
+}
+
+// atomicCheckFile checks a crashed file's data (bs-byte blocks, the first
+// written of them initially written: atomicFile) and returns the write
+// each block holds (0: the initial contents or zeroes past written).
+// Every block is the initial contents or a block of an op that covers
+// it, and no op is torn: if any block shows op k, every block of every
+// range of k shows k or an op that was not over before k began.
+func atomicCheckFile(t *testing.T, byID map[uint64]*atomicOp, file int, data []byte, bs, written uint64) []uint64 {
+	t.Helper()
+	blocks := uint64(len(data)) / bs
+	ids := make([]uint64, blocks)
+	for b := range blocks {
+		blk := data[b*bs : (b+1)*bs]
+		if b >= written && bytes.Equal(blk, make([]byte, bs)) {
+			continue // initial unwritten or hole
+		}
+		id, ok := atomicID(blk, b)
+		require.True(t, ok, "file %d block %d is no write's block (torn inside a block or misplaced)", file, b)
+		if id == 0 {
+			require.Less(t, b, written, "file %d block %d: initial data where there was none", file, b)
+		} else {
+			op := byID[id]
+			require.NotNil(t, op, "file %d block %d: unknown write %d", file, b, id)
+			require.True(t, op.file == file && op.covers(b), "file %d block %d holds write %d, which did not cover it", file, b, id)
+		}
+		ids[b] = id
+	}
+	seen := map[uint64]bool{0: true}
+	for _, id := range ids {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		k := byID[id]
+		for _, r := range k.ranges {
+			for b := r[0]; b < r[0]+r[1]; b++ {
+				require.False(t, atomicOlder(byID, ids[b], k), "file %d: write %d torn: its block %d holds write %d, which finished before it began", file, id, b, ids[b])
+			}
+		}
+	}
+	return ids
+}
+
 // atomicCrash is a crash workload of atomic writes for atomicCrashSweep.
 type atomicCrash struct {
 	start     *memdev.Device // formatted, the files not yet created
@@ -298,18 +378,7 @@ func atomicCrashSweep(t *testing.T, c atomicCrash) (ops int, checked int) {
 	require.NoError(t, err)
 	names := []string{"db0", "db1"}
 	for _, name := range names {
-		f, err := v.Create(name)
-		require.NoError(t, err)
-		// Blocks 0-511 written by write 0, 512-767 unwritten, then a hole.
-		buf := make([]byte, 512*bs)
-		for b := range uint64(512) {
-			atomicBlock(buf[b*bs:(b+1)*bs], 0, b)
-		}
-		_, err = f.WriteAt(buf, 0)
-		require.NoError(t, err)
-		require.NoError(t, f.Fallocate(ext4io.FallocKeepSize, 512*bs, 256*bs))
-		require.NoError(t, f.Truncate(blocks*bs))
-		require.NoError(t, f.Close())
+		atomicFile(t, v, name, 512, 256, blocks, bs)
 	}
 	require.NoError(t, v.Close())
 
@@ -338,14 +407,7 @@ func atomicCrashSweep(t *testing.T, c atomicCrash) (ops int, checked int) {
 					id := uint64(w*1000 + k + 1)
 					// Writers 0 and 1 share db0; writer 2 has db1.
 					op := &atomicOp{file: min(w/2, 1), ranges: c.ranges(rng)}
-					ws := make([]ext4io.AtomicWrite, len(op.ranges))
-					for i, r := range op.ranges {
-						buf := make([]byte, r[1]*bs)
-						for b := range r[1] {
-							atomicBlock(buf[b*bs:(b+1)*bs], id, r[0]+b)
-						}
-						ws[i] = ext4io.AtomicWrite{Off: int64(r[0] * bs), Data: buf}
-					}
+					ws := atomicWrites(id, op.ranges, bs)
 					f := files[op.file]
 					op.start = clock.Add(1)
 					mu.Lock()
@@ -386,47 +448,6 @@ func atomicCrashSweep(t *testing.T, c atomicCrash) (ops int, checked int) {
 		return errors.Join(errsAll...)
 	}
 
-	checkFile := func(t *testing.T, file int, data []byte) {
-		ids := make([]uint64, blocks)
-		for b := range uint64(blocks) {
-			blk := data[b*bs : (b+1)*bs]
-			if b >= 512 && bytes.Equal(blk, make([]byte, bs)) {
-				continue // initial unwritten or hole
-			}
-			id, ok := atomicID(blk, b)
-			require.True(t, ok, "file %d block %d is no write's block (torn inside a block or misplaced)", file, b)
-			if id == 0 {
-				require.Less(t, b, uint64(512), "file %d block %d: initial data where there was none", file, b)
-			} else {
-				op := byID[id]
-				require.NotNil(t, op, "file %d block %d: unknown write %d", file, b, id)
-				require.True(t, op.file == file && op.covers(b), "file %d block %d holds write %d, which did not cover it", file, b, id)
-			}
-			ids[b] = id
-		}
-		seen := map[uint64]bool{}
-		for _, id := range ids {
-			seen[id] = true
-		}
-		for id := range seen {
-			if id == 0 {
-				continue
-			}
-			k := byID[id]
-			for _, r := range k.ranges {
-				for b := r[0]; b < r[0]+r[1]; b++ {
-					j := ids[b]
-					if j == id {
-						continue
-					}
-					// j must not have finished before k started.
-					older := j == 0 || byID[j].end != 0 && byID[j].end < k.start
-					require.False(t, older, "file %d: write %d torn: its block %d holds write %d, which finished before it began", file, id, b, j)
-				}
-			}
-		}
-	}
-
 	linuxChecks := 0
 	opts := ext4iotest.SweepOptions{EveryOp: true, MaxPoints: c.maxPoints,
 		CrashAt: errordev.CrashAtOptions{KeepProb: 0.5, Tear: true, TearUnit: bs}}
@@ -449,7 +470,7 @@ func atomicCrashSweep(t *testing.T, c atomicCrash) (ops int, checked int) {
 			_, err = f.ReadAt(data, 0)
 			require.NoError(t, err)
 			require.NoError(t, f.Close())
-			checkFile(t, i, data)
+			atomicCheckFile(t, byID, i, data, bs, 512)
 			contents[i] = data
 		}
 		require.NoError(t, v.Close())

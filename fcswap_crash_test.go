@@ -74,17 +74,7 @@ func TestFastCommitAtomicCrash(t *testing.T) {
 	names := make([]string, nfiles)
 	for i := range names {
 		names[i] = "db" + string(rune('0'+i))
-		f, err := v.Create(names[i])
-		require.NoError(t, err)
-		buf := make([]byte, 2*bs)
-		for b := range uint64(2) {
-			atomicBlock(buf[b*bs:(b+1)*bs], 0, b)
-		}
-		_, err = f.WriteAt(buf, 0)
-		require.NoError(t, err)
-		require.NoError(t, f.Fallocate(ext4io.FallocKeepSize, 2*bs, bs))
-		require.NoError(t, f.Truncate(blocks*bs))
-		require.NoError(t, f.Close())
+		atomicFile(t, v, names[i], 2, 1, blocks, bs)
 	}
 	require.NoError(t, v.Close())
 
@@ -130,14 +120,7 @@ func TestFastCommitAtomicCrash(t *testing.T) {
 						b := a + 1 + uint64(rng.IntN(int(blocks-a-1)))
 						op.ranges = [][2]uint64{{b, 1}, {a, 1}} // any order
 					}
-					ws := make([]ext4io.AtomicWrite, len(op.ranges))
-					for i, r := range op.ranges {
-						buf := make([]byte, r[1]*bs)
-						for b := range r[1] {
-							atomicBlock(buf[b*bs:(b+1)*bs], id, r[0]+b)
-						}
-						ws[i] = ext4io.AtomicWrite{Off: int64(r[0] * bs), Data: buf}
-					}
+					ws := atomicWrites(id, op.ranges, bs)
 					f := files[op.file]
 					op.start = clock.Add(1)
 					mu.Lock()
@@ -215,42 +198,11 @@ func TestFastCommitAtomicCrash(t *testing.T) {
 		return errors.Join(errsAll...)
 	}
 
-	// older reports whether the block holding write j is older than write
-	// k: the initial contents, or a write over before k began.
-	older := func(j uint64, k *atomicOp) bool {
-		return j == 0 || byID[j].end != 0 && byID[j].end < k.start
-	}
+	older := func(j uint64, k *atomicOp) bool { return atomicOlder(byID, j, k) }
 	checkFiles := func(t *testing.T, point int, contents, small [][]byte) {
 		ids := make([][]uint64, nfiles)
 		for file, data := range contents {
-			ids[file] = make([]uint64, blocks)
-			for b := range uint64(blocks) {
-				blk := data[b*bs : (b+1)*bs]
-				if b >= 2 && bytes.Equal(blk, make([]byte, bs)) {
-					continue // initial unwritten or hole
-				}
-				id, ok := atomicID(blk, b)
-				require.True(t, ok, "file %d block %d is no write's block (torn inside a block or misplaced)", file, b)
-				if id == 0 {
-					require.Less(t, b, uint64(2), "file %d block %d: initial data where there was none", file, b)
-				} else {
-					op := byID[id]
-					require.NotNil(t, op, "file %d block %d: unknown write %d", file, b, id)
-					require.True(t, op.file == file && op.covers(b), "file %d block %d holds write %d, which did not cover it", file, b, id)
-				}
-				ids[file][b] = id
-			}
-			for _, id := range ids[file] {
-				if id == 0 {
-					continue
-				}
-				k := byID[id]
-				for _, r := range k.ranges {
-					for b := r[0]; b < r[0]+r[1]; b++ {
-						require.False(t, older(ids[file][b], k), "file %d: write %d torn: its block %d holds write %d, which finished before it began", file, id, b, ids[file][b])
-					}
-				}
-			}
+			ids[file] = atomicCheckFile(t, byID, file, data, bs, 2)
 		}
 		// The small files: absent, empty or whole, and whole once
 		// their Sync returned before the crash.
