@@ -410,8 +410,7 @@ func (v *Volume) checkEntryIno(dir uint32, e layout.DirEntry) error {
 		return &errs.CorruptError{What: "directory entry", Ino: dir, Off: -1,
 			Msg: fmt.Sprintf("entry %q names its own directory", e.Name)}
 	}
-	if ino == layout.RootIno || ino >= v.sb.FirstInode() && ino <= v.sb.InodesCount &&
-		ino != v.sb.JournalInum && ino != v.sb.OrphanFileInum && !v.sb.QuotaInode(ino) {
+	if ino <= v.sb.InodesCount && !v.specialIno(ino) {
 		return nil
 	}
 	return &errs.CorruptError{What: "directory entry", Ino: dir, Off: -1,

@@ -194,17 +194,28 @@ func (v *Volume) OpenIno(ino uint32) (*File, error) {
 	return f, nil
 }
 
-// systemInode reports whether inode ino (n) belongs to the filesystem
-// rather than to a name: a reserved inode other than the root, the
-// journal, the orphan file and the quota files (which may lie past the
-// reserved ones: mkfs puts the project quota file there), or an xattr
-// value inode (Linux's is_special_ino, and EXT4_EA_INODE_FL).
-func (v *Volume) systemInode(ino uint32, n *inode) bool {
-	switch {
-	case ino == layout.RootIno:
+// specialIno reports whether number ino belongs to the filesystem: a
+// reserved number other than the root's, the journal, the orphan file or
+// a quota file, wherever they lie (Linux's is_special_ino, and the
+// journal's inode). No directory entry names one, nothing puts one on the
+// orphan list, and OpenIno opens one read-only.
+func (v *Volume) specialIno(ino uint32) bool {
+	if ino == layout.RootIno {
 		return false
-	case ino < v.sb.FirstInode(), ino == v.sb.JournalInum, ino == v.sb.OrphanFileInum, v.sb.QuotaInode(ino):
+	}
+	return ino < v.sb.FirstInode() || ino == v.sb.JournalInum || ino == v.sb.OrphanFileInum || v.sb.QuotaInode(ino)
+}
+
+// systemInode reports whether inode ino (n) belongs to the filesystem
+// rather than to a name: a special number (specialIno; mkfs puts the
+// project quota file past the reserved ones) or an xattr value inode
+// (EXT4_EA_INODE_FL).
+func (v *Volume) systemInode(ino uint32, n *inode) bool {
+	if v.specialIno(ino) {
 		return true
+	}
+	if ino == layout.RootIno {
+		return false
 	}
 	n.mu.RLock()
 	defer n.mu.RUnlock()

@@ -496,7 +496,7 @@ func (v *Volume) checkOrphan(ino uint32) error {
 	if ino < v.sb.FirstInode() || ino > v.sb.InodesCount {
 		return bad("out of range")
 	}
-	if ino == v.sb.JournalInum || ino == v.sb.OrphanFileInum || v.sb.QuotaInode(ino) {
+	if v.specialIno(ino) {
 		return bad("a special inode")
 	}
 	if v.alloc != nil {
