@@ -45,7 +45,7 @@ type inode struct {
 
 	// dotdot is the inode number a directory's ".." names: read when the
 	// inode is loaded (loadDotDot), before it is cached, and stored again
-	// by whatever writes ".." (initDirLocked, setDotDotLocked), under mu
+	// by whatever writes ".." (initDirLocked, dotDotUpdate.write), under mu
 	// held exclusively. Atomic so that a lookup, which holds the lock of
 	// the directory it looks in but not this one's, can read it
 	// (checkDirParent). 0 when the load found no valid ".." (or none yet:

@@ -155,6 +155,12 @@ func (v *Volume) rename(oldname, newname string, noReplace bool) error {
 			}
 		}
 	}
+	var dotdot *dotDotUpdate
+	if srcDir && !same {
+		if dotdot, err = src.prepareDotDotLocked(ndir.ino); err != nil {
+			return err
+		}
+	}
 	ft := v.entryType(src.n.in.Mode)
 	// New name first, then the old one goes: a crash in between leaves two
 	// names rather than none.
@@ -176,8 +182,8 @@ func (v *Volume) rename(oldname, newname string, noReplace bool) error {
 	}
 	src.n.in.Ctime = now()
 	if srcDir {
-		if !same {
-			if err := src.setDotDotLocked(ndir.ino); err != nil {
+		if dotdot != nil {
+			if err := dotdot.write(); err != nil {
 				return err
 			}
 		}
@@ -232,26 +238,62 @@ func (v *Volume) isUnder(ino, anc uint32) (bool, error) {
 	return false, nil
 }
 
-// setDotDotLocked points directory f's ".." at parent.
-func (f *File) setDotDotLocked(parent uint32) error {
+// dotDotUpdate is a directory's ".." change made ready before a rename
+// changes anything: block 0 read, parsed and checked, the new parent
+// written into a copy (checksum too), so that what is left, write, fails
+// only for I/O.
+type dotDotUpdate struct {
+	f      *File
+	parent uint32
+	buf    []byte // block 0 as it will be written; nil for an inline directory
+}
+
+// prepareDotDotLocked reads and checks what pointing directory f's ".."
+// at parent changes (f.n.mu held): a damaged ".." fails here, while the
+// rename can still refuse whole.
+func (f *File) prepareDotDotLocked(parent uint32) (*dotDotUpdate, error) {
+	u := &dotDotUpdate{f: f, parent: parent}
 	if f.m == nil {
-		return f.setInlineDotDotLocked(parent)
+		n := f.n
+		if len(n.inl) < layout.InlineDirParentLen || n.in.Flags&layout.InodeFlagInlineData == 0 {
+			return nil, fmt.Errorf("directory inode %d: neither mapped nor inline: %w", f.ino, ErrCorrupt)
+		}
+		return u, nil
 	}
 	buf := make([]byte, f.v.bs)
 	ok, err := f.dirBlock(0, buf)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if !ok {
-		return fmt.Errorf("directory inode %d: block 0 not mapped: %w", f.ino, ErrCorrupt)
+		return nil, fmt.Errorf("directory inode %d: block 0 not mapped: %w", f.ino, ErrCorrupt)
+	}
+	// The checksum and entries as a lookup checks them.
+	if err := f.leafEntries(0, buf, func(layout.DirEntry) error { return nil }); err != nil {
+		return nil, err
 	}
 	if !layout.SetDirDotDot(buf, parent) {
-		return fmt.Errorf("directory inode %d: block 0 does not start with . and ..: %w", f.ino, ErrCorrupt)
+		return nil, fmt.Errorf("directory inode %d: block 0 does not start with . and ..: %w", f.ino, ErrCorrupt)
 	}
-	if err := f.writeBlockRawLocked(0, buf); err != nil {
+	if f.v.csum && f.v.isDxDir(f.in) && !layout.HasDirTail(buf) {
+		if err := f.setDxCsum(0, buf); err != nil {
+			return nil, err
+		}
+	}
+	u.buf = buf
+	return u, nil
+}
+
+// write makes the prepared change; the caller writes the inode.
+func (u *dotDotUpdate) write() error {
+	f := u.f
+	if u.buf == nil {
+		return f.setInlineDotDotLocked(u.parent)
+	}
+	if err := f.writeDirBlock(0, u.buf); err != nil {
 		return err
 	}
-	f.n.dotdot.Store(parent)
+	f.n.dotdot.Store(u.parent)
 	return nil
 }
 
@@ -353,6 +395,24 @@ func (v *Volume) exchange(oldname, newname string) error {
 	defer a.n.mu.Unlock()
 	b.n.mu.Lock()
 	defer b.n.mu.Unlock()
+	// Both ".." changes are read and checked before the first entry
+	// changes: a damaged one refuses the swap whole.
+	var dotdots []*dotDotUpdate
+	if !same {
+		for _, c := range []struct {
+			d      *File
+			parent uint32
+		}{{a, ndir.ino}, {b, odir.ino}} {
+			if !c.d.in.IsDir() {
+				continue
+			}
+			u, err := c.d.prepareDotDotLocked(c.parent)
+			if err != nil {
+				return err
+			}
+			dotdots = append(dotdots, u)
+		}
+	}
 	aft, bft := v.entryType(a.n.in.Mode), v.entryType(b.n.in.Mode)
 	if err := odir.setEntryLocked(obase, a.ino, b.ino, bft); err != nil {
 		return err
@@ -363,17 +423,12 @@ func (v *Volume) exchange(oldname, newname string) error {
 	}
 	t := now()
 	a.n.in.Ctime, b.n.in.Ctime = t, t
+	for _, u := range dotdots {
+		if err := u.write(); err != nil {
+			return err
+		}
+	}
 	if !same {
-		if aDir {
-			if err := a.setDotDotLocked(ndir.ino); err != nil {
-				return err
-			}
-		}
-		if bDir {
-			if err := b.setDotDotLocked(odir.ino); err != nil {
-				return err
-			}
-		}
 		switch {
 		case aDir && !bDir:
 			decLink(odir.n)
