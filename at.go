@@ -36,15 +36,15 @@ func (d *File) createAt(name string, perm fs.FileMode) (*File, error) {
 	if err := d.dirAt(name); err != nil {
 		return nil, err
 	}
-	if err := v.beginOp(); err != nil {
-		return nil, err
-	}
 	var f *File
-	dir, err := d.extentDir()
-	if err == nil {
-		f, err = v.createIn(dir, name, layout.ModeReg|unixMode(perm))
-	}
-	return f, v.endOpErr(err)
+	err := v.op(func() error {
+		dir, err := d.extentDir()
+		if err == nil {
+			f, err = v.createIn(dir, name, layout.ModeReg|unixMode(perm))
+		}
+		return err
+	})
+	return f, err
 }
 
 // MkdirAt makes the directory name, with permission bits perm (and
@@ -69,19 +69,19 @@ func (d *File) mkdirAt(name string, perm fs.FileMode) (*File, error) {
 		return nil, err
 	}
 	v.fcIneligible("mkdir") // fast commits cannot express it (fcwrite.go)
-	if err := v.beginOp(); err != nil {
-		return nil, err
-	}
 	var f *File
-	err := v.writableNS()
-	var dir *File
-	if err == nil {
-		dir, err = d.extentDir()
-	}
-	if err == nil {
-		f, err = v.mkdirIn(dir, name, perm)
-	}
-	return f, v.endOpErr(err)
+	err := v.op(func() error {
+		err := v.writableNS()
+		var dir *File
+		if err == nil {
+			dir, err = d.extentDir()
+		}
+		if err == nil {
+			f, err = v.mkdirIn(dir, name, perm)
+		}
+		return err
+	})
+	return f, err
 }
 
 // dirAt checks that d is an open directory of a writable volume in which

@@ -200,8 +200,6 @@ func (v *Volume) openFile(name string, flag int, perm fs.FileMode, hops int) (*F
 	}
 }
 
-// createFile creates the regular file name with permission bits perm,
-// as one operation.
 // createOrOpen is openFile's O_CREATE without O_EXCL in one look at the
 // directory (as Linux's lookup_open under the directory's lock): it
 // creates the file, or opens the regular file already there. ok false
@@ -222,11 +220,13 @@ func (v *Volume) createOrOpen(name string, perm fs.FileMode) (f *File, ok bool, 
 	if err != nil || !dir.in.IsDir() || dir.n.inline.live.Load() || dir.m == nil || dir.m.tree == nil {
 		return nil, false, nil
 	}
-	if err := v.beginOp(); err != nil {
-		return nil, true, err
-	}
-	f, ino, n, err := v.createOrLookup(dir, base, layout.ModeReg|unixMode(perm))
-	if err = v.endOpErr(err); f != nil || err != nil {
+	var ino uint32
+	var n *inode
+	err = v.op(func() (err error) {
+		f, ino, n, err = v.createOrLookup(dir, base, layout.ModeReg|unixMode(perm))
+		return err
+	})
+	if f != nil || err != nil {
 		return f, true, err
 	}
 	// An entry was there: open it as resolve would, if it is a regular
@@ -243,15 +243,18 @@ func (v *Volume) createOrOpen(name string, perm fs.FileMode) (f *File, ok bool, 
 	return f, true, nil
 }
 
+// createFile creates the regular file name with permission bits perm,
+// as one operation (retried once for space, as op does).
 func (v *Volume) createFile(name string, perm fs.FileMode) (*File, error) {
 	if v.alloc == nil {
 		return nil, ErrReadOnly
 	}
-	if err := v.beginOp(); err != nil {
-		return nil, err
-	}
-	f, err := v.create(name, layout.ModeReg|unixMode(perm))
-	return f, v.endOpErr(err)
+	var f *File
+	err := v.op(func() (err error) {
+		f, err = v.create(name, layout.ModeReg|unixMode(perm))
+		return err
+	})
+	return f, err
 }
 
 // Create creates or truncates the file at name, as os.Create does:
