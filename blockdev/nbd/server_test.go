@@ -2,11 +2,12 @@ package nbd_test
 
 import (
 	"bytes"
+	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -23,9 +24,11 @@ type server struct {
 	args []string
 	sock string // Unix socket path, or "" for TCP
 	tcp  string // host:port when listening on TCP
-	cmd  *exec.Cmd
-	done chan struct{}
-	log  syncBuffer // the server's stderr, shown if the test fails
+	// listener is the TCP socket handed to nbdkit (socket activation).
+	listener *os.File
+	cmd      *exec.Cmd
+	done     chan struct{}
+	log      syncBuffer // the server's stderr, shown if the test fails
 }
 
 // syncBuffer is a bytes.Buffer safe for the concurrent writes of exec's
@@ -79,18 +82,29 @@ func startNbdkit(t testing.TB, args ...string) *server {
 }
 
 // startNbdkitTCP is startNbdkit listening on a free port of 127.0.0.1.
+// The test binds the port itself and hands the listening socket to
+// nbdkit (systemd socket activation: fd 3, LISTEN_FDS=1, and LISTEN_PID
+// set by the shell that execs nbdkit, so that it names nbdkit), so no
+// other process can take the port between its choice and nbdkit's
+// accept. The test keeps its copy of the socket until cleanup: a restart
+// serves the same port, and connections made while nbdkit is down wait
+// in the socket's backlog.
 func startNbdkitTCP(t testing.TB, args ...string) *server {
 	t.Helper()
 	bin := need(t, "nbdkit")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	sh := need(t, "sh")
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().(*net.TCPAddr)
-	ln.Close() // nbdkit binds it next; a race with another binder fails the test loudly
-	port := strconv.Itoa(addr.Port)
-	s := &server{t: t, name: bin, tcp: net.JoinHostPort("127.0.0.1", port),
-		args: append([]string{"-f", "--exit-with-parent", "-i", "127.0.0.1", "-p", port}, args...)}
+	lf, err := ln.File() // a copy, in blocking mode, for the child
+	ln.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lf.Close() })
+	s := &server{t: t, name: sh, tcp: ln.Addr().String(), listener: lf,
+		args: append([]string{"-c", `LISTEN_PID=$$; export LISTEN_PID; exec "$0" "$@"`, bin, "-f", "--exit-with-parent"}, args...)}
 	s.launch()
 	t.Cleanup(func() {
 		s.kill()
@@ -135,6 +149,10 @@ func (s *server) launch() {
 	}
 	s.cmd = exec.Command(s.name, s.args...)
 	s.cmd.Stderr = &s.log
+	if s.listener != nil {
+		s.cmd.ExtraFiles = []*os.File{s.listener} // fd 3
+		s.cmd.Env = append(os.Environ(), "LISTEN_FDS=1")
+	}
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatalf("start %s: %v", s.name, err)
@@ -144,6 +162,11 @@ func (s *server) launch() {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		c, err := net.Dial(network, addr)
+		if err == nil && s.listener != nil {
+			// The socket listened before the server started: wait for the
+			// server's greeting instead.
+			err = s.greeted(c, deadline)
+		}
 		if err == nil {
 			c.Close()
 			return
@@ -159,6 +182,22 @@ func (s *server) launch() {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// greeted reads the NBD greeting on c, waiting until deadline at the
+// latest, and closes c if it fails.
+func (s *server) greeted(c net.Conn, deadline time.Time) error {
+	c.SetReadDeadline(deadline)
+	magic := make([]byte, 8)
+	if _, err := io.ReadFull(c, magic); err != nil {
+		c.Close()
+		return err
+	}
+	if string(magic) != "NBDMAGIC" {
+		c.Close()
+		return fmt.Errorf("greeting %q is not NBD's", magic)
+	}
+	return nil
 }
 
 // kill sends SIGKILL (after SIGCONT, in case it was stopped) and reaps the
