@@ -738,6 +738,7 @@ func TestFastCommitReplayLinux(t *testing.T) {
 			}()
 			t.Logf("seed %d", tc.seed)
 			dir := filepath.Dir(img)
+			keepOnFailure(t, "fc-"+tc.name, map[string]string{"crash.img": img, "w.img": filepath.Join(dir, "w.img")})
 			// Linux's replay: mount a copy (the kernel replays the journal
 			// and the fast commits) and list it.
 			kimg := filepath.Join(dir, "kernel.img")
@@ -882,13 +883,6 @@ func TestFastCommitReplayLinux(t *testing.T) {
 			}
 			fcCheckContents(t, "writable replay", wv, want)
 			wv.Close()
-			if t.Failed() {
-				keep := filepath.Join(os.TempDir(), "fc-"+tc.name)
-				os.MkdirAll(keep, 0o755)
-				fcCopyFile(t, img, filepath.Join(keep, "crash.img"))
-				fcCopyFile(t, w, filepath.Join(keep, "w.img"))
-				t.Logf("crash image kept in %s", keep)
-			}
 		})
 	}
 }

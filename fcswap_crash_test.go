@@ -313,6 +313,7 @@ func freeBlocks(t *testing.T, img string) string {
 // after each.
 func fcSwapOracles(t *testing.T, img string, names []string, want [][]byte, free string) {
 	t.Helper()
+	keepOnFailure(t, "fcswap-"+t.Name(), map[string]string{"crash.img": img})
 	dir := t.TempDir()
 	oracle := filepath.Join(dir, "e2fsck.img")
 	fcCopyFile(t, img, oracle)
@@ -347,10 +348,4 @@ func fcSwapOracles(t *testing.T, img string, names []string, want [][]byte, free
 	ext4iotest.Unmount(t, mnt)
 	ext4iotest.Fsck(t, kimg)
 	assert.Equal(t, free, freeBlocks(t, kimg), "free blocks after Linux's replay and after ext4io's")
-	if t.Failed() {
-		keep := filepath.Join(os.TempDir(), "fcswap-"+strings.ReplaceAll(t.Name(), "/", "-"))
-		_ = os.MkdirAll(keep, 0o755)
-		fcCopyFile(t, img, filepath.Join(keep, "crash.img"))
-		t.Logf("crash image kept in %s", keep)
-	}
 }

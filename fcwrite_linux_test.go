@@ -176,6 +176,7 @@ func TestFastCommitGroupCrash(t *testing.T) {
 // and writable replays, debugfs, and Linux's replay when root.
 func fcCheckCrashImage(t *testing.T, dir, crashImg string, want map[string][]byte) {
 	t.Helper()
+	keepOnFailure(t, "fcwrite-"+t.Name(), map[string]string{"crash.img": crashImg})
 	// e2fsck replays the journal and the fast commits, then must find
 	// nothing to fix.
 	oracle := filepath.Join(dir, "oracle.img")
@@ -231,12 +232,6 @@ func fcCheckCrashImage(t *testing.T, dir, crashImg string, want map[string][]byt
 	fcCompareTrees(t, "Linux's replay vs e2fsck", fcKernelWalk(t, kimg), wantTree)
 	if out, err := exec.Command(e2fs.Tool(t, "e2fsck"), "-fn", kimg).CombinedOutput(); err != nil {
 		t.Errorf("e2fsck -fn after Linux's replay: %v\n%s", err, out)
-	}
-	if t.Failed() {
-		keep := filepath.Join(os.TempDir(), "fcwrite-"+t.Name())
-		os.MkdirAll(keep, 0o755)
-		fcCopyFile(t, crashImg, filepath.Join(keep, "crash.img"))
-		t.Logf("crash image kept in %s", keep)
 	}
 }
 

@@ -130,6 +130,46 @@ func saveSparse(t *testing.T, r io.ReaderAt, size int64, path string) {
 	}
 }
 
+// keepOnFailure arranges that, if t fails, the files named (name in the
+// kept directory -> path now) are copied into a new directory under
+// os.TempDir() whose name starts with prefix, and the directory is
+// logged: one directory per run (os.MkdirTemp), so that runs at once (CI,
+// -count=2) do not overwrite each other's images. It runs as a cleanup
+// registered after the files' t.TempDir, so before their removal, and
+// also when the test stops with t.Fatal. Files missing then are left out.
+func keepOnFailure(t *testing.T, prefix string, files map[string]string) {
+	t.Helper()
+	t.Cleanup(func() {
+		if t.Failed() {
+			keepFiles(t, prefix, files)
+		}
+	})
+}
+
+// keepFiles copies files into a new directory under os.TempDir() named
+// after prefix (a test name's "/" made "-") and returns it ("" when it
+// cannot make one).
+func keepFiles(t *testing.T, prefix string, files map[string]string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", strings.ReplaceAll(prefix, "/", "-")+"-")
+	if err != nil {
+		t.Logf("failing images not kept: %v", err)
+		return ""
+	}
+	for name, src := range files {
+		f, err := os.Open(src)
+		if err != nil {
+			continue // not made before the failure
+		}
+		if st, err := f.Stat(); err == nil {
+			saveSparse(t, f, st.Size(), filepath.Join(dir, name))
+		}
+		f.Close()
+	}
+	t.Logf("failing images kept in %s", dir)
+	return dir
+}
+
 // guarded runs fn in a goroutine with recover and a deadline. It reports
 // a panic (with stack) or a timeout as a test error naming label, and
 // returns false in both cases.
@@ -419,4 +459,29 @@ func digestOf(r io.Reader) (uint64, int64, error) {
 	h := xxhash.New()
 	n, err := io.CopyBuffer(h, r, make([]byte, 64<<10))
 	return h.Sum64(), n, err
+}
+
+// TestKeepFilesUnique: two runs of one test keep their failing images in
+// directories of their own (a fixed /tmp/<prefix> path made the second
+// run overwrite the first's), named after the test with "/" replaced.
+func TestKeepFilesUnique(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "img")
+	var dirs []string
+	for i := range 2 {
+		require.NoError(t, os.WriteFile(src, []byte{byte(i)}, 0o644))
+		dir := keepFiles(t, "keep-"+t.Name()+"/sub", map[string]string{"crash.img": src, "missing.img": src + ".none"})
+		require.NotEmpty(t, dir)
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		require.Equal(t, os.TempDir(), filepath.Dir(dir))
+		require.True(t, strings.HasPrefix(filepath.Base(dir), "keep-TestKeepFilesUnique-sub-"), dir)
+		dirs = append(dirs, dir)
+	}
+	require.NotEqual(t, dirs[0], dirs[1])
+	for i, dir := range dirs {
+		b, err := os.ReadFile(filepath.Join(dir, "crash.img"))
+		require.NoError(t, err)
+		require.Equal(t, []byte{byte(i)}, b, "run %d's image", i)
+		_, err = os.Stat(filepath.Join(dir, "missing.img"))
+		require.ErrorIs(t, err, os.ErrNotExist)
+	}
 }
