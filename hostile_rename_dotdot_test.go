@@ -3,10 +3,13 @@ package ext4io_test
 import (
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/ext4io/ext4io"
 	"github.com/ext4io/ext4io/internal/e2fs"
+	"github.com/ext4io/ext4io/layout"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -67,6 +70,61 @@ func TestHostileRenameDotDotRefusedWhole(t *testing.T) {
 			require.NoError(t, err)
 			defer ro.Close()
 			check(ro, "image after Close")
+		})
+	}
+}
+
+// TestRenameDirDotDotKinds: moving directories of every kind of block 0
+// to another parent, by rename and by RENAME_EXCHANGE, rewrites their ".."
+// as e2fsck expects: a linear directory, an htree directory (".." in the
+// dx root, whose dx tail carries the checksum) and an inline one.
+func TestRenameDirDotDotKinds(t *testing.T) {
+	for _, feat := range []string{"inline_data", "^metadata_csum,inline_data"} {
+		t.Run(feat, func(t *testing.T) {
+			dir := t.TempDir()
+			src := filepath.Join(dir, "src")
+			for _, d := range []string{"a/lin", "a/dx", "a/inl", "b/lin2", "b/dx2", "c"} {
+				require.NoError(t, os.MkdirAll(filepath.Join(src, d), 0o755))
+			}
+			img := filepath.Join(dir, "img")
+			e2fs.Mkfs(t, img, "16M", "-d", src, "-O", feat, "-b", "4096")
+			v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
+			require.NoError(t, err)
+			for i := range 100 {
+				for _, d := range []string{"a/lin", "a/dx", "b/dx2"} {
+					if d == "a/lin" && i >= 3 {
+						continue
+					}
+					require.NoError(t, v.WriteFile(d+"/"+strings.Repeat("n", 100)+strconv.Itoa(i), nil, 0o644))
+				}
+			}
+			for _, d := range []string{"a/dx", "b/dx2"} {
+				fi, err := v.Stat(d)
+				require.NoError(t, err)
+				require.NotZero(t, fi.Flags&layout.InodeFlagIndex, "%s is not an htree", d)
+			}
+			fi, err := v.Stat("a/inl")
+			require.NoError(t, err)
+			if strings.HasPrefix(feat, "inline") {
+				require.NotZero(t, fi.Flags&layout.InodeFlagInlineData, "a/inl is not inline")
+			}
+			require.NoError(t, v.Rename("a/lin", "c/lin"))
+			require.NoError(t, v.Rename("a/inl", "c/inl"))
+			require.NoError(t, v.Rename2("a/dx", "b/lin2", ext4io.RENAME_EXCHANGE))
+			require.NoError(t, v.Rename2("c/inl", "b/dx2", ext4io.RENAME_EXCHANGE))
+			require.NoError(t, v.Close())
+			e2fs.Fsck(t, img)
+			ro, err := ext4io.OpenImage(img, ext4io.Options{})
+			require.NoError(t, err)
+			defer ro.Close()
+			for _, n := range []string{"c/lin/..", "b/lin2/..", "a/dx/..", "b/dx2/..", "c/inl/.."} {
+				want := filepath.Dir(filepath.Dir(n))
+				got, err := ro.Stat(n)
+				require.NoError(t, err)
+				w, err := ro.Stat(want)
+				require.NoError(t, err)
+				assert.Equal(t, w.Ino, got.Ino, "%s", n)
+			}
 		})
 	}
 }

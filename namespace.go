@@ -737,18 +737,6 @@ func (v *Volume) symlink(target, name string) error {
 	return nil
 }
 
-// writeBlockRawLocked writes directory block lblk, refreshing its
-// checksum: the linear tail, or for an htree root or node the dx_tail.
-func (f *File) writeBlockRawLocked(lblk uint64, b []byte) error {
-	v := f.v
-	if v.csum && v.isDxDir(f.in) && !layout.HasDirTail(b) {
-		if err := f.setDxCsum(lblk, b); err != nil {
-			return err
-		}
-	}
-	return f.writeDirBlock(lblk, b)
-}
-
 // findEntry locates name (naming ino when ino != 0) in directory f: the
 // logical block (read into buf), the entry's offset and the offset of the
 // entry before it in the block (-1 for the first).
