@@ -4,12 +4,14 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/ext4io/ext4io"
 	"github.com/ext4io/ext4io/blockdev/memdev"
 	"github.com/ext4io/ext4io/ext4iotest"
+	"github.com/ext4io/ext4io/internal/e2fs"
 	"github.com/stretchr/testify/require"
 )
 
@@ -106,4 +108,35 @@ func fillVolume(t *testing.T, v *ext4io.Volume) {
 			require.NoError(t, err)
 		}
 	}
+}
+
+// TestInlineConvertNoSpaceRetriesAfterCommit: a write that moves an
+// inline file's data to a block of its own, on a full volume whose only
+// free blocks were freed by the running transaction, commits and retries
+// once instead of failing with ErrNoSpace, as the write itself does.
+func TestInlineConvertNoSpaceRetriesAfterCommit(t *testing.T) {
+	img := filepath.Join(t.TempDir(), "img")
+	e2fs.Mkfs(t, img, "16M", "-O", "inline_data", "-m", "0", "-b", "4096")
+	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, WritebackAge: -1, CommitInterval: -1, PageCacheBytes: -1})
+	require.NoError(t, err)
+	for _, n := range []string{"s1", "s2"} {
+		require.NoError(t, v.WriteFile(n, []byte("small"), 0o644))
+	}
+	require.NoError(t, v.WriteFile("junk", make([]byte, 1<<20), 0o644))
+	fillVolume(t, v)
+	require.NoError(t, v.Sync())
+	grow := func(name string) error {
+		f, err := v.OpenFile(name, os.O_RDWR, 0)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = f.WriteAt([]byte("x"), 8192) // past what fits inline
+		return err
+	}
+	require.ErrorIs(t, grow("s1"), ext4io.ErrNoSpace, "the volume is not full")
+	require.NoError(t, v.Remove("junk")) // its blocks are busy until a commit
+	require.NoError(t, grow("s2"), "converted with blocks freed by the running transaction")
+	require.NoError(t, v.Close())
+	e2fs.Fsck(t, img)
 }

@@ -111,22 +111,28 @@ func (f *File) ensureNotInline(op string) error {
 	return f.convertInline(op)
 }
 
-// convertInline is ensureNotInline's conversion.
+// convertInline is ensureNotInline's conversion. Failing for space, it
+// runs once more after a commit made the blocks freed by earlier
+// operations allocatable (retryNoSpace), as the writes that need it do.
 func (f *File) convertInline(op string) error {
-	if err := f.v.beginOp(); err != nil {
-		return &fs.PathError{Op: op, Path: f.name, Err: err}
+	for retried := false; ; retried = true {
+		if err := f.v.beginOp(); err != nil {
+			return &fs.PathError{Op: op, Path: f.name, Err: err}
+		}
+		f.n.mu.Lock()
+		err := f.closedLocked()
+		if err == nil && f.n.in.IsReg() {
+			// Directories convert when their entries change (parentOnly).
+			err = f.v.convertInlineLocked(f.n)
+		}
+		f.n.mu.Unlock()
+		if err = f.v.endOpErr(err); err == nil {
+			return nil
+		}
+		if retried || !f.v.retryNoSpace(err) {
+			return &fs.PathError{Op: op, Path: f.name, Err: err}
+		}
 	}
-	f.n.mu.Lock()
-	err := f.closedLocked()
-	if err == nil && f.n.in.IsReg() {
-		// Directories convert when their entries change (parentOnly).
-		err = f.v.convertInlineLocked(f.n)
-	}
-	f.n.mu.Unlock()
-	if err = f.v.endOpErr(err); err != nil {
-		return &fs.PathError{Op: op, Path: f.name, Err: err}
-	}
-	return nil
 }
 
 // ensureDirNotInline converts directory d if it is inline; the caller is
