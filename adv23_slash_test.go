@@ -1,0 +1,151 @@
+package ext4io_test
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/ext4io/ext4io"
+	"github.com/ext4io/ext4io/ext4iotest"
+)
+
+// TestAdv23TrailingSlash: a path ending in "/" names a directory, as in
+// Linux's path walk: the last symlink is followed even by Lstat and
+// Readlink, and a file (or a symlink to one) there is ENOTDIR. The same
+// calls on a host tree give the errors os gives.
+func TestAdv23TrailingSlash(t *testing.T) {
+	v, _ := openOSVolume(t)
+	defer v.Close()
+	host := t.TempDir()
+	type target interface {
+		Stat(string) (fs.FileInfo, error)
+		Lstat(string) (fs.FileInfo, error)
+		Readlink(string) (string, error)
+		Chmod(string, fs.FileMode) error
+	}
+	for _, tc := range []struct {
+		name string
+		t    target
+	}{{"ext4io", volTarget{v}}, {"os", osTarget(host)}} {
+		vt := tc.t
+		var mk interface {
+			Mkdir(string, fs.FileMode) error
+			WriteFile(string, []byte, fs.FileMode) error
+			Symlink(string, string) error
+		}
+		if tc.name == "ext4io" {
+			mk = v
+		} else {
+			mk = osTarget(host)
+		}
+		if err := mk.Mkdir("d", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := mk.WriteFile("f", []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := mk.Symlink("d", "ld"); err != nil {
+			t.Fatal(err)
+		}
+		if err := mk.Symlink("f", "lf"); err != nil {
+			t.Fatal(err)
+		}
+		notDir := func(what string, err error) {
+			t.Helper()
+			if !errors.Is(err, syscall.ENOTDIR) {
+				t.Errorf("%s: %s: %v, want ENOTDIR", tc.name, what, err)
+			}
+		}
+		_, err := vt.Stat("f/")
+		notDir("Stat f/", err)
+		_, err = vt.Lstat("f/")
+		notDir("Lstat f/", err)
+		_, err = vt.Lstat("lf/")
+		notDir("Lstat lf/", err)
+		_, err = vt.Stat("lf/")
+		notDir("Stat lf/", err)
+		_, err = vt.Readlink("lf/")
+		notDir("Readlink lf/", err)
+		notDir("Chmod f/", vt.Chmod("f/", 0o600))
+		if fi, err := vt.Lstat("ld/"); err != nil || !fi.IsDir() {
+			t.Errorf("%s: Lstat ld/: %v, %v; want the directory", tc.name, fi, err)
+		}
+		if _, err := vt.Readlink("ld/"); !errors.Is(err, syscall.EINVAL) {
+			t.Errorf("%s: Readlink ld/: %v, want EINVAL", tc.name, err)
+		}
+		if fi, err := vt.Lstat("ld"); err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+			t.Errorf("%s: Lstat ld: %v, %v; want the symlink", tc.name, fi, err)
+		}
+		if fi, err := vt.Stat("d/"); err != nil || !fi.IsDir() {
+			t.Errorf("%s: Stat d/: %v, %v", tc.name, fi, err)
+		}
+		if fi, err := vt.Stat("lf"); err != nil || !fi.Mode().IsRegular() {
+			t.Errorf("%s: Stat lf: %v, %v", tc.name, fi, err)
+		}
+	}
+}
+
+type volTarget struct{ v *ext4io.Volume }
+
+func (t volTarget) Stat(n string) (fs.FileInfo, error)  { return t.v.Stat(n) }
+func (t volTarget) Lstat(n string) (fs.FileInfo, error) { return t.v.Lstat(n) }
+func (t volTarget) Readlink(n string) (string, error)   { return t.v.Readlink(n) }
+func (t volTarget) Chmod(n string, m fs.FileMode) error { return t.v.Chmod(n, m) }
+
+type osTarget string
+
+func (t osTarget) p(n string) string {
+	return filepath.Join(string(t), n) + map[bool]string{true: "/"}[len(n) > 0 && n[len(n)-1] == '/']
+}
+func (t osTarget) Stat(n string) (fs.FileInfo, error)  { return os.Stat(t.p(n)) }
+func (t osTarget) Lstat(n string) (fs.FileInfo, error) { return os.Lstat(t.p(n)) }
+func (t osTarget) Readlink(n string) (string, error)   { return os.Readlink(t.p(n)) }
+func (t osTarget) Chmod(n string, m fs.FileMode) error { return os.Chmod(t.p(n), m) }
+func (t osTarget) Mkdir(n string, m fs.FileMode) error { return os.Mkdir(t.p(n), m) }
+func (t osTarget) WriteFile(n string, b []byte, m fs.FileMode) error {
+	return os.WriteFile(t.p(n), b, m)
+}
+func (t osTarget) Symlink(o, n string) error { return os.Symlink(o, t.p(n)) }
+
+// TestAdv23EmptySymlink: a symlink whose size is 0 (crafted: Linux's
+// symlink(2) refuses an empty target, and ext4_iget calls such an inode
+// corrupt) is ErrCorrupt to Readlink and to a path through it, which
+// resolved to the root before (ls of it listed /).
+func TestAdv23EmptySymlink(t *testing.T) {
+	dir := t.TempDir()
+	img := filepath.Join(dir, "img")
+	ext4iotest.Mkfs(t, img, "8M", "-b", "1024")
+	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Mkdir("d", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Symlink("x", "d/l"); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ext4iotest.Debugfs(t, img, true, "sif /d/l size 0")
+	v, err = ext4io.OpenImage(img, ext4io.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	if _, err := v.Readlink("d/l"); !errors.Is(err, ext4io.ErrCorrupt) {
+		t.Errorf("Readlink: %v, want ErrCorrupt", err)
+	}
+	for _, p := range []string{"d/l", "d/l/", "d/l/lost+found"} {
+		if fi, err := v.Stat(p); !errors.Is(err, ext4io.ErrCorrupt) {
+			t.Errorf("Stat %s: %v, %v; want ErrCorrupt", p, fi, err)
+		}
+	}
+	if _, err := v.ReadDir("d/l"); !errors.Is(err, ext4io.ErrCorrupt) {
+		t.Errorf("ReadDir: %v, want ErrCorrupt", err)
+	}
+}
