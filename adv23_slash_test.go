@@ -149,3 +149,60 @@ func TestAdv23EmptySymlink(t *testing.T) {
 		t.Errorf("ReadDir: %v, want ErrCorrupt", err)
 	}
 }
+
+// TestAdv23TrailingSlashChange: Rename, Unlink and Remove of a file named
+// with a trailing slash (on either side of a rename) fail with ENOTDIR
+// and change nothing, as os's; a directory moves.
+func TestAdv23TrailingSlashChange(t *testing.T) {
+	v, _ := openOSVolume(t)
+	defer v.Close()
+	host := osTarget(t.TempDir())
+	for _, name := range []string{"ext4io", "os"} {
+		var (
+			rename = v.Rename
+			remove = v.Remove
+			unlink = v.Unlink
+			stat   = func(n string) error { _, err := v.Lstat(n); return err }
+		)
+		if name == "os" {
+			rename = func(o, n string) error { return os.Rename(host.p(o), host.p(n)) }
+			remove = func(n string) error { return os.Remove(host.p(n)) }
+			unlink = func(n string) error { return syscall.Unlink(host.p(n)) }
+			stat = func(n string) error { _, err := os.Lstat(host.p(n)); return err }
+			if err := os.WriteFile(host.p("f"), []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Mkdir(host.p("d"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			if err := v.WriteFile("f", []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := v.Mkdir("d", 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for what, err := range map[string]error{
+			"rename f f/":  rename("f", "f/"),
+			"rename f g/":  rename("f", "g/"),
+			"rename f/ g":  rename("f/", "g"),
+			"rename f/ d/": rename("f/", "d/"),
+			"unlink f/":    unlink("f/"),
+			"remove f/":    remove("f/"),
+		} {
+			if !errors.Is(err, syscall.ENOTDIR) {
+				t.Errorf("%s: %s: %v, want ENOTDIR", name, what, err)
+			}
+		}
+		if err := stat("f"); err != nil {
+			t.Errorf("%s: f: %v", name, err)
+		}
+		if err := stat("g"); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s: g: %v, want it missing", name, err)
+		}
+		if err := rename("d/", "e/"); err != nil {
+			t.Errorf("%s: rename d/ e/: %v", name, err)
+		}
+	}
+}

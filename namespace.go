@@ -579,6 +579,9 @@ func (v *Volume) unlink(name string) error {
 	if child.in.IsDir() {
 		return ErrIsDir
 	}
+	if strings.HasSuffix(name, "/") {
+		return ErrNotDir // a name ending in "/" names a directory
+	}
 	child.n.mu.Lock()
 	defer child.n.mu.Unlock()
 	// Under the inode's lock: an open racing this unlink either tracked

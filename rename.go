@@ -3,6 +3,7 @@ package ext4io
 import (
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 
 	"github.com/ext4io/ext4io/layout"
@@ -83,6 +84,9 @@ func (v *Volume) rename(oldname, newname string, noReplace bool) error {
 		return err
 	}
 	srcDir := src.in.IsDir()
+	if !srcDir && (strings.HasSuffix(oldname, "/") || strings.HasSuffix(newname, "/")) {
+		return ErrNotDir // a name ending in "/" names a directory
+	}
 	var dst *File
 	if e, err := ndir.lookupName(nbase); err == nil {
 		if noReplace {
