@@ -3,6 +3,7 @@ package ext4io_test
 import (
 	"bytes"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -83,5 +84,41 @@ func TestAdv23InlineSparseTail(t *testing.T) {
 	copy(want[5:], "abc")
 	if got := ext4iotest.Dump(t, img, "/sparse"); !bytes.Equal(got, want) {
 		t.Fatalf("after the write debugfs dumps %d bytes, want %d with abc at 5", len(got), size)
+	}
+}
+
+// TestAdv23SpecialFileReadAt: a fifo or device with a crafted i_size maps
+// no bytes: ReadAt past offset 0 reads nothing (it sliced the empty
+// inline bytes at the offset and panicked).
+func TestAdv23SpecialFileReadAt(t *testing.T) {
+	dir := t.TempDir()
+	img := filepath.Join(dir, "img")
+	ext4iotest.Mkfs(t, img, "8M", "-b", "1024")
+	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Mknod("p", fs.ModeNamedPipe|0o644, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ext4iotest.Debugfs(t, img, true, "sif /p size 100")
+	v, err = ext4io.OpenImage(img, ext4io.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	f, err := v.Open("p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, 10)
+	for _, off := range []int64{0, 10, 99} {
+		if n, err := f.ReadAt(b, off); n != 0 || err != io.EOF {
+			t.Errorf("ReadAt at %d: %d, %v; want 0, EOF", off, n, err)
+		}
 	}
 }
