@@ -206,3 +206,41 @@ func TestAdv23TrailingSlashChange(t *testing.T) {
 		}
 	}
 }
+
+// TestAdv23TrailingSlashCreate: Symlink, Link and Mknod of a missing name
+// ending in "/" create nothing and fail with ENOENT, as os's (they made a
+// file named without the slash); an existing name is EEXIST.
+func TestAdv23TrailingSlashCreate(t *testing.T) {
+	v, _ := openOSVolume(t)
+	defer v.Close()
+	host := osTarget(t.TempDir())
+	if err := os.WriteFile(host.p("f"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.WriteFile("f", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	type call struct {
+		what   string
+		os, vo error
+		want   syscall.Errno
+	}
+	for _, c := range []call{
+		{"symlink x n/", os.Symlink("x", host.p("n/")), v.Symlink("x", "n/"), syscall.ENOENT},
+		{"link f m/", os.Link(host.p("f"), host.p("m/")), v.Link("f", "m/"), syscall.ENOENT},
+		{"mknod p/", syscall.Mknod(host.p("p/"), syscall.S_IFIFO|0o644, 0), v.Mknod("p/", fs.ModeNamedPipe|0o644, 0), syscall.ENOENT},
+		{"symlink x f/", os.Symlink("x", host.p("f/")), v.Symlink("x", "f/"), syscall.EEXIST},
+	} {
+		if !errors.Is(c.os, c.want) {
+			t.Errorf("os: %s: %v, want %v", c.what, c.os, c.want)
+		}
+		if !errors.Is(c.vo, c.want) {
+			t.Errorf("ext4io: %s: %v, want %v", c.what, c.vo, c.want)
+		}
+	}
+	for _, n := range []string{"n", "m", "p"} {
+		if _, err := v.Lstat(n); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("ext4io: %s: %v, want it missing", n, err)
+		}
+	}
+}
