@@ -244,3 +244,27 @@ func TestAdv23TrailingSlashCreate(t *testing.T) {
 		}
 	}
 }
+
+// TestAdv23TrailingSlashExchange: RENAME_EXCHANGE of a file named with a
+// trailing slash fails with ENOTDIR and swaps nothing, as renameat2's.
+func TestAdv23TrailingSlashExchange(t *testing.T) {
+	v, _ := openOSVolume(t)
+	defer v.Close()
+	if err := v.WriteFile("f", []byte("f"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Mkdir("d", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range [][2]string{{"f/", "d"}, {"d", "f/"}, {"d/", "f/"}} {
+		if err := v.Rename2(c[0], c[1], ext4io.RENAME_EXCHANGE); !errors.Is(err, syscall.ENOTDIR) {
+			t.Errorf("exchange %s %s: %v, want ENOTDIR", c[0], c[1], err)
+		}
+	}
+	if err := v.Rename2("f", "d/", ext4io.RENAME_EXCHANGE); err != nil {
+		t.Errorf("exchange f d/: %v", err)
+	}
+	if fi, err := v.Lstat("f"); err != nil || !fi.IsDir() {
+		t.Errorf("after exchange f d/: f is %v, %v; want the directory", fi, err)
+	}
+}

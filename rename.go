@@ -323,10 +323,13 @@ func (v *Volume) exchange(oldname, newname string) error {
 	if err != nil {
 		return err
 	}
+	aDir, bDir := a.in.IsDir(), b.in.IsDir()
+	if !aDir && strings.HasSuffix(oldname, "/") || !bDir && strings.HasSuffix(newname, "/") {
+		return ErrNotDir // a name ending in "/" names a directory
+	}
 	if a.n == b.n {
 		return nil // two names of one inode: nothing to swap
 	}
-	aDir, bDir := a.in.IsDir(), b.in.IsDir()
 	if !same {
 		// Neither may move into its own subtree.
 		for _, c := range []struct {
