@@ -25,7 +25,10 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // A command is one ext4io subcommand. Its run must parse its flags with
@@ -194,8 +197,33 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "Run 'ext4io help COMMAND' for a command's description and flags.")
 }
 
+// oneLine is err's message on one line, printable (names in it may come
+// from an image).
 func oneLine(err error) string {
-	return strings.ReplaceAll(err.Error(), "\n", " ")
+	return printable(strings.ReplaceAll(err.Error(), "\n", " "))
+}
+
+// printable returns s with each control character and byte of invalid
+// UTF-8 written as a Go escape (\x1b, \n, \u0085, \xff): names from an
+// image can then neither drive the terminal (escape sequences) nor fake
+// lines of output.
+func printable(s string) string {
+	if !strings.ContainsFunc(s, func(r rune) bool { return r == utf8.RuneError || unicode.IsControl(r) }) {
+		return s
+	}
+	var b strings.Builder
+	for i, r := range s {
+		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], string(utf8.RuneError)):
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case unicode.IsControl(r):
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }
 
 // flagSets holds the FlagSet each command made last, for help.

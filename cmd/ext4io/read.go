@@ -168,7 +168,7 @@ func lsLines(w io.Writer, v *ext4io.Volume, list []lsEntry, long, inum bool) err
 	six := time.Now().AddDate(0, -6, 0)
 	for _, e := range list {
 		if e.err != nil {
-			fmt.Fprintf(stderr, "ext4io ls: %s: %s\n", e.name, oneLine(e.err))
+			fmt.Fprintf(stderr, "ext4io ls: %s: %s\n", printable(e.name), oneLine(e.err))
 			failed = true
 			continue
 		}
@@ -176,7 +176,7 @@ func lsLines(w io.Writer, v *ext4io.Volume, list []lsEntry, long, inum bool) err
 		if inum {
 			cols = append(cols, fmt.Sprint(e.fi.Ino))
 		}
-		name := e.name
+		name := printable(e.name)
 		if long {
 			t := e.fi.ModTime().Local()
 			stamp := t.Format("Jan _2 15:04")
@@ -187,9 +187,9 @@ func lsLines(w io.Writer, v *ext4io.Volume, list []lsEntry, long, inum bool) err
 				fmt.Sprint(e.fi.Size()), stamp)
 			if e.fi.Mode()&iofs.ModeSymlink != 0 {
 				if t, err := v.Readlink(e.path); err == nil {
-					name += " -> " + t
+					name += " -> " + printable(t)
 				} else {
-					fmt.Fprintf(stderr, "ext4io ls: %s: %s\n", e.name, oneLine(err))
+					fmt.Fprintf(stderr, "ext4io ls: %s: %s\n", printable(e.name), oneLine(err))
 					failed = true
 				}
 			}

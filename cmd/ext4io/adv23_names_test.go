@@ -1,0 +1,54 @@
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ext4io/ext4io"
+	"github.com/ext4io/ext4io/internal/e2fs"
+)
+
+// TestAdv23ControlCharsInNames: names from an image holding an escape
+// sequence, a newline or invalid UTF-8 are printed escaped by ls, ls -l
+// and in error lines, so that an image cannot drive the terminal or fake
+// lines of output.
+func TestAdv23ControlCharsInNames(t *testing.T) {
+	img := filepath.Join(t.TempDir(), "img")
+	e2fs.Mkfs(t, img, "8M", "-b", "1024")
+	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := "a\x1b[2J\nfake\xff"
+	if err := v.Mkdir(bad, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Symlink("t\x1b]0;x\x07", "l"); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	clean := func(what, s string) {
+		t.Helper()
+		if strings.ContainsAny(s, "\x1b\x07") || strings.Contains(s, "\xff") || strings.Contains(s, "\nfake") {
+			t.Errorf("%s: raw control characters in %q", what, s)
+		}
+	}
+	out, errOut, code := runCmd(t, "ls", img, "/")
+	clean("ls", out+errOut)
+	if code != 0 || !strings.Contains(out, `a\x1b[2J\nfake\xff`) {
+		t.Errorf("ls: %d %q %q", code, out, errOut)
+	}
+	out, errOut, _ = runCmd(t, "ls", "-l", img, "/")
+	clean("ls -l", out+errOut)
+	if !strings.Contains(out, `l -> t\x1b]0;x\a`) {
+		t.Errorf("ls -l: %q", out)
+	}
+	_, errOut, code = runCmd(t, "cat", img, "/"+bad)
+	clean("cat error", errOut)
+	if code != 1 || strings.Count(errOut, "\n") != 1 {
+		t.Errorf("cat of a directory: %d %q", code, errOut)
+	}
+}
