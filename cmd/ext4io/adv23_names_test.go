@@ -12,7 +12,7 @@ import (
 // TestAdv23ControlCharsInNames: names from an image holding an escape
 // sequence, a newline or invalid UTF-8 are printed escaped by ls, ls -l
 // and in error lines, so that an image cannot drive the terminal or fake
-// lines of output.
+// lines of output; so are attribute names in getfattr's listing.
 func TestAdv23ControlCharsInNames(t *testing.T) {
 	img := filepath.Join(t.TempDir(), "img")
 	e2fs.Mkfs(t, img, "8M", "-b", "1024")
@@ -25,6 +25,12 @@ func TestAdv23ControlCharsInNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := v.Symlink("t\x1b]0;x\x07", "l"); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.WriteFile("f", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Setxattr("f", "user.a\x1b[2Jb", []byte("v"), 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := v.Close(); err != nil {
@@ -45,6 +51,11 @@ func TestAdv23ControlCharsInNames(t *testing.T) {
 	clean("ls -l", out+errOut)
 	if !strings.Contains(out, `l -> t\x1b]0;x\a`) {
 		t.Errorf("ls -l: %q", out)
+	}
+	out, errOut, _ = runCmd(t, "getfattr", img, "/f")
+	clean("getfattr", out+errOut)
+	if !strings.Contains(out, `user.a\x1b[2Jb="v"`) {
+		t.Errorf("getfattr: %q %q", out, errOut)
 	}
 	_, errOut, code = runCmd(t, "cat", img, "/"+bad)
 	clean("cat error", errOut)
