@@ -12,10 +12,11 @@ import (
 // TestAdv23ControlCharsInNames: names from an image holding an escape
 // sequence, a newline or invalid UTF-8 are printed escaped by ls, ls -l
 // and in error lines, so that an image cannot drive the terminal or fake
-// lines of output; so are attribute names in getfattr's listing.
+// lines of output; so are attribute names in getfattr's listing and the
+// label in info's.
 func TestAdv23ControlCharsInNames(t *testing.T) {
 	img := filepath.Join(t.TempDir(), "img")
-	e2fs.Mkfs(t, img, "8M", "-b", "1024")
+	e2fs.Mkfs(t, img, "8M", "-b", "1024", "-L", "v\x1b[2J")
 	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
 	if err != nil {
 		t.Fatal(err)
@@ -56,6 +57,11 @@ func TestAdv23ControlCharsInNames(t *testing.T) {
 	clean("getfattr", out+errOut)
 	if !strings.Contains(out, `user.a\x1b[2Jb="v"`) {
 		t.Errorf("getfattr: %q %q", out, errOut)
+	}
+	out, errOut, _ = runCmd(t, "info", img)
+	clean("info", out+errOut)
+	if !strings.Contains(out, `v\x1b[2J`) {
+		t.Errorf("info: %q %q", out, errOut)
 	}
 	_, errOut, code = runCmd(t, "cat", img, "/"+bad)
 	clean("cat error", errOut)

@@ -61,7 +61,7 @@ func cmdInfo(args []string, w io.Writer) error {
 	sb := v.Superblock()
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
 	p := func(k string, f string, a ...any) { fmt.Fprintf(tw, "%s:\t"+f+"\n", append([]any{k}, a...)...) }
-	p("Volume name", "%s", sb.Label())
+	p("Volume name", "%s", printable(sb.Label()))
 	p("UUID", "%x-%x-%x-%x-%x", sb.UUID[0:4], sb.UUID[4:6], sb.UUID[6:8], sb.UUID[8:10], sb.UUID[10:16])
 	p("Features", "%s", strings.Join(layout.FeatureNames(sb.FeatureCompat, sb.FeatureRoCompat, sb.FeatureIncompat), " "))
 	p("Block size", "%d", sb.BlockSize())
