@@ -33,6 +33,9 @@ func openImageOpts(path string, opts ext4io.Options) (*ext4io.Volume, error) {
 // notExt4 reports whether path is a readable file without the ext4
 // superblock magic.
 func notExt4(path string) bool {
+	if !maybeImage(path) {
+		return false
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return false
@@ -349,4 +352,11 @@ func cmdFiemap(args []string, w io.Writer) error {
 	}
 	fmt.Fprintf(w, "%s: %d extents found\n", args[1], len(exts))
 	return nil
+}
+
+// maybeImage reports whether path is a regular file or a device, which
+// can be opened without blocking (a named pipe would wait for a writer).
+func maybeImage(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && (fi.Mode().IsRegular() || fi.Mode()&os.ModeDevice != 0)
 }
