@@ -69,3 +69,41 @@ func TestAdv23ControlCharsInNames(t *testing.T) {
 		t.Errorf("cat of a directory: %d %q", code, errOut)
 	}
 }
+
+// TestAdv23XattrNoFollow: getfattr -h and setfattr -h act on a symlink
+// itself, as documented (they printed the help instead, -h being taken
+// for a help request); -h alone still asks for help.
+func TestAdv23XattrNoFollow(t *testing.T) {
+	img := filepath.Join(t.TempDir(), "img")
+	e2fs.Mkfs(t, img, "8M", "-b", "1024")
+	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.WriteFile("f", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Symlink("f", "l"); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut, code := runCmd(t, "setfattr", "-h", img, "/l", "trusted.t", "link"); code != 0 || out != "" {
+		t.Fatalf("setfattr -h: %d %q %q", code, out, errOut)
+	}
+	if out, errOut, code := runCmd(t, "setfattr", img, "/l", "user.u", "target"); code != 0 {
+		t.Fatalf("setfattr: %d %q %q", code, out, errOut)
+	}
+	out, errOut, code := runCmd(t, "getfattr", "-h", img, "/l")
+	if code != 0 || !strings.Contains(out, `trusted.t="link"`) || strings.Contains(out, "user.u") {
+		t.Errorf("getfattr -h /l: %d %q %q", code, out, errOut)
+	}
+	out, _, _ = runCmd(t, "getfattr", img, "/l")
+	if !strings.Contains(out, `user.u="target"`) || strings.Contains(out, "trusted.t") {
+		t.Errorf("getfattr /l: %q", out)
+	}
+	if out, _, code := runCmd(t, "getfattr", "-h"); code != 0 || !strings.HasPrefix(out, "usage: ext4io getfattr") {
+		t.Errorf("getfattr -h alone: %d %q", code, out)
+	}
+}
