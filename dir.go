@@ -592,12 +592,16 @@ func (v *Volume) resolveMissing(name string, followLast bool) (f *File, lastMiss
 
 // resolveFrom walks name from directory start (from the root if name is
 // absolute). If lastMissing is not nil, it is set when the last name is
-// not found in its directory.
+// not found in its directory. A name ending in "/" names a directory, as
+// in Linux's path walk: its last symlink is followed whatever followLast
+// says, and anything but a directory there is ErrNotDir.
 func (v *Volume) resolveFrom(start uint32, name string, followLast bool, hops *int, lastMissing *bool) (*File, error) {
 	if strings.HasPrefix(name, "/") {
 		start = layout.RootIno
 	}
 	parts := strings.FieldsFunc(name, func(r rune) bool { return r == '/' })
+	mustDir := len(parts) > 0 && strings.HasSuffix(name, "/")
+	followLast = followLast || mustDir
 	dir, err := v.openInode(start, "/")
 	if err != nil {
 		return nil, err
@@ -633,7 +637,11 @@ func (v *Volume) resolveFrom(start uint32, name string, followLast bool, hops *i
 				return nil, err
 			}
 			rest := path.Join(parts[i+1:]...)
-			child, err = v.resolveFrom(dir.ino, target+"/"+rest, followLast, hops, nil)
+			next := target + "/" + rest
+			if rest == "" && !mustDir {
+				next = target
+			}
+			child, err = v.resolveFrom(dir.ino, next, followLast, hops, nil)
 			if err != nil {
 				return nil, err
 			}
@@ -643,6 +651,9 @@ func (v *Volume) resolveFrom(start uint32, name string, followLast bool, hops *i
 			return child, nil
 		}
 		dir = child
+	}
+	if mustDir && !dir.in.IsDir() {
+		return nil, ErrNotDir
 	}
 	return dir, nil
 }
@@ -691,7 +702,7 @@ func (f *File) readlink() (string, error) {
 	if f.n.freed {
 		return "", &freeInodeError{ino: f.ino}
 	}
-	if f.in.Size > uint64(f.v.bs) || f.in.Size > 4096 {
+	if f.in.Size == 0 || f.in.Size > uint64(f.v.bs) || f.in.Size > 4096 {
 		return "", &errs.CorruptError{What: "symlink", Ino: f.ino, Off: -1, Msg: fmt.Sprintf("target length %d", f.in.Size)}
 	}
 	b := make([]byte, f.in.Size)

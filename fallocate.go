@@ -328,7 +328,7 @@ func (f *File) shiftRangeLocked(mode FallocMode, off, length int64) error {
 			return fmt.Errorf("insert-range at %d is not inside the file (size %d): %w", off, size, ErrInvalid)
 		}
 		if uint64(size+length) > uint64(maxFileBlocks)*uint64(bs) {
-			return fmt.Errorf("insert-range: file would exceed the largest size: %w", ErrInvalid)
+			return fmt.Errorf("insert-range: file would exceed the largest size: %w", errFileTooBig)
 		}
 		if err := f.shiftFitsLocked(mode, first, 0, 0); err != nil {
 			return err

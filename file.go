@@ -346,7 +346,17 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 
 func (f *File) readAt(p []byte, off int64) (int, error) {
 	if f.m == nil {
-		return copy(p, f.inl[off:]), nil
+		n := 0
+		if off < int64(len(f.inl)) {
+			n = copy(p, f.inl[off:])
+		}
+		if f.in.IsReg() {
+			// Past the bytes stored inline, up to the size (to which
+			// ReadAt bounds p), a regular file reads as zeroes.
+			clear(p[n:])
+			n = len(p)
+		}
+		return n, nil
 	}
 	bs := int64(f.v.bs)
 	done := 0

@@ -39,8 +39,9 @@ func (v *Volume) makeNewInline(in *layout.Inode) {
 // changeInline runs change on inline file f's data in place, in an
 // operation of its own: ok is false, with nothing changed, when f is not
 // (or no longer) an inline regular file, is direct, fails a check that
-// writable reports, or the new data (change's result, at most
-// maxInlineLen bytes) does not fit the inode. The caller holds no inode
+// writable reports, stores fewer bytes than its size (the rest read as
+// zeroes, inode.go's inlineData), or the new data (change's result, at
+// most maxInlineLen bytes) does not fit the inode. The caller holds no inode
 // lock and is not in an operation.
 func (f *File) changeInline(op string, maxLen int64, change func(old []byte) []byte) (bool, error) {
 	if f == nil || f.v == nil || f.n == nil || !f.n.inline.live.Load() || f.direct || maxLen > int64(f.v.bs) {
@@ -54,7 +55,7 @@ func (f *File) changeInline(op string, maxLen int64, change func(old []byte) []b
 	}
 	f.n.mu.Lock()
 	ok, err := false, f.closedLocked()
-	if err == nil && f.n.inline.live.Load() && !f.n.freed && f.in.IsReg() {
+	if err == nil && f.n.inline.live.Load() && !f.n.freed && f.in.IsReg() && uint64(len(f.n.inl)) == f.in.Size {
 		ok, err = f.v.setInlineDataLocked(f, change(f.n.inl))
 	}
 	f.n.mu.Unlock()

@@ -91,6 +91,9 @@ func (v *Volume) mknod(name string, mode fs.FileMode, dev uint64) error {
 	} else if !isNotExist(err) {
 		return err
 	}
+	if err := notDirName(name); err != nil {
+		return err
+	}
 	ino, err := v.allocInode(dir.ino, false)
 	if err != nil {
 		return err

@@ -117,6 +117,16 @@ func (v *Volume) parentDir(name string) (*File, string, error) {
 	return dir, base, err
 }
 
+// notDirName fails the missing name of a new file other than a
+// directory when it ends in "/", which names a directory: ENOENT, as
+// Linux's filename_create (an existing name is EEXIST first).
+func notDirName(name string) error {
+	if strings.HasSuffix(name, "/") {
+		return ErrNotFound
+	}
+	return nil
+}
+
 // parentOnly is parentDir without checking the last component: the
 // parent's errors come first, as Linux resolves parents before it looks
 // at the last name (rename resolves both parents first).
@@ -579,6 +589,9 @@ func (v *Volume) unlink(name string) error {
 	if child.in.IsDir() {
 		return ErrIsDir
 	}
+	if strings.HasSuffix(name, "/") {
+		return ErrNotDir // a name ending in "/" names a directory
+	}
 	child.n.mu.Lock()
 	defer child.n.mu.Unlock()
 	// Under the inode's lock: an open racing this unlink either tracked
@@ -632,6 +645,9 @@ func (v *Volume) link(oldname, newname string) error {
 	} else if !isNotExist(err) {
 		return err
 	}
+	if err := notDirName(newname); err != nil {
+		return err
+	}
 	if src.in.IsDir() {
 		return ErrPermission // link(2): EPERM for a directory, after the new name's checks
 	}
@@ -682,6 +698,9 @@ func (v *Volume) symlink(target, name string) error {
 	if _, err := dir.lookupName(base); err == nil {
 		return ErrExist
 	} else if !isNotExist(err) {
+		return err
+	}
+	if err := notDirName(name); err != nil {
 		return err
 	}
 	ino, err := v.allocInode(dir.ino, false)

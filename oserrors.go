@@ -26,3 +26,9 @@ var (
 // errLoop: too many symlinks on a path (ELOOP). It matches ErrInvalid too,
 // as symlink loops did before they matched ELOOP.
 var errLoop error = &errs.Errno{Msg: "too many levels of symbolic links", Errno: syscall.ELOOP, Also: ErrInvalid}
+
+// errFileTooBig: a write, truncate or fallocate that would take a file
+// past the largest size its block size allows (EFBIG, as Linux's
+// s_maxbytes checks). It matches ErrInvalid too, as such ranges did
+// before they matched EFBIG.
+var errFileTooBig error = &errs.Errno{Msg: "file too large", Errno: syscall.EFBIG, Also: ErrInvalid}

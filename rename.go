@@ -3,6 +3,7 @@ package ext4io
 import (
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 
 	"github.com/ext4io/ext4io/layout"
@@ -83,6 +84,9 @@ func (v *Volume) rename(oldname, newname string, noReplace bool) error {
 		return err
 	}
 	srcDir := src.in.IsDir()
+	if !srcDir && (strings.HasSuffix(oldname, "/") || strings.HasSuffix(newname, "/")) {
+		return ErrNotDir // a name ending in "/" names a directory
+	}
 	var dst *File
 	if e, err := ndir.lookupName(nbase); err == nil {
 		if noReplace {
@@ -361,10 +365,13 @@ func (v *Volume) exchange(oldname, newname string) error {
 	if err != nil {
 		return err
 	}
+	aDir, bDir := a.in.IsDir(), b.in.IsDir()
+	if !aDir && strings.HasSuffix(oldname, "/") || !bDir && strings.HasSuffix(newname, "/") {
+		return ErrNotDir // a name ending in "/" names a directory
+	}
 	if a.n == b.n {
 		return nil // two names of one inode: nothing to swap
 	}
-	aDir, bDir := a.in.IsDir(), b.in.IsDir()
 	if !same {
 		// Neither may move into its own subtree.
 		for _, c := range []struct {

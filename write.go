@@ -78,7 +78,11 @@ func (f *File) inRange(off, n int64) bool {
 func (f *File) checkRange(op string, off, n int64) error {
 	if !f.inRange(off, n) {
 		lim := maxFileBlocks * int64(f.v.bs)
-		return &fs.PathError{Op: op, Path: f.name, Err: fmt.Errorf("range [%d,+%d) outside 0..%d: %w", off, n, lim, ErrInvalid)}
+		why := ErrInvalid
+		if off >= 0 && n >= 0 {
+			why = errFileTooBig
+		}
+		return &fs.PathError{Op: op, Path: f.name, Err: fmt.Errorf("range [%d,+%d) outside 0..%d: %w", off, n, lim, why)}
 	}
 	return nil
 }

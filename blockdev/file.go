@@ -73,7 +73,7 @@ func openOS(path string, readOnly bool, extra int) (*os.File, error) {
 	if readOnly {
 		flag = os.O_RDONLY
 	}
-	f, err := os.OpenFile(path, flag|extra|exclFlag(path, readOnly), 0)
+	f, err := os.OpenFile(path, flag|extra|exclFlag(path, readOnly)|openNonblock, 0)
 	if err != nil {
 		if berr := busyErr(path, err); berr != nil {
 			return nil, berr

@@ -9,6 +9,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// openNonblock is added to every open: a named pipe given as an image
+// then fails init's type check at once instead of blocking open(2) until
+// a writer comes. Regular files and block devices ignore it.
+const openNonblock = unix.O_NONBLOCK
+
 func fdatasync(f *os.File) error {
 	return control(f, func(fd int) error { return ignoringEINTR(func() error { return unix.Fdatasync(fd) }) })
 }

@@ -28,3 +28,6 @@ func (c *fileCore) discard(off, n int64, write func([]byte, int64) (int, error))
 }
 
 func dropCache(*os.File, int64, int64) error { return nil }
+
+// openNonblock is O_NONBLOCK on Linux (sys_linux.go).
+const openNonblock = 0

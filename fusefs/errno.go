@@ -14,7 +14,8 @@ import (
 
 // errno maps an ext4io error to the errno Linux's ext4 returns for the
 // same condition. The more specific sentinels come first: ErrIsDir and
-// ErrNotDir wrap ErrInvalid, ErrTooManyLinks wraps ErrNoSpace and
+// ErrNotDir wrap ErrInvalid, a file-too-large error (EFBIG) matches
+// ErrInvalid too, ErrTooManyLinks wraps ErrNoSpace and
 // ErrNotExt4 matches ErrCorrupt.
 func errno(err error) syscall.Errno {
 	if err == nil {
@@ -54,6 +55,8 @@ func errno(err error) syscall.Errno {
 		return syscall.EBUSY
 	case errors.Is(err, ext4io.ErrClosed), errors.Is(err, fs.ErrClosed):
 		return syscall.EBADF
+	case errors.Is(err, syscall.EFBIG):
+		return syscall.EFBIG // past the largest file size; it matches ErrInvalid too
 	case errors.Is(err, ext4io.ErrInvalid):
 		return syscall.EINVAL
 	case errors.Is(err, io.EOF):

@@ -360,14 +360,15 @@ func (e *exporter) mode(m fs.FileMode) fs.FileMode {
 
 // copySparse copies f's size bytes to out: only its written extents, so
 // that holes (and unwritten extents, which read as zeroes) stay holes on
-// the host, then sets out's size. Inline-data files have no extents and
-// are copied whole (the library bounds them by what the inode stores).
+// the host, then sets out's size. Inline-data files have no extents: the
+// bytes an inode can store (less than a block) are copied, and the rest,
+// which reads as zeroes, stays a hole.
 // Extents rather than SeekData: a crafted i_size of 1 TiB is then no
 // longer a walk over 2^28 holes in the extent-status cache's regions.
 func (e *exporter) copySparse(out *os.File, f *ext4io.File, fi *ext4io.FileInfo) error {
 	size := fi.Size()
 	if fi.Flags&layout.InodeFlagInlineData != 0 {
-		if err := e.copyRange(out, f, 0, size); err != nil {
+		if err := e.copyRange(out, f, 0, min(size, int64(e.v.BlockSize()))); err != nil {
 			return err
 		}
 		return out.Truncate(size)

@@ -25,7 +25,10 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // A command is one ext4io subcommand. Its run must parse its flags with
@@ -35,6 +38,9 @@ type command struct {
 	usage string // synopsis after "ext4io "
 	help  string // what it does, for "ext4io help COMMAND"
 	run   func(args []string, stdout io.Writer) error
+	// hFlag: -h is one of the command's flags (getfattr and setfattr,
+	// as attr's: do not follow a symlink), help only when alone.
+	hFlag bool
 }
 
 // commands is every subcommand; bench and torture add themselves in
@@ -74,9 +80,9 @@ var commands = map[string]command{
 	"recover": {usage: "recover IMAGE", help: "Replay a journal that needs recovery.", run: cmdRecover},
 	"fstrim":  {usage: "fstrim [-v] [--offset N] [--length N] [--minimum N] IMAGE", help: "Discard the free space of IMAGE (fstrim; holes in an image file).", run: cmdFstrim},
 	"getfattr": {usage: "getfattr [-h] IMAGE PATH [NAME]",
-		help: "Print the extended attributes of PATH (or only NAME), like getfattr -d -m -.", run: cmdGetfattr},
+		help: "Print the extended attributes of PATH (or only NAME), like getfattr -d -m -.", run: cmdGetfattr, hFlag: true},
 	"setfattr": {usage: "setfattr [-h] IMAGE PATH NAME VALUE | setfattr [-h] IMAGE PATH -x NAME",
-		help: "Set the extended attribute NAME of PATH to VALUE, or remove it with -x, like setfattr.", run: cmdSetfattr},
+		help: "Set the extended attribute NAME of PATH to VALUE, or remove it with -x, like setfattr.", run: cmdSetfattr, hFlag: true},
 	"mount": {usage: "mount [-o ro,allow_other,default_permissions,direct_io,no_writeback_cache,cache_size=N,debug,...] [-d] [-f | --background] IMAGE DIR",
 		help: "Serve IMAGE at DIR over FUSE until it is unmounted (fusermount3 -u, umount, SIGINT or SIGTERM);\n" +
 			"then write back, commit and mark the file system clean. In the foreground (-f, the default), or\n" +
@@ -120,7 +126,7 @@ func run(args []string, stdout, errw io.Writer) int {
 		fmt.Fprintln(errw, "Run 'ext4io help' for the list of commands.")
 		return 2
 	}
-	if wantsHelp(args) {
+	if wantsHelp(args, c.hFlag) {
 		printHelp(stdout, name, c)
 		return 0
 	}
@@ -146,13 +152,18 @@ func run(args []string, stdout, errw io.Writer) int {
 	return 1
 }
 
-// wantsHelp reports whether args ask for help before any "--".
-func wantsHelp(args []string) bool {
+// wantsHelp reports whether args ask for help before any "--"; with
+// hFlag, -h does only when it is the only argument.
+func wantsHelp(args []string, hFlag bool) bool {
 	for _, a := range args {
 		switch a {
 		case "--":
 			return false
-		case "-h", "-help", "--help":
+		case "-h":
+			if !hFlag || len(args) == 1 {
+				return true
+			}
+		case "-help", "--help":
 			return true
 		}
 	}
@@ -194,8 +205,33 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "Run 'ext4io help COMMAND' for a command's description and flags.")
 }
 
+// oneLine is err's message on one line, printable (names in it may come
+// from an image).
 func oneLine(err error) string {
-	return strings.ReplaceAll(err.Error(), "\n", " ")
+	return printable(strings.ReplaceAll(err.Error(), "\n", " "))
+}
+
+// printable returns s with each control character and byte of invalid
+// UTF-8 written as a Go escape (\x1b, \n, \u0085, \xff): names from an
+// image can then neither drive the terminal (escape sequences) nor fake
+// lines of output.
+func printable(s string) string {
+	if !strings.ContainsFunc(s, func(r rune) bool { return r == utf8.RuneError || unicode.IsControl(r) }) {
+		return s
+	}
+	var b strings.Builder
+	for i, r := range s {
+		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], string(utf8.RuneError)):
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case unicode.IsControl(r):
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }
 
 // flagSets holds the FlagSet each command made last, for help.

@@ -207,6 +207,9 @@ func parseSize(s string) (int64, error) {
 // existingExt4 reports whether img holds an ext4 superblock (the magic),
 // and describes it: label, creation time, size.
 func existingExt4(img string) (string, bool) {
+	if !maybeImage(img) {
+		return "", false
+	}
 	f, err := os.Open(img)
 	if err != nil {
 		return "", false

@@ -33,6 +33,9 @@ func openImageOpts(path string, opts ext4io.Options) (*ext4io.Volume, error) {
 // notExt4 reports whether path is a readable file without the ext4
 // superblock magic.
 func notExt4(path string) bool {
+	if !maybeImage(path) {
+		return false
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return false
@@ -61,7 +64,7 @@ func cmdInfo(args []string, w io.Writer) error {
 	sb := v.Superblock()
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
 	p := func(k string, f string, a ...any) { fmt.Fprintf(tw, "%s:\t"+f+"\n", append([]any{k}, a...)...) }
-	p("Volume name", "%s", sb.Label())
+	p("Volume name", "%s", printable(sb.Label()))
 	p("UUID", "%x-%x-%x-%x-%x", sb.UUID[0:4], sb.UUID[4:6], sb.UUID[6:8], sb.UUID[8:10], sb.UUID[10:16])
 	p("Features", "%s", strings.Join(layout.FeatureNames(sb.FeatureCompat, sb.FeatureRoCompat, sb.FeatureIncompat), " "))
 	p("Block size", "%d", sb.BlockSize())
@@ -168,7 +171,7 @@ func lsLines(w io.Writer, v *ext4io.Volume, list []lsEntry, long, inum bool) err
 	six := time.Now().AddDate(0, -6, 0)
 	for _, e := range list {
 		if e.err != nil {
-			fmt.Fprintf(stderr, "ext4io ls: %s: %s\n", e.name, oneLine(e.err))
+			fmt.Fprintf(stderr, "ext4io ls: %s: %s\n", printable(e.name), oneLine(e.err))
 			failed = true
 			continue
 		}
@@ -176,7 +179,7 @@ func lsLines(w io.Writer, v *ext4io.Volume, list []lsEntry, long, inum bool) err
 		if inum {
 			cols = append(cols, fmt.Sprint(e.fi.Ino))
 		}
-		name := e.name
+		name := printable(e.name)
 		if long {
 			t := e.fi.ModTime().Local()
 			stamp := t.Format("Jan _2 15:04")
@@ -187,9 +190,9 @@ func lsLines(w io.Writer, v *ext4io.Volume, list []lsEntry, long, inum bool) err
 				fmt.Sprint(e.fi.Size()), stamp)
 			if e.fi.Mode()&iofs.ModeSymlink != 0 {
 				if t, err := v.Readlink(e.path); err == nil {
-					name += " -> " + t
+					name += " -> " + printable(t)
 				} else {
-					fmt.Fprintf(stderr, "ext4io ls: %s: %s\n", e.name, oneLine(err))
+					fmt.Fprintf(stderr, "ext4io ls: %s: %s\n", printable(e.name), oneLine(err))
 					failed = true
 				}
 			}
@@ -349,4 +352,11 @@ func cmdFiemap(args []string, w io.Writer) error {
 	}
 	fmt.Fprintf(w, "%s: %d extents found\n", args[1], len(exts))
 	return nil
+}
+
+// maybeImage reports whether path is a regular file or a device, which
+// can be opened without blocking (a named pipe would wait for a writer).
+func maybeImage(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && (fi.Mode().IsRegular() || fi.Mode()&os.ModeDevice != 0)
 }

@@ -61,7 +61,7 @@ func cmdGetfattr(args []string, w io.Writer) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(&b, "%s=%s\n", n, encodeXattrValue(val))
+		fmt.Fprintf(&b, "%s=%s\n", printable(n), encodeXattrValue(val))
 	}
 	b.WriteString("\n")
 	_, err = io.WriteString(w, b.String())
