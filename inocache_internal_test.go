@@ -25,7 +25,10 @@ func (v *Volume) cachedInodes() int {
 }
 
 // inoObj is the model of one inode: its data, shared by its names.
-type inoObj struct{ data []byte }
+type inoObj struct {
+	data  []byte
+	mtime time.Time // as the last change left it
+}
 
 // TestInodeCacheModel runs goroutines changing files through paths and
 // through Files they keep open, with a committer and forced GCs, on a
@@ -121,6 +124,9 @@ func inoModelWorker(v *Volume, dir string, names int, seed uint64, stop chan str
 		if fi.Size() != int64(len(o.data)) {
 			return fmt.Errorf("%s: size %d, model %d", p, fi.Size(), len(o.data))
 		}
+		if !o.mtime.IsZero() && !fi.ModTime().Equal(o.mtime) {
+			return fmt.Errorf("%s: mtime %v, model %v", p, fi.ModTime(), o.mtime)
+		}
 		got := make([]byte, len(o.data))
 		if _, err := f.ReadAt(got, 0); err != nil && !errors.Is(err, io.EOF) {
 			return fmt.Errorf("%s: read: %w", p, err)
@@ -184,6 +190,11 @@ func inoModelWorker(v *Volume, dir string, names int, seed uint64, stop chan str
 				o.data = append(o.data, make([]byte, end-int64(len(o.data)))...)
 			}
 			copy(o.data[off:], b)
+			fi, err := f.Stat()
+			if err != nil {
+				return err
+			}
+			o.mtime = fi.ModTime()
 			if own {
 				if err := f.Close(); err != nil {
 					return err
@@ -200,6 +211,11 @@ func inoModelWorker(v *Volume, dir string, names int, seed uint64, stop chan str
 			if err != nil {
 				return fmt.Errorf("truncate %s: %w", p, err)
 			}
+			fi, err := v.Stat(p)
+			if err != nil {
+				return err
+			}
+			o.mtime = fi.ModTime()
 			if size <= int64(len(o.data)) {
 				o.data = o.data[:size]
 			} else {
@@ -381,5 +397,62 @@ func TestInodeCacheBounded(t *testing.T) {
 			t.Errorf("unbounded cache: peak %d, want every inode (%d)", peak, files)
 		}
 		v.Close()
+	}
+}
+
+// TestInodeCacheDemotion steps one inode through the cache: a clean inode
+// with an open File is demoted, found again as the same struct, put back
+// by a write through the File before the write changes it, and not
+// demoted while the write's times are not written.
+func TestInodeCacheDemotion(t *testing.T) {
+	dev, v := memVolume(t, 32<<20, 1024)
+	f, err := v.OpenFile("/a", os.O_RDWR|os.O_CREATE|O_DIRECT, 0o644) // direct: no pages pin it
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(make([]byte, 16384)); err != nil {
+		t.Fatal(err)
+	}
+	n, ino := f.n, f.ino
+	cached := func() bool {
+		v.inoMu.Lock()
+		defer v.inoMu.Unlock()
+		return v.inodes[ino] == n
+	}
+	if err := v.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	n.used.Store(false)
+	if !v.demote(n) || cached() {
+		t.Fatal("a clean, unlocked inode was not demoted")
+	}
+	if g, err := v.getInode(ino); err != nil || g != n {
+		t.Fatalf("getInode of a demoted inode still held: %p, %v; want the held %p", g, err, n)
+	}
+	n.used.Store(false)
+	if !v.demote(n) {
+		t.Fatal("not demoted again")
+	}
+	b := bytes.Repeat([]byte{7}, 4096)
+	if _, err := f.WriteAt(b, 4096); err != nil {
+		t.Fatal(err)
+	}
+	if !cached() {
+		t.Fatal("a write through a File left its demoted inode out of the cache")
+	}
+	if !n.dirty && n.touchEpoch.Load() == 0 {
+		t.Fatal("the overwrite left no times pending: the next check proves nothing")
+	}
+	n.used.Store(false)
+	if v.demote(n) {
+		t.Fatal("an inode with times not written was demoted")
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	g := reopenChecked(t, v, dev, "/a")
+	got := make([]byte, 4096)
+	if _, err := g.ReadAt(got, 4096); err != nil || !bytes.Equal(got, b) {
+		t.Fatalf("read back: %v", err)
 	}
 }
