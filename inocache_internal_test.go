@@ -327,7 +327,7 @@ func TestInodeCacheBounded(t *testing.T) {
 	if err := Format(dev, FormatOptions{BlockSize: 1024, InodeRatio: 2048}); err != nil {
 		t.Fatal(err)
 	}
-	v, err := Open(dev, Options{Writable: true, WritebackAge: -1, InodeCache: 256})
+	v, err := Open(dev, Options{Writable: true, PageCacheBytes: -1, InodeCache: 256}) // pages would pin the inodes
 	if err != nil {
 		t.Fatal(err)
 	}
