@@ -456,3 +456,27 @@ func TestInodeCacheDemotion(t *testing.T) {
 		t.Fatalf("read back: %v", err)
 	}
 }
+
+// TestInodeCacheClosedFilesLetGo: Files opened once and closed leave
+// nothing in the open-File tracking, which would keep their inodes in
+// memory past the cache's bound.
+func TestInodeCacheClosedFilesLetGo(t *testing.T) {
+	_, v := memVolume(t, 64<<20, 1024)
+	defer v.Close()
+	for i := range 3000 {
+		f, err := v.Create(fmt.Sprintf("/f%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := v.ns()
+	s.mu.Lock()
+	n := len(s.mu.open)
+	s.mu.Unlock()
+	if n > 0 {
+		t.Errorf("%d inodes of closed Files still tracked", n)
+	}
+}
