@@ -82,15 +82,17 @@ func cmdMkfs(args []string, w io.Writer) (err error) {
 		// once per commit. No page cache: each file is written whole, in
 		// one call per MiB, so buffering gains nothing, and a cache full
 		// of dirty pages makes every new page search it for a victim.
-		vopts := ext4io.Options{Writable: true, PageCacheBytes: -1, InodeCache: mkfsInodeCache, Tuning: ext4io.Tuning{NoJournal: true}}
+		vopts := ext4io.Options{Writable: true, PageCacheBytes: -1, InodeCache: mkfsInodeCache, CacheBudget: 4 << 20, Tuning: ext4io.Tuning{NoJournal: true}}
 		v, err := ext4io.Open(dev, vopts)
 		if err != nil {
 			return err
 		}
 		im := newImporter(v)
 		im.lostFound = true
-		// The volume's inode cache (Options.InodeCache) bounds the
-		// inodes the import keeps in memory, however large the tree.
+		// The volume's inode cache (Options.InodeCache) and extent-status
+		// cache (CacheBudget: the import writes each file once and
+		// rarely maps it again) bound what the import keeps in memory,
+		// however large the tree.
 		ierr := im.importTree(tree, "/", true)
 		cerr := v.Close()
 		if ierr != nil || cerr != nil {
