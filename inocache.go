@@ -112,12 +112,16 @@ func (v *Volume) shrinkInodes() {
 		}
 	}
 	v.inoMu.Lock()
-	if len(v.inoWeak) > 2*v.inoBudget+1024 {
+	if len(v.inoWeak) > v.inoSweepAt {
+		// Drop the entries of collected inodes. The next sweep waits for
+		// the map to double, so that entries not yet collected cost each
+		// one amortized O(1).
 		for ino, w := range v.inoWeak {
 			if w.Value() == nil {
 				delete(v.inoWeak, ino)
 			}
 		}
+		v.inoSweepAt = max(2*len(v.inoWeak), min(v.inoBudget, 1<<20)+1024)
 	}
 	v.inoMu.Unlock()
 }

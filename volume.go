@@ -247,12 +247,14 @@ type Volume struct {
 
 	inoMu  sync.Mutex
 	inodes map[uint32]*inode // guarded by inoMu
-	// inoWeak holds the demoted inodes (inocache.go), guarded by inoMu;
+	// inoWeak holds the demoted inodes (inocache.go), guarded by inoMu,
+	// and is swept of collected ones when it grows past inoSweepAt;
 	// inoBudget is Options.InodeCache resolved; inoShrink is held by the
 	// one shrinkInodes running.
-	inoWeak   map[uint32]weak.Pointer[inode]
-	inoBudget int
-	inoShrink sync.Mutex
+	inoWeak    map[uint32]weak.Pointer[inode]
+	inoSweepAt int
+	inoBudget  int
+	inoShrink  sync.Mutex
 	// inoForgets counts forgetInode calls by inode number modulo its
 	// length (guarded by inoMu): getInode inserts an inode it read only
 	// if no forget of a number of its stripe ran during the read.
@@ -400,6 +402,7 @@ func open(ctx context.Context, dev blockdev.Device, opts Options) (*Volume, erro
 	case v.inoBudget < 0:
 		v.inoBudget = math.MaxInt
 	}
+	v.inoSweepAt = min(v.inoBudget, 1<<20) + 1024
 	v.nss.init()
 	v.touch.init()
 	v.bshift = uint(bits.TrailingZeros(uint(v.bs))) // bs is 1024 << s_log_block_size
