@@ -119,7 +119,7 @@ func cmdMkfs(args []string, w io.Writer) (err error) {
 // mkfsInodeCache is the import's Options.InodeCache: it holds the
 // directories being filled and few files at a time, so a small cache
 // serves it; a variable for tests.
-var mkfsInodeCache = 4096
+var mkfsInodeCache = 1024
 
 // mkfsPlan walks and validates the source tree src for an image img of
 // size bytes formatted with opts, and checks on a scratch device that
