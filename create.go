@@ -98,10 +98,7 @@ func (v *Volume) allocInode(parent uint32, dir bool) (uint32, error) {
 	if err != nil {
 		return 0, err
 	}
-	v.inoMu.Lock()
-	_, live := v.inodes[ino]
-	v.inoMu.Unlock()
-	if live {
+	if v.cachedInode(ino) != nil {
 		return 0, &errs.CorruptError{What: "inode bitmap", Ino: ino, Off: -1, Msg: fmt.Sprintf("inode %d marked free but in use", ino)}
 	}
 	return ino, nil

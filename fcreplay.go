@@ -131,11 +131,7 @@ func (v *Volume) reloadMeta() error {
 // forgetInodes drops the cached inodes and their mappings.
 func (v *Volume) forgetInodes() {
 	v.inoMu.Lock()
-	old := v.inodes
-	v.inodes = make(map[uint32]*inode)
-	for i := range v.inoForgets {
-		v.inoForgets[i]++
-	}
+	old := v.resetInodesLocked()
 	v.inoMu.Unlock()
 	for ino, n := range old {
 		if n.m != nil {

@@ -444,6 +444,7 @@ func (f *File) Close() error {
 		return &fs.PathError{Op: "close", Path: f.name, Err: ErrClosed}
 	}
 	f.ra.release()
+	f.v.untrackFile(f)
 	if f.v.alloc != nil && !f.v.closed.Load() {
 		// Free unlinked files whose last handle this was.
 		if err := f.v.stepOrphans(false); err != nil {

@@ -204,9 +204,7 @@ func (d *fsDirEntry) Info() (fs.FileInfo, error) {
 }
 
 func (d *fsDirEntry) info() (fs.FileInfo, error) {
-	d.v.inoMu.Lock()
-	n := d.v.inodes[d.e.Ino]
-	d.v.inoMu.Unlock()
+	n := d.v.cachedInode(d.e.Ino)
 	if n != nil {
 		return d.v.liveInfo(n, d.e.Ino, d.e.Name, true)
 	}

@@ -22,7 +22,7 @@ type inode struct {
 	mu inodeLock
 	// dataMu (ext4's i_data_sem) serializes changes to in and the extent
 	// tree made under a shared mu. Lock order: mu, then dataMu.
-	dataMu sync.Mutex
+	dataMu dataLock
 	ino    uint32
 	in     *layout.Inode // decoded inode; changed in place (see mu, dataMu)
 	m      *mapper
@@ -95,6 +95,13 @@ type inode struct {
 	// conv holds the conversions of completed shared-lock direct writes
 	// that the extent tree has not taken yet (conv.go).
 	conv convQueue
+
+	// v is the volume whose inode cache holds n (inocache.go); cstate is
+	// n's place in it (inoCached, inoDemoted, inoForgotten), changed under
+	// v.inoMu; used is the cache's second-chance bit, set by lookups.
+	v      *Volume
+	cstate atomic.Int32
+	used   atomic.Bool
 }
 
 // zeroing is one chunk conversion in progress: blocks [lo, hi); done is
@@ -115,6 +122,10 @@ type inodeLock struct {
 	// fast is set once, under the RWMutex held exclusively (share), and
 	// never cleared: 1 KiB per inode, spent only on files opened Direct.
 	fast atomic.Pointer[stripe.RWMutex]
+	// n is the inode whose lock this is: every locker puts n back into
+	// the inode cache if the cache demoted it (inocache.go). Nil for the
+	// zero inode of tests.
+	n *inode
 }
 
 // Lock locks l for writing: the RWMutex, then the reader stripes.
@@ -123,6 +134,39 @@ func (l *inodeLock) Lock() {
 	if f := l.fast.Load(); f != nil {
 		f.Lock()
 	}
+	l.n.held()
+}
+
+// RLock locks l for reading (the RWMutex alone).
+func (l *inodeLock) RLock() {
+	l.RWMutex.RLock()
+	l.n.held()
+}
+
+// tryLock locks l for writing if no one holds it, without waiting, and
+// reports whether it did. It leaves n where the cache has it.
+func (l *inodeLock) tryLock() bool {
+	if !l.RWMutex.TryLock() {
+		return false
+	}
+	if f := l.fast.Load(); f != nil && !f.TryLock() {
+		l.RWMutex.Unlock()
+		return false
+	}
+	return true
+}
+
+// dataLock is the inode's dataMu; like inodeLock, its lockers put a
+// demoted inode back into the cache.
+type dataLock struct {
+	sync.Mutex
+	n *inode
+}
+
+// Lock locks l.
+func (l *dataLock) Lock() {
+	l.Mutex.Lock()
+	l.n.held()
 }
 
 // Unlock unlocks l for writing.
@@ -137,9 +181,12 @@ func (l *inodeLock) Unlock() {
 // I/O buffer) and returns the token for RUnlockAt.
 func (l *inodeLock) RLockAt(hint int) int {
 	if f := l.fast.Load(); f != nil {
-		return f.RLock(hint)
+		t := f.RLock(hint)
+		l.n.held()
+		return t
 	}
 	l.RWMutex.RLock()
+	l.n.held()
 	return -1
 }
 
@@ -259,8 +306,9 @@ func (e *freeInodeError) Error() string {
 func (e *freeInodeError) Unwrap() error { return ErrNotFound }
 
 // getInode returns the shared state of inode ino, reading it on first use.
-// Inodes stay cached while the volume is open, until evictLocked frees
-// them. An inode read from disk with no links is not cached: outside
+// Inodes stay cached while in use, up to Options.InodeCache beyond
+// (inocache.go), until evictLocked frees them. An inode read from disk
+// with no links is not cached: outside
 // orphan processing (getOrphanInode) it is free, or being freed, and
 // caching it would keep a freed number live in v.inodes (allocInode then
 // fails with "marked free but in use"); getInode fails with a
@@ -284,13 +332,17 @@ func (v *Volume) getOrphanInode(ino uint32) (*inode, error) {
 // A read races evictLocked of the same inode: it may read the inode before
 // the eviction wrote its links count 0 and insert it after forgetInode
 // dropped the cached copy, caching a stale, linked copy of a freed inode.
-// forgetInode bumps ino's counter in v.inoForgets under inoMu, so a read
-// that overlapped a forget of ino (or of a number sharing its counter) is
-// done again instead of inserted; the new read sees links 0.
+// It races a demotion the same way: the demoted copy may change after the
+// read and then be collected. forgetInode and demote bump ino's counter in
+// v.inoForgets under inoMu, so a read that overlapped a forget or a
+// demotion of ino (or of a number sharing its counter) is done again
+// instead of inserted; the new read sees links 0, or the inode as the
+// demoted copy last wrote it.
 func (v *Volume) loadInode(ino uint32, orphan bool) (*inode, error) {
 	for {
 		v.inoMu.Lock()
-		n, seq := v.inodes[ino], v.inoForgets[ino%uint32(len(v.inoForgets))]
+		n := v.cachedLocked(ino)
+		seq := v.inoForgets[ino%uint32(len(v.inoForgets))]
 		v.inoMu.Unlock()
 		if n != nil {
 			return n, nil
@@ -303,16 +355,21 @@ func (v *Volume) loadInode(ino uint32, orphan bool) (*inode, error) {
 			v.inodeReadHook(ino)
 		}
 		v.inoMu.Lock()
-		if old := v.inodes[ino]; old != nil {
+		if old := v.cachedLocked(ino); old != nil {
 			v.inoMu.Unlock()
 			return old, nil
 		}
 		if v.inoForgets[ino%uint32(len(v.inoForgets))] != seq {
 			v.inoMu.Unlock()
-			continue // an inode was forgotten meanwhile: perhaps this one
+			continue // an inode was forgotten or demoted meanwhile: perhaps this one
 		}
+		n.v = v
 		v.inodes[ino] = n
+		over := len(v.inodes) > v.inoBudget
 		v.inoMu.Unlock()
+		if over {
+			v.shrinkInodes()
+		}
 		return n, nil
 	}
 }
@@ -330,6 +387,7 @@ func (v *Volume) readNewInode(ino uint32, orphan bool) (*inode, error) {
 		return nil, err
 	}
 	n := &inode{ino: ino, in: in}
+	n.mu.n, n.dataMu.n = n, n
 	switch {
 	case in.Flags&layout.InodeFlagInlineData != 0:
 		n.inl, err = v.inlineData(ino, in)
@@ -447,8 +505,11 @@ func (v *Volume) evictLocked(n *inode) error {
 // released. The caller holds the inode's lock exclusively, if it is cached.
 func (v *Volume) forgetInode(ino uint32) {
 	v.inoMu.Lock()
-	n := v.inodes[ino]
+	n := v.cachedLocked(ino)
 	delete(v.inodes, ino)
+	if n != nil {
+		n.cstate.Store(inoForgotten)
+	}
 	v.inoForgets[ino%uint32(len(v.inoForgets))]++
 	v.inoMu.Unlock()
 	if v.pc != nil {
@@ -468,7 +529,7 @@ func (v *Volume) forgetInode(ino uint32) {
 func (v *Volume) cachedInode(ino uint32) *inode {
 	v.inoMu.Lock()
 	defer v.inoMu.Unlock()
-	return v.inodes[ino]
+	return v.cachedLocked(ino)
 }
 
 // readInode reads and validates inode ino.

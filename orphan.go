@@ -84,6 +84,29 @@ func (v *Volume) trackFile(f *File) {
 	}
 }
 
+// untrackFile drops the closed Files of f's inode, f among them, from the
+// open Files: a closed File kept there would keep its inode in memory
+// (inocache.go).
+func (v *Volume) untrackFile(f *File) {
+	if v.alloc == nil || f.in.IsDir() {
+		return
+	}
+	s := v.ns()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fs, ok := s.mu.open[f.ino]
+	if !ok {
+		return
+	}
+	n := len(fs)
+	if fs = pruneClosed(fs); len(fs) == 0 {
+		delete(s.mu.open, f.ino)
+	} else {
+		s.mu.open[f.ino] = fs
+	}
+	s.mu.tracked -= n - len(fs)
+}
+
 func pruneClosed(fs []*File) []*File {
 	out := fs[:0]
 	for _, f := range fs {

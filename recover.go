@@ -86,10 +86,7 @@ func (v *Volume) recover(ctx context.Context) error {
 	// The replay may have rewritten any metadata: start over from the
 	// replayed superblock and descriptors.
 	v.inoMu.Lock()
-	v.inodes = make(map[uint32]*inode)
-	for i := range v.inoForgets {
-		v.inoForgets[i]++
-	}
+	v.resetInodesLocked()
 	v.inoMu.Unlock()
 	v.cache.Forget(v.sb.JournalInum)
 	buf := make([]byte, layout.SuperblockSize)

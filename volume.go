@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/bits"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/ext4io/ext4io/alloc"
 	"github.com/ext4io/ext4io/blockdev"
@@ -47,6 +49,15 @@ type Options struct {
 	// CacheBudget bounds the extent-status cache's memory in bytes across
 	// all inodes (0: 64 MiB).
 	CacheBudget int64
+	// InodeCache bounds the number of inodes the volume keeps in memory
+	// (0: 16384; negative: no bound, every inode read stays until Close).
+	// It is a soft bound: inodes in use (open Files, operations in
+	// flight) and those with changes not yet written (times, sizes or
+	// blocks of buffered writes, pages in the page cache, fast-commit
+	// tracking, orphans) stay however many they are; past the bound the
+	// least recently used of the others are dropped and read again from
+	// the image on their next use.
+	InodeCache int
 	// SkipChecksums disables metadata checksum verification on read (for
 	// salvaging data from damaged images). Structural checks stay on.
 	SkipChecksums bool
@@ -236,6 +247,14 @@ type Volume struct {
 
 	inoMu  sync.Mutex
 	inodes map[uint32]*inode // guarded by inoMu
+	// inoWeak holds the demoted inodes (inocache.go), guarded by inoMu,
+	// and is swept of collected ones when it grows past inoSweepAt;
+	// inoBudget is Options.InodeCache resolved; inoShrink is held by the
+	// one shrinkInodes running.
+	inoWeak    map[uint32]weak.Pointer[inode]
+	inoSweepAt int
+	inoBudget  int
+	inoShrink  sync.Mutex
 	// inoForgets counts forgetInode calls by inode number modulo its
 	// length (guarded by inoMu): getInode inserts an inode it read only
 	// if no forget of a number of its stripe ran during the read.
@@ -281,6 +300,7 @@ type Volume struct {
 
 	stats struct {
 		metaUpdates, exclusive, conversions, zeroOuts, handles atomic.Uint64
+		inodeEvictions                                         atomic.Uint64
 		shared                                                 stripe.Counter // per direct write: striped by buffer
 		// sharedNotOverwrite counts the shared-lock writes that converted
 		// or went on under the exclusive lock; the rest are overwrites.
@@ -374,7 +394,15 @@ func open(ctx context.Context, dev blockdev.Device, opts Options) (*Volume, erro
 		budget = 64 << 20
 	}
 	v := &Volume{dev: dev, opts: opts, sb: sb, bs: sb.BlockSize(), csumSeed: sb.CsumSeed(), csum: sb.MetadataCsum(),
-		cache: newEscSet(budget, opts.Tuning.ExtentCacheSkipInRoot), inodes: make(map[uint32]*inode)}
+		cache: newEscSet(budget, opts.Tuning.ExtentCacheSkipInRoot), inodes: make(map[uint32]*inode),
+		inoWeak: make(map[uint32]weak.Pointer[inode]), inoBudget: opts.InodeCache}
+	switch {
+	case v.inoBudget == 0:
+		v.inoBudget = defaultInodeCache
+	case v.inoBudget < 0:
+		v.inoBudget = math.MaxInt
+	}
+	v.inoSweepAt = min(v.inoBudget, 1<<20) + 1024
 	v.nss.init()
 	v.touch.init()
 	v.bshift = uint(bits.TrailingZeros(uint(v.bs))) // bs is 1024 << s_log_block_size
@@ -923,6 +951,10 @@ type Counters struct {
 	// Syncs that returned with a fast commit another Sync wrote for both
 	// (concurrent fsyncs share fast commits).
 	FastCommits, FastCommitFallbacks, FastCommitShared uint64
+	// InodeEvictions counts inodes the inode cache let go of to stay
+	// within Options.InodeCache (unused and clean; read again on the next
+	// use).
+	InodeEvictions uint64
 }
 
 // Counters returns a snapshot of the volume's counters.
@@ -935,7 +967,8 @@ func (v *Volume) Counters() Counters {
 		JournalCommits: s.handles.Load(), BufferedWrites: s.buffered.Load(), DelallocBlocks: s.delalloc.Load(),
 		ReservedBlocks: v.reserved(), SplitsDeferred: s.splitsDeferred.Load(),
 		ConversionsQueued: s.convQueued.Load(), ConversionBatches: s.convBatches.Load(),
-		JournalTransactions: v.journalTransactions(), JournalLogBlocks: v.journalLogBlocks()}
+		JournalTransactions: v.journalTransactions(), JournalLogBlocks: v.journalLogBlocks(),
+		InodeEvictions: s.inodeEvictions.Load()}
 	if m := v.jm; m != nil {
 		st := m.j.Stats()
 		c.JournalCheckpoints, c.JournalSpaceWaits = st.Checkpoints, st.SpaceWaits

@@ -1390,6 +1390,27 @@ func (c *PageCache) Forget(key Key) {
 	}
 }
 
+// ForgetUnused drops the entry of file key, and with it the Ops it
+// recorded, if the file has no page cached or under write-back, and
+// reports whether the cache now holds nothing of the file. It does not
+// wait: a shard busy at the moment reports false.
+func (c *PageCache) ForgetUnused(key Key) bool {
+	s := c.shardOf(key)
+	if !s.mu.TryLock() {
+		return false
+	}
+	defer s.mu.Unlock()
+	f := s.mu.files[key]
+	if f == nil {
+		return true
+	}
+	if f.pages.len() > 0 || f.ndirty > 0 || f.inWriteback > 0 {
+		return false
+	}
+	delete(s.mu.files, key)
+	return true
+}
+
 // Present returns a hook for SeekOptions.Present reporting whether the
 // page holding a file offset is cached with data (uptodate or dirty).
 func (c *PageCache) Present(key Key) func(off int64) bool {

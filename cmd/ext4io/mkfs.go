@@ -82,30 +82,19 @@ func cmdMkfs(args []string, w io.Writer) (err error) {
 		// once per commit. No page cache: each file is written whole, in
 		// one call per MiB, so buffering gains nothing, and a cache full
 		// of dirty pages makes every new page search it for a victim.
-		vopts := ext4io.Options{Writable: true, PageCacheBytes: -1, Tuning: ext4io.Tuning{NoJournal: true}}
+		vopts := ext4io.Options{Writable: true, PageCacheBytes: -1, InodeCache: mkfsInodeCache, CacheBudget: 4 << 20, Tuning: ext4io.Tuning{NoJournal: true}}
 		v, err := ext4io.Open(dev, vopts)
 		if err != nil {
 			return err
 		}
 		im := newImporter(v)
 		im.lostFound = true
-		// A volume keeps every inode it used in memory until it closes:
-		// the import closes and reopens it every mkfsInodesPerOpen
-		// inodes, so that its memory does not grow with the tree.
-		var cerr error
-		im.reopen = func(v *ext4io.Volume, made int) (*ext4io.Volume, error) {
-			if made < mkfsInodesPerOpen {
-				return v, nil
-			}
-			if cerr = v.Close(); cerr != nil {
-				return nil, cerr
-			}
-			return ext4io.Open(dev, vopts)
-		}
+		// The volume's inode cache (Options.InodeCache) and extent-status
+		// cache (CacheBudget: the import writes each file once and
+		// rarely maps it again) bound what the import keeps in memory,
+		// however large the tree.
 		ierr := im.importTree(tree, "/", true)
-		if im.v != nil && cerr == nil {
-			cerr = im.v.Close()
-		}
+		cerr := v.Close()
 		if ierr != nil || cerr != nil {
 			if created {
 				return fmt.Errorf("importing %s: %w (%s removed)", *srcDir, errors.Join(ierr, cerr), img)
@@ -127,9 +116,10 @@ func cmdMkfs(args []string, w io.Writer) (err error) {
 	return nil
 }
 
-// mkfsInodesPerOpen is how many inodes mkfs -d makes before it reopens
-// the volume (see cmdMkfs); a variable for tests.
-var mkfsInodesPerOpen = 4096
+// mkfsInodeCache is the import's Options.InodeCache: it holds the
+// directories being filled and few files at a time, so a small cache
+// serves it; a variable for tests.
+var mkfsInodeCache = 1024
 
 // mkfsPlan walks and validates the source tree src for an image img of
 // size bytes formatted with opts, and checks on a scratch device that

@@ -262,11 +262,6 @@ type importer struct {
 	// links maps host inodes of more than one link to the image path of
 	// their first name, for the later names.
 	links map[fileID]string
-	// reopen, if set, is called before every entry with the number of
-	// inodes made since the last call that returned a volume; it may
-	// replace the volume (mkfs -d bounds its in-memory inodes so).
-	reopen func(v *ext4io.Volume, made int) (*ext4io.Volume, error)
-	made   int
 	// noXattrs skips listing the extended attributes of each entry: the
 	// walk found none in the tree.
 	noXattrs bool
@@ -279,34 +274,31 @@ func newImporter(v *ext4io.Volume) *importer {
 }
 
 // dirRef is an image directory the import fills: its path, and a File
-// of it open on the volume v, through which its entries are created
-// without resolving its path each time (nil until needed, and stale
-// once the importer's volume has been reopened).
+// of it, through which its entries are created without resolving its
+// path each time (nil until needed).
 type dirRef struct {
 	path string
 	f    *ext4io.File
-	v    *ext4io.Volume
 }
 
-// dir returns a File of the directory r open on the current volume.
+// dir returns a File of the directory r.
 func (im *importer) dir(r *dirRef) (*ext4io.File, error) {
-	if r.f != nil && r.v == im.v {
+	if r.f != nil {
 		return r.f, nil
 	}
 	f, err := im.v.Open(r.path)
 	if err != nil {
 		return nil, err
 	}
-	r.f, r.v = f, im.v
+	r.f = f
 	return f, nil
 }
 
-// closeDir closes r's File if it is open on the current volume (a File
-// of a closed volume needs no closing).
+// closeDir closes r's File if it is open.
 func (im *importer) closeDir(r *dirRef) error {
 	f := r.f
 	r.f = nil
-	if f == nil || r.v != im.v {
+	if f == nil {
 		return nil
 	}
 	return f.Close()
@@ -361,15 +353,6 @@ func (im *importer) fill(e *srcEntry, r *dirRef) error {
 // for the top of put's tree, created by its path); it is e read ahead,
 // nil for the top.
 func (im *importer) one(e *srcEntry, d string, parent *dirRef, it *srcItem) error {
-	if im.reopen != nil {
-		v, err := im.reopen(im.v, im.made)
-		if v != im.v {
-			im.v, im.made = v, 0 // nil after a failed reopen
-		}
-		if err != nil {
-			return err
-		}
-	}
 	m := e.fi.Mode()
 	if id, nlink, _, ok := hostID(e.fi); ok && !m.IsDir() && nlink > 1 {
 		if first, seen := im.links[id]; seen {
@@ -377,7 +360,6 @@ func (im *importer) one(e *srcEntry, d string, parent *dirRef, it *srcItem) erro
 		}
 		im.links[id] = d
 	}
-	im.made++
 	switch {
 	case m.IsDir():
 		r := &dirRef{path: d}
@@ -414,7 +396,7 @@ func (im *importer) mkdir(parent *dirRef, name string, r *dirRef) error {
 		var pf, f *ext4io.File
 		if pf, err = im.dir(parent); err == nil {
 			if f, err = pf.MkdirAt(name, 0o700); err == nil {
-				r.f, r.v = f, im.v
+				r.f = f
 			}
 		}
 	} else {

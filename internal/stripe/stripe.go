@@ -91,6 +91,20 @@ func (m *RWMutex) Lock() {
 	}
 }
 
+// TryLock takes every stripe for writing if none is held, without
+// waiting, and reports whether it did; on false it holds none.
+func (m *RWMutex) TryLock() bool {
+	for i := range m.s {
+		if !m.s[i].mu.TryLock() {
+			for j := range i {
+				m.s[j].mu.Unlock()
+			}
+			return false
+		}
+	}
+	return true
+}
+
 // Unlock releases the write lock.
 func (m *RWMutex) Unlock() {
 	for i := range m.s {
