@@ -2,11 +2,11 @@ package nbd_test
 
 import (
 	"bytes"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -21,8 +21,9 @@ type server struct {
 	t    testing.TB
 	name string
 	args []string
-	sock string // Unix socket path, or "" for TCP
-	tcp  string // host:port when listening on TCP
+	sock string   // Unix socket path, or "" for TCP
+	tcp  string   // host:port when listening on TCP
+	ln   *os.File // the TCP listening socket, handed to each launch
 	cmd  *exec.Cmd
 	done chan struct{}
 	log  syncBuffer // the server's stderr, shown if the test fails
@@ -79,6 +80,10 @@ func startNbdkit(t testing.TB, args ...string) *server {
 }
 
 // startNbdkitTCP is startNbdkit listening on a free port of 127.0.0.1.
+// The test binds and listens on the port itself and hands the socket to
+// nbdkit (socket activation: LISTEN_FDS), so that no other process can take
+// the port between the choice and nbdkit's bind, and restart serves the
+// same socket again.
 func startNbdkitTCP(t testing.TB, args ...string) *server {
 	t.Helper()
 	bin := need(t, "nbdkit")
@@ -86,11 +91,14 @@ func startNbdkitTCP(t testing.TB, args ...string) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().(*net.TCPAddr)
-	ln.Close() // nbdkit binds it next; a race with another binder fails the test loudly
-	port := strconv.Itoa(addr.Port)
-	s := &server{t: t, name: bin, tcp: net.JoinHostPort("127.0.0.1", port),
-		args: append([]string{"-f", "--exit-with-parent", "-i", "127.0.0.1", "-p", port}, args...)}
+	f, err := ln.(*net.TCPListener).File()
+	ln.Close() // f, a duplicate, keeps the socket listening
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	s := &server{t: t, name: bin, tcp: ln.Addr().String(), ln: f,
+		args: append([]string{"-f", "--exit-with-parent"}, args...)}
 	s.launch()
 	t.Cleanup(func() {
 		s.kill()
@@ -134,6 +142,12 @@ func (s *server) launch() {
 		os.Remove(s.sock)
 	}
 	s.cmd = exec.Command(s.name, s.args...)
+	if s.ln != nil {
+		// LISTEN_PID must be the server's own: the shell's, which exec
+		// keeps. The socket is fd 3 (ExtraFiles[0]).
+		s.cmd = exec.Command("/bin/sh", append([]string{"-c", `export LISTEN_PID=$$ LISTEN_FDS=1; exec "$0" "$@"`, s.name}, s.args...)...)
+		s.cmd.ExtraFiles = []*os.File{s.ln}
+	}
 	s.cmd.Stderr = &s.log
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {
@@ -144,6 +158,15 @@ func (s *server) launch() {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		c, err := net.Dial(network, addr)
+		if err == nil && s.ln != nil {
+			// The socket listens before the server runs: ready once the
+			// server sends the handshake's first bytes.
+			c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+			_, err = io.ReadFull(c, make([]byte, 8))
+			if err != nil {
+				c.Close()
+			}
+		}
 		if err == nil {
 			c.Close()
 			return
@@ -199,4 +222,21 @@ func (s *server) open(t testing.TB, opts nbd.Options) *nbd.Device {
 		t.Fatalf("Open %s: %v", s.uri(), err)
 	}
 	return d
+}
+
+// TestNbdkitTCPKeepsPort: the TCP server's port stays the test's while
+// nbdkit is down (between a kill and a restart), so no other process can
+// bind it, and the restarted server answers on it.
+func TestNbdkitTCPKeepsPort(t *testing.T) {
+	s := startNbdkitTCP(t, "memory", "1M")
+	s.kill()
+	if ln, err := net.Listen("tcp", s.tcp); err == nil {
+		ln.Close()
+		t.Fatalf("another listener bound %s while the server was down", s.tcp)
+	}
+	s.restart()
+	d := s.open(t, nbd.Options{})
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
 }
