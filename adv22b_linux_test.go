@@ -74,6 +74,7 @@ func adv22bWalkAll(t *testing.T, v *ext4io.Volume) int {
 // and renamed without a false ErrCorrupt, with and without inline data or
 // an htree, and read when block-mapped (ext3's layout).
 func TestAdv22bLinuxDirectories(t *testing.T) {
+	t.Parallel()
 	for _, feat := range []string{"^inline_data", "inline_data", "^dir_index", "^extent,^64bit,^flex_bg,^metadata_csum"} {
 		t.Run(feat, func(t *testing.T) {
 			img := filepath.Join(t.TempDir(), "img")

@@ -22,6 +22,7 @@ import (
 // look it up by path, by its children and through ReadDir: a lookup sees
 // the directory or not, never a directory hard link (ErrCorrupt).
 func TestAdv22bRenameDirRacesLookups(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	src := filepath.Join(dir, "src")
 	require.NoError(t, os.MkdirAll(filepath.Join(src, "A", "d", "e"), 0o755))

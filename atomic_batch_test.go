@@ -324,7 +324,7 @@ func TestWriteAtomicBatchCrash(t *testing.T) {
 			}
 			return rs
 		},
-		syncOneIn: 3, maxPoints: sized(20, 60, 0), linuxAt: 2})
+		syncOneIn: 3, maxPoints: sized(20, 30, 0), linuxAt: 2})
 	require.Greater(t, checked, 10)
 }
 

@@ -502,7 +502,7 @@ func TestWriteAtomicCrash(t *testing.T) {
 			lblk := uint64(rng.IntN(1024 - int(n) + 1))
 			return [][2]uint64{{lblk, n}}
 		},
-		syncOneIn: 4, maxPoints: sized(25, 60, 0), linuxAt: 3})
+		syncOneIn: 4, maxPoints: sized(25, 30, 0), linuxAt: 3})
 	require.Greater(t, checked, 10)
 }
 

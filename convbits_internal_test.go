@@ -49,7 +49,7 @@ func testConvBits(t *testing.T, base uint32) {
 	if w, n := c.run(base, 10); w || n != 10 {
 		t.Fatalf("empty: run = %v %d", w, n)
 	}
-	for step := 0; step < 3000; step++ {
+	for step := range sizedInternal(1000, 1000, 3000) {
 		lo := rng.IntN(span)
 		n := 1 + rng.IntN(min(span-lo, []int{1, 7, 70, 700, 9000}[rng.IntN(5)]))
 		on := rng.IntN(3) > 0

@@ -129,6 +129,7 @@ func TestRmdirLargerThanLog(t *testing.T) {
 // revoking them let the journal's replay write their old copies over the
 // file's data.
 func TestRmdirStepsCrash(t *testing.T) {
+	t.Parallel()
 	start := memdev.NewBlockSize(64<<20, 1024)
 	v, blocks := bigEmptyDir(t, start)
 	require.NoError(t, v.Close())

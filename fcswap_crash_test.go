@@ -239,7 +239,7 @@ func TestFastCommitAtomicCrash(t *testing.T) {
 	}
 
 	oracles, pending := 0, 0
-	opts := ext4iotest.SweepOptions{EveryOp: true, MaxPoints: sized(40, 80, 0),
+	opts := ext4iotest.SweepOptions{EveryOp: true, MaxPoints: sized(40, 40, 0),
 		CrashAt: errordev.CrashAtOptions{KeepProb: 0.5, Tear: true, TearUnit: bs}}
 	checked := ext4iotest.CrashSweep(t, start, workload, func(t *testing.T, dev *memdev.Device, rep errordev.CrashReport) {
 		// A read-only open replays in memory and tells whether fast

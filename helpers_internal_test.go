@@ -76,3 +76,15 @@ func orphanImage(t *testing.T, features string) string {
 	dev.Close()
 	return img
 }
+
+// sizedInternal is sized (helpers_test.go) for the internal tests: short
+// under -short, long when EXT4IO_LONG is set (and not -short), else def.
+func sizedInternal(short, def, long int) int {
+	switch {
+	case testing.Short():
+		return short
+	case os.Getenv("EXT4IO_LONG") != "":
+		return long
+	}
+	return def
+}

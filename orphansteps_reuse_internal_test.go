@@ -19,6 +19,7 @@ import (
 // over the new file's: a crash then left the new orphan's inode as the
 // freed one (its size and generation) with the new file's blocks unowned.
 func TestOrphanStepsNumberReused(t *testing.T) {
+	t.Parallel()
 	mem := memdev.NewBlockSize(256<<20, 1024)
 	v, f, _ := bigTreeFile(t, mem)
 	ino := f.ino

@@ -19,6 +19,7 @@ import (
 // (commits held off), which must then hold no more blocks than
 // shiftFitsLocked counted for it.
 func TestShiftEstimateCoversChanges(t *testing.T) {
+	t.Parallel()
 	for _, n := range []int64{3 * 84 * 30, 3 * 84 * 165, 3 * 84 * 168, 3*84*168 + 600} {
 		t.Run("", func(t *testing.T) { shiftEstimate(t, n) })
 	}

@@ -27,6 +27,7 @@ import (
 // an *fs.PathError matching ErrNoSpace, the file unchanged and the
 // volume writable; a shift of a smaller tree still works.
 func TestShiftTreeLargerThanLog(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []FallocMode{FallocCollapseRange, FallocInsertRange} {
 		t.Run(mode.String(), func(t *testing.T) {
 			const n = 2 * 84 * 1100
@@ -132,6 +133,7 @@ func TestShiftTreeFitsLog(t *testing.T) {
 // file is as before, after the collapse, or after both, its marked block
 // where that size says.
 func TestShiftLargeCrash(t *testing.T) {
+	t.Parallel()
 	const n = 2 * 84 * 190
 	const at = 2 * 84 * 150 * 1024
 	start := memdev.NewBlockSize(128<<20, 1024)

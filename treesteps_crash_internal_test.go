@@ -81,6 +81,7 @@ func TestTruncateStepsConcurrentWriters(t *testing.T) {
 // the orphan), e2fsck accepts it, the file's size is the old or the new
 // one, or the file is gone, and its first block keeps its data.
 func TestTruncateStepsCrash(t *testing.T) {
+	t.Parallel()
 	for _, fc := range []bool{false, true} {
 		t.Run(fmt.Sprintf("fastcommit=%v", fc), func(t *testing.T) { testTruncateStepsCrash(t, fc) })
 	}

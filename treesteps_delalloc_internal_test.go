@@ -57,6 +57,7 @@ func TestTruncateStepsDelayedPages(t *testing.T) {
 // (replaying its log), e2fsck accepts the image, and the file keeps the
 // data below the new size with its old size or the new one.
 func TestTruncateStepsIOError(t *testing.T) {
+	t.Parallel()
 	for _, at := range []int{1, 3} {
 		mem := memdev.NewBlockSize(256<<20, 1024)
 		tog := errordev.NewToggle(errordev.Kinds(errordev.Always(), errordev.Write, errordev.Flush))
@@ -113,6 +114,7 @@ func TestTruncateStepsIOError(t *testing.T) {
 // the file keeps its old size with the freed tail reading as zeroes and
 // its first block's data.
 func TestTruncateStepsFastCommitCrash(t *testing.T) {
+	t.Parallel()
 	for _, fc := range []bool{false, true} {
 		mem := memdev.NewBlockSize(256<<20, 1024)
 		c, err := errordev.NewCrashable(mem)

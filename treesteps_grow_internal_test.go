@@ -50,6 +50,7 @@ func smallLogFile(t *testing.T, mem *memdev.Device, n int64) (*Volume, *File) {
 // (ErrNoSpace) and the volume stopped. The steps compute their cuts again
 // once the mapping changed.
 func TestRemoveStepsMappingGrows(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name         string
 		punch, final bool // punch, not truncate; grow after the last step
@@ -143,6 +144,7 @@ func TestTruncateStepsSecondTruncate(t *testing.T) {
 // operation fails for lack of log space, every tree checks and e2fsck
 // accepts the image.
 func TestTruncateStepsRacing(t *testing.T) {
+	t.Parallel()
 	for _, bs := range []int{1024, 4096} {
 		mem := memdev.NewBlockSize(256<<20, bs)
 		require.NoError(t, Format(mem, FormatOptions{BlockSize: bs, JournalBlocks: 1024, FastCommit: true}))

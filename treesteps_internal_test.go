@@ -19,6 +19,7 @@ import (
 // truncate's pending set did not fit one transaction: jmeta.log refused
 // it with ErrNoSpace and the volume stopped committing.
 func TestTruncateTreeLargerThanLog(t *testing.T) {
+	t.Parallel()
 	mem := memdev.NewBlockSize(256<<20, 1024)
 	require.NoError(t, Format(mem, FormatOptions{BlockSize: 1024, JournalBlocks: 1024}))
 	v, err := Open(mem, Options{Writable: true, PageCacheBytes: -1})
@@ -98,6 +99,7 @@ func bigTreeFile(t *testing.T, dev blockdev.Device) (*Volume, *File, uint64) {
 // fit the log and stopped the volume (ErrNoSpace), and Remove reported
 // ENOENT from its rmdir attempt.
 func TestRemoveTreeLargerThanLog(t *testing.T) {
+	t.Parallel()
 	mem := memdev.NewBlockSize(256<<20, 1024)
 	v, f, _ := bigTreeFile(t, mem)
 	require.NoError(t, f.Close())
@@ -114,6 +116,7 @@ func TestRemoveTreeLargerThanLog(t *testing.T) {
 // while it was an orphan. Before orphanSteps both failed with ErrNoSpace,
 // the second on every later writable open.
 func TestOrphanTreeLargerThanLog(t *testing.T) {
+	t.Parallel()
 	mem := memdev.NewBlockSize(256<<20, 1024)
 	c, err := errordev.NewCrashable(mem)
 	require.NoError(t, err)
@@ -141,6 +144,7 @@ func TestOrphanTreeLargerThanLog(t *testing.T) {
 // punchSteps the punch did not fit the log (ErrNoSpace) and stopped the
 // volume. The blocks around the range keep their data.
 func TestPunchTreeLargerThanLog(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []FallocMode{FallocPunchHole, FallocZeroRange} {
 		t.Run(mode.String(), func(t *testing.T) {
 			mem := memdev.NewBlockSize(256<<20, 1024)

@@ -70,6 +70,12 @@ const mountBudget = 5 * time.Minute
 
 func mount(t testing.TB, img string, o fusefs.Options) *mounted {
 	t.Helper()
+	return mountFor(t, img, o, mountBudget)
+}
+
+// mountFor is mount with the watchdog's budget for the mount given.
+func mountFor(t testing.TB, img string, o fusefs.Options, budget time.Duration) *mounted {
+	t.Helper()
 	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: !o.ReadOnly})
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +86,7 @@ func mount(t testing.TB, img string, o fusefs.Options) *mounted {
 		v.Close()
 		t.Fatal(err)
 	}
-	m := &mounted{t: t, v: v, s: s, w: fusetest.Watch(t, dir, mountBudget), dir: dir, img: img}
+	m := &mounted{t: t, v: v, s: s, w: fusetest.Watch(t, dir, budget), dir: dir, img: img}
 	t.Cleanup(func() {
 		if m.s != nil {
 			m.unmount()

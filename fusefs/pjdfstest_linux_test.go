@@ -85,7 +85,11 @@ func TestPjdfstest(t *testing.T) {
 	}
 	pjd := buildPjd(t)
 	img := newImage(t, 256<<20)
-	m := mount(t, img, fusefs.Options{AllowOther: true})
+	// The whole run in one mount: about 2 minutes under -race on 2 CPUs,
+	// over 8 on such a machine loaded by other jobs, so its watchdog waits
+	// longer than mountBudget (Watch still fires before the binary's
+	// -timeout).
+	m := mountFor(t, img, fusefs.Options{AllowOther: true}, 20*time.Minute)
 	work := m.path("work")
 	check(t, os.Mkdir(work, 0o755))
 	args := []string{"-r"}

@@ -2,7 +2,6 @@ package nbd_test
 
 import (
 	"bytes"
-	"fmt"
 	"io"
 	"net"
 	"os"
@@ -22,13 +21,12 @@ type server struct {
 	t    testing.TB
 	name string
 	args []string
-	sock string // Unix socket path, or "" for TCP
-	tcp  string // host:port when listening on TCP
-	// listener is the TCP socket handed to nbdkit (socket activation).
-	listener *os.File
-	cmd      *exec.Cmd
-	done     chan struct{}
-	log      syncBuffer // the server's stderr, shown if the test fails
+	sock string   // Unix socket path, or "" for TCP
+	tcp  string   // host:port when listening on TCP
+	ln   *os.File // the TCP listening socket, handed to each launch
+	cmd  *exec.Cmd
+	done chan struct{}
+	log  syncBuffer // the server's stderr, shown if the test fails
 }
 
 // syncBuffer is a bytes.Buffer safe for the concurrent writes of exec's
@@ -82,29 +80,25 @@ func startNbdkit(t testing.TB, args ...string) *server {
 }
 
 // startNbdkitTCP is startNbdkit listening on a free port of 127.0.0.1.
-// The test binds the port itself and hands the listening socket to
-// nbdkit (systemd socket activation: fd 3, LISTEN_FDS=1, and LISTEN_PID
-// set by the shell that execs nbdkit, so that it names nbdkit), so no
-// other process can take the port between its choice and nbdkit's
-// accept. The test keeps its copy of the socket until cleanup: a restart
-// serves the same port, and connections made while nbdkit is down wait
-// in the socket's backlog.
+// The test binds and listens on the port itself and hands the socket to
+// nbdkit (socket activation: LISTEN_FDS), so that no other process can take
+// the port between the choice and nbdkit's bind, and restart serves the
+// same socket again.
 func startNbdkitTCP(t testing.TB, args ...string) *server {
 	t.Helper()
 	bin := need(t, "nbdkit")
-	sh := need(t, "sh")
-	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	lf, err := ln.File() // a copy, in blocking mode, for the child
-	ln.Close()
+	f, err := ln.(*net.TCPListener).File()
+	ln.Close() // f, a duplicate, keeps the socket listening
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { lf.Close() })
-	s := &server{t: t, name: sh, tcp: ln.Addr().String(), listener: lf,
-		args: append([]string{"-c", `LISTEN_PID=$$; export LISTEN_PID; exec "$0" "$@"`, bin, "-f", "--exit-with-parent"}, args...)}
+	t.Cleanup(func() { f.Close() })
+	s := &server{t: t, name: bin, tcp: ln.Addr().String(), ln: f,
+		args: append([]string{"-f", "--exit-with-parent"}, args...)}
 	s.launch()
 	t.Cleanup(func() {
 		s.kill()
@@ -148,11 +142,13 @@ func (s *server) launch() {
 		os.Remove(s.sock)
 	}
 	s.cmd = exec.Command(s.name, s.args...)
-	s.cmd.Stderr = &s.log
-	if s.listener != nil {
-		s.cmd.ExtraFiles = []*os.File{s.listener} // fd 3
-		s.cmd.Env = append(os.Environ(), "LISTEN_FDS=1")
+	if s.ln != nil {
+		// LISTEN_PID must be the server's own: the shell's, which exec
+		// keeps. The socket is fd 3 (ExtraFiles[0]).
+		s.cmd = exec.Command("/bin/sh", append([]string{"-c", `export LISTEN_PID=$$ LISTEN_FDS=1; exec "$0" "$@"`, s.name}, s.args...)...)
+		s.cmd.ExtraFiles = []*os.File{s.ln}
 	}
+	s.cmd.Stderr = &s.log
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatalf("start %s: %v", s.name, err)
@@ -162,10 +158,14 @@ func (s *server) launch() {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		c, err := net.Dial(network, addr)
-		if err == nil && s.listener != nil {
-			// The socket listened before the server started: wait for the
-			// server's greeting instead.
-			err = s.greeted(c, deadline)
+		if err == nil && s.ln != nil {
+			// The socket listens before the server runs: ready once the
+			// server sends the handshake's first bytes.
+			c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+			_, err = io.ReadFull(c, make([]byte, 8))
+			if err != nil {
+				c.Close()
+			}
 		}
 		if err == nil {
 			c.Close()
@@ -182,22 +182,6 @@ func (s *server) launch() {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// greeted reads the NBD greeting on c, waiting until deadline at the
-// latest, and closes c if it fails.
-func (s *server) greeted(c net.Conn, deadline time.Time) error {
-	c.SetReadDeadline(deadline)
-	magic := make([]byte, 8)
-	if _, err := io.ReadFull(c, magic); err != nil {
-		c.Close()
-		return err
-	}
-	if string(magic) != "NBDMAGIC" {
-		c.Close()
-		return fmt.Errorf("greeting %q is not NBD's", magic)
-	}
-	return nil
 }
 
 // kill sends SIGKILL (after SIGCONT, in case it was stopped) and reaps the
@@ -238,4 +222,21 @@ func (s *server) open(t testing.TB, opts nbd.Options) *nbd.Device {
 		t.Fatalf("Open %s: %v", s.uri(), err)
 	}
 	return d
+}
+
+// TestNbdkitTCPKeepsPort: the TCP server's port stays the test's while
+// nbdkit is down (between a kill and a restart), so no other process can
+// bind it, and the restarted server answers on it.
+func TestNbdkitTCPKeepsPort(t *testing.T) {
+	s := startNbdkitTCP(t, "memory", "1M")
+	s.kill()
+	if ln, err := net.Listen("tcp", s.tcp); err == nil {
+		ln.Close()
+		t.Fatalf("another listener bound %s while the server was down", s.tcp)
+	}
+	s.restart()
+	d := s.open(t, nbd.Options{})
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -125,6 +125,17 @@ func (w *Watchdog) fire() {
 	if err := os.WriteFile(w.abort, []byte("1"), 0); err != nil {
 		w.dump += fmt.Sprintf("\nabort: %v", err)
 	}
+	// This process ran its timer: the backstop is not needed, and its
+	// report would make Stop blame a stuck process.
+	w.stopBackup()
+}
+
+// stopBackup kills the out-of-process watchdog and waits for it.
+func (w *Watchdog) stopBackup() {
+	if w.backup.Process != nil && w.backup.ProcessState == nil {
+		syscall.Kill(-w.backup.Process.Pid, syscall.SIGKILL)
+		w.backup.Wait()
+	}
 }
 
 // Stop disarms the watchdog and fails the test if it fired. Call it once
@@ -140,10 +151,7 @@ func (w *Watchdog) Stop() {
 		return
 	}
 	w.stopped = true
-	if w.backup.Process != nil {
-		syscall.Kill(-w.backup.Process.Pid, syscall.SIGKILL)
-		w.backup.Wait()
-	}
+	w.stopBackup()
 	backup, _ := os.ReadFile(w.report)
 	w.unmountCtl()
 	switch {

@@ -114,3 +114,36 @@ func TestWatchQuiet(t *testing.T) {
 	assert.False(t, w.Fired())
 	assert.Empty(t, rec.errs)
 }
+
+// TestWatchSlowNotStuck: a mount that outlives its budget in a process
+// that still runs (a slow test on a loaded machine, not a hang) fails
+// with the in-process dump, and the backstop does not fire later and
+// blame a stuck process when Stop comes after its time.
+func TestWatchSlowNotStuck(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("fusetest: not root")
+	}
+	if _, err := exec.LookPath("fusermount3"); err != nil {
+		t.Skip("fusetest: no fusermount3")
+	}
+	t.Parallel()
+	dir := t.TempDir()
+	root := &stuckRoot{release: make(chan struct{})}
+	close(root.release)
+	srv, err := fs.Mount(dir, root, &fs.Options{})
+	require.NoError(t, err)
+	defer srv.Wait()
+	defer syscall.Unmount(dir, syscall.MNT_DETACH)
+	rec := &recorder{TB: t}
+	w := fusetest.Watch(rec, dir, time.Second)
+	deadline := time.Now().Add(time.Minute)
+	for !w.Fired() && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.True(t, w.Fired())
+	time.Sleep(18 * time.Second) // past the backstop's 1 s + 15 s
+	w.Stop()
+	require.Len(t, rec.errs, 1)
+	assert.Contains(t, rec.errs[0], "did not finish within 1s: connection aborted")
+	assert.NotContains(t, rec.errs[0], "could not run its watchdog")
+}
