@@ -156,7 +156,8 @@ func (v *Volume) demote(n *inode) bool {
 // demotable reports whether n, whose mu and dataMu the caller holds
 // exclusively, holds nothing that its on-disk inode does not: then a copy
 // read again from disk is the same inode. Its page cache entry is dropped
-// when it has no pages (the entry's Ops hold n).
+// when it has no pages and no write-back error for the next fsync (the
+// entry's Ops hold n).
 func (v *Volume) demotable(n *inode) bool {
 	if n.freed || n.in.LinksCount == 0 || n.ino == layout.RootIno || v.specialIno(n.ino) {
 		return false // freed, orphans, system inodes: never demoted
