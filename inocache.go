@@ -37,7 +37,7 @@ const (
 const defaultInodeCache = 16384
 
 // shrinkBatch bounds the demotions of one shrinkInodes pass.
-const shrinkBatch = 32
+const shrinkBatch = 4
 
 // cachedLocked returns the cached inode ino, promoting it if it was
 // demoted, or nil. The caller holds v.inoMu.
