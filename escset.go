@@ -49,6 +49,14 @@ func (s *escSet) Forget(ino uint32) (delayed uint64) {
 	return delayed
 }
 
+// DropClean drops every cached mapping but Delayed ranges, of every
+// inode (esc.Cache.Shrink to nothing).
+func (s *escSet) DropClean() {
+	for _, c := range s {
+		c.Shrink(0)
+	}
+}
+
 // Stats sums the stripes' counters. Inodes counts per-stripe trees (an
 // inode has up to escStripes); Budget is the whole budget.
 func (s *escSet) Stats() esc.Stats {

@@ -128,7 +128,10 @@ func (v *Volume) reloadMeta() error {
 	return v.loadGroups()
 }
 
-// forgetInodes drops the cached inodes and their mappings.
+// forgetInodes drops the cached inodes and their mappings: also those of
+// inodes the inode cache demoted (inocache.go), which it may no longer
+// know of once they were collected, and whose trees the replay may have
+// rewritten too.
 func (v *Volume) forgetInodes() {
 	v.inoMu.Lock()
 	old := v.resetInodesLocked()
@@ -139,6 +142,7 @@ func (v *Volume) forgetInodes() {
 		}
 		v.cache.Forget(ino)
 	}
+	v.cache.DropClean()
 }
 
 // writeSuperState writes the superblock with s_state set to state.

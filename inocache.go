@@ -36,6 +36,9 @@ const (
 // defaultInodeCache is Options.InodeCache's default.
 const defaultInodeCache = 16384
 
+// shrinkBatch bounds the demotions of one shrinkInodes pass.
+const shrinkBatch = 4
+
 // cachedLocked returns the cached inode ino, promoting it if it was
 // demoted, or nil. The caller holds v.inoMu.
 func (v *Volume) cachedLocked(ino uint32) *inode {
@@ -89,8 +92,12 @@ func (v *Volume) shrinkInodes() {
 		return
 	}
 	// Second chance: an inode looked up since the last pass is skipped
-	// once. The scan is bounded, so a cache full of inodes in use costs
-	// each insertion a bounded pass.
+	// once. Each pass demotes at most shrinkBatch inodes and scans a
+	// bounded number, whatever the excess: a cache holding many more
+	// inodes in use (pages, dirty state) than its budget costs each
+	// insertion a constant pass, and an excess left by inodes that were in
+	// use goes shrinkBatch-1 inodes per insertion.
+	excess = min(excess, shrinkBatch)
 	scan := 4*excess + 64
 	cands := make([]*inode, 0, excess+8)
 	for _, n := range v.inodes {
@@ -156,7 +163,8 @@ func (v *Volume) demote(n *inode) bool {
 // demotable reports whether n, whose mu and dataMu the caller holds
 // exclusively, holds nothing that its on-disk inode does not: then a copy
 // read again from disk is the same inode. Its page cache entry is dropped
-// when it has no pages (the entry's Ops hold n).
+// when it has no pages and no write-back error for the next fsync (the
+// entry's Ops hold n).
 func (v *Volume) demotable(n *inode) bool {
 	if n.freed || n.in.LinksCount == 0 || n.ino == layout.RootIno || v.specialIno(n.ino) {
 		return false // freed, orphans, system inodes: never demoted

@@ -1391,8 +1391,9 @@ func (c *PageCache) Forget(key Key) {
 }
 
 // ForgetUnused drops the entry of file key, and with it the Ops it
-// recorded, if the file has no page cached or under write-back, and
-// reports whether the cache now holds nothing of the file. It does not
+// recorded, if the file has no page cached or under write-back and no
+// write-back error waiting for its next Writeback, and reports whether the
+// cache now holds nothing of the file. It does not
 // wait: a shard busy at the moment reports false.
 func (c *PageCache) ForgetUnused(key Key) bool {
 	s := c.shardOf(key)
@@ -1404,7 +1405,7 @@ func (c *PageCache) ForgetUnused(key Key) bool {
 	if f == nil {
 		return true
 	}
-	if f.pages.len() > 0 || f.ndirty > 0 || f.inWriteback > 0 {
+	if f.pages.len() > 0 || f.ndirty > 0 || f.inWriteback > 0 || f.wbErr != nil {
 		return false
 	}
 	delete(s.mu.files, key)
