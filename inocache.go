@@ -36,8 +36,9 @@ const (
 // defaultInodeCache is Options.InodeCache's default.
 const defaultInodeCache = 16384
 
-// shrinkBatch bounds the demotions of one shrinkInodes pass.
-const shrinkBatch = 4
+// shrinkBatchMax bounds the demotions of one shrinkInodes pass
+// (v.inoBatch: a 256th of the budget, at least 4, at most this).
+const shrinkBatchMax = 64
 
 // cachedLocked returns the cached inode ino, promoting it if it was
 // demoted, or nil. The caller holds v.inoMu.
@@ -92,12 +93,12 @@ func (v *Volume) shrinkInodes() {
 		return
 	}
 	// Second chance: an inode looked up since the last pass is skipped
-	// once. Each pass demotes at most shrinkBatch inodes and scans a
+	// once. Each pass demotes at most v.inoBatch inodes and scans a
 	// bounded number, whatever the excess: a cache holding many more
-	// inodes in use (pages, dirty state) than its budget costs each
-	// insertion a constant pass, and an excess left by inodes that were in
-	// use goes shrinkBatch-1 inodes per insertion.
-	excess = min(excess, shrinkBatch)
+	// inodes in use (pages, dirty state) than its budget costs each pass a
+	// constant scan. Passes start once the cache is v.inoBatch/2 over its
+	// budget (loadInode), so that one pass's scan serves several reads.
+	excess = min(excess, v.inoBatch)
 	scan := 4*excess + 64
 	cands := make([]*inode, 0, excess+8)
 	for _, n := range v.inodes {
@@ -110,15 +111,24 @@ func (v *Volume) shrinkInodes() {
 		cands = append(cands, n)
 	}
 	v.inoMu.Unlock()
+	demoted, failed := 0, 0
 	for _, n := range cands {
-		if excess <= 0 {
+		if demoted == excess {
 			break
 		}
 		if v.demote(n) {
-			excess--
+			demoted++
+		} else {
+			failed++
+			n.used.Store(true) // skipped by the next scan
 		}
 	}
 	v.inoMu.Lock()
+	// Each candidate found in use (pages cached, changes pending) puts the
+	// next pass off by one more read: a cache whose excess is mostly in
+	// use pays about one failed attempt per read instead of a pass whose
+	// attempts fail, and grows past its budget by what is in use.
+	v.inoShrinkAt = len(v.inodes) + failed
 	if len(v.inoWeak) > v.inoSweepAt {
 		// Drop the entries of collected inodes. The next sweep waits for
 		// the map to double, so that entries not yet collected cost each

@@ -365,7 +365,7 @@ func (v *Volume) loadInode(ino uint32, orphan bool) (*inode, error) {
 		}
 		n.v = v
 		v.inodes[ino] = n
-		over := len(v.inodes) > v.inoBudget
+		over := len(v.inodes) > v.inoHigh && len(v.inodes) >= v.inoShrinkAt
 		v.inoMu.Unlock()
 		if over {
 			v.shrinkInodes()

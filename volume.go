@@ -253,8 +253,14 @@ type Volume struct {
 	// one shrinkInodes running.
 	inoWeak    map[uint32]weak.Pointer[inode]
 	inoSweepAt int
-	inoBudget  int
-	inoShrink  sync.Mutex
+	// inoShrinkAt: no shrinkInodes pass before v.inodes holds this many
+	// (a backoff after a pass that demoted none); guarded by inoMu.
+	inoShrinkAt int
+	inoBudget   int
+	// inoBatch is the most demotions of one shrinkInodes pass; inoHigh the
+	// cache size past which a read starts a pass (inoBudget + inoBatch/2).
+	inoBatch, inoHigh int
+	inoShrink         sync.Mutex
 	// inoForgets counts forgetInode calls by inode number modulo its
 	// length (guarded by inoMu): getInode inserts an inode it read only
 	// if no forget of a number of its stripe ran during the read.
@@ -403,6 +409,11 @@ func open(ctx context.Context, dev blockdev.Device, opts Options) (*Volume, erro
 		v.inoBudget = math.MaxInt
 	}
 	v.inoSweepAt = min(v.inoBudget, 1<<20) + 1024
+	v.inoBatch = min(max(v.inoBudget/256, 4), shrinkBatchMax)
+	v.inoHigh = v.inoBudget
+	if v.inoBudget < math.MaxInt-v.inoBatch {
+		v.inoHigh += v.inoBatch / 2
+	}
 	v.nss.init()
 	v.touch.init()
 	v.bshift = uint(bits.TrailingZeros(uint(v.bs))) // bs is 1024 << s_log_block_size
