@@ -439,7 +439,7 @@ func directFile(b testing.TB, v *ext4io.Volume, name string, mode ext4io.FallocM
 
 // sized picks a test's size: short under -short, long when EXT4IO_LONG is
 // set (and not -short), else def. The default keeps the package's
-// go test -race under 3 minutes on a 2-CPU machine; EXT4IO_LONG=1 runs the
+// go test -race near 9 minutes on a 2-CPU machine; EXT4IO_LONG=1 runs the
 // long tests at full size (more steps, seeds and operations), as
 // docs/testing.md describes.
 func sized(short, def, long int) int {

@@ -46,7 +46,7 @@ func TestInodeCacheModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	const workers, names = 4, 8
-	dur := time.Duration(inoSized(1, 3, 20)) * time.Second
+	dur := time.Duration(sizedInternal(1, 3, 20)) * time.Second
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var bg sync.WaitGroup
@@ -299,18 +299,6 @@ func inoModelWorker(v *Volume, dir string, names int, seed uint64, stop chan str
 	}
 }
 
-// inoSized is the external tests' sized: short under -short, long with
-// EXT4IO_LONG set, else def.
-func inoSized(short, def, long int) int {
-	switch {
-	case testing.Short():
-		return short
-	case os.Getenv("EXT4IO_LONG") != "":
-		return long
-	}
-	return def
-}
-
 func firstDiffInternal(a, b []byte) int {
 	if bytes.Equal(a, b) {
 		return -1
@@ -327,7 +315,7 @@ func firstDiffInternal(a, b []byte) int {
 // read of some) on a volume with a small inode cache: v.inodes stays near
 // the bound while the walk goes on, though the walk touches every inode.
 func TestInodeCacheBounded(t *testing.T) {
-	files := inoSized(2000, 10000, 50000)
+	files := sizedInternal(2000, 10000, 50000)
 	const perDir = 500
 	dev := memdev.NewBlockSize(256<<20, 1024)
 	if err := Format(dev, FormatOptions{BlockSize: 1024, InodeRatio: 2048}); err != nil {
