@@ -116,6 +116,7 @@ func (v *Volume) shrinkInodes() {
 		if demoted == excess {
 			break
 		}
+		v.inoTries.Add(1)
 		if v.demote(n) {
 			demoted++
 		} else {

@@ -260,7 +260,9 @@ type Volume struct {
 	// inoBatch is the most demotions of one shrinkInodes pass; inoHigh the
 	// cache size past which a read starts a pass (inoBudget + inoBatch/2).
 	inoBatch, inoHigh int
-	inoShrink         sync.Mutex
+	// inoTries counts demotion attempts (shrinkInodes), for tests.
+	inoTries  atomic.Uint64
+	inoShrink sync.Mutex
 	// inoForgets counts forgetInode calls by inode number modulo its
 	// length (guarded by inoMu): getInode inserts an inode it read only
 	// if no forget of a number of its stripe ran during the read.
