@@ -459,6 +459,12 @@ func (im *importer) copyFile(e *srcEntry, d string, parent *dirRef, it *srcItem)
 	return err
 }
 
+// errShrank is the error of a source file that ended before the size it
+// had when it was opened: its copy would hold zeroes it never had.
+var errShrank = fmt.Errorf("shrank while copied: %w", ext4io.ErrInvalid)
+
+// copyData copies size bytes of in (its data ranges) to out, and fails
+// with errShrank if in ends before that.
 func (im *importer) copyData(out *ext4io.File, in *srcFile, size int64) error {
 	ranges, err := dataRanges(in, size)
 	if err != nil {
@@ -474,14 +480,31 @@ func (im *importer) copyData(out *ext4io.File, in *srcFile, size int64) error {
 			}
 			p += int64(n)
 			if rerr == io.EOF {
-				break // shrunk meanwhile
+				return errShrank
 			}
 			if rerr != nil {
 				return rerr
 			}
 		}
 	}
+	if err := checkNotShrunk(in, size); err != nil {
+		return err
+	}
 	return out.Truncate(size)
+}
+
+// checkNotShrunk fails with errShrank if in is now shorter than size: the
+// data ranges of a file truncated meanwhile end at its new end, which the
+// reads then never pass.
+func checkNotShrunk(in *srcFile, size int64) error {
+	cur, err := in.size()
+	if err != nil {
+		return err
+	}
+	if cur < size {
+		return errShrank
+	}
+	return nil
 }
 
 // writeNonZero writes b at off but for its whole blocks of zeroes (off is

@@ -231,7 +231,8 @@ func (s *srcStream) item(k *srcEntry) srcItem {
 }
 
 // readWhole reads the file in (of len(b) bytes) into b: its data ranges
-// (SEEK_DATA), zeroes elsewhere and past an end it shrank to meanwhile.
+// (SEEK_DATA), zeroes elsewhere. A file that ends before len(b) fails
+// with errShrank.
 func readWhole(in *srcFile, b []byte) ([]byte, error) {
 	ranges, err := dataRanges(in, int64(len(b)))
 	if err != nil {
@@ -243,12 +244,12 @@ func readWhole(in *srcFile, b []byte) ([]byte, error) {
 		n, err := in.ReadAt(b[r[0]:r[1]], r[0])
 		at = r[0] + int64(n)
 		if err == io.EOF {
-			break
+			return b, errShrank
 		}
 		if err != nil {
 			return b, err
 		}
 	}
 	clear(b[at:])
-	return b, nil
+	return b, checkNotShrunk(in, int64(len(b)))
 }

@@ -28,3 +28,12 @@ func (f *srcFile) same(fi fs.FileInfo) (size int64, ok bool, err error) {
 	}
 	return st.Size(), st.Mode().IsRegular() && os.SameFile(st, fi), nil
 }
+
+// size returns f's size now.
+func (f *srcFile) size() (int64, error) {
+	st, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return st.Size(), nil
+}

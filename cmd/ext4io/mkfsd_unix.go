@@ -55,6 +55,15 @@ func (f *srcFile) same(fi fs.FileInfo) (size int64, ok bool, err error) {
 	return st.Size, ok, nil
 }
 
+// size returns f's size now.
+func (f *srcFile) size() (int64, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(f.fd, &st); err != nil {
+		return 0, &os.PathError{Op: "fstat", Path: f.name, Err: err}
+	}
+	return st.Size, nil
+}
+
 // ReadAt reads len(p) bytes at off, as io.ReaderAt.
 func (f *srcFile) ReadAt(p []byte, off int64) (int, error) {
 	done := 0
