@@ -111,28 +111,24 @@ func (f *File) ensureNotInline(op string) error {
 	return f.convertInline(op)
 }
 
-// convertInline is ensureNotInline's conversion. Failing for space, it
-// runs once more after a commit made the blocks freed by earlier
-// operations allocatable (retryNoSpace), as the writes that need it do.
+// convertInline is ensureNotInline's conversion, as one operation (op:
+// failing for space, it runs once more after a commit made the blocks
+// freed by earlier operations allocatable, as the writes that need it do).
 func (f *File) convertInline(op string) error {
-	for retried := false; ; retried = true {
-		if err := f.v.beginOp(); err != nil {
-			return &fs.PathError{Op: op, Path: f.name, Err: err}
-		}
+	err := f.v.op(func() error {
 		f.n.mu.Lock()
+		defer f.n.mu.Unlock()
 		err := f.closedLocked()
 		if err == nil && f.n.in.IsReg() {
 			// Directories convert when their entries change (parentOnly).
 			err = f.v.convertInlineLocked(f.n)
 		}
-		f.n.mu.Unlock()
-		if err = f.v.endOpErr(err); err == nil {
-			return nil
-		}
-		if retried || !f.v.retryNoSpace(err) {
-			return &fs.PathError{Op: op, Path: f.name, Err: err}
-		}
+		return err
+	})
+	if err != nil {
+		return &fs.PathError{Op: op, Path: f.name, Err: err}
 	}
+	return nil
 }
 
 // ensureDirNotInline converts directory d if it is inline; the caller is
