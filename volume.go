@@ -52,10 +52,10 @@ type Options struct {
 	// InodeCache bounds the number of inodes the volume keeps in memory
 	// (0: 16384; negative: no bound, every inode read stays until Close).
 	// It is a soft bound: inodes in use (open Files, operations in
-	// flight) and those with changes not yet written (times, sizes or
-	// blocks of buffered writes, pages in the page cache, fast-commit
-	// tracking, orphans) stay however many they are; past the bound the
-	// least recently used of the others are dropped and read again from
+	// flight), those with pages in the page cache and those with changes
+	// not yet written (times, sizes or blocks of buffered writes,
+	// fast-commit tracking, orphans) stay however many they are; past the
+	// bound others not looked up lately are dropped and read again from
 	// the image on their next use.
 	InodeCache int
 	// SkipChecksums disables metadata checksum verification on read (for
