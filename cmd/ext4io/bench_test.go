@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -130,5 +131,42 @@ func TestBenchProfiles(t *testing.T) {
 	}
 	if f := runtime.SetMutexProfileFraction(-1); f != 0 {
 		t.Errorf("mutex profile fraction %d after the bench, want 0", f)
+	}
+}
+
+// TestBenchFastCommitKernelJSON (root, fio): with --fast-commit --kernel
+// the JSON document has Linux at its defaults and with fast_commit, and
+// the text report labels both.
+func TestBenchFastCommitKernelJSON(t *testing.T) {
+	if os.Geteuid() != 0 || runtime.GOOS != "linux" {
+		t.Skip("the Linux columns need root on Linux")
+	}
+	if _, err := exec.LookPath("fio"); err != nil {
+		t.Skip("fio not installed")
+	}
+	args := []string{"bench", "--backend", "memory", "--size", "128M", "--runtime", "1s", "--workloads", "fsync-small", "--kernel", "--fast-commit"}
+	out, errOut, code := runCmd(t, append(args, "--json")...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var rep bench.Report
+	dec := json.NewDecoder(strings.NewReader(out))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rep); err != nil {
+		t.Fatalf("decoding JSON: %v\n%s", err, out)
+	}
+	r := rep.Workloads[0]
+	if !rep.Kernel.Ran || rep.KernelFC == nil || !rep.KernelFC.Ran || r.Kernel == nil || r.KernelFC == nil ||
+		r.EngineOverKern == nil || r.EngineOverKernFC == nil || !strings.Contains(out, `"engine_over_kernel_fast_commit"`) {
+		t.Fatalf("Linux columns missing: %+v %+v\n%s", rep.Kernel, rep.KernelFC, out)
+	}
+	out, errOut, code = runCmd(t, args...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"eng/linux-default", "eng/linux-fc", "× linux-default: ", "× linux-fc: "} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("report lacks %q:\n%s", want, out)
+		}
 	}
 }

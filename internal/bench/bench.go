@@ -77,8 +77,11 @@ type Config struct {
 	DeferSplits      bool
 	EagerConversions bool
 	ZeroOutChunk     int64
-	// FastCommit formats the engine's filesystem and, with Kernel,
-	// Linux's with the fast_commit feature: fsyncs write fast commits.
+	// FastCommit formats the engine's filesystem with the fast_commit
+	// feature: fsyncs write fast commits. With Kernel, Linux runs the
+	// jobs at its defaults (no fast_commit) and, for the workloads whose
+	// Linux path fast_commit changes (fastCommitMatters), also on a
+	// second filesystem with fast_commit, in the same rounds.
 	FastCommit bool
 	// Kernel also runs each round's jobs with fio on Linux's ext4 over a
 	// loop device (root, fio); the report says why when it cannot.
@@ -335,10 +338,13 @@ func runBench(ctx context.Context, c *config) (*Report, error) {
 	rep := newReport(c, desc, size, region)
 	rep.Config.Space = plan.summary(c.workloads)
 	rep.Kernel = KernelInfo{Skipped: "not requested (--kernel)"}
-	var kenv *kernelEnv
+	var kenv, kenvFC *kernelEnv // Linux at its defaults, and with fast_commit
 	defer func() {
 		if kenv != nil {
 			kenv.teardown()
+		}
+		if kenvFC != nil {
+			kenvFC.teardown()
 		}
 	}()
 	n := len(c.workloads)
@@ -377,26 +383,59 @@ func runBench(ctx context.Context, c *config) (*Report, error) {
 			continue
 		}
 		if round == 0 {
-			kenv, rep.Kernel = startKernel(ctx, kernelDir(c, b), region, c.FastCommit)
+			kenv, rep.Kernel = startKernel(ctx, kernelDir(c, b), region, false)
+			if c.FastCommit {
+				rep.Kernel.Notes = append(rep.Kernel.Notes, "linux-default: mkfs.ext4's default features, no fast_commit")
+				info := KernelInfo{Skipped: "no workload selected whose Linux path fast_commit changes (" + strings.Join(fastCommitWorkloads(), ", ") + ")"}
+				if slices.ContainsFunc(c.workloads, fastCommitMatters) {
+					kenvFC, info = startKernel(ctx, kernelDir(c, b), region, true)
+					info.Notes = append(info.Notes, "linux-fc: mkfs.ext4 -O fast_commit, run for "+strings.Join(fastCommitWorkloads(), ", ")+
+						" only (the other jobs do not fsync per operation: fast_commit does not change their path), "+
+						"interleaved with linux-default, which goes first in odd rounds and second in even ones")
+				}
+				rep.KernelFC = &info
+			}
 		}
-		if kenv == nil {
+		if kenv == nil && kenvFC == nil {
 			continue
 		}
 		for pos, i := range order {
 			s := &samples[i][round]
-			if c.workloads[i].Op == opPageBatch {
+			w := c.workloads[i]
+			if w.Op == opPageBatch {
 				// WriteAtomic and its emulations have no fio job.
 				s.res.KernelNote = "no Linux run: ext4io's own API, measured against its emulations"
 				continue
 			}
-			r.prog.workload = fmt.Sprintf("[linux %s%d/%d] %s", roundTag(c, round), pos+1, n, s.res.Name)
-			r.prog.set("fio", "", time.Now(), 0)
-			m, note, err := kenv.run(ctx, c, c.workloads[i], s.res.Jobs)
-			if err != nil {
-				s.res.KernelNote = "failed: " + oneLine(err)
-				continue
+			// Each of the two Linux runs of a workload goes first in
+			// every other round.
+			sides := []bool{false, true}
+			if round%2 == 1 {
+				sides = []bool{true, false}
 			}
-			s.res.Kernel, s.res.KernelNote = m, note
+			for _, fc := range sides {
+				env, label := kenv, "linux"
+				if fc {
+					if !fastCommitMatters(w) {
+						continue
+					}
+					env, label = kenvFC, "linux-fc"
+				}
+				if env == nil {
+					continue
+				}
+				r.prog.workload = fmt.Sprintf("[%s %s%d/%d] %s", label, roundTag(c, round), pos+1, n, s.res.Name)
+				r.prog.set("fio", "", time.Now(), 0)
+				m, note, err := env.run(ctx, c, w, s.res.Jobs)
+				if err != nil {
+					note, m = "failed: "+oneLine(err), nil
+				}
+				if fc {
+					s.res.KernelFC, s.res.KernelFCNote = m, note
+				} else {
+					s.res.Kernel, s.res.KernelNote = m, note
+				}
+			}
 		}
 		r.prog.clear()
 	}
@@ -437,6 +476,25 @@ func roundTag(c *config, round int) string {
 		return ""
 	}
 	return fmt.Sprintf("r%d/%d ", round+1, c.Repeat)
+}
+
+// fastCommitMatters reports whether fast_commit changes Linux's path for
+// w: fast commits replace the jbd2 commits that fsync, fdatasync and
+// O_SYNC writes wait for, and of the fio jobs only fsync-small waits for
+// one per operation. The others commit on the journal's timer (every 5
+// s) either way, or fsync once at the end (buffered-4k, whose time is the
+// write-back of the data before it).
+func fastCommitMatters(w workload) bool { return w.Op == opSmallFsync }
+
+// fastCommitWorkloads names the workloads fastCommitMatters selects.
+func fastCommitWorkloads() []string {
+	var names []string
+	for _, w := range allWorkloads {
+		if fastCommitMatters(w) {
+			names = append(names, w.Name)
+		}
+	}
+	return names
 }
 
 // kernelDir is where Config.Kernel puts its backing file: beside the

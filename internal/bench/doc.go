@@ -44,7 +44,9 @@
 // each workload once: medians over the rounds, and ratios (engine/raw,
 // between workloads, against Linux) as medians of ratios taken within one
 // round. With Config.Kernel, each round ends with the fio pass in that
-// round's order.
+// round's order; with Config.FastCommit too, the workloads whose Linux
+// path fast_commit changes run there twice, on ext4 at its defaults and
+// on ext4 with fast_commit, each first in every other round.
 //
 // # Space
 //

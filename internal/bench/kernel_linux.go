@@ -34,7 +34,7 @@ type kernelEnv struct {
 
 // startKernel checks that the kernel column can run and sets it up. env
 // is nil when it cannot, info.Skipped saying why; the caller tears down a
-// non-nil env. With fastCommit Linux's filesystem gets fast_commit too.
+// non-nil env. With fastCommit the filesystem has fast_commit.
 func startKernel(ctx context.Context, dir string, region int64, fastCommit bool) (*kernelEnv, KernelInfo) {
 	info := KernelInfo{Backing: dir}
 	if os.Geteuid() != 0 {
@@ -97,7 +97,6 @@ func setupKernel(ctx context.Context, dir string, region int64, fastCommit bool)
 	args := []string{"-F", "-q", "-E", "lazy_itable_init=0,lazy_journal_init=0"}
 	if fastCommit {
 		args = append(args, "-O", "fast_commit")
-		env.notes = append(env.notes, "Linux's filesystem has fast_commit (--fast-commit)")
 	}
 	if out, err := exec.CommandContext(ctx, "mkfs.ext4", append(args, env.loop)...).CombinedOutput(); err != nil {
 		return env, fmt.Errorf("mkfs.ext4 failed: %s", strings.TrimSpace(string(out)))

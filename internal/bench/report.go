@@ -36,7 +36,11 @@ type Report struct {
 	Notes     []string         `json:"engine_version_notes"`
 	Workloads []WorkloadResult `json:"workloads"`
 	Ratios    []WorkloadRatio  `json:"workload_ratios,omitempty"`
-	Kernel    KernelInfo       `json:"kernel"`
+	// Kernel is the Linux column: ext4 at mkfs.ext4's defaults.
+	Kernel KernelInfo `json:"kernel"`
+	// KernelFC is the second Linux column, ext4 with fast_commit, for
+	// runs with Config.FastCommit and Config.Kernel (nil otherwise).
+	KernelFC *KernelInfo `json:"kernel_fast_commit,omitempty"`
 }
 
 // MachineInfo is the machine a run measured, and its load before and
@@ -126,22 +130,28 @@ type DevPerOp struct {
 // WorkloadResult is one workload's row: each side's figures combined
 // over the rounds, their ratios, and each round's figures.
 type WorkloadResult struct {
-	Name           string             `json:"name"`
-	Title          string             `json:"title"`
-	Jobs           int                `json:"jobs"`
-	IOSize         int                `json:"io_size"`
-	Prep           string             `json:"prep"`
-	Engine         Measure            `json:"engine"`
-	Raw            Measure            `json:"raw"`
-	Kernel         *Measure           `json:"kernel,omitempty"`
-	EngineOverRaw  float64            `json:"engine_over_raw"`
-	EngineOverKern *float64           `json:"engine_over_kernel,omitempty"`
-	KernelOverRaw  *float64           `json:"kernel_over_raw,omitempty"`
-	KernelNote     string             `json:"kernel_note,omitempty"`
-	Failed         string             `json:"failed,omitempty"` // the error, one line; the figures are of the rounds that did not fail
-	Counters       map[string]float64 `json:"engine_counters,omitempty"`
-	Rounds         []RoundResult      `json:"rounds"`
-	gauges         map[string]bool    // the keys of Counters that are gauges
+	Name           string   `json:"name"`
+	Title          string   `json:"title"`
+	Jobs           int      `json:"jobs"`
+	IOSize         int      `json:"io_size"`
+	Prep           string   `json:"prep"`
+	Engine         Measure  `json:"engine"`
+	Raw            Measure  `json:"raw"`
+	Kernel         *Measure `json:"kernel,omitempty"`
+	EngineOverRaw  float64  `json:"engine_over_raw"`
+	EngineOverKern *float64 `json:"engine_over_kernel,omitempty"`
+	KernelOverRaw  *float64 `json:"kernel_over_raw,omitempty"`
+	KernelNote     string   `json:"kernel_note,omitempty"`
+	// KernelFC and its ratios are Linux's figures with fast_commit
+	// (Report.KernelFC), for the workloads fastCommitMatters selects.
+	KernelFC         *Measure           `json:"kernel_fast_commit,omitempty"`
+	EngineOverKernFC *float64           `json:"engine_over_kernel_fast_commit,omitempty"`
+	KernelFCOverRaw  *float64           `json:"kernel_fast_commit_over_raw,omitempty"`
+	KernelFCNote     string             `json:"kernel_fast_commit_note,omitempty"`
+	Failed           string             `json:"failed,omitempty"` // the error, one line; the figures are of the rounds that did not fail
+	Counters         map[string]float64 `json:"engine_counters,omitempty"`
+	Rounds           []RoundResult      `json:"rounds"`
+	gauges           map[string]bool    // the keys of Counters that are gauges
 }
 
 // RoundResult is a workload's figures in one round (Config.Repeat). Ratios
@@ -158,6 +168,11 @@ type RoundResult struct {
 	EngineOverRaw  float64  `json:"engine_over_raw"`
 	EngineOverKern *float64 `json:"engine_over_kernel,omitempty"`
 	KernelOverRaw  *float64 `json:"kernel_over_raw,omitempty"`
+	// Linux with fast_commit (WorkloadResult.KernelFC).
+	KernelFCIOPS     *float64 `json:"kernel_fast_commit_iops,omitempty"`
+	KernelFCMBps     *float64 `json:"kernel_fast_commit_mb_per_s,omitempty"`
+	EngineOverKernFC *float64 `json:"engine_over_kernel_fast_commit,omitempty"`
+	KernelFCOverRaw  *float64 `json:"kernel_fast_commit_over_raw,omitempty"`
 }
 
 // WorkloadRatio is one workload's figure over another's, per side: the
@@ -357,10 +372,10 @@ func combineWorkload(ss []roundSample) WorkloadResult {
 	f := &ss[0].res
 	out := WorkloadResult{Name: f.Name, Title: f.Title, Jobs: f.Jobs, IOSize: f.IOSize, Prep: f.Prep}
 	u := f.unit()
-	var eng, raw, kern []Measure
+	var eng, raw, kern, kernFC []Measure
 	var eor []float64
-	var eok, kor []*float64
-	var notes, failed []string
+	var eok, kor, eokFC, kforFC []*float64
+	var notes, notesFC, failed []string
 	for _, s := range ss {
 		r := &s.res
 		if r.Failed != "" {
@@ -385,14 +400,16 @@ func combineWorkload(ss []roundSample) WorkloadResult {
 			rr.KernelOverRaw = ratioOf(k.figure(u), r.Raw.figure(u))
 			eok, kor = append(eok, rr.EngineOverKern), append(kor, rr.KernelOverRaw)
 		}
-		if n := r.KernelNote; n != "" {
-			if len(ss) > 1 && strings.HasPrefix(n, "failed: ") {
-				n = fmt.Sprintf("round %d %s", s.round, n)
-			}
-			if !slices.Contains(notes, n) {
-				notes = append(notes, n)
-			}
+		if k := r.KernelFC; k != nil {
+			kernFC = append(kernFC, *k)
+			iops, mbps := k.IOPS, k.MBps
+			rr.KernelFCIOPS, rr.KernelFCMBps = &iops, &mbps
+			rr.EngineOverKernFC = ratioOf(r.Engine.figure(u), k.figure(u))
+			rr.KernelFCOverRaw = ratioOf(k.figure(u), r.Raw.figure(u))
+			eokFC, kforFC = append(eokFC, rr.EngineOverKernFC), append(kforFC, rr.KernelFCOverRaw)
 		}
+		notes = addNote(notes, r.KernelNote, s.round, len(ss))
+		notesFC = addNote(notesFC, r.KernelFCNote, s.round, len(ss))
 		for k, v := range r.Counters {
 			if out.Counters == nil {
 				out.Counters, out.gauges = map[string]float64{}, map[string]bool{}
@@ -419,9 +436,35 @@ func combineWorkload(ss []roundSample) WorkloadResult {
 	if x, ok := medianOf(kor); ok {
 		out.KernelOverRaw = &x
 	}
+	if len(kernFC) > 0 {
+		k := combineMeasures(kernFC)
+		out.KernelFC = &k
+	}
+	if x, ok := medianOf(eokFC); ok {
+		out.EngineOverKernFC = &x
+	}
+	if x, ok := medianOf(kforFC); ok {
+		out.KernelFCOverRaw = &x
+	}
 	out.KernelNote = strings.Join(notes, "; ")
+	out.KernelFCNote = strings.Join(notesFC, "; ")
 	out.Failed = strings.Join(failed, "; ")
 	return out
+}
+
+// addNote appends a round's Linux note n to notes unless it is there
+// already; a failure says its round when there are several.
+func addNote(notes []string, n string, round, rounds int) []string {
+	if n == "" {
+		return notes
+	}
+	if rounds > 1 && strings.HasPrefix(n, "failed: ") {
+		n = fmt.Sprintf("round %d %s", round, n)
+	}
+	if slices.Contains(notes, n) {
+		return notes
+	}
+	return append(notes, n)
 }
 
 // combineMeasures reduces one side's rounds as combineWorkload says.
@@ -565,8 +608,8 @@ func (rep *Report) WriteText(w io.Writer) {
 	fmt.Fprintln(w, c.Space)
 	if c.Repeat > 1 {
 		fmt.Fprintf(w, "repeat: %d rounds over the workloads, odd rounds as listed, even rounds reversed; figures are medians over the rounds "+
-			"(max µs: the max; ops, seconds, prep: sums; device ops, CPU and counters per op: pooled); eng/raw, eng/linux, linux/raw: "+
-			"medians of the per-round ratios, not ratios of the medians\n", c.Repeat)
+			"(max µs: the max; ops, seconds, prep: sums; device ops, CPU and counters per op: pooled); eng/raw, %s: "+
+			"medians of the per-round ratios, not ratios of the medians\n", c.Repeat, rep.ratioNames())
 	}
 	fmt.Fprintln(w, "engine version notes:")
 	for _, n := range rep.Notes {
@@ -574,10 +617,13 @@ func (rep *Report) WriteText(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	kern := rep.Kernel.Ran
+	kern, kernFC, lk := rep.Kernel.Ran, rep.KernelFC != nil && rep.KernelFC.Ran, rep.linuxLabel()
 	hdr := "workload\tjobs\tunit\tengine\tp50 µs\tp99 µs\traw\tp50 µs\tp99 µs\teng/raw\t"
 	if kern {
-		hdr += "linux\tp50 µs\tp99 µs\teng/linux\tlinux/raw\t"
+		hdr += lk + "\tp50 µs\tp99 µs\teng/" + lk + "\t" + lk + "/raw\t"
+	}
+	if kernFC {
+		hdr += "linux-fc\tp50 µs\tp99 µs\teng/linux-fc\tlinux-fc/raw\t"
 	}
 	fmt.Fprintln(tw, hdr)
 	for i := range rep.Workloads {
@@ -599,12 +645,20 @@ func (rep *Report) WriteText(w io.Writer) {
 				fmt.Fprintf(tw, "-\t-\t-\t-\t-\t")
 			}
 		}
+		if kernFC {
+			if k := r.KernelFC; k != nil {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t", benchstat.FormatNumber(k.figure(u)), us(k.P50us),
+					us(k.P99us), ratioText(r.EngineOverKernFC), ratioText(r.KernelFCOverRaw))
+			} else {
+				fmt.Fprintf(tw, "-\t-\t-\t-\t-\t")
+			}
+		}
 		fmt.Fprintln(tw)
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
 	if c.Repeat > 1 && len(rep.Ratios) > 0 {
-		writeRatios(w, rep.Ratios, kern)
+		writeRatios(w, rep.Ratios, kern, lk)
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintln(w, "per operation (device ops issued by the engine / by raw; process CPU time per op, engine / raw; page faults per op; KiB the host disk under the image wrote and read per op, all processes; holes: KiB of the image file's holes the side wrote into per op, engine / raw; engine counters per op; wraps: files started over at the space plan's budget, engine / raw; prep time):")
@@ -613,7 +667,7 @@ func (rep *Report) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "  %-15s %s\n", r.Name, perOpLine(r))
 	}
 	if kern {
-		fmt.Fprintf(w, "\nlinux: fio %s on ext4 over a loop device (direct-io=on) backed by a file in %s\n", rep.Kernel.Fio, rep.Kernel.Backing)
+		fmt.Fprintf(w, "\n%s: fio %s on ext4 over a loop device (direct-io=on) backed by a file in %s\n", lk, rep.Kernel.Fio, rep.Kernel.Backing)
 		for _, n := range rep.Kernel.Notes {
 			fmt.Fprintf(w, "  - %s\n", n)
 		}
@@ -623,10 +677,47 @@ func (rep *Report) WriteText(w io.Writer) {
 			}
 		}
 	} else {
-		fmt.Fprintf(w, "\nlinux column skipped: %s\n", rep.Kernel.Skipped)
+		fmt.Fprintf(w, "\n%s column skipped: %s\n", lk, rep.Kernel.Skipped)
+	}
+	if kfc := rep.KernelFC; kfc != nil && kfc.Ran {
+		fmt.Fprintf(w, "linux-fc: fio %s on ext4 with fast_commit over a second loop device (direct-io=on) backed by a file in %s\n", kfc.Fio, kfc.Backing)
+		for _, n := range kfc.Notes {
+			fmt.Fprintf(w, "  - %s\n", n)
+		}
+		for i := range rep.Workloads {
+			r := &rep.Workloads[i]
+			if r.KernelFC != nil {
+				fmt.Fprintf(w, "  - %s: eng/%s %s, eng/linux-fc %s (linux-fc/%s %s)\n", r.Name, lk, ratioText(r.EngineOverKern),
+					ratioText(r.EngineOverKernFC), lk, ratioText(ratioOf(r.KernelFC.figure(r.unit()), r.Kernel.figure(r.unit()))))
+			}
+			if n := r.KernelFCNote; n != "" {
+				fmt.Fprintf(w, "  - %s (linux-fc): %s\n", r.Name, n)
+			}
+		}
+	} else if kfc != nil {
+		fmt.Fprintf(w, "linux-fc column skipped: %s\n", kfc.Skipped)
 	}
 	fmt.Fprintln(w)
 	writeVerdict(w, rep)
+}
+
+// linuxLabel names the Linux column: "linux", or "linux-default" when
+// the run has a second one with fast_commit (Report.KernelFC).
+func (rep *Report) linuxLabel() string {
+	if rep.KernelFC != nil {
+		return "linux-default"
+	}
+	return "linux"
+}
+
+// ratioNames lists the ratios of the table's columns, for the header.
+func (rep *Report) ratioNames() string {
+	lk := rep.linuxLabel()
+	s := "eng/" + lk + ", " + lk + "/raw"
+	if rep.KernelFC != nil {
+		s += ", eng/linux-fc, linux-fc/raw"
+	}
+	return s
 }
 
 // onPar is the band around 1.0 that writeVerdict calls on par.
@@ -649,7 +740,12 @@ func verdictWord(x float64) string {
 // writeVerdict ends the report with one line per workload: the engine
 // against raw (the ceiling) and against Linux when measured.
 func writeVerdict(w io.Writer, rep *Report) {
-	fmt.Fprintln(w, "verdict (engine against raw, the ceiling, and against Linux when measured; on par = within 5%):")
+	head := "verdict (engine against raw, the ceiling, and against Linux when measured; on par = within 5%):"
+	if rep.KernelFC != nil {
+		head = "verdict (engine against raw, the ceiling, and against Linux when measured: linux-default at mkfs.ext4's defaults, linux-fc with fast_commit; on par = within 5%):"
+	}
+	fmt.Fprintln(w, head)
+	lk := rep.linuxLabel()
 	for i := range rep.Workloads {
 		r := &rep.Workloads[i]
 		fmt.Fprintf(w, "  %-15s ", r.Name)
@@ -659,7 +755,10 @@ func writeVerdict(w io.Writer, rep *Report) {
 		}
 		fmt.Fprintf(w, "%.2f× raw: %s", r.EngineOverRaw, verdictWord(r.EngineOverRaw))
 		if r.EngineOverKern != nil {
-			fmt.Fprintf(w, "; %.2f× linux: %s", *r.EngineOverKern, verdictWord(*r.EngineOverKern))
+			fmt.Fprintf(w, "; %.2f× %s: %s", *r.EngineOverKern, lk, verdictWord(*r.EngineOverKern))
+		}
+		if r.EngineOverKernFC != nil {
+			fmt.Fprintf(w, "; %.2f× linux-fc: %s", *r.EngineOverKernFC, verdictWord(*r.EngineOverKernFC))
 		}
 		if r.Failed != "" {
 			fmt.Fprintf(w, "; FAILED in some rounds: %s", r.Failed)
@@ -669,14 +768,14 @@ func writeVerdict(w io.Writer, rep *Report) {
 }
 
 // writeRatios prints the ratios between workloads, each round's in brackets.
-func writeRatios(w io.Writer, ratios []WorkloadRatio, kern bool) {
+func writeRatios(w io.Writer, ratios []WorkloadRatio, kern bool, lk string) {
 	fmt.Fprintln(w, "ratios between workloads (median of per-round ratios; rounds 1, 2, ... in brackets; eng/raw: the engine's ratio over raw's, which takes out the device's drift between the two workloads):")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, r := range ratios {
 		fmt.Fprintf(tw, "  %s\tengine %.2f %s\traw %.2f %s\teng/raw %.2f %s", r.Name, r.Engine, roundsText(r.EngineRounds),
 			r.Raw, roundsText(r.RawRounds), r.OverRaw, roundsText(r.OverRawRounds))
 		if kern {
-			fmt.Fprintf(tw, "\tlinux %s %s", ratioText(r.Kernel), roundsText(r.KernelRounds))
+			fmt.Fprintf(tw, "\t%s %s %s", lk, ratioText(r.Kernel), roundsText(r.KernelRounds))
 		}
 		fmt.Fprintln(tw)
 	}
@@ -762,8 +861,16 @@ func counterIsEvent(k string) bool {
 // figures, and its ratios to raw on one scale.
 func (rep *Report) WriteSVG(w io.Writer) error {
 	series := []string{"ext4io engine", "raw device"}
+	kernFC := rep.KernelFC != nil && rep.KernelFC.Ran
 	if rep.Kernel.Ran {
-		series = append(series, "Linux ext4 (fio, loop)")
+		if rep.KernelFC != nil {
+			series = append(series, "Linux ext4, defaults (fio, loop)")
+		} else {
+			series = append(series, "Linux ext4 (fio, loop)")
+		}
+	}
+	if kernFC {
+		series = append(series, "Linux ext4, fast_commit (fio, loop)")
 	}
 	ch := benchstat.Chart{
 		Title:  "ext4io bench: engine vs raw" + map[bool]string{true: " vs Linux", false: ""}[rep.Kernel.Ran],
@@ -789,6 +896,9 @@ func (rep *Report) WriteSVG(w io.Writer) error {
 			if r.KernelOverRaw != nil {
 				ratios[1] = *r.KernelOverRaw
 			}
+		}
+		if kernFC {
+			vals = append(vals, r.KernelFC.figure(u))
 		}
 		label := fmt.Sprintf("%s (%.2f× raw)", r.Name, r.EngineOverRaw)
 		if r.Failed != "" && r.Engine.Ops == 0 {
