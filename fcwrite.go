@@ -303,13 +303,15 @@ type fcRun struct {
 // k+1 were built before it, but run k's writers wait for that flush and
 // could not be in run k+1: consecutive runs would share no writer and n
 // writers would put about n/2 fsyncs in each. Flushing tags(k) first and
-// then waiting for the writers it released (as jbd2 holds a commit open
-// while other writers were active recently) puts every active writer's
-// fsync in one run: the same flushes per fsync (two per run of n), half
-// the runs, tag writes and leader hand-offs.
+// then waiting for the writers it released, and for as many as the
+// runs built lately held (as jbd2 holds a commit open while other
+// writers were active recently), puts every active writer's fsync in one
+// run: the same flushes per fsync (two per run of n), half the runs, tag
+// writes and leader hand-offs.
 //
 // Locking: mu guards open, unflushed, leading, returning, flushAvg,
-// waiting, flushDone, returnAvg and every fcRun's fields; it is taken
+// waiting, flushDone, returnAvg, peak, peakPrev, peakStart and every
+// fcRun's fields; it is taken
 // with no other lock held and released before the leader takes txnGate
 // or does I/O. Only the
 // leader takes runs from open, appends to unflushed and ends runs.
@@ -337,6 +339,11 @@ type fcGroup struct {
 	// it (joins by a waitReturning that gave up on them not counted).
 	flushDone time.Time
 	returnAvg time.Duration
+	// peak and peakPrev are the most fsyncs a run built in the current
+	// and in the previous fcPeakWindow had, the window starting at
+	// peakStart: the writers active lately (recentWriters).
+	peak, peakPrev int
+	peakStart      time.Time
 	// shared counts fsyncs that returned another fsync's fast commit
 	// (Counters.FastCommitShared).
 	shared atomic.Uint64
@@ -426,6 +433,9 @@ func (v *Volume) fcLead(mine *fcRun) {
 		if len(g.unflushed) == 0 {
 			g.waitReturning()
 			r, g.open = g.open, nil
+			if r != nil {
+				g.built(r.members)
+			}
 		}
 		g.mu.Unlock()
 		var b *fcBuilt
@@ -539,19 +549,27 @@ func (v *Volume) fcLead(mine *fcRun) {
 const fcMaxWait = time.Millisecond
 
 // waitReturning waits, before a step builds the open run, for the
-// writers whose fsyncs the last flush released (g.returning): a writer
-// that fsyncs file after file comes back after the CPU its next file
-// costs, and joining this run instead of the next saves it two flushes.
-// This is jbd2's batching of a commit while other writers were active
-// recently. The wait ends when they all joined, and at the latest twice
-// their average return time (g.returnAvg) after the flush that released
-// them completed, or the average flush if that is longer, and at most
-// fcMaxWait: a writer slower than that (or gone) holds the run no
-// longer. The time counts from the flush, not from the wait's start: the
-// step often starts only when the first of them comes back. A single
-// writer never waits: its fsync is the one that came back. g.mu is held.
+// writers whose fsyncs the last flush released (g.returning), and until
+// the run has as many fsyncs as a run built lately had
+// (recentWriters): a writer that fsyncs file after file comes back after
+// the CPU its next file costs, and joining this run instead of the next
+// saves it two flushes. This is jbd2's batching of a commit while other
+// writers were active recently. The second condition counts the writers
+// that earlier flushes released: when flushes cost less than a file's
+// CPU (a device in RAM) and the writers share few CPUs, they come back
+// at different times, a flush releases only some of them, and runs built
+// when those are back would hold about half the writers, each needing
+// two flushes. The wait ends when both hold, and at the latest twice the
+// returning writers' average return time (g.returnAvg) after the flush
+// that released them completed, or the average flush if that is longer,
+// and at most fcMaxWait: a writer slower than that (or gone) holds the
+// run no longer, and writers gone stop counting once the runs of
+// fcPeakWindow are smaller. The time counts from the flush, not from the
+// wait's start: the step often starts only when the first of them comes
+// back. A single writer never waits: its fsync is the one that came
+// back. g.mu is held.
 func (g *fcGroup) waitReturning() {
-	if g.returning == 0 || g.flushAvg == 0 {
+	if !g.shortOfWriters() || g.flushAvg == 0 {
 		return
 	}
 	wait := time.Until(g.flushDone.Add(min(max(g.flushAvg, 2*g.returnAvg), fcMaxWait)))
@@ -566,12 +584,42 @@ func (g *fcGroup) waitReturning() {
 		g.mu.Unlock()
 	})
 	g.waiting = true
-	for g.returning > 0 && time.Now().Before(deadline) {
+	for g.shortOfWriters() && time.Now().Before(deadline) {
 		g.cond.Wait()
 	}
 	g.waiting = false
 	t.Stop()
 	g.returning = 0
+}
+
+// shortOfWriters reports whether the open run waits for more fsyncs
+// (waitReturning). g.mu is held.
+func (g *fcGroup) shortOfWriters() bool {
+	return g.returning > 0 || g.open != nil && g.open.members < g.recentWriters()
+}
+
+// fcPeakWindow is how long a run's size counts in recentWriters.
+const fcPeakWindow = 20 * time.Millisecond
+
+// built records the size of a run built. g.mu is held.
+func (g *fcGroup) built(members int) {
+	now := time.Now()
+	switch age := now.Sub(g.peakStart); {
+	case age > 2*fcPeakWindow:
+		g.peakPrev, g.peak, g.peakStart = 0, 0, now
+	case age > fcPeakWindow:
+		g.peakPrev, g.peak, g.peakStart = g.peak, 0, now
+	}
+	g.peak = max(g.peak, members)
+}
+
+// recentWriters returns the most fsyncs a run built in the last one to
+// two fcPeakWindows had. g.mu is held.
+func (g *fcGroup) recentWriters() int {
+	if time.Since(g.peakStart) > 2*fcPeakWindow {
+		return 0
+	}
+	return max(g.peak, g.peakPrev)
 }
 
 // flushed records a step's flush of d that completed the pending runs:
