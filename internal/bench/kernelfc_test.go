@@ -106,7 +106,7 @@ func TestKernelFCText(t *testing.T) {
 		`(?m)^verdict \(.*linux-default at mkfs\.ext4's defaults, linux-fc with fast_commit`,
 		`(?m)^linux-default: fio fio-3 on ext4`,
 		`(?m)^linux-fc: fio fio-3 on ext4 with fast_commit`,
-		`(?m)^  - fsync-small: eng/linux-default 2\.25, eng/linux-fc 1\.12 \(linux-fc/linux-default 2\.00\)$`,
+		`(?m)^  - fsync-small: eng/linux-default 2\.25, eng/linux-fc 1\.12 \(medians: linux-fc/linux-default 2\.00\)$`,
 		`(?m)^  - fsync-small \(linux-fc\): fio counts files/s$`,
 		`eng/raw, eng/linux-default, linux-default/raw, eng/linux-fc, linux-fc/raw: medians`,
 	} {

@@ -687,7 +687,7 @@ func (rep *Report) WriteText(w io.Writer) {
 		for i := range rep.Workloads {
 			r := &rep.Workloads[i]
 			if r.KernelFC != nil {
-				fmt.Fprintf(w, "  - %s: eng/%s %s, eng/linux-fc %s (linux-fc/%s %s)\n", r.Name, lk, ratioText(r.EngineOverKern),
+				fmt.Fprintf(w, "  - %s: eng/%s %s, eng/linux-fc %s (medians: linux-fc/%s %s)\n", r.Name, lk, ratioText(r.EngineOverKern),
 					ratioText(r.EngineOverKernFC), lk, ratioText(ratioOf(r.KernelFC.figure(r.unit()), r.Kernel.figure(r.unit()))))
 			}
 			if n := r.KernelFCNote; n != "" {
