@@ -5,7 +5,8 @@ import (
 )
 
 // The extent-status cache is striped by logical region. Each inode's
-// mappings live in escStripes trees, one in each of escStripes esc.Caches:
+// mappings live in up to escStripes trees, one in each of escStripes
+// esc.Caches, each made when first needed (mapper.escTree):
 // block b of inode ino is cached in stripe (b>>escRegionShift + ino) mod
 // escStripes, and no entry crosses a region boundary. Writers into
 // different regions of one file then take different tree locks. ext4

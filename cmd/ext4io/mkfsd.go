@@ -19,9 +19,9 @@ import (
 )
 
 // mkfs -d and put copy a host tree into an image in two passes, like
-// mkfs.ext4 -d but validating first. The walk (walkSource) lstats every
-// entry, reads every directory, symlink and extended attribute, opens
-// every regular file once, and checks what ext4 cannot hold (names over
+// mkfs.ext4 -d but validating first. The walk (walkSource) stats every
+// entry (without following symlinks), reads every directory, symlink and
+// extended attribute, opens every regular file once, and checks what ext4 cannot hold (names over
 // 255 bytes, symlink targets of a block or more, attribute sets no inode
 // and block can hold, file types other than regular, directory, symlink,
 // fifo, socket and device). Only a tree that passes is written (import):
@@ -144,7 +144,7 @@ func walkSource(top string, lim srcLimits, anyType bool) (*srcTree, error) {
 	return w.tree, nil
 }
 
-// entry checks e (lstat'ed) and, for a directory, walks its entries.
+// entry checks e (stat'ed, not through a symlink) and, for a directory, walks its entries.
 func (w *walker) entry(e *srcEntry, top bool) {
 	defer e.closeIn()
 	if !top && len(e.name) > layout.MaxNameLen {
@@ -208,7 +208,7 @@ func (w *walker) entry(e *srcEntry, top bool) {
 	}
 }
 
-// load reads what the entry e (lstat'ed) holds besides its stat: its
+// load reads what the entry e (stat'ed) holds besides its stat: its
 // extended attributes, a symlink's target, a device's number.
 func (e *srcEntry) load() error { return e.loadBut(true) }
 

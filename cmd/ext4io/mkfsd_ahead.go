@@ -10,7 +10,7 @@ import (
 )
 
 // The import reads the host tree ahead of the volume's writes, on a
-// second goroutine (srcStream): the reader lists and lstats each
+// second goroutine (srcStream): the reader lists and stats each
 // directory, loads each entry (extended attributes, symlink target),
 // opens each regular file and reads the small ones whole into one of a
 // few fixed buffers, while the importer creates and writes the entries
