@@ -10,8 +10,8 @@ import (
 )
 
 // The import reads the host tree ahead of the volume's writes, on a
-// second goroutine (srcStream): the reader lists and stats each
-// directory, loads each entry (extended attributes, symlink target),
+// second goroutine (srcStream): the reader lists each directory, stats
+// and loads each entry (extended attributes, symlink target),
 // opens each regular file and reads the small ones whole into one of a
 // few fixed buffers, while the importer creates and writes the entries
 // before them. Items come in the order the importer creates them, a

@@ -88,8 +88,14 @@ func readDirEntries(e *srcEntry, fn func(k *srcEntry) bool) error {
 		return &os.PathError{Op: "open", Path: e.host, Err: err}
 	}
 	d := os.NewFile(uintptr(fd), e.host) // blocking: not the runtime poller's
-	defer d.Close()
 	ents, err := d.ReadDir(-1)
+	dirfd := unix.AT_FDCWD // names are full paths
+	if err != nil || e.depth >= maxDirFDs {
+		d.Close()
+	} else {
+		defer d.Close()
+		dirfd = fd
+	}
 	if err != nil {
 		return err
 	}
@@ -102,10 +108,6 @@ func readDirEntries(e *srcEntry, fn func(k *srcEntry) bool) error {
 		}
 		return 0
 	})
-	dirfd := unix.AT_FDCWD // names are full paths
-	if e.depth < maxDirFDs {
-		dirfd = fd
-	}
 	var errs []error
 	for _, de := range ents {
 		k := &srcEntry{host: filepath.Join(e.host, de.Name()), name: de.Name(), depth: e.depth + 1}

@@ -177,3 +177,43 @@ func TestMkfsDirDeepByPath(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "f", target)
 }
+
+// TestReadDirEntriesDeepFDs: listings nested deeper than maxDirFDs hold
+// no descriptor while their entries are handled, so a deep tree does not
+// hold one per level.
+func TestReadDirEntriesDeepFDs(t *testing.T) {
+	if _, err := os.Stat("/proc/self/fd"); err != nil {
+		t.Skip("no /proc/self/fd:", err)
+	}
+	old := maxDirFDs
+	maxDirFDs = 2
+	defer func() { maxDirFDs = old }()
+	dir := t.TempDir()
+	deep := dir
+	for d := range 8 {
+		deep = filepath.Join(deep, fmt.Sprintf("d%d", d))
+	}
+	require.NoError(t, os.MkdirAll(deep, 0o755))
+	open := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		require.NoError(t, err)
+		return len(ents)
+	}
+	fds := map[int]int{} // open descriptors while an entry at each depth is handled
+	var list func(e *srcEntry)
+	list = func(e *srcEntry) {
+		require.NoError(t, readDirEntries(e, func(k *srcEntry) bool {
+			fds[k.depth] = open()
+			if k.fi.IsDir() {
+				list(k)
+			}
+			return true
+		}))
+	}
+	list(&srcEntry{host: dir})
+	require.Len(t, fds, 8)
+	for d := 3; d <= 8; d++ {
+		assert.Equal(t, fds[2], fds[d], "descriptors open at depth %d, against depth 2", d)
+	}
+	assert.Equal(t, fds[1]+1, fds[2], "depth 1 and 2: one more listing through a descriptor")
+}
