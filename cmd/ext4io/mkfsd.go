@@ -78,9 +78,9 @@ func (e *srcEntry) closeIn() {
 }
 
 // hostCalls counts the host system calls of mkfs -d and put on host
-// files, by kind, where the host's implementation counts them: tests pin
-// how many each file costs.
-var hostCalls struct{ open, stat, seek atomic.Int64 }
+// files, by kind (xattrPath: attribute listings by path), where the
+// host's implementation counts them: tests pin how many each file costs.
+var hostCalls struct{ open, stat, seek, xattrPath atomic.Int64 }
 
 // srcTree is a validated source tree: its top entry and counts.
 type srcTree struct {
@@ -212,11 +212,17 @@ func (w *walker) entry(e *srcEntry, top bool) {
 // extended attributes, a symlink's target, a device's number.
 func (e *srcEntry) load() error { return e.loadBut(true) }
 
-// loadBut is load, reading the extended attributes only with xattrs.
+// loadBut is load, reading the extended attributes only with xattrs
+// (through e.in if its listing opened it).
 func (e *srcEntry) loadBut(xattrs bool) error {
 	var err error
 	if xattrs {
-		if e.xattrs, err = hostXattrs(e.host); err != nil {
+		if e.in != nil {
+			e.xattrs, err = hostXattrsOf(e.in, e.host)
+		} else {
+			e.xattrs, err = hostXattrs(e.host)
+		}
+		if err != nil {
 			return err
 		}
 	}

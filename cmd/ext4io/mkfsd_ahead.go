@@ -169,10 +169,11 @@ func (s *srcStream) dir(e *srcEntry) bool {
 // item loads k and, for a regular file, opens it (unless its listing
 // did) and reads it if small.
 func (s *srcStream) item(k *srcEntry) srcItem {
+	it := srcItem{e: k}
+	it.err = k.loadBut(!s.noXattrs) // through k.in, if open
 	in := k.in
 	k.in = nil
-	it := srcItem{e: k}
-	if it.err = k.loadBut(!s.noXattrs); it.err != nil || !k.fi.Mode().IsRegular() {
+	if it.err != nil || !k.fi.Mode().IsRegular() {
 		closeSrc(in)
 		return it
 	}

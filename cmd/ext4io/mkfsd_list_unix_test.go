@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -77,7 +78,8 @@ func TestReadDirEntriesStatAsLstat(t *testing.T) {
 // size check of a file copied by ranges), every other
 // entry stat'ed once by each, and a file read ahead whole takes no
 // SEEK_DATA or SEEK_HOLE (only the file over aheadMax is copied by its
-// data ranges).
+// data ranges); a regular file's attributes are listed through its
+// descriptor.
 func TestMkfsDirHostCalls(t *testing.T) {
 	dir := t.TempDir()
 	src := filepath.Join(dir, "src")
@@ -117,15 +119,23 @@ func TestMkfsDirHostCalls(t *testing.T) {
 	others++
 
 	img := filepath.Join(dir, "img")
-	open, stat, seek := hostCalls.open.Load(), hostCalls.stat.Load(), hostCalls.seek.Load()
+	open, stat, seek, xpath := hostCalls.open.Load(), hostCalls.stat.Load(), hostCalls.seek.Load(), hostCalls.xattrPath.Load()
 	out, errOut, code := runCmd(t, "mkfs", "-d", src, img, "32M")
 	require.Zero(t, code, "mkfs -d: %s %s", out, errOut)
 	open, stat, seek = hostCalls.open.Load()-open, hostCalls.stat.Load()-stat, hostCalls.seek.Load()-seek
+	xpath = hostCalls.xattrPath.Load() - xpath
 	assert.Equal(t, int64(2*(regular+dirs)), open, "opens: %d regular files, %d directories listed, two passes", regular, dirs)
 	// One more: the file over aheadMax is checked not to have shrunk
 	// after its copy.
 	assert.Equal(t, int64(2*(regular+others)+1), stat, "stats: %d regular files, %d other entries, two passes", regular, others)
 	assert.LessOrEqual(t, seek, int64(2), "seeks: only the file over aheadMax (SEEK_DATA, SEEK_HOLE)")
+	if runtime.GOOS == "linux" {
+		// Regular files' attributes are listed through their descriptors;
+		// by path only the top and the other entries, in each pass (the
+		// import lists them only if the walk found some, as a host with
+		// security labels has).
+		assert.LessOrEqual(t, xpath, int64(2*(others+1)), "attribute listings by path: %d other entries and the top", others)
+	}
 
 	dev, err := blockdev.OpenFile(img, true)
 	require.NoError(t, err)
