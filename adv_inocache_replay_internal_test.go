@@ -40,12 +40,7 @@ func TestAdvInodeCacheReplayForgetsDemotedMappings(t *testing.T) {
 			if err := v.Sync(); err != nil {
 				t.Fatal(err)
 			}
-			escLen := func() (n int) {
-				for _, tr := range v.cache.inode(ino) {
-					n += tr.Len()
-				}
-				return n
-			}
+			escLen := func() int { return escLen(v.cache, ino) }
 			func() {
 				n, err := v.getInode(ino)
 				if err != nil {

@@ -52,11 +52,7 @@ func TestRandomReadsLeaveOneCacheEntry(t *testing.T) {
 			t.Fatalf("read at %d returned wrong data", off)
 		}
 	}
-	n := 0
-	for _, t := range v.cache.inode(f.Ino()) {
-		n += t.Len()
-	}
-	if n != 1 {
+	if n := escLen(v.cache, f.Ino()); n != 1 {
 		t.Fatalf("%d cache entries for a single-extent file after %d random reads, want 1", n, reads)
 	}
 	st := v.CacheStats()

@@ -5,7 +5,8 @@ import (
 )
 
 // The extent-status cache is striped by logical region. Each inode's
-// mappings live in escStripes trees, one in each of escStripes esc.Caches:
+// mappings live in up to escStripes trees, one in each of escStripes
+// esc.Caches, each made when first needed (mapper.escTree):
 // block b of inode ino is cached in stripe (b>>escRegionShift + ino) mod
 // escStripes, and no entry crosses a region boundary. Writers into
 // different regions of one file then take different tree locks. ext4
@@ -32,12 +33,28 @@ func newEscSet(budget int64, skipInRoot bool) *escSet {
 	return &s
 }
 
-// inode returns ino's trees, indexed by stripe.
-func (s *escSet) inode(ino uint32) (ts [escStripes]*esc.Tree) {
-	for i, c := range s {
-		ts[i] = c.Inode(ino)
+// escTree returns the inode's tree in stripe i, made on first use: the
+// blocks of most files lie in one region, so most of their stripes never
+// need a tree (and a tree made costs a map entry and a share of the
+// budget, and may push an older one out). Two callers racing to make it
+// get the same tree, or one retired meanwhile, through which calls reach
+// its successor (esc.Tree).
+func (m *mapper) escTree(i int) *esc.Tree {
+	if t := m.esT[i].Load(); t != nil {
+		return t
 	}
-	return ts
+	t := m.es[i].Inode(m.cfg.Ino)
+	m.esT[i].Store(t)
+	return t
+}
+
+// escPeek returns the inode's tree in stripe i, or nil if it has none
+// there (nothing of it is cached in that stripe).
+func (m *mapper) escPeek(i int) *esc.Tree {
+	if t := m.esT[i].Load(); t != nil {
+		return t
+	}
+	return m.es[i].Lookup(m.cfg.Ino)
 }
 
 // Forget drops everything cached for ino and returns the Delayed blocks
@@ -115,7 +132,7 @@ func (m *mapper) escInsert(e esc.Extent) error {
 func (m *mapper) escInsertNow(e esc.Extent) error {
 	for e.Len > 0 {
 		x := clipRegion(e, e.Lblk)
-		if err := m.es[escStripe(m.cfg.Ino, x.Lblk)].Insert(x); err != nil {
+		if err := m.escTree(escStripe(m.cfg.Ino, x.Lblk)).Insert(x); err != nil {
 			return err
 		}
 		e.Lblk, e.Len = x.End(), e.Len-x.Len
@@ -130,16 +147,19 @@ func (m *mapper) escInsertNow(e esc.Extent) error {
 // lblk+n), and the part of the range each one is asked about: the piece
 // in its region when the range spans at most escStripes regions, else the
 // whole range in every tree (entries never cross regions, so a tree only
-// holds blocks of its own regions).
+// holds blocks of its own regions). A stripe where the inode has no tree
+// caches none of its blocks and is skipped.
 func (m *mapper) escEach(lblk, n uint32, fn func(t *esc.Tree, lblk, n uint32) error) error {
 	end := uint64(lblk) + uint64(n)
 	if n == 0 {
 		return nil
 	}
 	if (end-1)>>escRegionShift-uint64(lblk)>>escRegionShift >= escStripes {
-		for _, t := range m.es {
-			if err := fn(t, lblk, n); err != nil {
-				return err
+		for i := range escStripes {
+			if t := m.escPeek(i); t != nil {
+				if err := fn(t, lblk, n); err != nil {
+					return err
+				}
 			}
 		}
 		return nil
@@ -147,8 +167,10 @@ func (m *mapper) escEach(lblk, n uint32, fn func(t *esc.Tree, lblk, n uint32) er
 	for b := uint64(lblk); b < end; {
 		_, hi := regionOf(uint32(b))
 		f := min(hi, end)
-		if err := fn(m.es[escStripe(m.cfg.Ino, uint32(b))], uint32(b), uint32(f-b)); err != nil {
-			return err
+		if t := m.escPeek(escStripe(m.cfg.Ino, uint32(b))); t != nil {
+			if err := fn(t, uint32(b), uint32(f-b)); err != nil {
+				return err
+			}
 		}
 		b = f
 	}
@@ -194,7 +216,7 @@ func (m *mapper) escFill(lblk uint32) (esc.Extent, error) {
 	if err := m.flushRun(); err != nil {
 		return esc.Extent{}, err
 	}
-	return m.es[escStripe(m.cfg.Ino, lblk)].Fill(lblk, func(b uint32) (esc.Extent, bool, error) {
+	return m.escTree(escStripe(m.cfg.Ino, lblk)).Fill(lblk, func(b uint32) (esc.Extent, bool, error) {
 		e, inRoot, err := m.diskLookup(b)
 		if err == nil {
 			e = clipRegion(e, b)

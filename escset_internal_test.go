@@ -61,7 +61,8 @@ func TestEscStripes(t *testing.T) {
 	checkStripes := func(what string) {
 		t.Helper()
 		entries := 0
-		for i, tr := range f.m.es {
+		for i := range escStripes {
+			tr := f.m.escTree(i)
 			tr.Range(0, esc.MaxBlocks-1, func(e esc.Extent) bool {
 				entries++
 				lo, hi := regionOf(e.Lblk)
@@ -120,7 +121,8 @@ func TestEscStripes(t *testing.T) {
 	if err := d.Truncate(0); err != nil {
 		t.Fatal(err)
 	}
-	for i, tr := range f.m.es {
+	for i := range escStripes {
+		tr := f.m.escTree(i)
 		tr.Range(0, esc.MaxBlocks-1, func(e esc.Extent) bool {
 			if e.Status != esc.Hole {
 				t.Errorf("stripe %d still caches %v after truncate", i, e)
@@ -135,13 +137,14 @@ func TestEscStripes(t *testing.T) {
 func TestEscInsertSplits(t *testing.T) {
 	m := &mapper{}
 	m.cfg.Ino = 7
-	m.es = newEscSet(1<<20, false).inode(7)
+	m.es = newEscSet(1<<20, false)
 	e := esc.Extent{Lblk: escRegion - 3, Len: 2*escRegion + 6, Pblk: 1000, Status: esc.Unwritten}
 	if err := m.set(e); err != nil {
 		t.Fatal(err)
 	}
 	var got []esc.Extent
-	for i, tr := range m.es {
+	for i := range escStripes {
+		tr := m.escTree(i)
 		tr.Range(0, esc.MaxBlocks-1, func(x esc.Extent) bool {
 			if escStripe(7, x.Lblk) != i {
 				t.Errorf("stripe %d caches %v", i, x)
@@ -165,9 +168,65 @@ func TestEscInsertSplits(t *testing.T) {
 	if _, err := m.drop(0, esc.MaxBlocks-1); err != nil {
 		t.Fatal(err)
 	}
-	for i, tr := range m.es {
-		if n := tr.Len(); n != 0 {
+	for i := range escStripes {
+		if n := m.escTree(i).Len(); n != 0 {
 			t.Errorf("stripe %d holds %d entries after the drop", i, n)
 		}
+	}
+}
+
+// escLen counts the entries cached for inode ino in every stripe.
+func escLen(s *escSet, ino uint32) (n int) {
+	for _, c := range s {
+		if t := c.Lookup(ino); t != nil {
+			n += t.Len()
+		}
+	}
+	return n
+}
+
+// TestEscTreesMadeOnUse: an inode gets a tree only in the stripes its
+// cached blocks lie in, not in all escStripes: small files written,
+// synced, read and truncated make one tree each (a tree made for every
+// stripe costs a map entry and budget per stripe and pushes older trees
+// out).
+func TestEscTreesMadeOnUse(t *testing.T) {
+	_, v := memVolume(t, 64<<20, 4096)
+	defer v.Close()
+	if err := v.Mkdir("d", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d, err := v.Open("d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	before := v.CacheStats().Inodes
+	const files = 20
+	for i := range files {
+		f, err := d.CreateAt(string(rune('a'+i)), 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt(bytes.Repeat([]byte{byte(i + 1)}, 5000), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, 5000)
+		if _, err := f.ReadAt(got, 0); err != nil || got[4999] != byte(i+1) {
+			t.Fatalf("read back %d: %v", i, err)
+		}
+		if err := f.Truncate(4096); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The directory's own blocks may add a tree.
+	if made := v.CacheStats().Inodes - before; made > files+1 {
+		t.Errorf("%d extent-status trees for %d one-region files, want at most %d", made, files, files+1)
 	}
 }

@@ -29,9 +29,12 @@ type blockMap struct {
 // mapper maps a file's logical blocks: an extent tree, the ext2/ext3
 // block map, or nothing (inline data, fast symlinks).
 type mapper struct {
-	tree *extent.Tree          // extent-mapped files
-	es   [escStripes]*esc.Tree // the volume's extent-status cache for this inode, by stripe (escset.go)
-	ind  *[60]byte             // block-mapped files
+	tree *extent.Tree // extent-mapped files
+	// es is the volume's extent-status cache, esT this inode's tree in
+	// each of its stripes, once used (escTree; escset.go).
+	es   *escSet
+	esT  [escStripes]atomic.Pointer[esc.Tree]
+	ind  *[60]byte // block-mapped files
 	cfg  extent.Config
 	conv *convQueue // the inode's queued conversions, which lookups answered from tree see
 	// fcTrack records mapping changes for fast commits (fcwrite.go); nil
@@ -139,7 +142,7 @@ func (v *Volume) newMapper(n *inode) (*mapper, error) {
 			return nil, err
 		}
 		m.tree = t
-		m.es = v.cache.inode(ino)
+		m.es = v.cache
 		return m, nil
 	}
 	blk := in.Block

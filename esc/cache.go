@@ -127,6 +127,9 @@ func (c *Cache) lookupTree(ino uint32) *Tree {
 	return t
 }
 
+// Lookup returns the tree of inode ino, or nil if it has none.
+func (c *Cache) Lookup(ino uint32) *Tree { return c.lookupTree(ino) }
+
 // Inode returns the tree of inode ino, creating an empty one if needed.
 func (c *Cache) Inode(ino uint32) *Tree {
 	if t := c.lookupTree(ino); t != nil {

@@ -11,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/ext4io/ext4io"
@@ -18,9 +19,9 @@ import (
 )
 
 // mkfs -d and put copy a host tree into an image in two passes, like
-// mkfs.ext4 -d but validating first. The walk (walkSource) lstats every
-// entry, reads every directory, symlink and extended attribute, opens
-// every regular file once, and checks what ext4 cannot hold (names over
+// mkfs.ext4 -d but validating first. The walk (walkSource) stats every
+// entry (without following symlinks), reads every directory, symlink and
+// extended attribute, opens every regular file once, and checks what ext4 cannot hold (names over
 // 255 bytes, symlink targets of a block or more, attribute sets no inode
 // and block can hold, file types other than regular, directory, symlink,
 // fifo, socket and device). Only a tree that passes is written (import):
@@ -60,7 +61,26 @@ type srcEntry struct {
 	target string            // a symlink's target
 	xattrs map[string][]byte // extended attributes
 	rdev   uint64            // a device's number, as ext4io.Mkdev encodes it
+	depth  int               // directories above it in the tree
+	// A regular file opened by its listing (readDirEntries), fi its
+	// fstat, or the error opening it; neither where the listing does not
+	// open files.
+	in      *srcFile
+	openErr error
 }
+
+// closeIn closes the file e's listing opened, if it is still open.
+func (e *srcEntry) closeIn() {
+	if e.in != nil {
+		e.in.Close()
+		e.in = nil
+	}
+}
+
+// hostCalls counts the host system calls of mkfs -d and put on host
+// files, by kind (xattrPath: attribute listings by path), where the
+// host's implementation counts them: tests pin how many each file costs.
+var hostCalls struct{ open, stat, seek, xattrPath atomic.Int64 }
 
 // srcTree is a validated source tree: its top entry and counts.
 type srcTree struct {
@@ -124,8 +144,9 @@ func walkSource(top string, lim srcLimits, anyType bool) (*srcTree, error) {
 	return w.tree, nil
 }
 
-// entry checks e (lstat'ed) and, for a directory, walks its entries.
+// entry checks e (stat'ed, not through a symlink) and, for a directory, walks its entries.
 func (w *walker) entry(e *srcEntry, top bool) {
+	defer e.closeIn()
 	if !top && len(e.name) > layout.MaxNameLen {
 		w.problem(fmt.Errorf("%s: name of %d bytes (ext4 holds at most %d): %w", e.host, len(e.name), layout.MaxNameLen, ext4io.ErrInvalid))
 		return
@@ -160,17 +181,21 @@ func (w *walker) entry(e *srcEntry, top bool) {
 	m := e.fi.Mode()
 	switch {
 	case m.IsDir():
-		err := readDirEntries(e, func(k *srcEntry) { w.entry(k, false) })
+		err := readDirEntries(e, func(k *srcEntry) bool {
+			w.entry(k, false)
+			return true
+		})
 		if err != nil {
 			w.problem(err)
 		}
 	case m.IsRegular():
-		f, err := openSource(e.host)
-		if err != nil {
-			w.problem(err)
+		if e.in == nil && e.openErr == nil { // not opened by its listing
+			e.in, e.openErr = openSource(e.host)
+		}
+		if e.openErr != nil {
+			w.problem(e.openErr)
 			return
 		}
-		f.Close()
 		w.tree.bytes += e.fi.Size()
 	case m&fs.ModeSymlink != 0:
 		if max := min(w.lim.blockSize, 4096) - 1; len(e.target) > max {
@@ -183,15 +208,21 @@ func (w *walker) entry(e *srcEntry, top bool) {
 	}
 }
 
-// load reads what the entry e (lstat'ed) holds besides its stat: its
+// load reads what the entry e (stat'ed) holds besides its stat: its
 // extended attributes, a symlink's target, a device's number.
 func (e *srcEntry) load() error { return e.loadBut(true) }
 
-// loadBut is load, reading the extended attributes only with xattrs.
+// loadBut is load, reading the extended attributes only with xattrs
+// (through e.in if its listing opened it).
 func (e *srcEntry) loadBut(xattrs bool) error {
 	var err error
 	if xattrs {
-		if e.xattrs, err = hostXattrs(e.host); err != nil {
+		if e.in != nil {
+			e.xattrs, err = hostXattrsOf(e.in, e.host)
+		} else {
+			e.xattrs, err = hostXattrs(e.host)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -206,26 +237,6 @@ func (e *srcEntry) loadBut(xattrs bool) error {
 		}
 	}
 	return nil
-}
-
-// readDirEntries lstats the entries of the host directory e, by name, and
-// calls fn with each; an entry that cannot be lstat'ed ends the listing
-// with its error.
-func readDirEntries(e *srcEntry, fn func(k *srcEntry)) error {
-	ents, err := os.ReadDir(e.host)
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, de := range ents {
-		k := &srcEntry{host: filepath.Join(e.host, de.Name()), name: de.Name()}
-		if k.fi, err = os.Lstat(k.host); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		fn(k)
-	}
-	return errors.Join(errs...)
 }
 
 // checkXattrs refuses attributes ext4 cannot store: a namespace it does

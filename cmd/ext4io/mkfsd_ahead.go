@@ -10,8 +10,8 @@ import (
 )
 
 // The import reads the host tree ahead of the volume's writes, on a
-// second goroutine (srcStream): the reader lists and lstats each
-// directory, loads each entry (extended attributes, symlink target),
+// second goroutine (srcStream): the reader lists each directory, stats
+// and loads each entry (extended attributes, symlink target),
 // opens each regular file and reads the small ones whole into one of a
 // few fixed buffers, while the importer creates and writes the entries
 // before them. Items come in the order the importer creates them, a
@@ -154,46 +154,58 @@ func (s *srcStream) dir(e *srcEntry) bool {
 	if !s.flush() { // the importer may wait for them while e is listed
 		return false
 	}
-	var kids []*srcEntry
-	lerr := readDirEntries(e, func(k *srcEntry) { kids = append(kids, k) })
-	for _, k := range kids {
+	ok := true
+	lerr := readDirEntries(e, func(k *srcEntry) bool {
 		it := s.item(k)
 		failed := it.err != nil
-		if !s.send(it) {
-			return false
+		if ok = s.send(it); ok && k.fi.IsDir() && !failed {
+			ok = s.dir(k)
 		}
-		if k.fi.IsDir() && !failed && !s.dir(k) {
-			return false
-		}
-	}
-	return s.send(srcItem{err: lerr})
+		return ok
+	})
+	return ok && s.send(srcItem{err: lerr})
 }
 
-// item loads k and, for a regular file, opens it and reads it if small.
+// item loads k and, for a regular file, opens it (unless its listing
+// did) and reads it if small.
 func (s *srcStream) item(k *srcEntry) srcItem {
 	it := srcItem{e: k}
-	if it.err = k.loadBut(!s.noXattrs); it.err != nil || !k.fi.Mode().IsRegular() {
+	it.err = k.loadBut(!s.noXattrs) // through k.in, if open
+	in := k.in
+	k.in = nil
+	if it.err != nil || !k.fi.Mode().IsRegular() {
+		closeSrc(in)
 		return it
 	}
 	if id, nlink, _, ok := hostID(k.fi); ok && nlink > 1 {
 		if _, seen := s.links[id]; seen {
+			closeSrc(in)
 			return it // a further name: the importer links it
 		}
 		s.links[id] = struct{}{}
 	}
-	in, err := openSource(k.host)
-	if err != nil {
-		it.err = err
-		return it
-	}
-	size, same, err := in.same(k.fi)
-	if err == nil && !same {
-		err = fmt.Errorf("changed since the walk: %w", ext4io.ErrInvalid)
-	}
-	if err != nil {
-		in.Close()
-		it.err = err
-		return it
+	var size int64
+	if in != nil {
+		size = k.fi.Size() // fi is in's fstat
+	} else {
+		err := k.openErr
+		if err == nil {
+			in, err = openSource(k.host)
+		}
+		if err != nil {
+			it.err = err
+			return it
+		}
+		var same bool
+		size, same, err = in.same(k.fi)
+		if err == nil && !same {
+			err = fmt.Errorf("changed since the walk: %w", ext4io.ErrInvalid)
+		}
+		if err != nil {
+			in.Close()
+			it.err = err
+			return it
+		}
 	}
 	it.size = size
 	if size > aheadMax {
@@ -230,26 +242,21 @@ func (s *srcStream) item(k *srcEntry) srcItem {
 	return it
 }
 
-// readWhole reads the file in (of len(b) bytes) into b: its data ranges
-// (SEEK_DATA), zeroes elsewhere. A file that ends before len(b) fails
-// with errShrank.
+// closeSrc closes in if it is not nil.
+func closeSrc(in *srcFile) {
+	if in != nil {
+		in.Close()
+	}
+}
+
+// readWhole reads the file in (of len(b) bytes) into b, holes as the
+// zeroes they read as: a small file costs no SEEK_DATA and SEEK_HOLE
+// (the import leaves its blocks of zeroes as holes anyway). A file that
+// ends before len(b) fails with errShrank.
 func readWhole(in *srcFile, b []byte) ([]byte, error) {
-	ranges, err := dataRanges(in, int64(len(b)))
-	if err != nil {
-		return b, err
+	n, err := in.ReadAt(b, 0)
+	if err == io.EOF || err == nil && n < len(b) {
+		return b, errShrank
 	}
-	var at int64 // b[:at] is filled
-	for _, r := range ranges {
-		clear(b[at:r[0]])
-		n, err := in.ReadAt(b[r[0]:r[1]], r[0])
-		at = r[0] + int64(n)
-		if err == io.EOF {
-			return b, errShrank
-		}
-		if err != nil {
-			return b, err
-		}
-	}
-	clear(b[at:])
-	return b, checkNotShrunk(in, int64(len(b)))
+	return b, err
 }

@@ -3,8 +3,10 @@
 package main
 
 import (
+	"errors"
 	"io/fs"
 	"os"
+	"path/filepath"
 )
 
 // srcFile is a host regular file open for reading by mkfs -d and put.
@@ -36,4 +38,27 @@ func (f *srcFile) size() (int64, error) {
 		return 0, err
 	}
 	return st.Size(), nil
+}
+
+// readDirEntries lstats the entries of the host directory e, by name, and
+// calls fn with each (opening none) until fn returns false. An entry that
+// cannot be lstat'ed is left out, and its error returned at the end with
+// the others.
+func readDirEntries(e *srcEntry, fn func(k *srcEntry) bool) error {
+	ents, err := os.ReadDir(e.host)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, de := range ents {
+		k := &srcEntry{host: filepath.Join(e.host, de.Name()), name: de.Name(), depth: e.depth + 1}
+		if k.fi, err = os.Lstat(k.host); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !fn(k) {
+			break
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -16,6 +16,7 @@ func dataRanges(f *srcFile, size int64) ([][2]int64, error) {
 	fd := f.fd
 	var out [][2]int64
 	for off := int64(0); off < size; {
+		hostCalls.seek.Add(1)
 		start, err := unix.Seek(fd, off, unix.SEEK_DATA)
 		if errors.Is(err, unix.ENXIO) {
 			break // only a hole is left
@@ -26,6 +27,7 @@ func dataRanges(f *srcFile, size int64) ([][2]int64, error) {
 		if err != nil {
 			return nil, &os.PathError{Op: "lseek SEEK_DATA", Path: f.name, Err: err}
 		}
+		hostCalls.seek.Add(1)
 		end, err := unix.Seek(fd, start, unix.SEEK_HOLE)
 		if err != nil {
 			return nil, &os.PathError{Op: "lseek SEEK_HOLE", Path: f.name, Err: err}

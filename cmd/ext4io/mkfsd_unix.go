@@ -23,20 +23,27 @@ type srcFile struct {
 // updating its atime where the host allows (O_NOATIME needs the file's
 // owner or CAP_FOWNER).
 func openSource(name string) (*srcFile, error) {
-	flags := unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC
-	fd, err := openRetry(name, flags|oNoatime)
-	if oNoatime != 0 && err == unix.EPERM {
-		fd, err = openRetry(name, flags)
-	}
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: name, Err: err}
-	}
-	return &srcFile{fd: fd, name: name}, nil
+	return openSourceAt(unix.AT_FDCWD, name, name)
 }
 
-func openRetry(name string, flags int) (int, error) {
+// openSourceAt is openSource of the file named name relative to the
+// directory dirfd, host its host path (for errors).
+func openSourceAt(dirfd int, name, host string) (*srcFile, error) {
+	flags := unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC
+	fd, err := openRetry(dirfd, name, flags|oNoatime)
+	if oNoatime != 0 && err == unix.EPERM {
+		fd, err = openRetry(dirfd, name, flags)
+	}
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: host, Err: err}
+	}
+	return &srcFile{fd: fd, name: host}, nil
+}
+
+func openRetry(dirfd int, name string, flags int) (int, error) {
+	hostCalls.open.Add(1)
 	for {
-		fd, err := unix.Open(name, flags, 0)
+		fd, err := unix.Openat(dirfd, name, flags, 0)
 		if err != unix.EINTR {
 			return fd, err
 		}
@@ -47,6 +54,7 @@ func openRetry(name string, flags int) (int, error) {
 // and its size now.
 func (f *srcFile) same(fi fs.FileInfo) (size int64, ok bool, err error) {
 	var st unix.Stat_t
+	hostCalls.stat.Add(1)
 	if err := unix.Fstat(f.fd, &st); err != nil {
 		return 0, false, &os.PathError{Op: "fstat", Path: f.name, Err: err}
 	}
@@ -58,6 +66,7 @@ func (f *srcFile) same(fi fs.FileInfo) (size int64, ok bool, err error) {
 // size returns f's size now.
 func (f *srcFile) size() (int64, error) {
 	var st unix.Stat_t
+	hostCalls.stat.Add(1)
 	if err := unix.Fstat(f.fd, &st); err != nil {
 		return 0, &os.PathError{Op: "fstat", Path: f.name, Err: err}
 	}
