@@ -9,15 +9,6 @@ import (
 	"github.com/ext4io/ext4io/blockdev"
 )
 
-// freeBytes returns the bytes available to this user on dir's filesystem.
-func freeBytes(dir string) (int64, error) {
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil {
-		return 0, err
-	}
-	return int64(st.Bavail) * int64(st.Bsize), nil
-}
-
 func openMmap(path string) (blockdev.Device, error) { return blockdev.OpenMmap(path, false) }
 
 // processUsage is the user and system CPU time this process has used
