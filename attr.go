@@ -41,11 +41,13 @@ func (v *Volume) Lchtimes(name string, atime, mtime time.Time) error {
 
 func setTimes(atime, mtime time.Time) func(*layout.Inode) {
 	return func(in *layout.Inode) {
+		// Out of the inode's range, a time is clamped (as Linux's
+		// timestamp_truncate), not wrapped by the encoding.
 		if !atime.IsZero() {
-			in.Atime = layout.TimestampOf(atime)
+			in.Atime = layout.TimestampOf(atime).Clamp(in.TimestampMax())
 		}
 		if !mtime.IsZero() {
-			in.Mtime = layout.TimestampOf(mtime)
+			in.Mtime = layout.TimestampOf(mtime).Clamp(in.TimestampMax())
 		}
 	}
 }
