@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -143,6 +144,10 @@ func mkfsPlan(img, src string, size int64, opts ext4io.FormatOptions) (*srcTree,
 	if fi, err := os.Stat(img); err == nil {
 		if id, _, _, ok := hostID(fi); ok {
 			lim.skip, lim.hasSkip = id, true
+		}
+	} else if fi, err := os.Stat(filepath.Dir(img)); err == nil {
+		if id, _, _, ok := hostID(fi); ok {
+			lim.imgDir, lim.imgName, lim.hasImgDir = id, filepath.Base(img), true
 		}
 	}
 	tree, err := walkSource(src, lim, false)

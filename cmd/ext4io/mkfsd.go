@@ -76,6 +76,11 @@ type srcLimits struct {
 	inodeSize int    // bytes; the in-inode attribute space
 	skip      fileID // the image itself, refused if found in the tree
 	hasSkip   bool
+	// imgDir is the directory a new image is to be created in (its name
+	// imgName), refused if found in the tree: the copy would meet it.
+	imgDir    fileID
+	imgName   string
+	hasImgDir bool
 	mkfs      bool // the top is the image's root, which has a lost+found
 }
 
@@ -134,6 +139,10 @@ func (w *walker) entry(e *srcEntry, top bool) {
 	if ok && w.lim.hasSkip && id == w.lim.skip {
 		w.problem(fmt.Errorf("%s: the image itself is inside the source tree (it would copy itself): %w", e.host, ext4io.ErrInvalid))
 		return
+	}
+	if ok && w.lim.hasImgDir && id == w.lim.imgDir && e.fi.IsDir() {
+		w.problem(fmt.Errorf("%s: the image would be created inside the source tree (it would copy itself): %w",
+			filepath.Join(e.host, w.lim.imgName), ext4io.ErrInvalid))
 	}
 	lostFound := w.lim.mkfs && e.name == "lost+found" && e.host == filepath.Join(w.tree.root.host, e.name)
 	if lostFound && !e.fi.IsDir() {
