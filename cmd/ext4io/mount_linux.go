@@ -25,7 +25,8 @@ const (
 )
 
 // cmdMount serves an image over FUSE, in the foreground unless
-// --background. SIGINT, SIGTERM, fusermount3 -u and umount unmount it;
+// --background. SIGINT, SIGTERM, SIGHUP (a closed terminal), fusermount3
+// -u and umount unmount it, as libfuse's signal handlers do for fuse2fs;
 // then the volume is closed, which writes back, commits and marks the file
 // system clean.
 func cmdMount(args []string, w io.Writer) error {
@@ -64,7 +65,7 @@ func cmdMount(args []string, w io.Writer) error {
 	defer stop()
 	dir := pos[1]
 	sig := make(chan os.Signal, 2)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	go func() {
 		for range sig {
 			// Unmount fails while files are in use (EBUSY); the next
