@@ -2,15 +2,18 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"maps"
 	"os"
+	"os/signal"
 	"path"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/ext4io/ext4io"
@@ -275,6 +278,17 @@ type importer struct {
 	// walk found none in the tree.
 	noXattrs bool
 	src      *srcStream // the tree read ahead, while fill runs
+	// ctx, if not nil, stops the import when done (an interrupt): it is
+	// checked before each entry and each MiB of file data.
+	ctx context.Context
+}
+
+// interrupted returns an error once im.ctx is done.
+func (im *importer) interrupted() error {
+	if im.ctx == nil || im.ctx.Err() == nil {
+		return nil
+	}
+	return fmt.Errorf("interrupted: %w", context.Cause(im.ctx))
 }
 
 func newImporter(v *ext4io.Volume) *importer {
@@ -348,6 +362,9 @@ func (im *importer) fill(e *srcEntry, r *dirRef) error {
 			return it.err // the end of e, and the errors listing it
 		}
 		err := it.err
+		if err == nil {
+			err = im.interrupted()
+		}
 		if err == nil {
 			err = im.one(it.e, path.Join(r.path, it.e.name), r, &it)
 		}
@@ -483,6 +500,9 @@ func (im *importer) copyData(out *ext4io.File, in *srcFile, size int64) error {
 	for _, r := range ranges {
 		// Whole image blocks, so that a zero block is recognised as one.
 		for p := r[0] / bs * bs; p < r[1]; {
+			if err := im.interrupted(); err != nil {
+				return err
+			}
 			n, rerr := in.ReadAt(im.buf[:min(int64(len(im.buf)), r[1]-p)], p)
 			if err := im.writeNonZero(out, im.buf[:n], p); err != nil {
 				return err
@@ -617,4 +637,11 @@ func setAttrs(t attrTarget, e *srcEntry) error {
 		return nil
 	}
 	return t.Chmod(fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky))
+}
+
+// interruptible returns a context done at the first SIGINT, SIGTERM or
+// SIGHUP, for an import to stop at (the signals are caught until stop):
+// the command then fails as for any import error, removing a new image.
+func interruptible() (ctx context.Context, stop func()) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 }
