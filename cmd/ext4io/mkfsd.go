@@ -639,9 +639,27 @@ func setAttrs(t attrTarget, e *srcEntry) error {
 	return t.Chmod(fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky))
 }
 
-// interruptible returns a context done at the first SIGINT, SIGTERM or
-// SIGHUP, for an import to stop at (the signals are caught until stop):
-// the command then fails as for any import error, removing a new image.
+// interruptible returns a context done at the first of stopSignals, for
+// an import to stop at (the signals are caught until stop): the command
+// then fails as for any import error, removing a new image.
 func interruptible() (ctx context.Context, stop func()) {
-	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	sigs := stopSignals()
+	if len(sigs) == 0 {
+		return context.WithCancel(context.Background()) // NotifyContext of none would catch every signal
+	}
+	return signal.NotifyContext(context.Background(), sigs...)
+}
+
+// stopSignals returns the signals a long-running command catches to stop
+// cleanly: SIGINT, SIGTERM and SIGHUP, but for those the process started
+// with ignored (nohup, a background job of a shell), which stay ignored,
+// as libfuse installs its handlers only over the default action.
+func stopSignals() []os.Signal {
+	var sigs []os.Signal
+	for _, s := range []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP} {
+		if !signal.Ignored(s) {
+			sigs = append(sigs, s)
+		}
+	}
+	return sigs
 }

@@ -26,9 +26,10 @@ const (
 
 // cmdMount serves an image over FUSE, in the foreground unless
 // --background. SIGINT, SIGTERM, SIGHUP (a closed terminal), fusermount3
-// -u and umount unmount it, as libfuse's signal handlers do for fuse2fs;
-// then the volume is closed, which writes back, commits and marks the file
-// system clean.
+// -u and umount unmount it, as libfuse's signal handlers do for fuse2fs
+// (a signal ignored at start, as under nohup, stays ignored); then the
+// volume is closed, which writes back, commits and marks the file system
+// clean.
 func cmdMount(args []string, w io.Writer) error {
 	fs := newFlags("mount")
 	opts := fs.String("o", "", "mount options, comma-separated: ro, rw, allow_other, default_permissions,\n"+
@@ -65,7 +66,9 @@ func cmdMount(args []string, w io.Writer) error {
 	defer stop()
 	dir := pos[1]
 	sig := make(chan os.Signal, 2)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	if sigs := stopSignals(); len(sigs) > 0 { // Notify of none would catch every signal
+		signal.Notify(sig, sigs...)
+	}
 	go func() {
 		for range sig {
 			// Unmount fails while files are in use (EBUSY); the next
