@@ -32,11 +32,16 @@ func TestMountSignalsUnmount(t *testing.T) {
 		t.Skip("mount: no fusermount3 (Debian package fuse3)")
 	}
 	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM} {
-		t.Run(sig.String(), func(t *testing.T) { mountSignal(t, sig) })
+		t.Run(sig.String(), func(t *testing.T) { mountSignal(t, sig, false) })
+	}
+	// Under nohup SIGHUP stays ignored: the mount outlives it, and
+	// SIGTERM then unmounts it.
+	if _, err := exec.LookPath("nohup"); err == nil {
+		t.Run("nohup", func(t *testing.T) { mountSignal(t, syscall.SIGTERM, true) })
 	}
 }
 
-func mountSignal(t *testing.T, sig syscall.Signal) {
+func mountSignal(t *testing.T, sig syscall.Signal, nohup bool) {
 	tmp := t.TempDir()
 	img, dir := filepath.Join(tmp, "img"), filepath.Join(tmp, "mnt")
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -49,6 +54,9 @@ func mountSignal(t *testing.T, sig syscall.Signal) {
 	// The server runs in a child (TestMain), as in TestMountCommand.
 	var merr bytes.Buffer
 	cmd := exec.Command(os.Args[0], "mount", img, dir)
+	if nohup {
+		cmd = exec.Command("nohup", os.Args[0], "mount", img, dir)
+	}
 	cmd.Env = append(os.Environ(), mountChildEnv+"=1")
 	cmd.Stderr = &merr
 	ready, readyW, err := os.Pipe()
@@ -78,6 +86,15 @@ func mountSignal(t *testing.T, sig syscall.Signal) {
 	defer wd.Stop()
 	if err := os.WriteFile(filepath.Join(dir, "hello"), []byte("hi\n"), 0o644); err != nil {
 		t.Fatal(err)
+	}
+	if nohup {
+		if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond)
+		if !fusetest.Mounted(dir) {
+			t.Fatal("SIGHUP unmounted a mount started under nohup")
+		}
 	}
 	if err := cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
