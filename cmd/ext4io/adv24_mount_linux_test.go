@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -32,16 +33,21 @@ func TestMountSignalsUnmount(t *testing.T) {
 		t.Skip("mount: no fusermount3 (Debian package fuse3)")
 	}
 	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM} {
-		t.Run(sig.String(), func(t *testing.T) { mountSignal(t, sig, false) })
+		t.Run(sig.String(), func(t *testing.T) { mountSignal(t, sig, false, false) })
+	}
+	// A signal as soon as the mount is ready: the handler was installed
+	// only after the server reported ready, so such a signal killed it.
+	for i := range 10 {
+		t.Run(fmt.Sprint("at once ", i), func(t *testing.T) { mountSignal(t, syscall.SIGINT, false, true) })
 	}
 	// Under nohup SIGHUP stays ignored: the mount outlives it, and
 	// SIGTERM then unmounts it.
 	if _, err := exec.LookPath("nohup"); err == nil {
-		t.Run("nohup", func(t *testing.T) { mountSignal(t, syscall.SIGTERM, true) })
+		t.Run("nohup", func(t *testing.T) { mountSignal(t, syscall.SIGTERM, true, false) })
 	}
 }
 
-func mountSignal(t *testing.T, sig syscall.Signal, nohup bool) {
+func mountSignal(t *testing.T, sig syscall.Signal, nohup, atOnce bool) {
 	tmp := t.TempDir()
 	img, dir := filepath.Join(tmp, "img"), filepath.Join(tmp, "mnt")
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -81,6 +87,15 @@ func mountSignal(t *testing.T, sig syscall.Signal, nohup bool) {
 		cmd.Process.Kill()
 		cmd.Wait()
 		t.Fatalf("mount did not start: %q %s", msg, merr.String())
+	}
+	if atOnce {
+		if err := cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("mount after %v at once: %v: %s", sig, err, merr.String())
+		}
+		return
 	}
 	wd := fusetest.Watch(t, dir, 2*time.Minute)
 	defer wd.Stop()

@@ -51,6 +51,14 @@ func cmdMount(args []string, w io.Writer) error {
 		ready = os.NewFile(3, "ready")
 		os.Unsetenv(mountChildEnv)
 	}
+	// The signals are caught from before the mount, so that one arriving
+	// as soon as it is up (or while it starts) unmounts it cleanly
+	// instead of killing the server.
+	sig := make(chan os.Signal, 2)
+	if sigs := stopSignals(); len(sigs) > 0 { // Notify of none would catch every signal
+		signal.Notify(sig, sigs...)
+	}
+	defer signal.Stop(sig)
 	s, v, stop, err := startMount(pos, *opts, *debug, *cpuprofile)
 	if ready != nil {
 		msg := mountReady
@@ -65,10 +73,6 @@ func cmdMount(args []string, w io.Writer) error {
 	}
 	defer stop()
 	dir := pos[1]
-	sig := make(chan os.Signal, 2)
-	if sigs := stopSignals(); len(sigs) > 0 { // Notify of none would catch every signal
-		signal.Notify(sig, sigs...)
-	}
 	go func() {
 		for range sig {
 			// Unmount fails while files are in use (EBUSY); the next
