@@ -1,6 +1,7 @@
 package ext4io
 
 import (
+	"fmt"
 	"io/fs"
 	"time"
 
@@ -40,11 +41,13 @@ func (v *Volume) Lchtimes(name string, atime, mtime time.Time) error {
 
 func setTimes(atime, mtime time.Time) func(*layout.Inode) {
 	return func(in *layout.Inode) {
+		// Out of the inode's range, a time is clamped (as Linux's
+		// timestamp_truncate), not wrapped by the encoding.
 		if !atime.IsZero() {
-			in.Atime = layout.TimestampOf(atime)
+			in.Atime = layout.TimestampOf(atime).Clamp(in.TimestampMax())
 		}
 		if !mtime.IsZero() {
-			in.Mtime = layout.TimestampOf(mtime)
+			in.Mtime = layout.TimestampOf(mtime).Clamp(in.TimestampMax())
 		}
 	}
 }
@@ -122,6 +125,9 @@ func (f *File) setattrCtime(op string, fn func(*layout.Inode), ctime bool) error
 		return err
 	}
 	v := f.v
+	if err := f.checkNotSystem(); err != nil {
+		return &fs.PathError{Op: op, Path: f.name, Err: err}
+	}
 	if err := v.beginOp(); err != nil {
 		return &fs.PathError{Op: op, Path: f.name, Err: err}
 	}
@@ -168,4 +174,16 @@ func chown(uid, gid int) func(*layout.Inode) {
 			}
 		}
 	}
+}
+
+// checkNotSystem refuses a change through f to an inode of the filesystem
+// itself (systemInode: the journal, the bad-blocks and resize inodes, an
+// xattr value inode, ...), which OpenIno opens read-only: the volume
+// writes those, and their mode, owner, times and xattrs are not the
+// caller's to set (e2fsck checks the reserved ones).
+func (f *File) checkNotSystem() error {
+	if f.v.systemInode(f.ino, f.n) {
+		return fmt.Errorf("inode %d belongs to the filesystem: %w", f.ino, ErrPermission)
+	}
+	return nil
 }

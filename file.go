@@ -408,7 +408,11 @@ func (f *File) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Seek sets the offset for the next Read (io.Seeker).
+// Seek sets the offset for the next Read (io.Seeker). A whence other
+// than io.SeekStart, io.SeekCurrent and io.SeekEnd, or an offset that
+// would be negative, fails with ErrInvalid (EINVAL). On a directory,
+// Seek(0, io.SeekStart) rewinds ReadDir to the first entry, as on an
+// os.File.
 func (f *File) Seek(offset int64, whence int) (int64, error) {
 	if err := f.checkOpen("seek"); err != nil {
 		return 0, err
@@ -416,10 +420,16 @@ func (f *File) Seek(offset int64, whence int) (int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch whence {
+	case io.SeekStart:
+		if offset == 0 && f.in.IsDir() {
+			f.dir = nil
+		}
 	case io.SeekCurrent:
 		offset += f.off
 	case io.SeekEnd:
 		offset += f.Size()
+	default:
+		return 0, &fs.PathError{Op: "seek", Path: f.name, Err: ErrInvalid}
 	}
 	if offset < 0 {
 		return 0, &fs.PathError{Op: "seek", Path: f.name, Err: ErrInvalid}

@@ -71,6 +71,9 @@ func Format(dev blockdev.Device, opts FormatOptions) error {
 // Format leaves a device that Open refuses with ErrNotExt4, never a
 // mixture of the old filesystem and the new one.
 func FormatContext(ctx context.Context, dev blockdev.Device, opts FormatOptions) error {
+	if dev == nil {
+		return fmt.Errorf("ext4io: format: no device: %w", ErrInvalid)
+	}
 	release, err := blockdev.Claim(dev) // one writer: not beside a writable Volume, nor mounted
 	if err != nil {
 		return fmt.Errorf("ext4io: format: %w", err)

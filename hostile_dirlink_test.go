@@ -62,7 +62,12 @@ func TestHostileDirLinkRemovalsDeadlock(t *testing.T) {
 	fi, err := v.Stat("D")
 	require.NoError(t, err)
 	assert.True(t, fi.IsDir())
-	require.ErrorIs(t, v.Rmdir("D/E"), ext4io.ErrNotEmpty)
+	fi, err = v.Stat("D/E")
+	require.NoError(t, err)
+	assert.True(t, fi.IsDir())
+	// The corruption met in a removal stopped the volume (doc.go): later
+	// changes fail with ErrReadOnly rather than change what never commits.
+	require.ErrorIs(t, v.Rmdir("D/E"), ext4io.ErrReadOnly)
 	within(t, "Close", v.Close) // reports the corruption met
 
 }

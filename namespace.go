@@ -69,7 +69,11 @@ func (v *Volume) op(fn func() error) error {
 		if err := v.beginOp(); err != nil {
 			return err
 		}
-		err := v.endOpErr(fn())
+		err := v.stoppedErr()
+		if err == nil {
+			err = fn()
+		}
+		err = v.endOpErr(err)
 		if v.ns().deferred.Swap(false) {
 			// fn unlinked a file too large to free in one operation: free it
 			// in steps now. Its errors are not fn's (the name is gone, as
@@ -96,7 +100,8 @@ func checkName(base string) error {
 	return nil
 }
 
-// writableNS checks the volume is open and writable.
+// writableNS checks the volume is open and writable, and has not
+// stopped after an error (stoppedErr).
 func (v *Volume) writableNS() error {
 	if err := v.checkOpen(); err != nil {
 		return err
@@ -104,7 +109,21 @@ func (v *Volume) writableNS() error {
 	if v.alloc == nil {
 		return ErrReadOnly
 	}
+	if err := v.stoppedErr(); err != nil {
+		return err
+	}
 	return v.releaseOrphans(false)
+}
+
+// stoppedErr returns an error matching ErrReadOnly once an error stopped
+// the volume committing (failed): a change made after it would never
+// reach the device, so it is refused, as Linux's errors=remount-ro
+// refuses it with EROFS.
+func (v *Volume) stoppedErr() error {
+	if err := v.failed(); err != nil {
+		return fmt.Errorf("%w after an earlier error: %w", ErrReadOnly, err)
+	}
+	return nil
 }
 
 // parentDir resolves the directory holding name and returns it with the

@@ -121,18 +121,22 @@ func (f *File) WriteString(s string) (int, error) { return f.Write([]byte(s)) }
 // was written. A direct file is written as Write writes it: whole aligned
 // blocks directly, an unaligned head and the last partial block through
 // the page cache, as O_DIRECT programs do.
+//
+// r is read without holding the position, so it may read from f itself
+// (io.CopyN(f, f, n)); each chunk goes at the position of its time, as
+// each write(2) of a copy on an os.File does.
 func (f *File) ReadFrom(r io.Reader) (int64, error) {
 	if err := f.checkOpen("write"); err != nil {
 		return 0, err
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	buf := make([]byte, copyChunk)
 	var done int64
 	for {
 		k, rerr := io.ReadFull(r, buf)
 		if k > 0 {
+			f.mu.Lock()
 			n, err := f.writeChunk(buf[:k])
+			f.mu.Unlock()
 			done += int64(n)
 			if err != nil {
 				return done, err
@@ -200,35 +204,21 @@ func (f *File) writeAtPos(pos *File, p []byte) (int, error) {
 // WriteTo copies the file from the file position to its end into w
 // (io.WriterTo, used by io.Copy), moving the position to the end. A
 // direct file is read in aligned chunks; a head up to alignment and the
-// last partial block are read through the page cache.
+// last partial block are read through the page cache. w is written
+// without holding the position, so it may write to f itself.
 func (f *File) WriteTo(w io.Writer) (int64, error) {
 	if err := f.checkOpen("read"); err != nil {
 		return 0, err
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	buf := make([]byte, copyChunk)
 	var done int64
 	for {
-		g, p := f, buf
-		if f.direct {
-			a := f.v.lbs
-			size := f.Size()
-			switch {
-			case f.off%a != 0:
-				g, p = f.bufferedTwin(), buf[:a-f.off%a]
-			case size-f.off < int64(len(buf)):
-				if whole := (size - f.off) / a * a; whole > 0 {
-					p = buf[:whole]
-				} else {
-					g = f.bufferedTwin()
-				}
-			}
-		}
-		k, rerr := g.ReadAt(p, f.off)
-		f.off += int64(k)
+		f.mu.Lock()
+		p, rerr := f.readChunk(buf)
+		f.mu.Unlock()
+		k := len(p)
 		if k > 0 {
-			m, err := w.Write(p[:k])
+			m, err := w.Write(p)
 			done += int64(m)
 			if err != nil {
 				return done, err
@@ -244,4 +234,28 @@ func (f *File) WriteTo(w io.Writer) (int64, error) {
 			return done, rerr
 		}
 	}
+}
+
+// readChunk reads the next piece of WriteTo into buf at the position and
+// moves it (f.mu held): on a direct file an aligned run, or an unaligned
+// head or tail through the page cache.
+func (f *File) readChunk(buf []byte) ([]byte, error) {
+	g, p := f, buf
+	if f.direct {
+		a := f.v.lbs
+		size := f.Size()
+		switch {
+		case f.off%a != 0:
+			g, p = f.bufferedTwin(), buf[:a-f.off%a]
+		case size-f.off < int64(len(buf)):
+			if whole := (size - f.off) / a * a; whole > 0 {
+				p = buf[:whole]
+			} else {
+				g = f.bufferedTwin()
+			}
+		}
+	}
+	k, err := g.ReadAt(p, f.off)
+	f.off += int64(k)
+	return p[:k], err
 }

@@ -208,8 +208,22 @@ func (h hostFS) Mkdir(name string, perm fs.FileMode) error {
 func (h hostFS) MkdirAll(name string, perm fs.FileMode) error {
 	return h.fix(os.MkdirAll(h.path(name), perm), name)
 }
-func (h hostFS) Remove(name string) error    { return h.fix(os.Remove(h.path(name)), name) }
-func (h hostFS) RemoveAll(name string) error { return h.fix(os.RemoveAll(h.path(name)), name) }
+
+// Remove and RemoveAll take the empty name as os.Remove and os.RemoveAll
+// do (ENOENT, and no error), not as dir itself: Volume's do not remove
+// its root either.
+func (h hostFS) Remove(name string) error {
+	if name == "" {
+		return h.fix(os.Remove(""), name)
+	}
+	return h.fix(os.Remove(h.path(name)), name)
+}
+func (h hostFS) RemoveAll(name string) error {
+	if name == "" {
+		return nil
+	}
+	return h.fix(os.RemoveAll(h.path(name)), name)
+}
 
 // Rename is rename(2), as Volume.Rename: it replaces an empty directory,
 // where os.Rename refuses to (EEXIST, a check Go adds for portability).

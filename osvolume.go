@@ -27,6 +27,10 @@ import (
 // os.O_TRUNC, os.O_APPEND, os.O_SYNC and O_DIRECT; perm is the mode of a
 // file O_CREATE makes (no umask applies). A final symlink is followed,
 // also to create its missing target (without O_EXCL, as open(2) does).
+// On Unix hosts syscall.O_DIRECTORY and syscall.O_NOFOLLOW act as in
+// open(2): O_DIRECTORY fails with ErrNotDir (ENOTDIR) unless name is a
+// directory, and with ErrInvalid beside O_CREATE; O_NOFOLLOW fails with
+// ELOOP when the last element of name is a symlink.
 //
 // Writes through a File opened O_RDONLY fail with ErrBadFile (EBADF),
 // reads through one opened O_WRONLY too. Opening a directory for writing
@@ -123,6 +127,10 @@ func (v *Volume) openFile(name string, flag int, perm fs.FileMode, hops int) (*F
 		return nil, err
 	}
 	write := flag&accMode != os.O_RDONLY
+	if flag&oDirectory != 0 && flag&os.O_CREATE != 0 {
+		return nil, ErrInvalid // as Linux since 6.4
+	}
+	follow := flag&oNoFollow == 0
 	if flag&(os.O_CREATE|os.O_EXCL) == os.O_CREATE|os.O_EXCL {
 		// O_EXCL: any name there, a symlink (even a loop) too, is EEXIST.
 		if _, err := v.resolve(name, false); err == nil {
@@ -143,11 +151,15 @@ func (v *Volume) openFile(name string, flag int, perm fs.FileMode, hops int) (*F
 		}
 	}
 	for {
-		f, lastMissing, err := v.resolveMissing(name, true)
+		f, lastMissing, err := v.resolveMissing(name, follow)
 		if err == nil {
 			switch {
 			case flag&(os.O_CREATE|os.O_EXCL) == os.O_CREATE|os.O_EXCL:
 				return nil, ErrExist
+			case flag&oDirectory != 0 && !f.in.IsDir():
+				return nil, ErrNotDir
+			case f.in.IsSymlink():
+				return nil, errLoop // O_NOFOLLOW
 			case f.in.IsDir() && (write || flag&(os.O_CREATE|os.O_TRUNC) != 0):
 				return nil, ErrIsDir
 			case strings.HasSuffix(name, "/") && !f.in.IsDir():

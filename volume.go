@@ -362,6 +362,9 @@ func OpenContext(ctx context.Context, dev blockdev.Device, opts Options) (v *Vol
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("ext4io: open: %w", err)
 	}
+	if dev == nil {
+		return nil, fmt.Errorf("ext4io: open: no device: %w", ErrInvalid)
+	}
 	if opts.Writable || opts.Replay {
 		release, cerr := blockdev.Claim(dev)
 		if cerr != nil {

@@ -897,6 +897,9 @@ func (f *File) fileXattrOp(op string, write bool, fn func(n *inode) error) error
 		err = ErrClosed
 	}
 	if err == nil && write {
+		err = f.checkNotSystem()
+	}
+	if err == nil && write {
 		for retried := false; ; retried = true {
 			if err = v.beginOp(); err != nil {
 				break

@@ -2,6 +2,7 @@ package layout
 
 import (
 	"encoding/binary"
+	"math"
 	"time"
 
 	"github.com/ext4io/ext4io/internal/crc32c"
@@ -55,6 +56,39 @@ func (t Timestamp) Time() time.Time { return time.Unix(t.Sec, int64(t.Nsec)) }
 
 // TimestampOf converts a time.Time.
 func TimestampOf(t time.Time) Timestamp { return Timestamp{t.Unix(), uint32(t.Nanosecond())} }
+
+// The seconds an inode time can hold, as Linux's EXT4_TIMESTAMP_MIN,
+// EXT4_NON_EXTRA_TIMESTAMP_MAX (the 32-bit field alone) and
+// EXT4_EXTRA_TIMESTAMP_MAX (with the two epoch bits of the extra field):
+// 1901-12-13T20:45:52Z, 2038-01-19T03:14:07Z and 2446-05-10T22:38:55Z.
+const (
+	TimestampMin        = math.MinInt32
+	TimestampMaxNoExtra = math.MaxInt32
+	TimestampMax        = math.MaxInt32 + 3<<32
+)
+
+// Clamp returns t within [TimestampMin, max], with no nanoseconds when
+// it was moved to a bound, as Linux's timestamp_truncate: a time out of
+// range is stored as the nearest one the inode holds instead of wrapping.
+func (t Timestamp) Clamp(max int64) Timestamp {
+	switch {
+	case t.Sec > max:
+		return Timestamp{Sec: max}
+	case t.Sec < TimestampMin:
+		return Timestamp{Sec: TimestampMin}
+	}
+	return t
+}
+
+// TimestampMax returns the latest second in's ctime, mtime and atime can
+// hold: TimestampMax when its extra fields hold their epoch bits,
+// TimestampMaxNoExtra otherwise.
+func (in *Inode) TimestampMax() int64 {
+	if int(in.ExtraIsize) >= inodeAtimeExtraEnd {
+		return TimestampMax
+	}
+	return TimestampMaxNoExtra
+}
 
 // Inode mirrors struct ext4_inode, including the extra fields after the
 // first 128 bytes when i_extra_isize covers them. Split fields are joined.
@@ -201,7 +235,11 @@ func (in *Inode) Encode(inodeSize int) []byte {
 		le.PutUint16(r[inodeChecksumHiOff:], uint16(in.Checksum>>16))
 	}
 	put := func(secOff, extraOff, end int, t Timestamp) {
-		sec, ex := encodeTime(t)
+		max := int64(TimestampMaxNoExtra)
+		if fits(end) {
+			max = TimestampMax
+		}
+		sec, ex := encodeTime(t.Clamp(max))
 		le.PutUint32(r[secOff:], sec)
 		if fits(end) {
 			le.PutUint32(r[extraOff:], ex)

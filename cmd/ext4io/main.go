@@ -84,7 +84,7 @@ var commands = map[string]command{
 	"setfattr": {usage: "setfattr [-h] IMAGE PATH NAME VALUE | setfattr [-h] IMAGE PATH -x NAME",
 		help: "Set the extended attribute NAME of PATH to VALUE, or remove it with -x, like setfattr.", run: cmdSetfattr, hFlag: true},
 	"mount": {usage: "mount [-o ro,allow_other,default_permissions,direct_io,no_writeback_cache,cache_size=N,debug,...] [-d] [-f | --background] IMAGE DIR",
-		help: "Serve IMAGE at DIR over FUSE until it is unmounted (fusermount3 -u, umount, SIGINT or SIGTERM);\n" +
+		help: "Serve IMAGE at DIR over FUSE until it is unmounted (fusermount3 -u, umount, SIGINT, SIGTERM or SIGHUP);\n" +
 			"then write back, commit and mark the file system clean. In the foreground (-f, the default), or\n" +
 			"with --background from a new process, returning once the file system is mounted.", run: cmdMount},
 }

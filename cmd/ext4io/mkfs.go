@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -52,6 +54,11 @@ func cmdMkfs(args []string, w io.Writer) (err error) {
 			return err
 		}
 	}
+	// From here an interrupt stops the format or the import (checked
+	// between groups and between entries), which then fails as for any
+	// error: a new image is removed.
+	ctx, stop := interruptible()
+	defer stop()
 	if !created {
 		// Refuse before CreateFile grows the file: not under a writer,
 		// not while Linux has it mounted (Format claims it again).
@@ -71,7 +78,13 @@ func cmdMkfs(args []string, w io.Writer) (err error) {
 		return err
 	}
 	defer dev.Close()
-	if err := ext4io.Format(dev, opts); err != nil {
+	if err := ext4io.FormatContext(ctx, dev, opts); err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("interrupted: %w: %w", context.Cause(ctx), err)
+		}
+		if created {
+			return fmt.Errorf("%w (%s removed)", err, img)
+		}
 		return err
 	}
 	if tree != nil {
@@ -89,6 +102,7 @@ func cmdMkfs(args []string, w io.Writer) (err error) {
 		}
 		im := newImporter(v)
 		im.lostFound = true
+		im.ctx = ctx
 		// The volume's inode cache (Options.InodeCache) and extent-status
 		// cache (CacheBudget: the import writes each file once and
 		// rarely maps it again) bound what the import keeps in memory,
@@ -143,6 +157,10 @@ func mkfsPlan(img, src string, size int64, opts ext4io.FormatOptions) (*srcTree,
 	if fi, err := os.Stat(img); err == nil {
 		if id, _, _, ok := hostID(fi); ok {
 			lim.skip, lim.hasSkip = id, true
+		}
+	} else if fi, err := os.Stat(filepath.Dir(img)); err == nil {
+		if id, _, _, ok := hostID(fi); ok {
+			lim.imgDir, lim.imgName, lim.hasImgDir = id, filepath.Base(img), true
 		}
 	}
 	tree, err := walkSource(src, lim, false)

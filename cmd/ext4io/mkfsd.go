@@ -2,16 +2,19 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"maps"
 	"os"
+	"os/signal"
 	"path"
 	"path/filepath"
 	"slices"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/ext4io/ext4io"
@@ -96,6 +99,11 @@ type srcLimits struct {
 	inodeSize int    // bytes; the in-inode attribute space
 	skip      fileID // the image itself, refused if found in the tree
 	hasSkip   bool
+	// imgDir is the directory a new image is to be created in (its name
+	// imgName), refused if found in the tree: the copy would meet it.
+	imgDir    fileID
+	imgName   string
+	hasImgDir bool
 	mkfs      bool // the top is the image's root, which has a lost+found
 }
 
@@ -155,6 +163,10 @@ func (w *walker) entry(e *srcEntry, top bool) {
 	if ok && w.lim.hasSkip && id == w.lim.skip {
 		w.problem(fmt.Errorf("%s: the image itself is inside the source tree (it would copy itself): %w", e.host, ext4io.ErrInvalid))
 		return
+	}
+	if ok && w.lim.hasImgDir && id == w.lim.imgDir && e.fi.IsDir() {
+		w.problem(fmt.Errorf("%s: the image would be created inside the source tree (it would copy itself): %w",
+			filepath.Join(e.host, w.lim.imgName), ext4io.ErrInvalid))
 	}
 	lostFound := w.lim.mkfs && e.name == "lost+found" && e.host == filepath.Join(w.tree.root.host, e.name)
 	if lostFound && !e.fi.IsDir() {
@@ -277,6 +289,17 @@ type importer struct {
 	// walk found none in the tree.
 	noXattrs bool
 	src      *srcStream // the tree read ahead, while fill runs
+	// ctx, if not nil, stops the import when done (an interrupt): it is
+	// checked before each entry and each MiB of file data.
+	ctx context.Context
+}
+
+// interrupted returns an error once im.ctx is done.
+func (im *importer) interrupted() error {
+	if im.ctx == nil || im.ctx.Err() == nil {
+		return nil
+	}
+	return fmt.Errorf("interrupted: %w", context.Cause(im.ctx))
 }
 
 func newImporter(v *ext4io.Volume) *importer {
@@ -350,6 +373,9 @@ func (im *importer) fill(e *srcEntry, r *dirRef) error {
 			return it.err // the end of e, and the errors listing it
 		}
 		err := it.err
+		if err == nil {
+			err = im.interrupted()
+		}
 		if err == nil {
 			err = im.one(it.e, path.Join(r.path, it.e.name), r, &it)
 		}
@@ -485,6 +511,9 @@ func (im *importer) copyData(out *ext4io.File, in *srcFile, size int64) error {
 	for _, r := range ranges {
 		// Whole image blocks, so that a zero block is recognised as one.
 		for p := r[0] / bs * bs; p < r[1]; {
+			if err := im.interrupted(); err != nil {
+				return err
+			}
 			n, rerr := in.ReadAt(im.buf[:min(int64(len(im.buf)), r[1]-p)], p)
 			if err := im.writeNonZero(out, im.buf[:n], p); err != nil {
 				return err
@@ -619,4 +648,29 @@ func setAttrs(t attrTarget, e *srcEntry) error {
 		return nil
 	}
 	return t.Chmod(fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky))
+}
+
+// interruptible returns a context done at the first of stopSignals, for
+// an import to stop at (the signals are caught until stop): the command
+// then fails as for any import error, removing a new image.
+func interruptible() (ctx context.Context, stop func()) {
+	sigs := stopSignals()
+	if len(sigs) == 0 {
+		return context.WithCancel(context.Background()) // NotifyContext of none would catch every signal
+	}
+	return signal.NotifyContext(context.Background(), sigs...)
+}
+
+// stopSignals returns the signals a long-running command catches to stop
+// cleanly: SIGINT, SIGTERM and SIGHUP, but for those the process started
+// with ignored (nohup, a background job of a shell), which stay ignored,
+// as libfuse installs its handlers only over the default action.
+func stopSignals() []os.Signal {
+	var sigs []os.Signal
+	for _, s := range []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP} {
+		if !signal.Ignored(s) {
+			sigs = append(sigs, s)
+		}
+	}
+	return sigs
 }

@@ -25,9 +25,11 @@ const (
 )
 
 // cmdMount serves an image over FUSE, in the foreground unless
-// --background. SIGINT, SIGTERM, fusermount3 -u and umount unmount it;
-// then the volume is closed, which writes back, commits and marks the file
-// system clean.
+// --background. SIGINT, SIGTERM, SIGHUP (a closed terminal), fusermount3
+// -u and umount unmount it, as libfuse's signal handlers do for fuse2fs
+// (a signal ignored at start, as under nohup, stays ignored); then the
+// volume is closed, which writes back, commits and marks the file system
+// clean.
 func cmdMount(args []string, w io.Writer) error {
 	fs := newFlags("mount")
 	opts := fs.String("o", "", "mount options, comma-separated: ro, rw, allow_other, default_permissions,\n"+
@@ -49,6 +51,14 @@ func cmdMount(args []string, w io.Writer) error {
 		ready = os.NewFile(3, "ready")
 		os.Unsetenv(mountChildEnv)
 	}
+	// The signals are caught from before the mount, so that one arriving
+	// as soon as it is up (or while it starts) unmounts it cleanly
+	// instead of killing the server.
+	sig := make(chan os.Signal, 2)
+	if sigs := stopSignals(); len(sigs) > 0 { // Notify of none would catch every signal
+		signal.Notify(sig, sigs...)
+	}
+	defer signal.Stop(sig)
 	s, v, stop, err := startMount(pos, *opts, *debug, *cpuprofile)
 	if ready != nil {
 		msg := mountReady
@@ -63,8 +73,6 @@ func cmdMount(args []string, w io.Writer) error {
 	}
 	defer stop()
 	dir := pos[1]
-	sig := make(chan os.Signal, 2)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	go func() {
 		for range sig {
 			// Unmount fails while files are in use (EBUSY); the next

@@ -67,6 +67,9 @@ func cmdPut(args []string, w io.Writer) error {
 		}
 		im := newImporter(v)
 		im.noXattrs = !t.xattrs
+		ctx, stop := interruptible()
+		defer stop()
+		im.ctx = ctx
 		return im.one(t.root, dst, nil, nil)
 	})
 }
