@@ -334,6 +334,12 @@ func (f *File) writeAtomic(op string, ws []AtomicWrite) (int, error) {
 				return n, nil
 			}
 		}
+		if ok, err := f.atomicJournal(rs, total); ok {
+			if err != nil {
+				return 0, &fs.PathError{Op: op, Path: f.name, Err: err}
+			}
+			return int(total), nil
+		}
 		if m := f.v.jm; m.pendingLen() >= m.commitAt {
 			// Start the swap in a small transaction (see the top of the
 			// file). An error here stops the volume; the operation below
@@ -356,6 +362,7 @@ func (f *File) writeAtomic(op string, ws []AtomicWrite) (int, error) {
 		if err != nil {
 			return 0, &fs.PathError{Op: op, Path: f.name, Err: err}
 		}
+		f.n.atomicUnsynced.Store(true)
 		return int(total), nil
 	}
 }

@@ -85,6 +85,10 @@ type inode struct {
 	// leaves dataGen alone.
 	dataGen     atomic.Uint64
 	noReadahead atomic.Bool
+	// atomicUnsynced is set by an atomic write and cleared by Sync and
+	// Datasync: WriteAtomic journals only when it is clear
+	// (atomicjournal.go).
+	atomicUnsynced atomic.Bool
 	readAhead   atomic.Bool
 
 	// zeroing lists the block ranges whose unwritten blocks a direct write

@@ -825,10 +825,14 @@ func (f *File) sync(times bool) error {
 		return err
 	}
 	if f.v.alloc != nil {
+		f.n.atomicUnsynced.Store(false)
 		if err := f.syncCache(); err != nil {
 			return err
 		}
 		if err := f.v.syncInodeData(f.n, times); err != nil {
+			return err
+		}
+		if err := f.liveCheck(); err != nil {
 			return err
 		}
 		if f.v.fc != nil {

@@ -442,6 +442,9 @@ func (j *Journal) lookupLocked(blk uint64, buf []byte) bool {
 	if evs := j.mu.forgotten[blk]; len(evs) > 0 && tidGT(evs[len(evs)-1].from, t.tid) {
 		return false
 	}
+	if _, ok := t.home[blk]; ok {
+		return false // written home by the caller (MarkHome)
+	}
 	d, ok := t.buffers[blk]
 	if ok {
 		copy(buf, d)
@@ -726,6 +729,44 @@ func (j *Journal) Forget(blk uint64) {
 		from = t.tid + 1
 	}
 	j.mu.forgotten[blk] = append(j.mu.forgotten[blk], forgetEvent{from: from})
+}
+
+// MarkHome records that the caller has written the copies of blks that
+// committed transaction tid holds to their home locations itself, as a
+// file system that journals a file's data and then writes it in place
+// does: checkpoints no longer write those copies home (the caller may
+// overwrite the blocks in place from now on, without the journal) and
+// Lookup no longer returns them. A block whose newest copy is not tid's
+// is left alone. It returns once no checkpoint that began before the
+// call is still running, so that none writes such a copy home after it.
+// Recovery still replays the copies until a later transaction revokes
+// the blocks or a checkpoint moves the log's tail past tid (InLog).
+func (j *Journal) MarkHome(tid uint32, blks []uint64) {
+	j.mu.Lock()
+	for _, b := range blks {
+		t := j.mu.newest[b]
+		if t == nil || t.tid != tid {
+			continue
+		}
+		if _, ok := t.buffers[b]; !ok {
+			continue
+		}
+		if t.home == nil {
+			t.home = make(map[uint64]struct{})
+		}
+		t.home[b] = struct{}{}
+	}
+	j.mu.Unlock()
+	j.WaitCheckpoint()
+}
+
+// InLog reports whether transaction tid may still be in the log, so that
+// a recovery would replay it: it is not older than the log's tail as the
+// journal superblock last recorded it.
+func (j *Journal) InLog(tid uint32) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return tidGEQ(tid, j.mu.tailSeq)
 }
 
 // WaitCheckpoint waits for a checkpoint in progress to finish. A caller
