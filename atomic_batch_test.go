@@ -89,7 +89,7 @@ func TestWriteAtomicBatch(t *testing.T) {
 				dev, requests = d, d.writes.Load
 			}
 			require.NoError(t, ext4io.Format(dev, ext4io.FormatOptions{}))
-			v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
+			v, err := ext4io.Open(dev, ext4io.Options{Tuning: ext4io.Tuning{AtomicJournalMax: -1} /* the remap path */, Writable: true})
 			require.NoError(t, err)
 			f, err := v.Create("db")
 			require.NoError(t, err)
@@ -204,7 +204,7 @@ func TestWriteAtomicBatch(t *testing.T) {
 // untorn, not the batch.
 func TestWriteAtomicBatchInPlace(t *testing.T) {
 	t.Parallel()
-	_, v, f := untornFile(t)
+	_, v, f := untornFileTuned(t, ext4io.Tuning{AtomicJournalMax: -1}) // the remap path
 	defer v.Close()
 	defer f.Close()
 	before, err := f.Extents()
@@ -245,7 +245,7 @@ func TestWriteAtomicBatchDurable(t *testing.T) {
 	dev, err := errordev.NewCrashable(base)
 	require.NoError(t, err)
 	// No background commits: a tick between the counters would change them.
-	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, CommitInterval: -1})
+	v, err := ext4io.Open(dev, ext4io.Options{Tuning: ext4io.Tuning{AtomicJournalMax: -1} /* the remap path */, Writable: true, CommitInterval: -1})
 	require.NoError(t, err)
 	f, err := v.Create("db")
 	require.NoError(t, err)

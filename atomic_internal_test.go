@@ -107,6 +107,7 @@ func TestAtomicCreditsBatch(t *testing.T) {
 func TestAtomicGoalsSkipOwnBlocks(t *testing.T) {
 	t.Parallel()
 	v, f := atomicCreditsFile(t, 64<<10) // 16 blocks, one extent
+	v.opts.Tuning.AtomicJournalMax = -1  // the remap path
 	defer v.Close()
 	defer f.Close()
 	goals := func(lblk, nblk uint64) []uint64 {

@@ -150,9 +150,15 @@ var _ blockdev.AtomicWriter = (*untornDev)(nil)
 // with O_DIRECT: 1 MiB of written blocks, synced.
 func untornFile(t *testing.T) (*untornDev, *ext4io.Volume, *ext4io.File) {
 	t.Helper()
+	return untornFileTuned(t, ext4io.Tuning{})
+}
+
+// untornFileTuned is untornFile with the volume opened with tuning.
+func untornFileTuned(t *testing.T, tuning ext4io.Tuning) (*untornDev, *ext4io.Volume, *ext4io.File) {
+	t.Helper()
 	dev := &untornDev{Device: memdev.New(64 << 20)}
 	require.NoError(t, ext4io.Format(dev, ext4io.FormatOptions{}))
-	v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, Tuning: tuning})
 	require.NoError(t, err)
 	f := directFile(t, v, "db", 0, 1<<20)
 	_, err = f.WriteAt(make([]byte, 1<<20), 0)
@@ -565,7 +571,7 @@ func TestWriteAtomicReturnsHome(t *testing.T) {
 	t.Parallel()
 	dev := memdev.New(64 << 20)
 	require.NoError(t, ext4io.Format(dev, ext4io.FormatOptions{}))
-	v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, Tuning: ext4io.Tuning{AtomicJournalMax: -1}} /* the remap path */)
 	require.NoError(t, err)
 	defer v.Close()
 	f := directFile(t, v, "db", ext4io.FallocWriteZeroes, 1<<20)

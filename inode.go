@@ -89,7 +89,7 @@ type inode struct {
 	// Datasync: WriteAtomic journals only when it is clear
 	// (atomicjournal.go).
 	atomicUnsynced atomic.Bool
-	readAhead   atomic.Bool
+	readAhead      atomic.Bool
 
 	// zeroing lists the block ranges whose unwritten blocks a direct write
 	// is zeroing before converting them (Options.Tuning.ZeroOutChunk); a writer

@@ -24,11 +24,11 @@ type transaction struct {
 	// home holds blocks whose copy in this transaction the caller has
 	// written to the home location itself (MarkHome): a checkpoint
 	// skips them and Lookup does not return them.
-	home map[uint64]struct{}
-	born     time.Time           // when the first handle joined
-	syncers  int                 // Syncs that asked for its commit
-	start    uint32              // first log block, once committing
-	nblocks  uint32              // log blocks, once committing
+	home    map[uint64]struct{}
+	born    time.Time // when the first handle joined
+	syncers int       // Syncs that asked for its commit
+	start   uint32    // first log block, once committing
+	nblocks uint32    // log blocks, once committing
 }
 
 func (t *transaction) empty() bool { return len(t.buffers) == 0 && len(t.revokes) == 0 }
