@@ -328,6 +328,30 @@ func TestWriteAtomicBatchCrash(t *testing.T) {
 	require.Greater(t, checked, 10)
 }
 
+// TestWriteAtomicBatchCrashJournalled is TestWriteAtomicBatchCrash with
+// batches of 1 to 16 ranges in the files' written blocks, journalled
+// when they total at most 1 MiB (Tuning.AtomicJournalMax) and the file
+// was synced since its last atomic write.
+func TestWriteAtomicBatchCrashJournalled(t *testing.T) {
+	t.Parallel()
+	const slot = 16
+	start := memdev.NewBlockSize(96<<20, 4096)
+	require.NoError(t, ext4io.Format(start, ext4io.FormatOptions{NoDiscard: true, JournalBlocks: 4096}))
+	_, checked := atomicCrashSweep(t, atomicCrash{start: start, perWriter: sized(3, 6, 16), seed: 78, batch: true,
+		ranges: func(rng *rand.Rand) [][2]uint64 {
+			c := 1 + rng.IntN(16)
+			var rs [][2]uint64
+			for _, s := range rng.Perm(512 / slot)[:c] {
+				n := 1 + rng.IntN(4)
+				rs = append(rs, [2]uint64{uint64(s*slot + rng.IntN(slot-n+1)), uint64(n)})
+			}
+			return rs
+		},
+		syncOneIn: 2, maxPoints: sized(20, 30, 0), linuxAt: 2,
+		tuning: ext4io.Tuning{AtomicJournalMax: 1 << 20}, journalled: true})
+	require.Greater(t, checked, 10)
+}
+
 // BenchmarkWriteAtomicBatch writes batches of 64 distinct random 16 KiB
 // pages of a 64 MiB file with WriteAtomicBatch, a Datasync after each, as
 // BenchmarkWriteAtomicPages writes them one WriteAtomic at a time, and
