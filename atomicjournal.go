@@ -321,17 +321,26 @@ func (f *File) liveCheck() error {
 		m.mu.Unlock()
 		return nil
 	}
+	// One read per run of adjacent blocks.
+	bs := f.v.bs
+	buf := make([]byte, len(rec.blks)*bs)
 	same := true
-	buf := getBlockBuf(f.v.bs)
-	defer putBlockBuf(buf)
-	for i, b := range rec.blks {
-		if _, err := readFull(f.v.dev, buf, int64(b)<<f.v.bshift); err != nil {
-			return fmt.Errorf("ext4io: inode %d: reading journalled block %d: %w", f.ino, b, wrapIO(err))
+	for i := 0; i < len(rec.blks) && same; {
+		k := 1
+		for i+k < len(rec.blks) && rec.blks[i+k] == rec.blks[i]+uint64(k) {
+			k++
 		}
-		if !bytes.Equal(buf, rec.data[i]) {
-			same = false
-			break
+		run := buf[:k*bs]
+		if _, err := readFull(f.v.dev, run, int64(rec.blks[i])<<f.v.bshift); err != nil {
+			return fmt.Errorf("ext4io: inode %d: reading journalled blocks %d+%d: %w", f.ino, rec.blks[i], k, wrapIO(err))
 		}
+		for j := range k {
+			if !bytes.Equal(run[j*bs:(j+1)*bs], rec.data[i+j]) {
+				same = false
+				break
+			}
+		}
+		i += k
 	}
 	if same {
 		return nil
