@@ -346,6 +346,7 @@ func (f *File) writeAtomic(op string, ws []AtomicWrite) (int, error) {
 		}
 		if u := info.AtomicWriteUnitInPlace; u > 0 && len(rs) == 1 {
 			if n, err, ok := f.atomicInPlace(rs[0].p, rs[0].off, u); ok {
+				f.n.dataChanged()
 				if err != nil {
 					return n, &fs.PathError{Op: op, Path: f.name, Err: err}
 				}
@@ -381,6 +382,7 @@ func (f *File) writeAtomic(op string, ws []AtomicWrite) (int, error) {
 			return 0, &fs.PathError{Op: op, Path: f.name, Err: err}
 		}
 		f.n.atomicUnsynced.Store(true)
+		f.n.dataChanged()
 		return int(total), nil
 	}
 }

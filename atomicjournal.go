@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/ext4io/ext4io/blockdev"
 )
 
 // Journalled atomic writes (ext4's data=journal, per write).
@@ -55,6 +54,19 @@ import (
 // none: a writer that syncs after each write gets one commit per write
 // either way and keeps its blocks in place, and one that writes many
 // pages before a sync pays a commit for the first only.
+
+// The states of inode.jclean.
+const (
+	jcleanBusy = 1
+	jcleanDone = 2
+)
+
+// dataChanged records that n's data or size changed (inode.jclean).
+func (n *inode) dataChanged() {
+	if n.jclean.Load() != 0 {
+		n.jclean.Store(0)
+	}
+}
 
 // defaultAtomicJournalMax is Tuning.AtomicJournalMax's default.
 const defaultAtomicJournalMax = 64 << 10
@@ -127,6 +139,7 @@ func (f *File) atomicJournal(rs []atomicRange, total int64) (ok bool, err error)
 		return false, nil
 	}
 	var runs [][2]uint64
+	var runData [][]byte // each run's data, one slice of the copy
 	locked := false
 	var data map[uint64][]byte
 	tid, err := m.commitData(func() (map[uint64][]byte, error) {
@@ -148,13 +161,18 @@ func (f *File) atomicJournal(rs []atomicRange, total int64) (ok bool, err error)
 		bs := uint64(f.v.bs)
 		data = make(map[uint64][]byte, uint64(total)/bs)
 		i := uint64(0)
-		for _, run := range runs {
+		runData = make([][]byte, len(runs))
+		for k, run := range runs {
+			runData[k] = buf[i*bs : (i+run[1])*bs]
 			for b := run[0]; b < run[0]+run[1]; b++ {
 				data[b] = buf[i*bs : (i+1)*bs : (i+1)*bs]
 				i++
 			}
 		}
 		m.reviseLive(f.ino, data)
+		// Every write that ended before this point is in the commit
+		// (or was durable before it); one that ends after clears it.
+		f.n.jclean.Store(jcleanBusy)
 		return data, nil
 	})
 	if locked {
@@ -171,13 +189,11 @@ func (f *File) atomicJournal(rs []atomicRange, total int64) (ok bool, err error)
 	f.v.touch.stamp(f.n)
 	sh := f.v.bshift
 	blks := make([]uint64, 0, len(data))
-	for _, run := range runs {
-		bufs := make([][]byte, 0, run[1])
+	for k, run := range runs {
 		for b := run[0]; b < run[0]+run[1]; b++ {
-			bufs = append(bufs, data[b])
 			blks = append(blks, b)
 		}
-		if _, err := blockdev.WriteVAt(f.v.dev, bufs, int64(run[0])<<sh); err != nil {
+		if _, err := f.v.dev.WriteAt(runData[k], int64(run[0])<<sh); err != nil {
 			// The commit holds the data: recovery writes it home. Stop
 			// committing, so that nothing revokes it; the checkpoint at
 			// Close writes it home too (not marked home).
@@ -196,6 +212,7 @@ func (f *File) atomicJournal(rs []atomicRange, total int64) (ok bool, err error)
 	}
 	m.setLive(f.ino, rec)
 	f.n.atomicUnsynced.Store(true)
+	f.n.jclean.CompareAndSwap(jcleanBusy, jcleanDone)
 	return true, nil
 }
 

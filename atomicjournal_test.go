@@ -5,11 +5,13 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/ext4io/ext4io"
+	"github.com/ext4io/ext4io/blockdev"
 	"github.com/ext4io/ext4io/blockdev/errordev"
 	"github.com/ext4io/ext4io/blockdev/memdev"
 	"github.com/ext4io/ext4io/ext4iotest"
@@ -347,4 +349,65 @@ func TestAtomicJournalFastCommits(t *testing.T) {
 	require.NoError(t, g.Close())
 	require.NoError(t, f.Close())
 	require.NoError(t, v.Close())
+}
+
+// ajCountDev counts a device's writes, reads and flushes.
+type ajCountDev struct {
+	blockdev.Device
+	w, r, f atomic.Int64
+}
+
+func (d *ajCountDev) WriteAt(p []byte, off int64) (int, error) {
+	d.w.Add(1)
+	return d.Device.WriteAt(p, off)
+}
+
+func (d *ajCountDev) ReadAt(p []byte, off int64) (int, error) {
+	d.r.Add(1)
+	return d.Device.ReadAt(p, off)
+}
+
+func (d *ajCountDev) Flush() error {
+	d.f.Add(1)
+	return d.Device.Flush()
+}
+
+// TestAtomicJournalDeviceOps counts the device operations of a
+// journalled 16 KiB page and the Datasync after it: one log write (revoke
+// block, descriptor and data), a flush, the commit block, a flush, the
+// page in place; the Datasync then issues nothing, as the write changed
+// nothing since its commit (inode.jclean). After a plain overwrite of
+// the page, Datasync must do its work again (a revoke commit).
+func TestAtomicJournalDeviceOps(t *testing.T) {
+	t.Parallel()
+	dev := &ajCountDev{Device: memdev.New(64 << 20)}
+	require.NoError(t, ext4io.Format(dev, ext4io.FormatOptions{NoDiscard: true}))
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, CommitInterval: -1})
+	require.NoError(t, err)
+	defer v.Close()
+	f := directFile(t, v, "db", 0, 256<<10)
+	defer f.Close()
+	_, err = f.WriteAt(bytes.Repeat([]byte{0xEE}, 256<<10), 0)
+	require.NoError(t, err)
+	require.NoError(t, f.Sync())
+	for i := range 3 {
+		w0, r0, f0 := dev.w.Load(), dev.r.Load(), dev.f.Load()
+		journalWrite(t, v, f, byte(i+1), int64(i)*16<<10)
+		require.NoError(t, f.Datasync())
+		require.Equal(t, [3]int64{3, 0, 2}, [3]int64{dev.w.Load() - w0, dev.r.Load() - r0, dev.f.Load() - f0},
+			"writes, reads, flushes of a journalled page and Datasync")
+	}
+	// The first pages' copies were revoked by the next journalled writes:
+	// an overwrite of one needs a flush only. The last page's copy is
+	// live: an overwrite of it needs the revoke committed.
+	for _, c := range []struct {
+		off     int64
+		flushes int64
+	}{{0, 1}, {2 * 16 << 10, 2}} {
+		_, err = f.WriteAt(bytes.Repeat([]byte{9}, 4096), c.off)
+		require.NoError(t, err)
+		f0 := dev.f.Load()
+		require.NoError(t, f.Datasync())
+		require.Equal(t, c.flushes, dev.f.Load()-f0, "flushes of a Datasync after an overwrite at %d", c.off)
+	}
 }

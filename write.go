@@ -717,6 +717,7 @@ func (v *Volume) treeCutsBudgetLocked(n *inode, first, last uint64, budget int) 
 // mapped.
 func (v *Volume) removeStepLocked(n *inode, c uint32, last uint64) error {
 	defer n.dataGen.Add(1)
+	defer n.dataChanged()
 	if last >= maxFileBlocks {
 		n.conv.dropFrom(c) // queued conversions of the removed blocks go with them
 	}
@@ -759,6 +760,7 @@ func (f *File) truncateStep(fn func() error) error {
 
 func (f *File) truncateLocked(size uint64) error {
 	defer f.n.dataGen.Add(1)
+	defer f.n.dataChanged()
 	bs := uint64(f.v.bs)
 	if size < f.in.Size {
 		// Queued conversions of blocks the truncate removes go with them,
@@ -826,6 +828,12 @@ func (f *File) sync(times bool) error {
 	}
 	if f.v.alloc != nil {
 		f.n.atomicUnsynced.Store(false)
+		if !times && f.n.jclean.Load() == jcleanDone && !f.n.noReadahead.Load() && f.v.failed() == nil {
+			// Nothing changed the file's data or size since a journalled
+			// atomic write, whose commit was durable before it wrote in
+			// place (atomicjournal.go): all is durable already.
+			return nil
+		}
 		if err := f.syncCache(); err != nil {
 			return err
 		}
