@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ext4io/ext4io/blockdev/memdev"
 	"github.com/ext4io/ext4io/extent"
 
 	"github.com/stretchr/testify/require"
@@ -265,4 +266,31 @@ func TestAtomicJournalNotCached(t *testing.T) {
 		_, _, hit := v.jm.cache.get(b)
 		require.False(t, hit, "block %d of the page is in the metadata cache", b)
 	}
+}
+
+// TestAtomicJournalBoundedByJournal: with AtomicJournalMax set above a
+// sixteenth of a small journal, a write that large is remapped rather
+// than logged: its data would not fit the transaction with a pending set
+// of up to that size, and a set too large for the log stops the volume.
+func TestAtomicJournalBoundedByJournal(t *testing.T) {
+	t.Parallel()
+	dev := memdev.New(64 << 20)
+	require.NoError(t, Format(dev, FormatOptions{NoDiscard: true, JournalBlocks: 1024}))
+	v, err := Open(dev, Options{Writable: true, Tuning: Tuning{AtomicJournalMax: 4 << 20}})
+	require.NoError(t, err)
+	defer v.Close()
+	f, err := v.Create("db")
+	require.NoError(t, err)
+	defer f.Close()
+	_, err = f.WriteAt(make([]byte, 1<<20), 0)
+	require.NoError(t, err)
+	require.NoError(t, f.Sync())
+	_, err = f.WriteAtomic(bytes.Repeat([]byte{1}, 1<<20), 0)
+	require.NoError(t, err)
+	require.Zero(t, v.Counters().AtomicJournalled)
+	require.NoError(t, f.Sync())
+	_, err = f.WriteAtomic(bytes.Repeat([]byte{2}, 64<<10), 0)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), v.Counters().AtomicJournalled)
+	require.NoError(t, v.failed())
 }

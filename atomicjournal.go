@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"slices"
-
 )
 
 // Journalled atomic writes (ext4's data=journal, per write).
@@ -130,6 +129,12 @@ func (f *File) atomicJournalRuns(rs []atomicRange) (runs [][2]uint64, ok bool) {
 func (f *File) atomicJournal(rs []atomicRange, total int64) (ok bool, err error) {
 	m := f.v.jm
 	if m == nil || total > f.v.atomicJournalMax() || f.n.atomicUnsynced.Load() {
+		return false, nil
+	}
+	if total>>f.v.bshift > int64(m.commitAt) {
+		// The data joins the pending set's transaction: at most a
+		// sixteenth of the journal, so that with a set of up to that
+		// size it stays within jbd2's quarter.
 		return false, nil
 	}
 	s := f.n.mu.RLockAt(int(rs[0].lblk))

@@ -162,7 +162,8 @@ type Tuning struct {
 	// than to new blocks swapped in: such a write over blocks already
 	// written inside the on-disk size, on a file synced since its last
 	// atomic write, is durable when it returns. 0 means 64 KiB; negative,
-	// never.
+	// never. Writes larger than a sixteenth of the journal are never
+	// journalled.
 	AtomicJournalMax int64
 	// ZeroOutChunk, when set, makes direct writes into preallocated
 	// (unwritten) blocks inside the on-disk size convert whole chunks:
