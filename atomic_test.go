@@ -569,12 +569,23 @@ func BenchmarkWriteAtomicPages(b *testing.B) { benchWriteAtomicPages(b, 64) }
 func BenchmarkWriteAtomicPages1(b *testing.B) { benchWriteAtomicPages(b, 1) }
 
 // benchWriteAtomicPages writes random 16 KiB pages of a 64 MiB file with
-// WriteAtomic, a Datasync every batch writes.
+// WriteAtomic, a Datasync every batch writes: with the default
+// AtomicJournalMax (journal: a write after a Datasync is journalled and
+// written in place, the rest remapped) and with journalling off (remap).
 func benchWriteAtomicPages(b *testing.B, batch int) {
+	for _, c := range []struct {
+		name string
+		max  int64
+	}{{"journal", 0}, {"remap", -1}} {
+		b.Run(c.name, func(b *testing.B) { benchWriteAtomicPagesTuned(b, batch, ext4io.Tuning{AtomicJournalMax: c.max}) })
+	}
+}
+
+func benchWriteAtomicPagesTuned(b *testing.B, batch int, tuning ext4io.Tuning) {
 	const page, size = 16 << 10, 64 << 20
 	dev := memdev.New(256 << 20)
 	require.NoError(b, ext4io.Format(dev, ext4io.FormatOptions{}))
-	v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, Tuning: tuning})
 	require.NoError(b, err)
 	defer v.Close()
 	f := directFile(b, v, "db", ext4io.FallocWriteZeroes, size)
@@ -595,6 +606,7 @@ func benchWriteAtomicPages(b *testing.B, batch int) {
 	exts, err := f.Extents()
 	require.NoError(b, err)
 	b.ReportMetric(float64(len(exts)), "extents")
+	b.ReportMetric(float64(v.Counters().AtomicJournalled)/float64(b.N), "journalled/op")
 }
 
 // TestWriteAtomicReturnsHome: a page moved by an atomic write goes back

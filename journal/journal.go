@@ -96,6 +96,10 @@ type Journal struct {
 		running    *transaction   // accepting handles; nil if none yet
 		committing *transaction   // being written to the log
 		checkpoint []*transaction // committed, not yet home; oldest first
+		// cpUpTo is the newest transaction a checkpoint in progress
+		// writes home, valid while cpActive (MarkHome).
+		cpUpTo   uint32
+		cpActive bool
 		commitSeq  uint32         // newest committed tid
 		commitReq  uint32         // newest tid a caller asked to commit
 		head       uint32         // next log block to write
@@ -738,7 +742,8 @@ func (j *Journal) Forget(blk uint64) {
 // overwrite the blocks in place from now on, without the journal) and
 // Lookup no longer returns them. A block whose newest copy is not tid's
 // is left alone. It returns once no checkpoint that began before the
-// call is still running, so that none writes such a copy home after it.
+// call and writes tid's blocks home is still running, so that none
+// writes such a copy home after it.
 // Recovery still replays the copies until a later transaction revokes
 // the blocks or a checkpoint moves the log's tail past tid (InLog).
 func (j *Journal) MarkHome(tid uint32, blks []uint64) {
@@ -756,8 +761,11 @@ func (j *Journal) MarkHome(tid uint32, blks []uint64) {
 		}
 		t.home[b] = struct{}{}
 	}
+	wait := j.mu.cpActive && tidGEQ(j.mu.cpUpTo, tid)
 	j.mu.Unlock()
-	j.WaitCheckpoint()
+	if wait {
+		j.WaitCheckpoint()
+	}
 }
 
 // InLog reports whether transaction tid may still be in the log, so that

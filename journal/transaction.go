@@ -752,6 +752,16 @@ func (j *Journal) Checkpoint() error {
 			home[t] = maps.Clone(t.home)
 		}
 	}
+	if len(list) > 0 {
+		// MarkHome waits for this checkpoint when it takes a transaction
+		// of the list: its home marks may have come after the copy above.
+		j.mu.cpActive, j.mu.cpUpTo = true, list[len(list)-1].tid
+		defer func() {
+			j.mu.Lock()
+			j.mu.cpActive = false
+			j.mu.Unlock()
+		}()
+	}
 	j.mu.Unlock()
 	if len(list) == 0 {
 		return nil
