@@ -98,17 +98,17 @@ type Journal struct {
 		checkpoint []*transaction // committed, not yet home; oldest first
 		// cpUpTo is the newest transaction a checkpoint in progress
 		// writes home, valid while cpActive (MarkHome).
-		cpUpTo   uint32
-		cpActive bool
-		commitSeq  uint32         // newest committed tid
-		commitReq  uint32         // newest tid a caller asked to commit
-		head       uint32         // next log block to write
-		tail       uint32         // log block of the oldest live transaction
-		tailSeq    uint32         // its tid
-		used       uint32         // log blocks from the on-disk tail to head
-		err        error          // set when the journal aborts
-		closed     bool
-		started    bool // commit and checkpoint goroutines running
+		cpUpTo    uint32
+		cpActive  bool
+		commitSeq uint32 // newest committed tid
+		commitReq uint32 // newest tid a caller asked to commit
+		head      uint32 // next log block to write
+		tail      uint32 // log block of the oldest live transaction
+		tailSeq   uint32 // its tid
+		used      uint32 // log blocks from the on-disk tail to head
+		err       error  // set when the journal aborts
+		closed    bool
+		started   bool // commit and checkpoint goroutines running
 		// Group commit (Sync): syncers counts the Syncs in progress;
 		// overlapAt is when one last began while another was in
 		// progress; peak is the most Syncs in progress at once since
