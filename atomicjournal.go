@@ -335,6 +335,9 @@ func (f *File) liveCheck() error {
 	if rec == nil {
 		return nil
 	}
+	if f.n.jclean.Load() == jcleanDone {
+		return nil // nothing wrote to the file since the record was made
+	}
 	if !m.j.InLog(rec.tid) {
 		m.mu.Lock()
 		if m.live[f.ino] == rec {
