@@ -46,6 +46,20 @@ import (
 //     device holds (liveCheck); when one differs (something overwrote it
 //     since), the blocks are revoked and the sync commits in full, fast
 //     commits or not; Volume.Sync revokes every file's recorded blocks.
+//     A record whose transaction has left the log (InLog) is dropped.
+//
+// Datasync right after: inode.jclean is set when the stage hands the data
+// over and stays set through the write's end unless a data change of the
+// file (a write, a truncate, a fallocate, a remap: dataChanged) comes
+// meanwhile. While it is set, everything the file's data depends on was
+// durable before the commit or is in it, and the in-place write is
+// covered by the replay: Datasync returns without any I/O. Files whose
+// iomap ops were handed out (noReadahead) do not take that shortcut, as
+// their writes bypass dataChanged.
+//
+// Size: a journalled write is at most a sixteenth of the journal
+// (jmeta.commitAt), so that with a pending set of up to that size it fits
+// jbd2's quarter of the log.
 //
 // Policy: a journalled write costs a commit of its own, where a remapped
 // one joins the next commit. WriteAtomic journals only when the file was
