@@ -411,3 +411,28 @@ func TestAtomicJournalDeviceOps(t *testing.T) {
 		require.Equal(t, c.flushes, dev.f.Load()-f0, "flushes of a Datasync after an overwrite at %d", c.off)
 	}
 }
+
+// TestAtomicJournalDatasyncCommitsXattr: a Datasync after a journalled
+// write and an extended attribute change (no data change) still commits
+// the attribute, as every Datasync commits what is pending: the shortcut
+// that skips a Datasync after a journalled write applies only when
+// nothing is pending or committing (the torture found the attribute
+// lost without that condition).
+func TestAtomicJournalDatasyncCommitsXattr(t *testing.T) {
+	t.Parallel()
+	dev, v, f := journalVolume(t, false)
+	journalWrite(t, v, f, 1, 0)
+	val := bytes.Repeat([]byte{'x'}, 283)
+	require.NoError(t, f.Setxattr("user.a1", val, 0))
+	require.NoError(t, f.Datasync())
+	img, err := dev.Crash(errordev.CrashOptions{KeepProb: 0})
+	require.NoError(t, err)
+	cv, err := ext4io.Open(img, ext4io.Options{Writable: true})
+	require.NoError(t, err)
+	got, err := cv.Getxattr("db", "user.a1")
+	require.NoError(t, err)
+	require.Equal(t, val, got)
+	require.NoError(t, cv.Close())
+	require.NoError(t, f.Close())
+	require.NoError(t, v.Close())
+}

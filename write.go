@@ -828,17 +828,20 @@ func (f *File) sync(times bool) error {
 	}
 	if f.v.alloc != nil {
 		f.n.atomicUnsynced.Store(false)
-		if !times && f.n.jclean.Load() == jcleanDone && !f.n.noReadahead.Load() && f.v.failed() == nil {
-			// Nothing changed the file's data or size since a journalled
-			// atomic write, whose commit was durable before it wrote in
-			// place (atomicjournal.go): all is durable already.
-			return nil
-		}
 		if err := f.syncCache(); err != nil {
 			return err
 		}
 		if err := f.v.syncInodeData(f.n, times); err != nil {
 			return err
+		}
+		if !times && f.n.jclean.Load() == jcleanDone && !f.n.noReadahead.Load() && f.v.failed() == nil &&
+			f.v.jm.pendingLen() == 0 && !f.v.conversionsQueued() && f.v.jm.j.Idle() {
+			// Nothing changed the file's data or size since a journalled
+			// atomic write, whose commit was durable before it wrote in
+			// place (atomicjournal.go), and every metadata change made
+			// since (an xattr, another file's) has committed: all is
+			// durable already.
+			return nil
 		}
 		if err := f.liveCheck(); err != nil {
 			return err

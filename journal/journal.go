@@ -768,6 +768,14 @@ func (j *Journal) MarkHome(tid uint32, blks []uint64) {
 	}
 }
 
+// Idle reports whether every transaction with changes has committed:
+// the running one, if any, is empty and none is committing.
+func (j *Journal) Idle() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return (j.mu.running == nil || j.mu.running.empty()) && j.mu.committing == nil
+}
+
 // InLog reports whether transaction tid may still be in the log, so that
 // a recovery would replay it: it is not older than the log's tail as the
 // journal superblock last recorded it.
