@@ -53,7 +53,9 @@ import (
 // file (a write, a truncate, a fallocate, a remap: dataChanged) comes
 // meanwhile. While it is set, everything the file's data depends on was
 // durable before the commit or is in it, and the in-place write is
-// covered by the replay: Datasync returns without any I/O. Files whose
+// covered by the replay: Datasync returns without any I/O, provided that
+// nothing else is pending or committing (Datasync commits every pending
+// change, an xattr set since included; Journal.Idle). Files whose
 // iomap ops were handed out (noReadahead) do not take that shortcut, as
 // their writes bypass dataChanged.
 //
