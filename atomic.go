@@ -103,6 +103,13 @@ import (
 // extent, physically aligned to the write's size and inside the on-disk
 // size, WriteAtomic overwrites in place instead, under the shared inode
 // lock, changing no metadata, as directOverwrite does.
+//
+// Otherwise a write (or batch) of at most Tuning.AtomicJournalMax bytes
+// (64 KiB by default) over written blocks inside the on-disk size, on a
+// file synced since its previous atomic write, is journalled: its data is
+// logged in a journal commit at the blocks' own numbers and then written
+// in place, the blocks staying where they are (atomicjournal.go). Only
+// the rest is remapped as above.
 
 // maxAtomicWrite is AtomicWriteUnitMax on a journaled volume: 1 MiB. The
 // swap of a range this size touches a handful of metadata blocks, far
@@ -183,15 +190,24 @@ type AtomicWrite struct {
 // Durability is as for WriteAt: the write is durable once a later Sync,
 // Datasync or Volume.Sync returns nil (or when it returns, on a file
 // opened with O_SYNC); a crash before then leaves the old contents or the
-// new ones, never a mix. A file opened with O_APPEND refuses it, as it
+// new ones, never a mix. A write that goes through the journal (below) is
+// durable when it returns. A file opened with O_APPEND refuses it, as it
 // refuses WriteAt. Concurrent WriteAtomic calls on
 // one file or on different files run in parallel except for the mapping
 // swap; of two overlapping ones, the one that swaps last wins the whole
 // overlap. The file's dirty cached pages of the range are written back
 // first, and its cached pages dropped.
 //
-// Each write moves the range to new blocks (see the top of atomic.go),
-// so a file written this way at random fragments unless its writes stay
+// A write of at most Tuning.AtomicJournalMax bytes (64 KiB by default)
+// over blocks already written inside the file's size, on a file synced
+// (Sync, Datasync) since its previous atomic write or never written
+// atomically, keeps its blocks: the data is committed to the journal,
+// then written in place (data=journal for the write; atomicjournal.go).
+// It costs a journal commit of its own, so a writer that syncs after
+// every page pays one commit per page either way, and one that writes
+// many pages before a sync has the first journalled and the rest moved.
+// Other writes move the range to new blocks (see the top of atomic.go),
+// so a file written that way at random fragments unless its writes stay
 // in place on a device with a large enough AtomicWriteUnitInPlace.
 func (f *File) WriteAtomic(p []byte, off int64) (int, error) {
 	return f.writeAtomicOp("atomic write", []AtomicWrite{{Off: off, Data: p}})
@@ -217,15 +233,17 @@ func (f *File) WriteAtomic(p []byte, off int64) (int, error) {
 // batches and WriteAtomic calls that overlap are ordered as whole units:
 // the one that swaps last wins every block they share.
 //
-// The batch goes to one fresh run of blocks (a few runs when free space
-// is fragmented), written with one vectored device write per run
-// (blockdev.VectorWriter, else one WriteAt per range piece), and all its
-// ranges are swapped in one journal transaction. A batch of one range is
-// WriteAtomic; a batch of several never writes in place, even on a device
-// with untorn writes (AtomicWriteUnitInPlace), as the device keeps only
-// one write untorn, not the batch. Writing a batch of scattered pages this
-// way puts them next to each other on the device, so the file holds about
-// one extent per page written.
+// A batch of at most Tuning.AtomicJournalMax bytes in all over written
+// blocks is journalled and written in place as WriteAtomic describes, in
+// one commit. Otherwise the batch goes to one fresh run of blocks (a few
+// runs when free space is fragmented), written with one vectored device
+// write per run (blockdev.VectorWriter, else one WriteAt per range
+// piece), and all its ranges are swapped in one journal transaction. A
+// batch of one range is WriteAtomic; a batch of several never relies on
+// the device's untorn writes (AtomicWriteUnitInPlace), as the device
+// keeps only one write untorn, not the batch. Writing a batch of
+// scattered pages by remapping puts them next to each other on the
+// device, so the file holds about one extent per page written.
 func (f *File) WriteAtomicBatch(ws []AtomicWrite) (int, error) {
 	return f.writeAtomicOp("atomic batch write", ws)
 }
@@ -328,11 +346,18 @@ func (f *File) writeAtomic(op string, ws []AtomicWrite) (int, error) {
 		}
 		if u := info.AtomicWriteUnitInPlace; u > 0 && len(rs) == 1 {
 			if n, err, ok := f.atomicInPlace(rs[0].p, rs[0].off, u); ok {
+				f.n.dataChanged()
 				if err != nil {
 					return n, &fs.PathError{Op: op, Path: f.name, Err: err}
 				}
 				return n, nil
 			}
+		}
+		if ok, err := f.atomicJournal(rs, total); ok {
+			if err != nil {
+				return 0, &fs.PathError{Op: op, Path: f.name, Err: err}
+			}
+			return int(total), nil
 		}
 		if m := f.v.jm; m.pendingLen() >= m.commitAt {
 			// Start the swap in a small transaction (see the top of the
@@ -356,6 +381,8 @@ func (f *File) writeAtomic(op string, ws []AtomicWrite) (int, error) {
 		if err != nil {
 			return 0, &fs.PathError{Op: op, Path: f.name, Err: err}
 		}
+		f.n.atomicUnsynced.Store(true)
+		f.n.dataChanged()
 		return int(total), nil
 	}
 }

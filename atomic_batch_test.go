@@ -89,7 +89,7 @@ func TestWriteAtomicBatch(t *testing.T) {
 				dev, requests = d, d.writes.Load
 			}
 			require.NoError(t, ext4io.Format(dev, ext4io.FormatOptions{}))
-			v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
+			v, err := ext4io.Open(dev, ext4io.Options{Tuning: ext4io.Tuning{AtomicJournalMax: -1} /* the remap path */, Writable: true})
 			require.NoError(t, err)
 			f, err := v.Create("db")
 			require.NoError(t, err)
@@ -204,7 +204,7 @@ func TestWriteAtomicBatch(t *testing.T) {
 // untorn, not the batch.
 func TestWriteAtomicBatchInPlace(t *testing.T) {
 	t.Parallel()
-	_, v, f := untornFile(t)
+	_, v, f := untornFileTuned(t, ext4io.Tuning{AtomicJournalMax: -1}) // the remap path
 	defer v.Close()
 	defer f.Close()
 	before, err := f.Extents()
@@ -245,7 +245,7 @@ func TestWriteAtomicBatchDurable(t *testing.T) {
 	dev, err := errordev.NewCrashable(base)
 	require.NoError(t, err)
 	// No background commits: a tick between the counters would change them.
-	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, CommitInterval: -1})
+	v, err := ext4io.Open(dev, ext4io.Options{Tuning: ext4io.Tuning{AtomicJournalMax: -1} /* the remap path */, Writable: true, CommitInterval: -1})
 	require.NoError(t, err)
 	f, err := v.Create("db")
 	require.NoError(t, err)
@@ -325,6 +325,30 @@ func TestWriteAtomicBatchCrash(t *testing.T) {
 			return rs
 		},
 		syncOneIn: 3, maxPoints: sized(20, 30, 0), linuxAt: 2})
+	require.Greater(t, checked, 10)
+}
+
+// TestWriteAtomicBatchCrashJournalled is TestWriteAtomicBatchCrash with
+// batches of 1 to 16 ranges in the files' written blocks, journalled
+// when they total at most 1 MiB (Tuning.AtomicJournalMax) and the file
+// was synced since its last atomic write.
+func TestWriteAtomicBatchCrashJournalled(t *testing.T) {
+	t.Parallel()
+	const slot = 16
+	start := memdev.NewBlockSize(96<<20, 4096)
+	require.NoError(t, ext4io.Format(start, ext4io.FormatOptions{NoDiscard: true, JournalBlocks: 4096}))
+	_, checked := atomicCrashSweep(t, atomicCrash{start: start, perWriter: sized(3, 6, 16), seed: 78, batch: true,
+		ranges: func(rng *rand.Rand) [][2]uint64 {
+			c := 1 + rng.IntN(16)
+			var rs [][2]uint64
+			for _, s := range rng.Perm(512 / slot)[:c] {
+				n := 1 + rng.IntN(4)
+				rs = append(rs, [2]uint64{uint64(s*slot + rng.IntN(slot-n+1)), uint64(n)})
+			}
+			return rs
+		},
+		syncOneIn: 2, maxPoints: sized(20, 30, 0), linuxAt: 2,
+		tuning: ext4io.Tuning{AtomicJournalMax: 1 << 20}, journalled: true})
 	require.Greater(t, checked, 10)
 }
 

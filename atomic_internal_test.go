@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ext4io/ext4io/blockdev/memdev"
 	"github.com/ext4io/ext4io/extent"
 
 	"github.com/stretchr/testify/require"
@@ -107,6 +108,7 @@ func TestAtomicCreditsBatch(t *testing.T) {
 func TestAtomicGoalsSkipOwnBlocks(t *testing.T) {
 	t.Parallel()
 	v, f := atomicCreditsFile(t, 64<<10) // 16 blocks, one extent
+	v.opts.Tuning.AtomicJournalMax = -1  // the remap path
 	defer v.Close()
 	defer f.Close()
 	goals := func(lblk, nblk uint64) []uint64 {
@@ -209,4 +211,86 @@ func TestWriteAtomicInodeUnchanged(t *testing.T) {
 	require.NoError(t, f.Close())
 	require.NoError(t, v.Close())
 	checkImage(t, dev)
+}
+
+// journalledFile is atomicCreditsFile on a volume without background
+// commits, with one 16 KiB page at 0 written by a journalled WriteAtomic
+// of 0x11 bytes. It returns the page's first physical block.
+func journalledFile(t *testing.T) (*Volume, *File, uint64) {
+	t.Helper()
+	v, f := atomicCreditsFile(t, 64<<10)
+	c0 := v.Counters().AtomicJournalled
+	_, err := f.WriteAtomic(bytes.Repeat([]byte{0x11}, 16<<10), 0)
+	require.NoError(t, err)
+	require.Equal(t, c0+1, v.Counters().AtomicJournalled, "the write was not journalled")
+	m, err := f.m.lookup(0)
+	require.NoError(t, err)
+	require.Equal(t, mapWritten, m.kind)
+	return v, f, m.pblk
+}
+
+// TestAtomicJournalCheckpoint: a checkpoint after a journalled write and
+// a later plain overwrite of the page must not write the logged copy
+// home over the overwrite (Journal.MarkHome), and the journal's copy is
+// not returned as the block's contents (Lookup).
+func TestAtomicJournalCheckpoint(t *testing.T) {
+	t.Parallel()
+	v, f, pblk := journalledFile(t)
+	defer v.Close()
+	defer f.Close()
+	d, err := v.OpenFile("db", os.O_RDWR|O_DIRECT, 0)
+	require.NoError(t, err)
+	defer d.Close()
+	q := bytes.Repeat([]byte{0x22}, 16<<10)
+	_, err = d.WriteAt(q, 0)
+	require.NoError(t, err)
+	buf := make([]byte, v.bs)
+	require.False(t, v.jm.j.Lookup(pblk, buf), "the journal returns the page's logged copy")
+	require.NoError(t, v.jm.j.Checkpoint())
+	got := make([]byte, len(q))
+	_, err = d.ReadAt(got, 0)
+	require.NoError(t, err)
+	require.Equal(t, q, got, "the checkpoint wrote the logged copy home")
+}
+
+// TestAtomicJournalNotCached: the data blocks a journalled write logs do
+// not enter the metadata cache, where a later data write would leave a
+// stale copy.
+func TestAtomicJournalNotCached(t *testing.T) {
+	t.Parallel()
+	v, f, pblk := journalledFile(t)
+	defer v.Close()
+	defer f.Close()
+	require.NotNil(t, v.jm.cache)
+	for b := pblk; b < pblk+4; b++ {
+		_, _, hit := v.jm.cache.get(b)
+		require.False(t, hit, "block %d of the page is in the metadata cache", b)
+	}
+}
+
+// TestAtomicJournalBoundedByJournal: with AtomicJournalMax set above a
+// sixteenth of a small journal, a write that large is remapped rather
+// than logged: its data would not fit the transaction with a pending set
+// of up to that size, and a set too large for the log stops the volume.
+func TestAtomicJournalBoundedByJournal(t *testing.T) {
+	t.Parallel()
+	dev := memdev.New(64 << 20)
+	require.NoError(t, Format(dev, FormatOptions{NoDiscard: true, JournalBlocks: 1024}))
+	v, err := Open(dev, Options{Writable: true, Tuning: Tuning{AtomicJournalMax: 4 << 20}})
+	require.NoError(t, err)
+	defer v.Close()
+	f, err := v.Create("db")
+	require.NoError(t, err)
+	defer f.Close()
+	_, err = f.WriteAt(make([]byte, 1<<20), 0)
+	require.NoError(t, err)
+	require.NoError(t, f.Sync())
+	_, err = f.WriteAtomic(bytes.Repeat([]byte{1}, 1<<20), 0)
+	require.NoError(t, err)
+	require.Zero(t, v.Counters().AtomicJournalled)
+	require.NoError(t, f.Sync())
+	_, err = f.WriteAtomic(bytes.Repeat([]byte{2}, 64<<10), 0)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), v.Counters().AtomicJournalled)
+	require.NoError(t, v.failed())
 }

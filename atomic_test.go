@@ -150,9 +150,15 @@ var _ blockdev.AtomicWriter = (*untornDev)(nil)
 // with O_DIRECT: 1 MiB of written blocks, synced.
 func untornFile(t *testing.T) (*untornDev, *ext4io.Volume, *ext4io.File) {
 	t.Helper()
+	return untornFileTuned(t, ext4io.Tuning{})
+}
+
+// untornFileTuned is untornFile with the volume opened with tuning.
+func untornFileTuned(t *testing.T, tuning ext4io.Tuning) (*untornDev, *ext4io.Volume, *ext4io.File) {
+	t.Helper()
 	dev := &untornDev{Device: memdev.New(64 << 20)}
 	require.NoError(t, ext4io.Format(dev, ext4io.FormatOptions{}))
-	v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, Tuning: tuning})
 	require.NoError(t, err)
 	f := directFile(t, v, "db", 0, 1<<20)
 	_, err = f.WriteAt(make([]byte, 1<<20), 0)
@@ -356,6 +362,10 @@ type atomicCrash struct {
 	batch              bool
 	syncOneIn          int // a Datasync follows one op in syncOneIn
 	maxPoints, linuxAt int // SweepOptions.MaxPoints; images Linux checks at most
+	// tuning opens the workload's volume; with journalled, some writes
+	// must have gone through the journal and in place.
+	tuning     ext4io.Tuning
+	journalled bool
 }
 
 // atomicCrashSweep crashes a workload of concurrent atomic writes into
@@ -386,10 +396,13 @@ func atomicCrashSweep(t *testing.T, c atomicCrash) (ops int, checked int) {
 		mu    sync.Mutex
 		byID  = map[uint64]*atomicOp{}
 		clock atomic.Uint64
+		// journalled counts the writes that went through the journal and
+		// in place (Tuning.AtomicJournalMax) over every run.
+		journalled atomic.Uint64
 	)
 	writers := 3
 	workload := func(dev blockdev.Device) error {
-		v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
+		v, err := ext4io.Open(dev, ext4io.Options{Writable: true, Tuning: c.tuning})
 		if err != nil {
 			return err
 		}
@@ -444,6 +457,7 @@ func atomicCrashSweep(t *testing.T, c atomicCrash) (ops int, checked int) {
 		for _, f := range files {
 			errsAll = append(errsAll, f.Close())
 		}
+		journalled.Add(v.Counters().AtomicJournalled)
 		errsAll = append(errsAll, v.Close())
 		return errors.Join(errsAll...)
 	}
@@ -482,7 +496,10 @@ func atomicCrashSweep(t *testing.T, c atomicCrash) (ops int, checked int) {
 	if os.Geteuid() != 0 || testing.Short() {
 		t.Log("not root or -short: Linux's view of the crash images is not checked")
 	}
-	t.Logf("%d atomic writes, %d crash images checked, %d by Linux too", len(byID), checked, linuxChecks)
+	t.Logf("%d atomic writes, %d crash images checked, %d by Linux too; %d writes journalled over all runs", len(byID), checked, linuxChecks, journalled.Load())
+	if c.journalled {
+		require.Positive(t, journalled.Load(), "no write took the journalled path")
+	}
 	return len(byID), checked
 }
 
@@ -502,7 +519,29 @@ func TestWriteAtomicCrash(t *testing.T) {
 			lblk := uint64(rng.IntN(1024 - int(n) + 1))
 			return [][2]uint64{{lblk, n}}
 		},
-		syncOneIn: 4, maxPoints: sized(25, 30, 0), linuxAt: 3})
+		syncOneIn: 4, maxPoints: sized(25, 30, 0), linuxAt: 3, journalled: true})
+	require.Greater(t, checked, 10)
+}
+
+// TestWriteAtomicCrashJournalled is TestWriteAtomicCrash with writes of
+// 4 KiB to 256 KiB into the files' written blocks, most of them
+// journalled and written in place (Tuning.AtomicJournalMax 1 MiB, a
+// Datasync after one op in two), some remapped: torn in-place writes
+// must be repaired by the replay, remapped and journalled writes of the
+// same blocks must not resurrect each other's data.
+func TestWriteAtomicCrashJournalled(t *testing.T) {
+	t.Parallel()
+	start := memdev.NewBlockSize(48<<20, 4096)
+	require.NoError(t, ext4io.Format(start, ext4io.FormatOptions{NoDiscard: true}))
+	_, checked := atomicCrashSweep(t, atomicCrash{start: start, perWriter: sized(6, 12, 40), seed: 5,
+		ranges: func(rng *rand.Rand) [][2]uint64 {
+			n := uint64(1) << rng.IntN(7) // 1..64 blocks
+			n += uint64(rng.IntN(int(n)))
+			lblk := uint64(rng.IntN(512 - int(n) + 1))
+			return [][2]uint64{{lblk, n}}
+		},
+		syncOneIn: 2, maxPoints: sized(25, 40, 0), linuxAt: 3,
+		tuning: ext4io.Tuning{AtomicJournalMax: 1 << 20}, journalled: true})
 	require.Greater(t, checked, 10)
 }
 
@@ -530,12 +569,23 @@ func BenchmarkWriteAtomicPages(b *testing.B) { benchWriteAtomicPages(b, 64) }
 func BenchmarkWriteAtomicPages1(b *testing.B) { benchWriteAtomicPages(b, 1) }
 
 // benchWriteAtomicPages writes random 16 KiB pages of a 64 MiB file with
-// WriteAtomic, a Datasync every batch writes.
+// WriteAtomic, a Datasync every batch writes: with the default
+// AtomicJournalMax (journal: a write after a Datasync is journalled and
+// written in place, the rest remapped) and with journalling off (remap).
 func benchWriteAtomicPages(b *testing.B, batch int) {
+	for _, c := range []struct {
+		name string
+		max  int64
+	}{{"journal", 0}, {"remap", -1}} {
+		b.Run(c.name, func(b *testing.B) { benchWriteAtomicPagesTuned(b, batch, ext4io.Tuning{AtomicJournalMax: c.max}) })
+	}
+}
+
+func benchWriteAtomicPagesTuned(b *testing.B, batch int, tuning ext4io.Tuning) {
 	const page, size = 16 << 10, 64 << 20
 	dev := memdev.New(256 << 20)
 	require.NoError(b, ext4io.Format(dev, ext4io.FormatOptions{}))
-	v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, Tuning: tuning})
 	require.NoError(b, err)
 	defer v.Close()
 	f := directFile(b, v, "db", ext4io.FallocWriteZeroes, size)
@@ -556,6 +606,7 @@ func benchWriteAtomicPages(b *testing.B, batch int) {
 	exts, err := f.Extents()
 	require.NoError(b, err)
 	b.ReportMetric(float64(len(exts)), "extents")
+	b.ReportMetric(float64(v.Counters().AtomicJournalled)/float64(b.N), "journalled/op")
 }
 
 // TestWriteAtomicReturnsHome: a page moved by an atomic write goes back
@@ -565,7 +616,7 @@ func TestWriteAtomicReturnsHome(t *testing.T) {
 	t.Parallel()
 	dev := memdev.New(64 << 20)
 	require.NoError(t, ext4io.Format(dev, ext4io.FormatOptions{}))
-	v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, Tuning: ext4io.Tuning{AtomicJournalMax: -1}} /* the remap path */)
 	require.NoError(t, err)
 	defer v.Close()
 	f := directFile(t, v, "db", ext4io.FallocWriteZeroes, 1<<20)

@@ -80,6 +80,7 @@ func (f *File) Fallocate(mode FallocMode, off, length int64) error {
 		return &fs.PathError{Op: "fallocate", Path: f.name, Err: fmt.Errorf("zero length: %w", ErrInvalid)}
 	}
 	defer f.n.dataGen.Add(1) // read-ahead windows (readahead.go)
+	defer f.n.dataChanged()
 	punch := mode == FallocPunchHole || mode == FallocZeroRange
 	shift := mode == FallocCollapseRange || mode == FallocInsertRange
 	retried, steps := false, punch

@@ -53,7 +53,7 @@ func TestFastCommitAtomicCounters(t *testing.T) {
 			require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{FastCommit: tc.fc, NoDiscard: true, JournalBlocks: 16384}))
 			dev := &countDev{Device: base}
 			v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1, CommitInterval: -1,
-				Tuning: ext4io.Tuning{FastCommitOneFlush: tc.oneFlush}})
+				Tuning: ext4io.Tuning{FastCommitOneFlush: tc.oneFlush, AtomicJournalMax: -1}}) // the remap path
 			require.NoError(t, err)
 			f, err := v.OpenFile("db", os.O_RDWR|os.O_CREATE|ext4io.O_DIRECT, 0o644)
 			require.NoError(t, err)

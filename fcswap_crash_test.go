@@ -86,7 +86,7 @@ func TestFastCommitAtomicCrash(t *testing.T) {
 	)
 	const writers = 3
 	perWriter := sized(8, 16, 80)
-	var fastCommits uint64
+	var fastCommits, journalled uint64
 	workload := func(dev blockdev.Device) error {
 		rec := dev.(*errordev.Recorder)
 		v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
@@ -191,6 +191,7 @@ func TestFastCommitAtomicCrash(t *testing.T) {
 			errsAll = append(errsAll, <-errc)
 		}
 		fastCommits = v.Counters().FastCommits
+		journalled += v.Counters().AtomicJournalled // the workload runs once at a time
 		for _, f := range files {
 			errsAll = append(errsAll, f.Close())
 		}
@@ -286,8 +287,9 @@ func TestFastCommitAtomicCrash(t *testing.T) {
 			fcSwapOracles(t, img, names, contents, freeBlocks(t, ext4iotest.ImageOf(t, dev)))
 		}
 	}, opts)
-	t.Logf("%d atomic writes, %d syncs returned, %d fast commits; %d crash images checked, %d with fast commits pending, %d also by the oracles",
-		len(byID), len(acks), fastCommits, checked, pending, oracles)
+	t.Logf("%d atomic writes, %d syncs returned, %d fast commits; %d crash images checked, %d with fast commits pending, %d also by the oracles; %d writes journalled over all runs",
+		len(byID), len(acks), fastCommits, checked, pending, oracles, journalled)
+	require.NotZero(t, journalled, "no write took the journalled path")
 	require.Greater(t, checked, 10)
 	require.NotZero(t, fastCommits, "the workload's fsyncs were fast commits")
 	require.NotZero(t, pending, "some crash images have fast commits to replay")

@@ -33,6 +33,7 @@ func TestFastCommitAtomicBusy(t *testing.T) {
 	t.Parallel()
 	_, v := fcSwapMem(t, 64<<20)
 	defer v.Close()
+	v.opts.Tuning.AtomicJournalMax = -1 // the remap path
 	f, err := v.OpenFile("db", os.O_RDWR|os.O_CREATE, 0o644)
 	require.NoError(t, err)
 	defer f.Close()

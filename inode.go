@@ -85,7 +85,16 @@ type inode struct {
 	// leaves dataGen alone.
 	dataGen     atomic.Uint64
 	noReadahead atomic.Bool
-	readAhead   atomic.Bool
+	// atomicUnsynced is set by an atomic write and cleared by Sync and
+	// Datasync: WriteAtomic journals only when it is clear
+	// (atomicjournal.go).
+	atomicUnsynced atomic.Bool
+	// jclean is jcleanBusy from a journalled atomic write's commit to its
+	// end, then jcleanDone if no data change came meanwhile; every data
+	// change (dataChanged) sets it to 0. Datasync has nothing to do while
+	// it is jcleanDone (atomicjournal.go).
+	jclean    atomic.Uint32
+	readAhead atomic.Bool
 
 	// zeroing lists the block ranges whose unwritten blocks a direct write
 	// is zeroing before converting them (Options.Tuning.ZeroOutChunk); a writer

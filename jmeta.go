@@ -74,6 +74,14 @@ type jmeta struct {
 	// the journal keeps the last consistent state (errors=remount-ro).
 	failed error // guarded by mu
 
+	// live holds, per inode, the record of its last journalled data
+	// write whose log copies may still be replayed, and liveBlk the
+	// owner of each of their blocks (atomicjournal.go); guarded by mu.
+	// nlive mirrors len(liveBlk).
+	live    map[uint32]*liveData
+	liveBlk map[uint64]uint32
+	nlive   atomic.Int64
+
 	commitAt int // pending blocks that trigger a commit at the end of an operation
 	// maxChunk bounds the metadata blocks of one atomic swap (atomic.go):
 	// an eighth of the journal, so that the swap, started in a set of
@@ -332,14 +340,34 @@ func (m *jmeta) commit(wait bool) error { return m.commitFinal(wait, false) }
 // commitFinal is commit; with final it is the volume's last commit, after
 // which no operation changes metadata (see stopped).
 func (m *jmeta) commitFinal(wait, final bool) error {
+	_, err := m.commitWith(wait, final, nil)
+	return err
+}
+
+// commitData is commit(true) that also journals file data (atomicjournal.go):
+// once it holds txnGate exclusively, and queued conversions are applied,
+// it calls stage, which returns the data blocks to log with the pending
+// set, by block number (nil for none; the journal owns the slices). They
+// are logged as ordinary journalled blocks at their home block numbers,
+// so that recovery writes them home, but are not metadata: they never
+// enter the metadata cache, and a pending revoke of one is dropped (this
+// copy is newer than whatever the block held when it was freed). It
+// returns the tid of the transaction holding them, durable when it
+// returns nil.
+func (m *jmeta) commitData(stage func() (map[uint64][]byte, error)) (uint32, error) {
+	return m.commitWith(true, false, stage)
+}
+
+// commitWith is commitFinal with commitData's stage, which may be nil.
+func (m *jmeta) commitWith(wait, final bool, stage func() (map[uint64][]byte, error)) (uint32, error) {
 	v := m.v
 	v.txnGate.Lock()
 	if m.stopped {
 		v.txnGate.Unlock()
 		if wait {
-			return fmt.Errorf("ext4io: commit: %w", ErrClosed)
+			return 0, fmt.Errorf("ext4io: commit: %w", ErrClosed)
 		}
-		return nil
+		return 0, nil
 	}
 	if final {
 		// Whatever happens below, nothing commits after this (an
@@ -359,7 +387,22 @@ func (m *jmeta) commitFinal(wait, final bool) error {
 			m.mu.Unlock()
 		}
 	}
+	var data map[uint64][]byte
+	if stage != nil && !m.isFailed.Load() {
+		var err error
+		if data, err = stage(); err != nil {
+			v.txnGate.Unlock()
+			return 0, err
+		}
+	}
 	m.mu.Lock()
+	for b, d := range data {
+		m.pending[b] = d
+		delete(m.revokes, b)
+		if m.cache != nil {
+			m.cache.drop(b)
+		}
+	}
 	if err := v.mmpFailed(); err != nil {
 		m.setFailedLocked(err) // another node has the filesystem (mmp.go)
 	}
@@ -367,7 +410,7 @@ func (m *jmeta) commitFinal(wait, final bool) error {
 		err := m.failed
 		m.mu.Unlock()
 		v.txnGate.Unlock()
-		return fmt.Errorf("ext4io: volume stopped committing after an error: %w: %w", ErrReadOnly, err)
+		return 0, fmt.Errorf("ext4io: volume stopped committing after an error: %w: %w", ErrReadOnly, err)
 	}
 	pending, revokes, busy := m.pending, m.revokes, m.busy
 	if len(revokes) > 0 {
@@ -420,6 +463,9 @@ func (m *jmeta) commitFinal(wait, final bool) error {
 	}
 	m.mu.Lock()
 	m.committing = nil
+	for b := range data {
+		delete(pending, b) // data, not metadata: not for the cache
+	}
 	if err != nil {
 		m.failLocked(err, pending, revokes)
 	} else {
@@ -428,7 +474,7 @@ func (m *jmeta) commitFinal(wait, final bool) error {
 	m.mu.Unlock()
 	v.txnGate.Unlock()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if wait {
 		flushed, err := m.j.SyncFlushed(context.Background())
@@ -448,7 +494,7 @@ func (m *jmeta) commitFinal(wait, final bool) error {
 			m.mu.Lock()
 			m.setFailedLocked(err)
 			m.mu.Unlock()
-			return err
+			return 0, err
 		}
 		m.mu.Lock()
 		last := m.releasing
@@ -466,15 +512,15 @@ func (m *jmeta) commitFinal(wait, final bool) error {
 			// caller's changes and has not committed yet, the Sync above
 			// committed them, and that commit's preflush covers the data.
 			if err := v.flushDev(); err != nil {
-				return err
+				return 0, err
 			}
 		}
-		return convErr
+		return tid, convErr
 	}
 	// A commit at the end of an operation does not fail that operation
 	// for conversions it could not apply: they stay queued for the next
 	// commit, and Sync reports them.
-	return nil
+	return tid, nil
 }
 
 // failLocked stops committing after err and keeps the blocks of a commit
@@ -732,6 +778,7 @@ func (v *Volume) SyncContext(ctx context.Context) error {
 		return err
 	}
 	if v.jm != nil {
+		v.jm.revokeAllLive() // journalled data copies (atomicjournal.go)
 		return v.jm.commit(true)
 	}
 	return v.flushDev()
@@ -748,6 +795,7 @@ func (v *Volume) freeMapped(start, n uint64) error {
 	if v.jm == nil {
 		return v.freeDiscarding(start, n)
 	}
+	v.jm.liveFreed(start, n) // journalled data copies of the blocks are revoked
 	release, err := v.alloc.FreeDeferred(start, n)
 	if err != nil {
 		return err

@@ -74,6 +74,7 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 // done, it makes the inode's read-ahead windows stale (readahead.go).
 func (f *File) writeSync(p []byte, off int64) (int, error) {
 	n, err := f.pwrite(p, off)
+	f.n.dataChanged()
 	if f.n.readAhead.Load() {
 		f.n.dataGen.Add(1)
 	}

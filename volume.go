@@ -156,6 +156,15 @@ type Tuning struct {
 	// new mapping durable without its data, exposing the blocks' old
 	// contents.
 	FastCommitOneFlush bool
+	// AtomicJournalMax is the largest File.WriteAtomic or
+	// WriteAtomicBatch, in bytes, that is written through the journal and
+	// then in place, keeping the file's blocks (atomicjournal.go), rather
+	// than to new blocks swapped in: such a write over blocks already
+	// written inside the on-disk size, on a file synced since its last
+	// atomic write, is durable when it returns. 0 means 64 KiB; negative,
+	// never. Writes larger than a sixteenth of the journal are never
+	// journalled.
+	AtomicJournalMax int64
 	// ZeroOutChunk, when set, makes direct writes into preallocated
 	// (unwritten) blocks inside the on-disk size convert whole chunks:
 	// the first write into a ZeroOutChunk-aligned chunk writes zeroes to
@@ -318,6 +327,7 @@ type Volume struct {
 		// convQueued counts queued conversions, which conversions does
 		// not: Counters.Conversions is their sum (one atomic per write).
 		convQueued, convBatches atomic.Uint64
+		atomicJournalled        atomic.Uint64
 	}
 
 	// queueConv: shared-lock direct writes into unwritten blocks queue
@@ -971,6 +981,9 @@ type Counters struct {
 	// within Options.InodeCache (unused and clean; read again on the next
 	// use).
 	InodeEvictions uint64
+	// AtomicJournalled counts atomic writes written through the journal
+	// and in place (Tuning.AtomicJournalMax) rather than remapped.
+	AtomicJournalled uint64
 }
 
 // Counters returns a snapshot of the volume's counters.
@@ -984,7 +997,7 @@ func (v *Volume) Counters() Counters {
 		ReservedBlocks: v.reserved(), SplitsDeferred: s.splitsDeferred.Load(),
 		ConversionsQueued: s.convQueued.Load(), ConversionBatches: s.convBatches.Load(),
 		JournalTransactions: v.journalTransactions(), JournalLogBlocks: v.journalLogBlocks(),
-		InodeEvictions: s.inodeEvictions.Load()}
+		InodeEvictions: s.inodeEvictions.Load(), AtomicJournalled: s.atomicJournalled.Load()}
 	if m := v.jm; m != nil {
 		st := m.j.Stats()
 		c.JournalCheckpoints, c.JournalSpaceWaits = st.Checkpoints, st.SpaceWaits

@@ -717,6 +717,7 @@ func (v *Volume) treeCutsBudgetLocked(n *inode, first, last uint64, budget int) 
 // mapped.
 func (v *Volume) removeStepLocked(n *inode, c uint32, last uint64) error {
 	defer n.dataGen.Add(1)
+	defer n.dataChanged()
 	if last >= maxFileBlocks {
 		n.conv.dropFrom(c) // queued conversions of the removed blocks go with them
 	}
@@ -759,6 +760,7 @@ func (f *File) truncateStep(fn func() error) error {
 
 func (f *File) truncateLocked(size uint64) error {
 	defer f.n.dataGen.Add(1)
+	defer f.n.dataChanged()
 	bs := uint64(f.v.bs)
 	if size < f.in.Size {
 		// Queued conversions of blocks the truncate removes go with them,
@@ -825,10 +827,23 @@ func (f *File) sync(times bool) error {
 		return err
 	}
 	if f.v.alloc != nil {
+		f.n.atomicUnsynced.Store(false)
 		if err := f.syncCache(); err != nil {
 			return err
 		}
 		if err := f.v.syncInodeData(f.n, times); err != nil {
+			return err
+		}
+		if !times && f.n.jclean.Load() == jcleanDone && !f.n.noReadahead.Load() && f.v.failed() == nil &&
+			f.v.jm.pendingLen() == 0 && !f.v.conversionsQueued() && f.v.jm.j.Idle() {
+			// Nothing changed the file's data or size since a journalled
+			// atomic write, whose commit was durable before it wrote in
+			// place (atomicjournal.go), and every metadata change made
+			// since (an xattr, another file's) has committed: all is
+			// durable already.
+			return nil
+		}
+		if err := f.liveCheck(); err != nil {
 			return err
 		}
 		if f.v.fc != nil {

@@ -96,15 +96,19 @@ type Journal struct {
 		running    *transaction   // accepting handles; nil if none yet
 		committing *transaction   // being written to the log
 		checkpoint []*transaction // committed, not yet home; oldest first
-		commitSeq  uint32         // newest committed tid
-		commitReq  uint32         // newest tid a caller asked to commit
-		head       uint32         // next log block to write
-		tail       uint32         // log block of the oldest live transaction
-		tailSeq    uint32         // its tid
-		used       uint32         // log blocks from the on-disk tail to head
-		err        error          // set when the journal aborts
-		closed     bool
-		started    bool // commit and checkpoint goroutines running
+		// cpUpTo is the newest transaction a checkpoint in progress
+		// writes home, valid while cpActive (MarkHome).
+		cpUpTo    uint32
+		cpActive  bool
+		commitSeq uint32 // newest committed tid
+		commitReq uint32 // newest tid a caller asked to commit
+		head      uint32 // next log block to write
+		tail      uint32 // log block of the oldest live transaction
+		tailSeq   uint32 // its tid
+		used      uint32 // log blocks from the on-disk tail to head
+		err       error  // set when the journal aborts
+		closed    bool
+		started   bool // commit and checkpoint goroutines running
 		// Group commit (Sync): syncers counts the Syncs in progress;
 		// overlapAt is when one last began while another was in
 		// progress; peak is the most Syncs in progress at once since
@@ -442,6 +446,9 @@ func (j *Journal) lookupLocked(blk uint64, buf []byte) bool {
 	if evs := j.mu.forgotten[blk]; len(evs) > 0 && tidGT(evs[len(evs)-1].from, t.tid) {
 		return false
 	}
+	if _, ok := t.home[blk]; ok {
+		return false // written home by the caller (MarkHome)
+	}
 	d, ok := t.buffers[blk]
 	if ok {
 		copy(buf, d)
@@ -726,6 +733,56 @@ func (j *Journal) Forget(blk uint64) {
 		from = t.tid + 1
 	}
 	j.mu.forgotten[blk] = append(j.mu.forgotten[blk], forgetEvent{from: from})
+}
+
+// MarkHome records that the caller has written the copies of blks that
+// committed transaction tid holds to their home locations itself, as a
+// file system that journals a file's data and then writes it in place
+// does: checkpoints no longer write those copies home (the caller may
+// overwrite the blocks in place from now on, without the journal) and
+// Lookup no longer returns them. A block whose newest copy is not tid's
+// is left alone. It returns once no checkpoint that began before the
+// call and writes tid's blocks home is still running, so that none
+// writes such a copy home after it.
+// Recovery still replays the copies until a later transaction revokes
+// the blocks or a checkpoint moves the log's tail past tid (InLog).
+func (j *Journal) MarkHome(tid uint32, blks []uint64) {
+	j.mu.Lock()
+	for _, b := range blks {
+		t := j.mu.newest[b]
+		if t == nil || t.tid != tid {
+			continue
+		}
+		if _, ok := t.buffers[b]; !ok {
+			continue
+		}
+		if t.home == nil {
+			t.home = make(map[uint64]struct{})
+		}
+		t.home[b] = struct{}{}
+	}
+	wait := j.mu.cpActive && tidGEQ(j.mu.cpUpTo, tid)
+	j.mu.Unlock()
+	if wait {
+		j.WaitCheckpoint()
+	}
+}
+
+// Idle reports whether every transaction with changes has committed:
+// the running one, if any, is empty and none is committing.
+func (j *Journal) Idle() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return (j.mu.running == nil || j.mu.running.empty()) && j.mu.committing == nil
+}
+
+// InLog reports whether transaction tid may still be in the log, so that
+// a recovery would replay it: it is not older than the log's tail as the
+// journal superblock last recorded it.
+func (j *Journal) InLog(tid uint32) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return tidGEQ(tid, j.mu.tailSeq)
 }
 
 // WaitCheckpoint waits for a checkpoint in progress to finish. A caller

@@ -2,6 +2,7 @@ package journal
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"time"
@@ -20,10 +21,14 @@ type transaction struct {
 	declared map[uint64]struct{} // blocks a handle got write access to
 	buffers  map[uint64][]byte   // newest contents of dirtied blocks
 	revokes  map[uint64]struct{} // revoked blocks
-	born     time.Time           // when the first handle joined
-	syncers  int                 // Syncs that asked for its commit
-	start    uint32              // first log block, once committing
-	nblocks  uint32              // log blocks, once committing
+	// home holds blocks whose copy in this transaction the caller has
+	// written to the home location itself (MarkHome): a checkpoint
+	// skips them and Lookup does not return them.
+	home    map[uint64]struct{}
+	born    time.Time // when the first handle joined
+	syncers int       // Syncs that asked for its commit
+	start   uint32    // first log block, once committing
+	nblocks uint32    // log blocks, once committing
 }
 
 func (t *transaction) empty() bool { return len(t.buffers) == 0 && len(t.revokes) == 0 }
@@ -738,6 +743,25 @@ func (j *Journal) Checkpoint() error {
 	for b, evs := range j.mu.forgotten {
 		forgotten[b] = slices.Clone(evs)
 	}
+	var home map[*transaction]map[uint64]struct{}
+	for _, t := range list {
+		if len(t.home) > 0 {
+			if home == nil {
+				home = map[*transaction]map[uint64]struct{}{}
+			}
+			home[t] = maps.Clone(t.home)
+		}
+	}
+	if len(list) > 0 {
+		// MarkHome waits for this checkpoint when it takes a transaction
+		// of the list: its home marks may have come after the copy above.
+		j.mu.cpActive, j.mu.cpUpTo = true, list[len(list)-1].tid
+		defer func() {
+			j.mu.Lock()
+			j.mu.cpActive = false
+			j.mu.Unlock()
+		}()
+	}
 	j.mu.Unlock()
 	if len(list) == 0 {
 		return nil
@@ -772,6 +796,11 @@ func (j *Journal) Checkpoint() error {
 		t := owner[b]
 		if t == nil || forgottenSince(forgotten[b], t.tid) {
 			continue // revoked, or freed since and the free committed: its home may hold new data
+		}
+		if _, ok := home[t]; ok {
+			if _, ok := home[t][b]; ok {
+				continue // written home by the caller, maybe overwritten since (MarkHome)
+			}
 		}
 		if len(run) > 0 && (b != runStart+uint64(len(run)/j.bs) || len(run)+j.bs > maxLogRun) {
 			if err := writeRun(); err != nil {

@@ -63,6 +63,7 @@ func parseBenchFlags(args []string) (*benchFlags, error) {
 	fs.BoolVar(&c.DeferSplits, "defer-splits", false, "engine: split unwritten extents at I/O completion (Options.Tuning.DeferSplits)")
 	fs.BoolVar(&c.FastCommit, "fast-commit", false, "format the engine's filesystem with fast_commit (fsyncs write fast commits); with --kernel, Linux runs at its defaults and, for fsync-small, also with fast_commit")
 	fs.BoolVar(&c.EagerConversions, "eager-conversions", false, "engine: split and convert unwritten extents in each write instead of queueing conversions (Options.Tuning.EagerConversions)")
+	fs.Int64Var(&c.AtomicJournalMax, "atomic-journal-max", 0, "engine: journal atomic writes of at most N bytes and write them in place (Options.Tuning.AtomicJournalMax; 0: default, -1: always remap)")
 	zeroChunk := fs.String("zeroout-chunk", "", "engine: zero and convert preallocated space in chunks of N bytes (Options.Tuning.ZeroOutChunk)")
 	fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile of the run (go tool pprof) to FILE")
 	fs.StringVar(&f.mutexprof, "mutexprofile", "", "write a mutex contention profile of the run (go tool pprof) to FILE")

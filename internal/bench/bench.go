@@ -77,6 +77,9 @@ type Config struct {
 	DeferSplits      bool
 	EagerConversions bool
 	ZeroOutChunk     int64
+	// AtomicJournalMax sets the engine's Options.Tuning.AtomicJournalMax
+	// (0: the default; negative: atomic writes always remap).
+	AtomicJournalMax int64
 	// FastCommit formats the engine's filesystem with the fast_commit
 	// feature: fsyncs write fast commits. With Kernel, Linux runs the
 	// jobs at its defaults (no fast_commit) and, for the workloads whose

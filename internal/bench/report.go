@@ -234,6 +234,9 @@ func notesFor(c *config) []string {
 	if c.DeferSplits {
 		split = "--defer-splits: direct writes into unwritten extents split and convert at I/O completion (Options.Tuning.DeferSplits)"
 	}
+	if c.AtomicJournalMax != 0 {
+		split += fmt.Sprintf("; --atomic-journal-max %d (Options.Tuning.AtomicJournalMax)", c.AtomicJournalMax)
+	}
 	if c.ZeroOutChunk > 0 {
 		split += fmt.Sprintf("; --zeroout-chunk %d: the first direct write into each %d-byte chunk of preallocated space zeroes and converts the chunk, later ones are overwrites (Options.Tuning.ZeroOutChunk)", c.ZeroOutChunk, c.ZeroOutChunk)
 	}

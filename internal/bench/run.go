@@ -351,7 +351,7 @@ func (r *benchRun) prepareEngine(w workload) (engineSide, error) {
 		if err := ext4io.Format(r.formatDev(w), ext4io.FormatOptions{BlockSize: r.cfg.BlockSize, NoDiscard: true, FastCommit: r.cfg.FastCommit}); err != nil {
 			return engineSide{}, fmt.Errorf("format: %w", err)
 		}
-		v, err := ext4io.Open(r.fsDev, ext4io.Options{Writable: true, Tuning: ext4io.Tuning{DeferSplits: r.cfg.DeferSplits, ZeroOutChunk: r.cfg.ZeroOutChunk, EagerConversions: r.cfg.EagerConversions}})
+		v, err := ext4io.Open(r.fsDev, ext4io.Options{Writable: true, Tuning: ext4io.Tuning{DeferSplits: r.cfg.DeferSplits, ZeroOutChunk: r.cfg.ZeroOutChunk, EagerConversions: r.cfg.EagerConversions, AtomicJournalMax: r.cfg.AtomicJournalMax}})
 		if err != nil {
 			return engineSide{}, err
 		}

@@ -138,14 +138,16 @@ type Summary struct {
 	// AtomicWrites counts WriteAtomic and WriteAtomicBatch calls (atomic.go),
 	// AtomicBatches the batches of several ranges that succeeded,
 	// AtomicRefused the calls refused with ErrUnsupported, and
-	// AtomicChecks the units checked untorn in crash images.
-	AtomicWrites, AtomicBatches, AtomicRefused, AtomicChecks int
+	// AtomicChecks the units checked untorn in crash images;
+	// AtomicJournalled counts the calls written through the journal and
+	// in place (ext4io.Counters.AtomicJournalled).
+	AtomicWrites, AtomicBatches, AtomicRefused, AtomicChecks, AtomicJournalled int
 }
 
 func (s Summary) String() string {
-	return fmt.Sprintf("rounds=%d ops=%d xattr-ops=%d device-ops=%d crashes=%d (at a flush %d) recovered(ext4io)=%d recovered(e2fsck)=%d e2fsck-runs=%d fault-rounds=%d io-errors=%d enospc-rounds=%d file-rounds=%d refused-opens=%d ro-opens=%d stale-head(e2fsck failed; ext4io checked)=%d (Linux checked %d) atomic-writes=%d (batches %d, refused %d) atomic-checks=%d failures=%d",
+	return fmt.Sprintf("rounds=%d ops=%d xattr-ops=%d device-ops=%d crashes=%d (at a flush %d) recovered(ext4io)=%d recovered(e2fsck)=%d e2fsck-runs=%d fault-rounds=%d io-errors=%d enospc-rounds=%d file-rounds=%d refused-opens=%d ro-opens=%d stale-head(e2fsck failed; ext4io checked)=%d (Linux checked %d) atomic-writes=%d (batches %d, refused %d, journalled %d) atomic-checks=%d failures=%d",
 		s.Rounds, s.Operations, s.XattrOps, s.DeviceOps, s.Crashes, s.CrashPointsAtFlush, s.RecoveredByExt4io, s.RecoveredByE2fsck, s.E2fsckRuns,
-		s.FaultRounds, s.IOErrorsInjected, s.ENOSPCRounds, s.FileRounds, s.RefusedOpens, s.ReadOnlyOpens, s.StaleHead, s.StaleHeadLinux, s.AtomicWrites, s.AtomicBatches, s.AtomicRefused, s.AtomicChecks, s.Failures)
+		s.FaultRounds, s.IOErrorsInjected, s.ENOSPCRounds, s.FileRounds, s.RefusedOpens, s.ReadOnlyOpens, s.StaleHead, s.StaleHeadLinux, s.AtomicWrites, s.AtomicBatches, s.AtomicRefused, s.AtomicJournalled, s.AtomicChecks, s.Failures)
 }
 
 // runner is the state of one Run; used by one goroutine.
@@ -370,6 +372,7 @@ func (r *runner) doRound(seed uint64) ([]*worker, *memdev.Device, error) {
 		r.sum.AtomicBatches += w.abatches
 		r.sum.AtomicRefused += w.arefused
 	}
+	r.sum.AtomicJournalled += int(v.Counters().AtomicJournalled)
 	r.sum.IOErrorsInjected += int(counter.Failed(errordev.Write) + counter.Failed(errordev.Flush) + counter.Failed(errordev.ZeroOut))
 	if err != nil {
 		img, _, _ := rec.CrashAt(rec.Len()-1, errordev.CrashAtOptions{KeepProb: 1})
