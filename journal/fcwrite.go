@@ -318,11 +318,9 @@ func (j *Journal) fcSuperseded(tid uint32) error {
 	if !j.fcUsed.Load() {
 		return nil
 	}
-	if err := j.writeLog(j.fcFirst, make([]byte, j.bs)); err != nil {
+	// Durable before the next fast commit writes to the area (FUA).
+	if err := j.writeLogSync(j.fcFirst, make([]byte, j.bs)); err != nil {
 		return err
-	}
-	if err := j.dev.Flush(); err != nil {
-		return fmt.Errorf("journal: flush after clearing the fast-commit area: %w", ioErr(err))
 	}
 	j.fcUsed.Store(false)
 	return nil
