@@ -136,3 +136,52 @@ type failSyncDev struct{ blockdev.Device }
 func (d *failSyncDev) WriteAtSync(p []byte, off int64) (int, error) {
 	return 0, fmt.Errorf("test: pwritev2: %w", syscall.EIO)
 }
+
+// TestWriteFastCommitSync: after its preflush, a fast commit's blocks are
+// one WriteAtSync when contiguous on the device, preceded by a durable
+// superblock write when s_start was 0; blocks in two places are written
+// and flushed; without the preflush they are a write and a flush.
+func TestWriteFastCommitSync(t *testing.T) {
+	for _, gap := range []bool{false, true} {
+		t.Run(fmt.Sprintf("gap=%v", gap), func(t *testing.T) {
+			const blocks = 1024 + 256 + 16
+			mem := newMemDev((blocks + 4) * tBS)
+			seq := &seqDev{Device: mem}
+			var split uint32 // journal blocks from split on map one block further
+			cfg := Config{Dev: &syncSeqDev{seqDev: seq}, BlockSize: tBS, Blocks: blocks, CommitInterval: -1,
+				Map: func(j uint32) (uint64, error) {
+					if split != 0 && j >= split {
+						return uint64(j) + tJOff + 1, nil
+					}
+					return uint64(j) + tJOff, nil
+				}}
+			j, err := Create(cfg, CreateOptions{CsumV3: true, Is64Bit: true})
+			require.NoError(t, err)
+			require.NoError(t, j.EnableFastCommit())
+			if gap {
+				split = j.fcFirst + 1
+			}
+			seq.take()
+			tid, err := j.FastCommitTid()
+			require.NoError(t, err)
+			fc := bytes.Repeat([]byte{0xFC}, 2*tBS)
+			require.NoError(t, j.WriteFastCommit(tid, 0, fc, true))
+			want := "FSJS"
+			if gap {
+				want = "FSJWWF"
+			}
+			assert.Equal(t, want, opString(seq.take()), "fast commit with preflush")
+			for i := range 2 {
+				off, err := j.devOffset(j.fcFirst + uint32(i))
+				require.NoError(t, err)
+				got := make([]byte, tBS)
+				_, err = mem.ReadAt(got, off)
+				require.NoError(t, err)
+				assert.Equal(t, fc[:tBS], got, "area block %d", i)
+			}
+			require.NoError(t, j.WriteFastCommit(tid, 2, fc[:tBS], false))
+			assert.Equal(t, "WF", opString(seq.take()), "fast commit without preflush")
+			require.NoError(t, j.Close())
+		})
+	}
+}
