@@ -70,7 +70,8 @@ func (d *syncOpLogDev) WriteAtSync(p []byte, off int64) (int, error) {
 // TestFsyncWriteAtSync: on a blockdev.SyncWriter an fsynced new file's
 // fast commit is its data write, the preflush and the tags as one durable
 // write (WFS, not WFWF), and a full commit's commit block is a durable
-// write after the preflush (…FS); on a device without WriteAtSync, or one
+// write after the preflush (…FS), as is Close's clean superblock after
+// its flush; on a device without WriteAtSync, or one
 // refusing it, they are writes and flushes as before. e2fsck accepts the
 // results.
 func TestFsyncWriteAtSync(t *testing.T) {
@@ -115,7 +116,11 @@ func TestFsyncWriteAtSync(t *testing.T) {
 							"full commit of file %d: %s, want it to end with one flush and %s", i, ops, tc.fullTail)
 					}
 				}
+				logDev.take()
 				require.NoError(t, v.Close())
+				// The last commit, flushes, and the clean superblock.
+				ops := logDev.take()
+				assert.True(t, strings.HasSuffix(ops, tc.fullTail), "Close: %s, want it to end with %s", ops, tc.fullTail)
 				ext4iotest.FsckDev(t, base)
 			}
 		})
