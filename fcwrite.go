@@ -289,7 +289,10 @@ type fcRun struct {
 // written (ext4's PREFLUSH), the second the tags (the FUA), with ext4's
 // ordering: no tag reaches the device before the data it maps is
 // durable, and an fsync returns only after a flush issued after its tags
-// were written. A run without ADD_RANGE or DEL_RANGE that changes no
+// were written. After a first flush the tags and the second flush are one
+// durable write (journal.WriteFastCommitSync, a FUA write on a
+// blockdev.SyncWriter): nothing else needs the second flush then, and the
+// run ends with the write. A run without ADD_RANGE or DEL_RANGE that changes no
 // file's i_size (overwrites, unlinks) exposes no data not durable yet and
 // needs no flush before its tags: they are written at once. The others
 // are flushed first: an i_size raised within mapped blocks (an append
@@ -526,7 +529,18 @@ func (v *Volume) fcLead(mine *fcRun) {
 		if headLast {
 			buf = buf[:v.bs]
 		}
-		err := j.WriteFastCommitBlocks(b.tid, b.off, buf)
+		var err error
+		t0 := time.Now()
+		if preflush {
+			// The flush above came after the run's data, the blocks
+			// written before the HEAD and every earlier run (g.unflushed
+			// was taken, and only this leader adds to it): the tags need
+			// only to be durable themselves, a FUA write
+			// (blockdev.WriteAtSync) instead of a write and a flush.
+			err = j.WriteFastCommitSync(b.tid, b.off, buf)
+		} else {
+			err = j.WriteFastCommitBlocks(b.tid, b.off, buf)
+		}
 		b.release()
 		switch {
 		case errors.Is(err, journal.ErrSuperseded):
@@ -536,6 +550,12 @@ func (v *Volume) fcLead(mine *fcRun) {
 			v.fcFinish(nil, r)
 		case err != nil:
 			v.fcFinish(v.fcFailed(err), r)
+		case preflush:
+			g.mu.Lock()
+			r.tagged, r.tid = true, b.tid
+			g.mu.Unlock()
+			g.flushed(time.Since(t0), nil, []*fcRun{r})
+			v.fcFinish(nil, r)
 		default:
 			g.mu.Lock()
 			r.tagged, r.tid = true, b.tid

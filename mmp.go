@@ -110,17 +110,15 @@ func (h *mmpHolder) read() (*layout.MMP, []byte, error) {
 	return m, buf, nil
 }
 
-// write stamps h.m with the time, writes it and flushes the device, as
-// the kernel's REQ_SYNC write of the block.
+// write stamps h.m with the time and writes it durably (blockdev.WriteAtSync:
+// the block only, not earlier writes), as the kernel's REQ_SYNC write of
+// the block.
 func (h *mmpHolder) write() error {
 	h.m.Time = uint64(time.Now().Unix())
 	h.m.SetChecksum(h.csum, h.seed)
 	copy(h.buf, h.m.Raw[:])
-	if _, err := h.dev.WriteAt(h.buf, int64(h.blk)*int64(h.bs)); err != nil {
+	if _, err := blockdev.WriteAtSync(h.dev, h.buf, int64(h.blk)*int64(h.bs)); err != nil {
 		return fmt.Errorf("ext4io: writing MMP block %d: %w", h.blk, wrapIO(err))
-	}
-	if err := h.dev.Flush(); err != nil {
-		return fmt.Errorf("ext4io: flushing MMP block %d: %w", h.blk, wrapIO(err))
 	}
 	return nil
 }

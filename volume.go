@@ -874,10 +874,13 @@ func (v *Volume) unmount() error {
 	v.unmounted = true
 	v.sb.State |= layout.StateValid
 	v.sb.Wtime = wallclock.Seconds()
-	if err := v.writeSuperDirectLocked(); err != nil {
-		return err
+	// The flush above put data and metadata on disk before "clean", and
+	// nothing dirties metadata since (the journal is stopped, sbMu held):
+	// the superblock needs only to be durable itself, one FUA-style write.
+	if _, err := blockdev.WriteAtSync(v.dev, v.encodeSuperLocked(), layout.SuperblockOffset); err != nil {
+		return fmt.Errorf("ext4io: writing superblock: %w", wrapIO(err))
 	}
-	return v.flushDev()
+	return nil
 }
 
 // checkOpen returns an error matching ErrClosed after Close, ErrInvalid

@@ -33,6 +33,7 @@ type fileCore struct {
 
 	closed   atomic.Bool
 	zeroMode atomic.Int32 // one of the zero* constants; files only
+	noDsync  atomic.Bool  // the kernel refused RWF_DSYNC: WriteAtSync writes and flushes
 }
 
 func (c *fileCore) Size() int64           { return c.size }
@@ -73,6 +74,39 @@ func (c *fileCore) flush() error {
 		return c.ioErr("fdatasync", 0, err)
 	}
 	return nil
+}
+
+// writeSync writes p at off with one durable write (pwritev2 with
+// RWF_DSYNC) where the kernel has it, else with write and a flush. The
+// first refusal (EOPNOTSUPP, ENOSYS, or EINVAL where the plain write then
+// succeeds) is remembered.
+func (c *fileCore) writeSync(p []byte, off int64, write func([]byte, int64) (int, error)) (int, error) {
+	if err := c.checkWrite("write", off, int64(len(p))); err != nil {
+		return 0, err
+	}
+	if !c.noDsync.Load() {
+		n, err := c.pwriteDsync(p, off)
+		if !errors.Is(err, errNoDsync) {
+			if err != nil {
+				return n, c.ioErr("pwritev2(RWF_DSYNC)", off+int64(n), err)
+			}
+			return n, nil
+		}
+		if _, isInval := err.(invalDsync); !isInval {
+			c.noDsync.Store(true)
+		}
+		n, err = write(p, off)
+		if err != nil {
+			return n, err
+		}
+		c.noDsync.Store(true)
+		return n, c.flush()
+	}
+	n, err := write(p, off)
+	if err != nil {
+		return n, err
+	}
+	return n, c.flush()
 }
 
 func (c *fileCore) close() error {

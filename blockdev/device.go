@@ -21,7 +21,9 @@
 // Invariants every backend keeps:
 //   - Durability: a WriteAt that returned is visible to every later ReadAt,
 //     but survives a crash only once a later Flush has returned nil. ZeroOut
-//     and Discard follow the same rule.
+//     and Discard follow the same rule. A WriteAtSync (SyncWriter: File and
+//     Direct) is durable when it returns, like a FUA write, without making
+//     earlier writes durable.
 //   - Devices do not grow: Size is fixed at open; an operation reaching past
 //     it fails with ErrInvalid and changes nothing. Reads past it return
 //     io.EOF after the bytes that exist.

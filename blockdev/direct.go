@@ -221,6 +221,26 @@ func (d *Direct) patchWrite(buf []byte, aoff int64, skip int, data []byte) error
 // Flush calls fdatasync.
 func (d *Direct) Flush() error { return d.flush() }
 
+var _ SyncWriter = (*Direct)(nil)
+
+// WriteAtSync implements SyncWriter: an aligned write is one
+// pwritev2(RWF_DSYNC), which the kernel sends as a FUA write where the
+// device and file system allow. An unaligned one (a read-modify-write),
+// and every write on kernels that refuse the flag, is WriteAt and Flush.
+func (d *Direct) WriteAtSync(p []byte, off int64) (int, error) {
+	if len(p) == 0 || !d.aligned(p, off) {
+		if err := d.checkWrite("write", off, int64(len(p))); err != nil {
+			return 0, err
+		}
+		n, err := d.WriteAt(p, off)
+		if err != nil {
+			return n, err
+		}
+		return n, d.flush()
+	}
+	return d.writeSync(p, off, d.WriteAt)
+}
+
 // ZeroOut makes [off, off+n) read as zeroes. Partial logical blocks at
 // the edges are written with zeroes through WriteAt (so they take part in
 // the stripe locking); the aligned middle is zeroed as for File.

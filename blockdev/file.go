@@ -163,6 +163,16 @@ func (d *File) WriteAt(p []byte, off int64) (int, error) {
 // Flush calls fdatasync.
 func (d *File) Flush() error { return d.flush() }
 
+var _ SyncWriter = (*File)(nil)
+
+// WriteAtSync implements SyncWriter with pwritev2(RWF_DSYNC): the kernel
+// writes p back from the page cache and flushes the device's cache. On
+// kernels that refuse the flag, and outside Linux, it is WriteAt and
+// Flush.
+func (d *File) WriteAtSync(p []byte, off int64) (int, error) {
+	return d.writeSync(p, off, d.WriteAt)
+}
+
 // ZeroOut makes [off, off+n) read as zeroes.
 func (d *File) ZeroOut(off, n int64) error {
 	if err := d.checkWrite("zero out", off, n); err != nil || n == 0 {

@@ -14,6 +14,7 @@ import (
 // seqOp is one write or flush that reached a seqDev.
 type seqOp struct {
 	flush bool
+	sync  bool // a WriteAtSync (syncSeqDev)
 	off   int64
 	data  []byte // a copy of a write's bytes
 }

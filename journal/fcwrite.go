@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"github.com/ext4io/ext4io/blockdev"
 )
 
 // fcState is the fast-commit writing state of a Journal.
@@ -173,20 +175,34 @@ func (j *Journal) FastCommitTid() (uint32, error) {
 // WriteFastCommit writes blocks (whole blocks, each the journal's block
 // size) to the fast-commit area from its block first on, for a fast
 // commit of tid (from FastCommitTid, with nothing started since), and
-// flushes the device after them, with preflush also before them (FW2,
-// FW3). It is FlushFastCommit (with preflush), WriteFastCommitBlocks and
-// FlushFastCommit. It returns ErrSuperseded, writing nothing, when the
-// full commit of tid is durable (FW1).
+// makes them durable, with preflush also flushing before them (FW2,
+// FW3). With preflush it is FlushFastCommit and WriteFastCommitSync,
+// without it WriteFastCommitBlocks and FlushFastCommit. It returns
+// ErrSuperseded, writing nothing, when the full commit of tid is durable
+// (FW1).
 func (j *Journal) WriteFastCommit(tid uint32, first int, blocks []byte, preflush bool) error {
 	if preflush {
 		if err := j.FlushFastCommit(tid); err != nil {
 			return err
 		}
+		return j.WriteFastCommitSync(tid, first, blocks)
 	}
 	if err := j.WriteFastCommitBlocks(tid, first, blocks); err != nil {
 		return err
 	}
 	return j.FlushFastCommit(tid)
+}
+
+// WriteFastCommitSync is WriteFastCommitBlocks that returns once the
+// blocks are durable, and the superblock it may rewrite before them: one
+// blockdev.WriteAtSync (a FUA write) when the blocks are contiguous on
+// the device, else writes and a flush of the journal's device. Like a FUA
+// write it makes nothing else durable: the caller calls FlushFastCommit
+// first, after the data the blocks map and the area's earlier fast
+// commits were written (FW3), and writes nothing the fast commit needs in
+// between.
+func (j *Journal) WriteFastCommitSync(tid uint32, first int, blocks []byte) error {
+	return j.writeFastCommit(tid, first, blocks, true)
 }
 
 // WriteFastCommitBlocks writes blocks (whole blocks, each the journal's
@@ -204,6 +220,12 @@ func (j *Journal) WriteFastCommit(tid uint32, first int, blocks []byte, preflush
 // covers it too. It returns ErrSuperseded, writing nothing, when the full
 // commit of tid is durable (FW1).
 func (j *Journal) WriteFastCommitBlocks(tid uint32, first int, blocks []byte) error {
+	return j.writeFastCommit(tid, first, blocks, false)
+}
+
+// writeFastCommit is WriteFastCommitBlocks, and with durable
+// WriteFastCommitSync.
+func (j *Journal) writeFastCommit(tid uint32, first int, blocks []byte, durable bool) error {
 	n := len(blocks) / j.bs
 	if j.fcFirst == 0 || first < 0 || len(blocks)%j.bs != 0 || first+n > j.FastCommitLen() {
 		return fmt.Errorf("journal: fast commit of %d blocks at %d of %d: %w", n, first, j.FastCommitLen(), ErrInvalid)
@@ -231,12 +253,18 @@ func (j *Journal) WriteFastCommitBlocks(tid uint32, first int, blocks []byte) er
 		j.mu.Unlock()
 		nsb := j.sb
 		nsb.Start, nsb.SeqTail = start, seq
-		if err := j.writeSuperblockLocked(&nsb, false); err != nil {
+		// With durable it is durable before the blocks are written.
+		if err := j.writeSuperblockLocked(&nsb, durable); err != nil {
 			j.sbMu.Unlock()
 			return err
 		}
 	}
 	j.sbMu.Unlock()
+	type run struct {
+		i, k int // blocks [i, i+k) of blocks
+		off  int64
+	}
+	var runs []run
 	for i := 0; i < n; {
 		off, err := j.devOffset(j.fcFirst + uint32(first+i))
 		if err != nil {
@@ -249,12 +277,27 @@ func (j *Journal) WriteFastCommitBlocks(tid uint32, first int, blocks []byte) er
 				break
 			}
 		}
-		if _, err := j.dev.WriteAt(blocks[i*j.bs:(i+k)*j.bs], off); err != nil {
-			return fmt.Errorf("journal: write fast-commit block %d: %w", first+i, ioErr(err))
-		}
+		runs = append(runs, run{i, k, off})
 		i += k
 	}
+	for _, r := range runs {
+		p := blocks[r.i*j.bs : (r.i+r.k)*j.bs]
+		var err error
+		if durable && len(runs) == 1 {
+			_, err = blockdev.WriteAtSync(j.dev, p, r.off)
+		} else {
+			_, err = j.dev.WriteAt(p, r.off)
+		}
+		if err != nil {
+			return fmt.Errorf("journal: write fast-commit block %d: %w", first+r.i, ioErr(err))
+		}
+	}
 	j.fcUsed.Store(true)
+	if durable && len(runs) > 1 {
+		if err := j.dev.Flush(); err != nil {
+			return fmt.Errorf("journal: flush fast commit: %w", ioErr(err))
+		}
+	}
 	return nil
 }
 
@@ -318,11 +361,9 @@ func (j *Journal) fcSuperseded(tid uint32) error {
 	if !j.fcUsed.Load() {
 		return nil
 	}
-	if err := j.writeLog(j.fcFirst, make([]byte, j.bs)); err != nil {
+	// Durable before the next fast commit writes to the area (FUA).
+	if err := j.writeLogSync(j.fcFirst, make([]byte, j.bs)); err != nil {
 		return err
-	}
-	if err := j.dev.Flush(); err != nil {
-		return fmt.Errorf("journal: flush after clearing the fast-commit area: %w", ioErr(err))
 	}
 	j.fcUsed.Store(false)
 	return nil

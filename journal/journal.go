@@ -366,6 +366,19 @@ func (j *Journal) writeLog(jblk uint32, buf []byte) error {
 	return nil
 }
 
+// writeLogSync is writeLog that returns once the block is durable
+// (blockdev.WriteAtSync), making no other write durable.
+func (j *Journal) writeLogSync(jblk uint32, buf []byte) error {
+	off, err := j.devOffset(jblk)
+	if err != nil {
+		return err
+	}
+	if _, err := blockdev.WriteAtSync(j.dev, buf[:j.bs], off); err != nil {
+		return fmt.Errorf("journal: durable write of log block %d: %w", jblk, ioErr(err))
+	}
+	return nil
+}
+
 // writeHome writes a file system block to its home location on FSDev.
 func (j *Journal) writeHome(blk uint64, buf []byte) error {
 	if blk > uint64(1<<62)/uint64(j.bs) || int64(blk)*int64(j.bs)+int64(j.bs) > j.fsdev.Size() {
@@ -391,7 +404,9 @@ func (j *Journal) writeHomeRun(blk uint64, buf []byte) error {
 }
 
 // writeSuperblockLocked encodes sb with its checksum, writes it to journal
-// block 0 and, with fua, flushes (jbd2 writes it REQ_FUA). j.sbMu is held.
+// block 0 and, with fua, makes it durable with blockdev.WriteAtSync (jbd2
+// writes it REQ_FUA): only the superblock, not writes before it. j.sbMu is
+// held.
 func (j *Journal) writeSuperblockLocked(sb *Superblock, fua bool) error {
 	sb.SetChecksum()
 	buf := make([]byte, j.bs)
@@ -399,13 +414,12 @@ func (j *Journal) writeSuperblockLocked(sb *Superblock, fua bool) error {
 		return err
 	}
 	sb.Encode(buf)
-	if err := j.writeLog(0, buf); err != nil {
-		return err
-	}
+	write := j.writeLog
 	if fua {
-		if err := j.dev.Flush(); err != nil {
-			return fmt.Errorf("journal: flush superblock: %w", ioErr(err))
-		}
+		write = j.writeLogSync
+	}
+	if err := write(0, buf); err != nil {
+		return err
 	}
 	j.sb = *sb
 	return nil

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/ext4io/ext4io/blockdev"
 	"github.com/ext4io/ext4io/internal/mutant"
 )
 
@@ -486,7 +487,9 @@ func (j *Journal) commitRunning() {
 //     commit record ("if the journal is not located on the file system
 //     device, then we must flush the file system device");
 //   - the commit block is written REQ_PREFLUSH|REQ_FUA, as jbd2 does without
-//     async_commit (journal_submit_commit_record): here Flush, write, Flush.
+//     async_commit (journal_submit_commit_record): here Flush, then
+//     blockdev.WriteAtSync (one pwritev2 with RWF_DSYNC on a SyncWriter,
+//     else write and Flush).
 //     On a shared device the preflush also covers the ordered data the
 //     caller wrote before the commit (with or without BeforeCommit): no
 //     commit block reaches the log before the data its blocks map.
@@ -626,11 +629,10 @@ func (j *Journal) writeTransaction(t *transaction) error {
 		return err
 	}
 	c.Encode(j.f, buf)
-	if err := lw.write(); err != nil {
+	// The commit block is durable when its write returns (FUA); the
+	// preflush above made everything before it durable.
+	if err := lw.writeSync(); err != nil {
 		return err
-	}
-	if err := j.dev.Flush(); err != nil {
-		return fmt.Errorf("journal: flush commit %d: %w", t.tid, ioErr(err))
 	}
 	if end := j.wrap(t.start + t.nblocks); lw.pos != end {
 		return fmt.Errorf("journal: transaction %d wrote to %d, expected %d: %w", t.tid, lw.pos, end, ErrInvalid)
@@ -690,14 +692,26 @@ func (r *logRun) next() ([]byte, error) {
 }
 
 // write writes the staged run, if any, with one device write.
-func (r *logRun) write() error {
+func (r *logRun) write() error { return r.writeRun(false) }
+
+// writeSync writes the staged run, if any, and makes it durable with one
+// blockdev.WriteAtSync: a FUA write, which makes nothing else durable.
+func (r *logRun) writeSync() error { return r.writeRun(true) }
+
+func (r *logRun) writeRun(sync bool) error {
 	if r.n == 0 {
 		return nil
 	}
 	j := r.j
 	n := r.n
 	r.n = 0
-	if _, err := j.dev.WriteAt(j.logBuf[:n*j.bs], r.off); err != nil {
+	var err error
+	if sync {
+		_, err = blockdev.WriteAtSync(j.dev, j.logBuf[:n*j.bs], r.off)
+	} else {
+		_, err = j.dev.WriteAt(j.logBuf[:n*j.bs], r.off)
+	}
+	if err != nil {
 		return fmt.Errorf("journal: write log blocks %d-%d: %w", r.first, r.first+uint32(n)-1, ioErr(err))
 	}
 	return nil

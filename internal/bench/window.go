@@ -56,7 +56,8 @@ type alignedWindow struct{ *window }
 func (w alignedWindow) Alignment() (mem, off int) { return w.dev.(blockdev.Aligner).Alignment() }
 
 // newWindow returns the window and the Device to use it through (which
-// implements blockdev.Aligner or blockdev.VectorWriter when dev does).
+// implements blockdev.Aligner or blockdev.VectorWriter when dev does, and
+// blockdev.SyncWriter always).
 func newWindow(dev blockdev.Device, off, size int64) (*window, blockdev.Device) {
 	w := &window{dev: dev, off: off, size: size}
 	if _, ok := dev.(blockdev.Aligner); ok {
@@ -119,6 +120,20 @@ func (w *window) WriteAt(p []byte, off int64) (int, error) {
 	w.c.writes.Add(1)
 	w.c.writeBytes.Add(uint64(len(p)))
 	return w.dev.WriteAt(p, w.off+off)
+}
+
+// WriteAtSync implements blockdev.SyncWriter for every window: one
+// durable write on a device that has it, else WriteAt and Flush. It
+// counts as one write and one flush either way (a FUA write counts as a
+// flush), so per-op counts compare across backends and versions.
+func (w *window) WriteAtSync(p []byte, off int64) (int, error) {
+	if err := w.check("write", off, int64(len(p))); err != nil {
+		return 0, err
+	}
+	w.c.writes.Add(1)
+	w.c.writeBytes.Add(uint64(len(p)))
+	w.c.flushes.Add(1)
+	return blockdev.WriteAtSync(w.dev, p, w.off+off)
 }
 
 func (w *window) Flush() error {
