@@ -3,6 +3,7 @@ package ext4io
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"slices"
 )
 
@@ -49,15 +50,17 @@ import (
 //     A record whose transaction has left the log (InLog) is dropped.
 //
 // Datasync right after: inode.jclean is set when the stage hands the data
-// over and stays set through the write's end unless a data change of the
-// file (a write, a truncate, a fallocate, a remap: dataChanged) comes
-// meanwhile. While it is set, everything the file's data depends on was
-// durable before the commit or is in it, and the in-place write is
-// covered by the replay: Datasync returns without any I/O, provided that
-// nothing else is pending or committing (Datasync commits every pending
-// change, an xattr set since included; Journal.Idle). Files whose
-// iomap ops were handed out (noReadahead) do not take that shortcut, as
-// their writes bypass dataChanged.
+// over, unless the file has pages dirty in the page cache (their
+// write-back needs a flush the commit did not give), and stays set through
+// the write's end unless a data change of the file (a write, a truncate,
+// a fallocate, a remap: dataChanged) comes meanwhile. While it is set,
+// everything the file's data depends on was durable before the commit or
+// is in it, and the in-place write is covered by the replay: Datasync
+// returns without any I/O, provided that nothing else is pending or
+// committing (Datasync commits every pending change, an xattr set since
+// included; Journal.Idle). Files whose iomap ops were handed out
+// (noReadahead) do not take that shortcut, as their writes bypass
+// dataChanged.
 //
 // Size: a journalled write is at most a sixteenth of the journal
 // (jmeta.commitAt), so that with a pending set of up to that size it fits
@@ -191,9 +194,17 @@ func (f *File) atomicJournal(rs []atomicRange, total int64) (ok bool, err error)
 			}
 		}
 		m.reviseLive(f.ino, data)
-		// Every write that ended before this point is in the commit
-		// (or was durable before it); one that ends after clears it.
+		// Every write that ended before this point is on the device,
+		// so durable once the commit is (its preflush), or was durable
+		// before; one that ends after clears it. Pages still dirty in
+		// the page cache are not: their write-back needs a flush of
+		// its own, which the Datasync shortcut would skip. Buffered
+		// writes and write-back hold the inode lock, so none of the
+		// file's pages is dirtied or written back meanwhile.
 		f.n.jclean.Store(jcleanBusy)
+		if f.mayHavePages() && f.v.pc.Dirty(f.n.bops.key(), 0, math.MaxInt64) > 0 {
+			f.n.jclean.Store(0)
+		}
 		return data, nil
 	})
 	if locked {
