@@ -59,8 +59,8 @@ import (
 // returns without any I/O, provided that nothing else is pending or
 // committing (Datasync commits every pending change, an xattr set since
 // included; Journal.Idle). Files whose iomap ops were handed out
-// (noReadahead) do not take that shortcut, as their writes bypass
-// dataChanged.
+// (noReadahead) take neither that shortcut nor liveCheck's skip of the
+// compare, as their writes bypass dataChanged.
 //
 // Size: a journalled write is at most a sixteenth of the journal
 // (jmeta.commitAt), so that with a pending set of up to that size it fits
@@ -362,8 +362,10 @@ func (f *File) liveCheck() error {
 	if rec == nil {
 		return nil
 	}
-	if f.n.jclean.Load() == jcleanDone {
-		return nil // nothing wrote to the file since the record was made
+	if f.n.jclean.Load() == jcleanDone && !f.n.noReadahead.Load() {
+		// Nothing wrote to the file since the record was made (writes
+		// through iomap ops handed out do not clear jclean).
+		return nil
 	}
 	if !m.j.InLog(rec.tid) {
 		m.mu.Lock()
