@@ -43,6 +43,10 @@ import (
 //   - freeing a block (freeMapped: truncate, punch, unlink, a remap)
 //     revokes the file's recorded blocks in the freeing transaction, which
 //     commits before the block can be reused;
+//   - zeroing a block in place in an operation (the tail of a truncate's
+//     or a punch's partial block, write-zeroes over written blocks:
+//     liveZeroed) revokes them in that operation's transaction, so that
+//     the operation never commits without its zeroes;
 //   - File.Sync and Datasync compare the recorded blocks with what the
 //     device holds (liveCheck); when one differs (something overwrote it
 //     since), the blocks are revoked and the sync commits in full, fast
@@ -341,6 +345,20 @@ func (m *jmeta) liveFreed(start, n uint64) {
 	m.mu.Unlock()
 	for _, b := range gone {
 		m.j.Forget(b)
+	}
+}
+
+// liveZeroed revokes the live records holding any block of [start,
+// start+n), which an operation zeroes in place, without the journal (the
+// tail of a truncate's or a punch's partial block, write-zeroes over
+// written blocks): in the operation's pending set, so that its metadata
+// (a truncate's size) never commits while replay could still write the
+// logged bytes back over the zeroes. A fast commit, which carries no
+// revokes, needs none: the first one after the journalled write's (full)
+// commit starts a new area, which checkpoints the log first (fcBuild).
+func (v *Volume) liveZeroed(start, n uint64) {
+	if v.jm != nil {
+		v.jm.liveFreed(start, n)
 	}
 }
 

@@ -811,6 +811,7 @@ func (f *File) zeroPartial(off, n uint64) error {
 	if err != nil || m.kind != mapWritten {
 		return err
 	}
+	f.v.liveZeroed(m.pblk, 1)
 	if _, err := f.v.dev.WriteAt(make([]byte, n), int64(m.pblk*bs+off%bs)); err != nil {
 		return fmt.Errorf("ext4io: inode %d: zeroing: %w", f.ino, wrapIO(err))
 	}
