@@ -55,6 +55,19 @@ func TestAdvJournalReadOnlyReplay(t *testing.T) {
 	_, err = img.ReadAt(home, int64(physOf(t, f)[16])*4096)
 	require.NoError(t, err)
 	require.Equal(t, bytes.Repeat([]byte{0xEE}, 4096), home, "the test needs the page's home blocks to hold the old bytes")
+	// The log holds the page's first two blocks (the same bytes) escaped
+	// (magic zeroed, the tag flagged), never as they are.
+	esc := bytes.Clone(p[:4096])
+	clear(esc[:4])
+	escaped, raw := 0, 0
+	blk := make([]byte, 4096)
+	for off := int64(0); off < img.Size(); off += 4096 {
+		_, err := img.ReadAt(blk, off)
+		require.NoError(t, err)
+		escaped += btoi(bytes.Equal(blk, esc))
+		raw += btoi(bytes.Equal(blk, p[:4096]))
+	}
+	require.Equal(t, [2]int{2, 0}, [2]int{escaped, raw}, "log copies of the page's first blocks: escaped, as they are")
 	d0, err := ext4iotest.Digest(img)
 	require.NoError(t, err)
 
@@ -335,4 +348,12 @@ func advJournalStress(t *testing.T, fc bool, dur time.Duration) {
 	}
 	require.NoError(t, v.Close())
 	ext4iotest.FsckDev(t, base)
+}
+
+// btoi is 1 for true, 0 for false.
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
