@@ -247,6 +247,7 @@ func (f *File) atomicJournal(rs []atomicRange, total int64) (ok bool, err error)
 		rec.data[i] = data[b]
 	}
 	m.setLive(f.ino, rec)
+	m.pruneLive()
 	f.n.atomicUnsynced.Store(true)
 	f.n.jclean.CompareAndSwap(jcleanBusy, jcleanDone)
 	return true, nil
@@ -289,6 +290,54 @@ func (m *jmeta) setLive(ino uint32, rec *liveData) {
 		m.liveBlk[b] = ino
 	}
 	m.nlive.Store(int64(len(m.liveBlk)))
+	m.liveOrder = append(m.liveOrder, liveRef{ino, rec})
+}
+
+// liveRef is an entry of jmeta.liveOrder.
+type liveRef struct {
+	ino uint32
+	rec *liveData
+}
+
+// pruneLive drops the oldest records while their transaction has left
+// the log (recovery no longer replays it), so that the records (which
+// hold the logged blocks' contents) stay within what the log holds rather
+// than growing with every file written until each is synced.
+func (m *jmeta) pruneLive() {
+	for {
+		m.mu.Lock()
+		if len(m.liveOrder) == 0 {
+			m.mu.Unlock()
+			return
+		}
+		r := m.liveOrder[0]
+		if m.live[r.ino] != r.rec {
+			m.popLiveLocked() // dropped or replaced since
+			m.mu.Unlock()
+			continue
+		}
+		m.mu.Unlock()
+		if m.j.InLog(r.rec.tid) {
+			return
+		}
+		m.mu.Lock()
+		if len(m.liveOrder) > 0 && m.liveOrder[0] == r {
+			m.popLiveLocked()
+			if m.live[r.ino] == r.rec {
+				m.dropLiveLocked(r.ino, r.rec)
+			}
+		}
+		m.mu.Unlock()
+	}
+}
+
+// popLiveLocked removes liveOrder's first entry. m.mu is held.
+func (m *jmeta) popLiveLocked() {
+	m.liveOrder[0] = liveRef{}
+	m.liveOrder = m.liveOrder[1:]
+	if len(m.liveOrder) == 0 {
+		m.liveOrder = nil
+	}
 }
 
 // dropLiveLocked removes ino's record rec. m.mu is held.
@@ -444,6 +493,7 @@ func (m *jmeta) revokeAllLive() {
 		gone = append(gone, rec.blks...)
 		m.dropLiveLocked(ino, rec)
 	}
+	m.liveOrder = nil
 	m.revokeDataLocked(gone)
 	m.mu.Unlock()
 	for _, b := range gone {
