@@ -51,7 +51,9 @@ import (
 //     device holds (liveCheck); when one differs (something overwrote it
 //     since), the blocks are revoked and the sync commits in full, fast
 //     commits or not; Volume.Sync revokes every file's recorded blocks.
-//     A record whose transaction has left the log (InLog) is dropped.
+//     A record whose transaction has left the log (InLog) is dropped:
+//     there, and oldest first after each journalled write (pruneLive),
+//     so that the records hold about what the log holds.
 //
 // Datasync right after: inode.jclean is set when the stage hands the data
 // over, unless the file has pages dirty in the page cache (their
