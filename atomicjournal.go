@@ -3,6 +3,7 @@ package ext4io
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"slices"
 )
 
@@ -42,22 +43,30 @@ import (
 //   - freeing a block (freeMapped: truncate, punch, unlink, a remap)
 //     revokes the file's recorded blocks in the freeing transaction, which
 //     commits before the block can be reused;
+//   - zeroing a block in place in an operation (the tail of a truncate's
+//     or a punch's partial block, write-zeroes over written blocks:
+//     liveZeroed) revokes them in that operation's transaction, so that
+//     the operation never commits without its zeroes;
 //   - File.Sync and Datasync compare the recorded blocks with what the
 //     device holds (liveCheck); when one differs (something overwrote it
 //     since), the blocks are revoked and the sync commits in full, fast
 //     commits or not; Volume.Sync revokes every file's recorded blocks.
-//     A record whose transaction has left the log (InLog) is dropped.
+//     A record whose transaction has left the log (InLog) is dropped:
+//     there, and oldest first after each journalled write (pruneLive),
+//     so that the records hold about what the log holds.
 //
 // Datasync right after: inode.jclean is set when the stage hands the data
-// over and stays set through the write's end unless a data change of the
-// file (a write, a truncate, a fallocate, a remap: dataChanged) comes
-// meanwhile. While it is set, everything the file's data depends on was
-// durable before the commit or is in it, and the in-place write is
-// covered by the replay: Datasync returns without any I/O, provided that
-// nothing else is pending or committing (Datasync commits every pending
-// change, an xattr set since included; Journal.Idle). Files whose
-// iomap ops were handed out (noReadahead) do not take that shortcut, as
-// their writes bypass dataChanged.
+// over, unless the file has pages dirty in the page cache (their
+// write-back needs a flush the commit did not give), and stays set through
+// the write's end unless a data change of the file (a write, a truncate,
+// a fallocate, a remap: dataChanged) comes meanwhile. While it is set,
+// everything the file's data depends on was durable before the commit or
+// is in it, and the in-place write is covered by the replay: Datasync
+// returns without any I/O, provided that nothing else is pending or
+// committing (Datasync commits every pending change, an xattr set since
+// included; Journal.Idle). Files whose iomap ops were handed out
+// (noReadahead) take neither that shortcut nor liveCheck's skip of the
+// compare, as their writes bypass dataChanged.
 //
 // Size: a journalled write is at most a sixteenth of the journal
 // (jmeta.commitAt), so that with a pending set of up to that size it fits
@@ -191,9 +200,17 @@ func (f *File) atomicJournal(rs []atomicRange, total int64) (ok bool, err error)
 			}
 		}
 		m.reviseLive(f.ino, data)
-		// Every write that ended before this point is in the commit
-		// (or was durable before it); one that ends after clears it.
+		// Every write that ended before this point is on the device,
+		// so durable once the commit is (its preflush), or was durable
+		// before; one that ends after clears it. Pages still dirty in
+		// the page cache are not: their write-back needs a flush of
+		// its own, which the Datasync shortcut would skip. Buffered
+		// writes and write-back hold the inode lock, so none of the
+		// file's pages is dirtied or written back meanwhile.
 		f.n.jclean.Store(jcleanBusy)
+		if f.mayHavePages() && f.v.pc.Dirty(f.n.bops.key(), 0, math.MaxInt64) > 0 {
+			f.n.jclean.Store(0)
+		}
 		return data, nil
 	})
 	if locked {
@@ -232,6 +249,7 @@ func (f *File) atomicJournal(rs []atomicRange, total int64) (ok bool, err error)
 		rec.data[i] = data[b]
 	}
 	m.setLive(f.ino, rec)
+	m.pruneLive()
 	f.n.atomicUnsynced.Store(true)
 	f.n.jclean.CompareAndSwap(jcleanBusy, jcleanDone)
 	return true, nil
@@ -274,6 +292,54 @@ func (m *jmeta) setLive(ino uint32, rec *liveData) {
 		m.liveBlk[b] = ino
 	}
 	m.nlive.Store(int64(len(m.liveBlk)))
+	m.liveOrder = append(m.liveOrder, liveRef{ino, rec})
+}
+
+// liveRef is an entry of jmeta.liveOrder.
+type liveRef struct {
+	ino uint32
+	rec *liveData
+}
+
+// pruneLive drops the oldest records while their transaction has left
+// the log (recovery no longer replays it), so that the records (which
+// hold the logged blocks' contents) stay within what the log holds rather
+// than growing with every file written until each is synced.
+func (m *jmeta) pruneLive() {
+	for {
+		m.mu.Lock()
+		if len(m.liveOrder) == 0 {
+			m.mu.Unlock()
+			return
+		}
+		r := m.liveOrder[0]
+		if m.live[r.ino] != r.rec {
+			m.popLiveLocked() // dropped or replaced since
+			m.mu.Unlock()
+			continue
+		}
+		m.mu.Unlock()
+		if m.j.InLog(r.rec.tid) {
+			return
+		}
+		m.mu.Lock()
+		if len(m.liveOrder) > 0 && m.liveOrder[0] == r {
+			m.popLiveLocked()
+			if m.live[r.ino] == r.rec {
+				m.dropLiveLocked(r.ino, r.rec)
+			}
+		}
+		m.mu.Unlock()
+	}
+}
+
+// popLiveLocked removes liveOrder's first entry. m.mu is held.
+func (m *jmeta) popLiveLocked() {
+	m.liveOrder[0] = liveRef{}
+	m.liveOrder = m.liveOrder[1:]
+	if len(m.liveOrder) == 0 {
+		m.liveOrder = nil
+	}
 }
 
 // dropLiveLocked removes ino's record rec. m.mu is held.
@@ -333,6 +399,20 @@ func (m *jmeta) liveFreed(start, n uint64) {
 	}
 }
 
+// liveZeroed revokes the live records holding any block of [start,
+// start+n), which an operation zeroes in place, without the journal (the
+// tail of a truncate's or a punch's partial block, write-zeroes over
+// written blocks): in the operation's pending set, so that its metadata
+// (a truncate's size) never commits while replay could still write the
+// logged bytes back over the zeroes. A fast commit, which carries no
+// revokes, needs none: the first one after the journalled write's (full)
+// commit starts a new area, which checkpoints the log first (fcBuild).
+func (v *Volume) liveZeroed(start, n uint64) {
+	if v.jm != nil {
+		v.jm.liveFreed(start, n)
+	}
+}
+
 // liveCheck is File.Sync's part (see the top of the file): when a block
 // of the file's live record no longer holds what was logged, the record's
 // blocks are revoked and the sync must commit in full (fast commits are
@@ -351,8 +431,10 @@ func (f *File) liveCheck() error {
 	if rec == nil {
 		return nil
 	}
-	if f.n.jclean.Load() == jcleanDone {
-		return nil // nothing wrote to the file since the record was made
+	if f.n.jclean.Load() == jcleanDone && !f.n.noReadahead.Load() {
+		// Nothing wrote to the file since the record was made (writes
+		// through iomap ops handed out do not clear jclean).
+		return nil
 	}
 	if !m.j.InLog(rec.tid) {
 		m.mu.Lock()
@@ -413,6 +495,7 @@ func (m *jmeta) revokeAllLive() {
 		gone = append(gone, rec.blks...)
 		m.dropLiveLocked(ino, rec)
 	}
+	m.liveOrder = nil
 	m.revokeDataLocked(gone)
 	m.mu.Unlock()
 	for _, b := range gone {

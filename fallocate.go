@@ -271,6 +271,7 @@ func (f *File) preallocLocked(off, length int64, written bool) (uint64, error) {
 				last--
 			}
 			if last > first {
+				f.v.liveZeroed(m.pblk+(first-lblk), last-first)
 				if err := f.v.zeroBlocks(m.pblk+(first-lblk), last-first, false); err != nil {
 					return done(), err
 				}

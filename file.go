@@ -219,6 +219,8 @@ func (v *Volume) systemInode(ino uint32, n *inode) bool {
 	}
 	n.mu.RLock()
 	defer n.mu.RUnlock()
+	n.dataMu.Lock() // write-back changes in.Flags (i_blocks' huge_file bit) under the shared lock
+	defer n.dataMu.Unlock()
 	return n.in.Flags&layout.InodeFlagEAInode != 0
 }
 

@@ -25,9 +25,13 @@ type inode struct {
 	dataMu dataLock
 	ino    uint32
 	in     *layout.Inode // decoded inode; changed in place (see mu, dataMu)
-	m      *mapper
-	inl    []byte
-	dirty  bool // in has changes (times) not yet written; guarded by dataMu
+	// reg is in.IsReg() when the struct was made: the type bits of
+	// i_mode never change, and lock-free checks read it rather than in
+	// (a Chmod writes in.Mode under the inode lock).
+	reg   bool
+	m     *mapper
+	inl   []byte
+	dirty bool // in has changes (times) not yet written; guarded by dataMu
 	// blocksChanged: i_blocks changed since in was last written (a tree
 	// block allocated or freed). Guarded like in.
 	blocksChanged bool
@@ -395,7 +399,7 @@ func (v *Volume) readNewInode(ino uint32, orphan bool) (*inode, error) {
 	if err := checkSize(ino, in); err != nil {
 		return nil, err
 	}
-	n := &inode{ino: ino, in: in}
+	n := &inode{ino: ino, in: in, reg: in.IsReg()}
 	n.mu.n, n.dataMu.n = n, n
 	switch {
 	case in.Flags&layout.InodeFlagInlineData != 0:

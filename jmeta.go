@@ -81,6 +81,11 @@ type jmeta struct {
 	live    map[uint32]*liveData
 	liveBlk map[uint64]uint32
 	nlive   atomic.Int64
+	// liveOrder holds the records in the order they were made (so by
+	// tid, about), those dropped since included until they reach the
+	// front: pruneLive drops those whose transaction left the log from
+	// it. Guarded by mu.
+	liveOrder []liveRef
 
 	commitAt int // pending blocks that trigger a commit at the end of an operation
 	// maxChunk bounds the metadata blocks of one atomic swap (atomic.go):

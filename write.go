@@ -65,7 +65,7 @@ func (f *File) writableOpen(op string) error {
 // writable volume and File mode, an extent-mapped regular file, not
 // inline. It is inlined where each call counts (pwrite).
 func (f *File) writableState() bool {
-	return f.v.alloc != nil && f.flag&accMode != os.O_RDONLY && !f.n.inline.live.Load() && f.m != nil && f.m.tree != nil && f.in.IsReg()
+	return f.v.alloc != nil && f.flag&accMode != os.O_RDONLY && !f.n.inline.live.Load() && f.m != nil && f.m.tree != nil && f.n.reg
 }
 
 // inRange reports whether [off, off+n) lies inside the blocks a file can
@@ -811,6 +811,7 @@ func (f *File) zeroPartial(off, n uint64) error {
 	if err != nil || m.kind != mapWritten {
 		return err
 	}
+	f.v.liveZeroed(m.pblk, 1)
 	if _, err := f.v.dev.WriteAt(make([]byte, n), int64(m.pblk*bs+off%bs)); err != nil {
 		return fmt.Errorf("ext4io: inode %d: zeroing: %w", f.ino, wrapIO(err))
 	}
