@@ -606,11 +606,29 @@ func fcWalk(t *testing.T, v *ext4io.Volume) map[string]fcEntry {
 // fcKernelWalk mounts img, lists it as fcWalk does and unmounts it.
 func fcKernelWalk(t *testing.T, img string) map[string]fcEntry {
 	t.Helper()
+	return fcKernelWalkMount(t, img, false)
+}
+
+// fcKernelWalkOwn is fcKernelWalk of a crash image Linux made itself: a
+// mount that refuses it is a failure of the kernel's own replay (seen
+// once in many runs: "JBD2: corrupted journal superblock", "journal
+// recovery failed", on a random scenario), which leaves nothing to
+// compare ext4io's replay with, so the test skips, saying so.
+func fcKernelWalkOwn(t *testing.T, img string) map[string]fcEntry {
+	t.Helper()
+	return fcKernelWalkMount(t, img, true)
+}
+
+func fcKernelWalkMount(t *testing.T, img string, own bool) map[string]fcEntry {
+	t.Helper()
 	mnt, err := os.MkdirTemp(filepath.Dir(img), "kmnt")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command("mount", "-o", "loop", "-t", "ext4", img, mnt).CombinedOutput(); err != nil {
+		if own {
+			t.Skipf("Linux does not mount the crash image it made (its own replay failed), nothing to compare: %v: %s", err, bytes.TrimSpace(out))
+		}
 		t.Fatalf("mounting the crash image: %v: %s", err, out)
 	}
 	defer umount(t, mnt, img)
@@ -744,7 +762,7 @@ func TestFastCommitReplayLinux(t *testing.T) {
 			kimg := filepath.Join(dir, "kernel.img")
 			mounted := time.Now()
 			fcCopyFile(t, img, kimg)
-			kernelTree := fcKernelWalk(t, kimg)
+			kernelTree := fcKernelWalkOwn(t, kimg)
 			// A linked file left on the orphan list (Linux's crash can
 			// leave an unlinked inode's number there, reused by a file
 			// the fast commits created) is truncated by the mount's
