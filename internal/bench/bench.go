@@ -104,8 +104,9 @@ type Config struct {
 type config struct {
 	Config
 	workloads []workload
-	// keepHoles leaves the image's holes before page-batch workloads
-	// (no warmFree), for the tests that show what they cost.
+	// keepHoles leaves the image's holes before page-batch and
+	// fsync-small workloads (no warmFree), for the tests that show what
+	// they cost.
 	keepHoles bool
 }
 

@@ -15,12 +15,17 @@ import (
 // figures). The doublewrite and plain-page workloads write in place, over
 // blocks the file's preparation wrote, and raw over its written window,
 // so only the atomic workloads would pay it, by how much of the image
-// earlier workloads had written. The same holds for the journal's blocks,
+// earlier workloads had written. fsync-small's new files take free blocks
+// too, and each file's data write into a hole makes the host allocate it
+// and the next flush commit the host's journal, which Linux's loop backing
+// file (written whole) and a disk never pay; raw's region, discarded for
+// fresh-file workloads, is written whole first for it (prepareRaw). The
+// same holds for the journal's blocks,
 // which the format zeroes: the file backend zeroes by punching holes where
 // the host filesystem has no zero-range (tmpfs), so the log's first pass
-// after each format would write into holes. Before each
-// page-batch workload's format the bench therefore writes its fill
-// pattern into the holes of the filesystem's window (warmFree) and
+// after each format would write into holes. Before the format of each
+// page-batch workload and of fsync-small the bench therefore writes its
+// fill pattern into the holes of the filesystem's window (warmFree) and
 // formats through zeroWrites, as a disk's blocks all exist; every phase
 // counts the bytes by which the image file's allocation grew
 // (Measure.ImageGrowth), which shows whether a side still wrote into
@@ -65,7 +70,7 @@ func (r *benchRun) warmFree() (int64, error) {
 	}
 	if free, err := hostFree(filepath.Dir(r.image.path)); err == nil && total > free/2 {
 		if r.cfg.Log != nil {
-			fmt.Fprintf(r.cfg.Log, "not filling the image's %d MiB of holes: the host has %d MiB free (page batches may write into holes)\n", total>>20, free>>20)
+			fmt.Fprintf(r.cfg.Log, "not filling the image's %d MiB of holes: the host has %d MiB free (page batches and fsync-small may write into holes)\n", total>>20, free>>20)
 		}
 		return 0, nil
 	}
@@ -87,10 +92,10 @@ func (r *benchRun) warmFree() (int64, error) {
 }
 
 // warms reports whether w's preparation fills the image's holes
-// (warmFree) and formats through zeroWrites: a page-batch workload on an
-// image file, unless the config keeps the holes.
+// (warmFree) and formats through zeroWrites: a page-batch or small-file
+// fsync workload on an image file, unless the config keeps the holes.
 func (r *benchRun) warms(w workload) bool {
-	return w.Op == opPageBatch && r.image.path != "" && !r.cfg.keepHoles
+	return (w.Op == opPageBatch || w.Op == opSmallFsync) && r.image.path != "" && !r.cfg.keepHoles
 }
 
 // formatDev is the device w's format writes through: zeroWrites when

@@ -58,6 +58,42 @@ func TestBenchPageBatchNoHoles(t *testing.T) {
 	}
 }
 
+// TestBenchSmallFsyncNoHoles runs fsync-small on a temporary sparse
+// image: with warmFree's fill, the format through zeroWrites and raw's
+// region written first, neither side writes into a hole of the image
+// (Measure.ImageGrowth is 0), as on a disk and as Linux's loop backing
+// file, which is written whole; with the holes kept the engine's new
+// files' blocks are holes, which the same counter shows.
+func TestBenchSmallFsyncNoHoles(t *testing.T) {
+	dirs := map[string]string{"disk": t.TempDir()}
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		dirs["shm"] = "/dev/shm"
+	}
+	for name, dir := range dirs {
+		for _, keep := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/keepHoles=%v", name, keep), func(t *testing.T) {
+				c, err := newConfig(Config{Dir: dir, Size: 128 << 20, Runtime: 200 * time.Millisecond, Seed: 1,
+					Workloads: []string{"fsync-small"}})
+				require.NoError(t, err)
+				c.keepHoles = keep
+				rep, err := runBench(context.Background(), c)
+				require.NoError(t, err)
+				require.NoError(t, rep.Err())
+				require.Len(t, rep.Workloads, 1)
+				w := rep.Workloads[0]
+				require.Positive(t, w.Engine.Ops)
+				if keep {
+					// Most new files' blocks were never written.
+					assert.Greater(t, w.Engine.ImageGrowth, float64(1<<10), "engine with holes kept")
+					return
+				}
+				assert.Zero(t, w.Engine.ImageGrowth, "the engine wrote into holes")
+				assert.Zero(t, w.Raw.ImageGrowth, "raw wrote into holes")
+			})
+		}
+	}
+}
+
 // TestWarmFreeHostSpace: warmFree fills the holes of the filesystem's
 // window of a sparse image, unless they exceed half the host's free
 // space: a large sparse --image (or a --size bigger than the temporary

@@ -481,7 +481,9 @@ func (r *benchRun) prepareRaw(w workload, eng engineSide) (rawSide, *window, err
 	}
 	s := rawSide{dev: r.rawDev, region: r.region, files: r.plan.SmallFiles}
 	prep := rawPrepFor(w.Prep)
-	if warmsDevice(w) {
+	if warmsDevice(w) || (w.Op == opSmallFsync && r.warms(w)) {
+		// Over written blocks, as the engine's side writes after
+		// warmFree (holes.go).
 		prep = prepWritten
 	}
 	if r.rawPrepValid && prep == prepWritten && r.rawPrep == prepWritten {
