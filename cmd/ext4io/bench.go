@@ -24,7 +24,11 @@ import (
 func init() {
 	commands["bench"] = command{
 		usage: "bench [--backend file|direct|mmap|memory|nbd] [--image PATH|URI] [--size N] [--runtime 5s] [--repeat N] [--goroutines N] [--gomaxprocs N] " +
-			"[--block-size N] [--workloads a,b] [--raw-at file|region] [--json] [--svg FILE] [--kernel] [--fast-commit] [--dir DIR] [--eager-conversions] [--defer-splits] [--zeroout-chunk N] [--cpuprofile FILE] [--mutexprofile FILE] [--blockprofile FILE] [--trace FILE]",
+			"[--block-size N] [--workloads a,b] [--raw-at file|region] [--json] [--svg FILE] [--kernel] [--fast-commit] [--dir DIR] [--eager-conversions] [--defer-splits] [--zeroout-chunk N] [--atomic-journal-max N] [--seed N] [--progress | --no-progress] [--cpuprofile FILE] [--mutexprofile FILE] [--blockprofile FILE] [--trace FILE]",
+		help: "Run each I/O workload through the File API and the same I/O on the raw device (the ceiling),\n" +
+			"on a temporary image in --dir (or --image, which is overwritten), and print a table of rates,\n" +
+			"latencies and their ratio. The full run takes a few minutes; --size, --runtime and --workloads\n" +
+			"make it shorter, --backend memory needs no disk (docs/bench.md).",
 		run: cmdBench,
 	}
 }

@@ -38,10 +38,18 @@ func TestHelp(t *testing.T) {
 				t.Errorf("%v: help differs from %s --help:\n%s", args, name, out)
 			}
 		}
+		if commands[name].help == "" {
+			t.Errorf("%s --help: no description of what the command does", name)
+		}
 		if fs := flagSets[name]; fs != nil {
 			fs.VisitAll(func(f *flag.Flag) {
 				if f.Usage == "" || !strings.Contains(first, "-"+f.Name) {
 					t.Errorf("%s --help: flag -%s not described:\n%s", name, f.Name, first)
+				}
+				// The usage line is what "ext4io help" lists: every flag.
+				if u := " " + commands[name].usage; !strings.Contains(u, " -"+f.Name) && !strings.Contains(u, " --"+f.Name) &&
+					!strings.Contains(u, "[-"+f.Name) && !strings.Contains(u, "[--"+f.Name) && !strings.Contains(u, "| --"+f.Name) {
+					t.Errorf("%s: flag -%s missing from the usage line %q", name, f.Name, commands[name].usage)
 				}
 			})
 		}

@@ -5,10 +5,11 @@
 //	ext4io cat IMAGE PATH              file contents to stdout
 //	ext4io stat IMAGE PATH             inode metadata
 //	ext4io fiemap IMAGE PATH           one line per extent, like filefrag -v
-//	ext4io mkfs [-b BLOCKSIZE] [-O FEATURES] [-L LABEL] [-I INODESIZE] [-d DIR] IMAGE SIZE
+//	ext4io mkfs [-F] [-b BLOCKSIZE] [-O FEATURES] [-L LABEL] [-I INODESIZE] [-d DIR] IMAGE SIZE
 //	ext4io put, get, mkdir, rm, mv     copy in and out, change the namespace
 //	ext4io create, write, fallocate, truncate   change a file
 //	ext4io getfattr, setfattr          extended attributes, like getfattr and setfattr
+//	ext4io fstrim IMAGE                discard free space, like fstrim
 //	ext4io mount [-o OPTIONS] IMAGE DIR  serve the image over FUSE
 //	ext4io journal, recover, bench, torture
 //
@@ -80,10 +81,14 @@ var commands = map[string]command{
 	"recover": {usage: "recover IMAGE", help: "Replay a journal that needs recovery.", run: cmdRecover},
 	"fstrim":  {usage: "fstrim [-v] [--offset N] [--length N] [--minimum N] IMAGE", help: "Discard the free space of IMAGE (fstrim; holes in an image file).", run: cmdFstrim},
 	"getfattr": {usage: "getfattr [-h] IMAGE PATH [NAME]",
-		help: "Print the extended attributes of PATH (or only NAME), like getfattr -d -m -.", run: cmdGetfattr, hFlag: true},
+		help: "Print the extended attributes of PATH (or only NAME), like getfattr -d -m -: NAME=\"text\" when\n" +
+			"the value is printable, else NAME=0s and base64.\n" +
+			"-h (first, before IMAGE) reads a symlink's own attributes instead of its target's.", run: cmdGetfattr, hFlag: true},
 	"setfattr": {usage: "setfattr [-h] IMAGE PATH NAME VALUE | setfattr [-h] IMAGE PATH -x NAME",
-		help: "Set the extended attribute NAME of PATH to VALUE, or remove it with -x, like setfattr.", run: cmdSetfattr, hFlag: true},
-	"mount": {usage: "mount [-o ro,allow_other,default_permissions,direct_io,no_writeback_cache,cache_size=N,debug,...] [-d] [-f | --background] IMAGE DIR",
+		help: "Set the extended attribute NAME of PATH to VALUE, or remove it with -x NAME, like setfattr.\n" +
+			"VALUE is read as setfattr -v reads it: \"quoted text\", 0x followed by hex, 0s followed by base64,\n" +
+			"or plain text. -h (first, before IMAGE) changes a symlink's own attributes instead of its target's.", run: cmdSetfattr, hFlag: true},
+	"mount": {usage: "mount [-o ro,allow_other,default_permissions,direct_io,no_writeback_cache,cache_size=N,debug,...] [-d] [-f | --background] [--cpuprofile FILE] IMAGE DIR",
 		help: "Serve IMAGE at DIR over FUSE until it is unmounted (fusermount3 -u, umount, SIGINT, SIGTERM or SIGHUP);\n" +
 			"then write back, commit and mark the file system clean. In the foreground (-f, the default), or\n" +
 			"with --background from a new process, returning once the file system is mounted.", run: cmdMount},

@@ -12,7 +12,11 @@ import (
 func init() {
 	commands["torture"] = command{
 		usage: "torture [--duration 30s] [--seed N] [--goroutines N] [--size 64M] [--block-size 4096] [--crash-every N] [--crash-points N] [--max-rounds N] [--dir DIR] [--round-seed N] [--fast-commit] [--atomic PCT] [-v]",
-		run:   cmdTorture,
+		help: "Run random rounds of file, namespace and xattr operations against a model, with crashes at\n" +
+			"device operations, injected I/O errors and ENOSPC, checking crash images against the model\n" +
+			"and e2fsck. A failing round's image and operation log are saved in --dir, and --round-seed\n" +
+			"reruns that round alone (docs/testing.md).",
+		run: cmdTorture,
 	}
 }
 
