@@ -285,7 +285,7 @@ func (o *dioOps) End(off, length, written int64, flags iomap.Flags, m iomap.Mapp
 	return nil
 }
 
-// directWrite is WriteAt for a file opened with Direct (the caller holds
+// directWrite is WriteAt for a file opened with O_DIRECT (the caller holds
 // a metadata operation). Block-aligned writes inside the on-disk size
 // start under the shared inode lock; whatever needs allocation, and every
 // other write, runs under the exclusive lock.

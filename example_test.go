@@ -364,7 +364,7 @@ func ExampleVolume_FS() {
 	// name: "box\n"
 }
 
-// A file opened with Direct moves data between the caller's buffer and the
+// A file opened with O_DIRECT moves data between the caller's buffer and the
 // device without the page cache. Offsets and lengths must be multiples of
 // the device's logical block size.
 func ExampleVolume_OpenFile() {

@@ -89,7 +89,7 @@ func ExampleVolume_Symlink() {
 }
 
 // Counters show which write path ran. Writes into blocks that are already
-// written (here zeroed with FallocWriteZeroes) through a Direct file are
+// written (here zeroed with FallocWriteZeroes) through an O_DIRECT file are
 // overwrites: no metadata update, no journal commit.
 func ExampleVolume_Counters() {
 	dev := memdev.New(64 << 20)

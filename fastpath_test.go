@@ -271,7 +271,7 @@ func concurrentDirectWrites(t *testing.T, opts ext4io.Options) {
 }
 
 // TestSharedVersusExclusive runs shared-lock direct overwrites and reads
-// of a file opened with Direct (the inode lock's reader stripes) beside
+// of a file opened with O_DIRECT (the inode lock's reader stripes) beside
 // exclusive operations on the same file: appends that extend it, truncates
 // back and punched holes past the overwritten region. -race sees any
 // access of the inode the exclusive side does not exclude; afterwards the

@@ -36,7 +36,7 @@ type File struct {
 	m    *mapper       // == n.m; nil for inline data
 	inl  []byte        // inline data (inline-data files, fast symlinks)
 
-	direct bool      // opened with Direct: I/O must be aligned
+	direct bool      // opened with O_DIRECT: I/O must be aligned
 	dio    [2]dioOps // direct-write ops (exclusive, shared), set up by OpenFile
 
 	mu  sync.Mutex // guards off, dir

@@ -104,7 +104,7 @@ func TestFsx(t *testing.T) {
 			const nfiles = 4
 			models := make([]*fsxModel, nfiles)
 			files := make([]*ext4io.File, nfiles)
-			direct := make([]*ext4io.File, nfiles) // the same files opened with Direct
+			direct := make([]*ext4io.File, nfiles) // the same files opened with O_DIRECT
 			openDirect := func() {
 				for i := range direct {
 					if direct[i], err = v.OpenFile(models[i].name, os.O_RDWR|ext4io.O_DIRECT, 0); err != nil {

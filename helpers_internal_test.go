@@ -12,7 +12,7 @@ import (
 // Helpers shared by the internal tests of several files.
 
 // preallocated creates name with size bytes of unwritten extents
-// (FallocAllocate) and returns it, and it opened again with Direct.
+// (FallocAllocate) and returns it, and it opened again with O_DIRECT.
 func preallocated(t testing.TB, v *Volume, name string, size int64) (f, d *File) {
 	t.Helper()
 	f, err := v.Create(name)

@@ -419,7 +419,7 @@ func openWritableWithFile(t *testing.T) (string, *ext4io.Volume, *ext4io.File) {
 }
 
 // directFile creates name, fallocates size bytes of it in mode and opens
-// it with Direct.
+// it with O_DIRECT.
 func directFile(b testing.TB, v *ext4io.Volume, name string, mode ext4io.FallocMode, size int64) *ext4io.File {
 	b.Helper()
 	f, err := v.Create(name)

@@ -124,7 +124,7 @@ type zeroing struct {
 	done   chan struct{}
 }
 
-// inodeLock is the inode lock. Once the file is opened with Direct,
+// inodeLock is the inode lock. Once the file is opened with O_DIRECT,
 // shared lockers on the I/O paths (RLockAt) take a reader stripe of fast
 // instead of the RWMutex, so concurrent direct I/O from different CPUs
 // does not move the lock's reader count between them on every call; Lock

@@ -224,7 +224,7 @@ func BenchmarkParallelIO(b *testing.B) {
 }
 
 // writtenFile formats dev, opens it writable (closed with the benchmark)
-// and returns a file of size bytes of written zeroes opened with Direct,
+// and returns a file of size bytes of written zeroes opened with O_DIRECT,
 // with raw I/O on dev at its blocks.
 func writtenFile(b *testing.B, dev blockdev.Device, size int64) (*ext4io.File, rawAt, *ext4io.Volume) {
 	b.Helper()

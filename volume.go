@@ -72,7 +72,7 @@ type Options struct {
 	// PageCacheBytes bounds the page cache of a writable volume, which
 	// holds the pages of buffered writes until write-back (0: 64 MiB;
 	// negative: no page cache, every write goes to the device at once, as
-	// with Direct but without the alignment rule).
+	// with O_DIRECT but without the alignment rule).
 	PageCacheBytes int64
 	// WritebackAge is how long buffered data may stay dirty before the
 	// background flusher writes it back (0: 5 s; negative: no flusher,
