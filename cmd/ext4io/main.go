@@ -58,9 +58,11 @@ var commands = map[string]command{
 			"-d DIR copies a host tree in as mkfs.ext4 -d: hard links, special files, holes, modes,\n" +
 			"owners, nanosecond times, xattrs. DIR is walked and checked first: a tree ext4 cannot\n" +
 			"hold is refused before IMAGE is touched (docs/cli.md).", run: cmdMkfs},
-	"create": {usage: "create IMAGE PATH", help: "Create an empty file.", run: cmdCreate},
+	"create": {usage: "create IMAGE PATH", help: "Create an empty file, mode 0666 less the umask, as touch does; an existing file is\n" +
+		"truncated to 0 bytes, as os.Create and the shell's > do.", run: cmdCreate},
 	"write": {usage: "write [--offset N] [--direct] IMAGE PATH",
-		help: "Copy stdin into the file PATH (created if missing) at the offset.", run: cmdWrite},
+		help: "Copy stdin into the file PATH at the offset, over what is there (the file is not truncated).\n" +
+			"A missing PATH is created, mode 0666 less the umask.", run: cmdWrite},
 	"fallocate": {usage: "fallocate [--mode MODE] IMAGE PATH OFFSET LENGTH",
 		help: "Allocate, punch, zero, collapse or insert a range of the file, like fallocate(2).", run: cmdFallocate},
 	"truncate": {usage: "truncate IMAGE PATH SIZE", help: "Set the file's size.", run: cmdTruncate},
@@ -74,7 +76,7 @@ var commands = map[string]command{
 			"of the user namespace are copied; with -p every namespace (trusted, security, POSIX ACLs).\n" +
 			"-p, like cp -p, also keeps setuid, setgid and sticky, ignores the umask, and as root keeps\n" +
 			"owners and makes device nodes. Times, symlinks, hard links, fifos and sockets always (docs/cli.md).", run: cmdGet},
-	"mkdir":   {usage: "mkdir IMAGE PATH", help: "Make a directory.", run: cmdMkdir},
+	"mkdir":   {usage: "mkdir IMAGE PATH", help: "Make a directory, mode 0777 less the umask, as mkdir does.", run: cmdMkdir},
 	"rm":      {usage: "rm IMAGE PATH", help: "Remove a file, symlink or empty directory.", run: cmdRm},
 	"mv":      {usage: "mv IMAGE OLD NEW", help: "Rename OLD to NEW.", run: cmdMv},
 	"journal": {usage: "journal IMAGE", help: "Print the journal superblock and the transactions in the log.", run: cmdJournal},

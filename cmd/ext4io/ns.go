@@ -14,7 +14,8 @@ func cmdMkdir(args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return withWritable(args[0], func(v *ext4io.Volume) error { return v.Mkdir(args[1], 0o755) })
+	perm := 0o777 &^ umask() // before the volume's goroutines start
+	return withWritable(args[0], func(v *ext4io.Volume) error { return v.Mkdir(args[1], perm) })
 }
 
 func cmdRm(args []string, w io.Writer) error {

@@ -46,8 +46,9 @@ func cmdCreate(args []string, w io.Writer) error {
 		return err
 	}
 	var ino uint32
+	perm := 0o666 &^ umask() // before the volume's goroutines start
 	err = withWritable(args[0], func(v *ext4io.Volume) (err error) {
-		f, err := v.Create(args[1])
+		f, err := v.OpenFile(args[1], os.O_RDWR|os.O_CREATE|os.O_TRUNC, perm)
 		if err != nil {
 			return err
 		}
@@ -78,11 +79,12 @@ func cmdWrite(args []string, w io.Writer) error {
 	}
 	var n, viaDirect int64
 	var tail int
+	perm := 0o666 &^ umask() // before the volume's goroutines start
 	err = withWritable(args[0], func(v *ext4io.Volume) (err error) {
 		name := args[1]
 		f, err := v.OpenFile(name, os.O_RDWR, 0)
 		if errors.Is(err, ext4io.ErrNotFound) {
-			f, err = v.Create(name)
+			f, err = v.OpenFile(name, os.O_RDWR|os.O_CREATE, perm)
 		}
 		if err != nil {
 			return err
