@@ -51,9 +51,10 @@ func TestMkfsRefusesExistingExt4(t *testing.T) {
 func TestMkfsFailureLeavesNoFile(t *testing.T) {
 	dir := t.TempDir()
 	img := filepath.Join(dir, "new.img")
-	// 64 KiB is too small for a file system: Format fails after CreateFile.
-	if _, _, code := runCmd(t, "mkfs", img, "64K"); code == 0 {
-		t.Fatal("mkfs of 64 KiB succeeded")
+	// 64 KiB is too small for a file system: Format fails after CreateFile,
+	// and the error says how large the image must be.
+	if _, errOut, code := runCmd(t, "mkfs", img, "64K"); code != 1 || !strings.Contains(errOut, "needs at least 65 blocks (266240 bytes)") {
+		t.Fatalf("mkfs of 64 KiB: exit %d, %s", code, errOut)
 	}
 	if _, err := os.Stat(img); !os.IsNotExist(err) {
 		t.Fatalf("failed mkfs left %s behind: %v", img, err)

@@ -175,7 +175,8 @@ func newPlan(sb *layout.Superblock, o *Options, devBlocks uint64) (*plan, error)
 	descPerBlock := bs / uint64(sb.DescriptorSize())
 	for retry := 0; ; retry++ {
 		if blocks <= first+64 {
-			return nil, fmt.Errorf("mkfs: device of %d blocks is too small: %w", devBlocks, errs.ErrInvalid)
+			return nil, fmt.Errorf("mkfs: device of %d blocks of %d bytes is too small: a file system needs at least %d blocks (%d bytes): %w",
+				devBlocks, bs, first+65, (first+65)*bs, errs.ErrInvalid)
 		}
 		groups := (blocks - first + bpg - 1) / bpg
 		inodes := blocks * bs / uint64(o.InodeRatio)
