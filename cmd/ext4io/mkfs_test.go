@@ -88,3 +88,20 @@ func TestMountedRefused(t *testing.T) {
 	e2fs.Unmount(t, dir)
 	e2fs.Fsck(t, img)
 }
+
+// TestMkfsBadOptionSaysWhatWorks: a refused block or inode size names the
+// values mkfs takes, so the user need not guess.
+func TestMkfsBadOptionSaysWhatWorks(t *testing.T) {
+	img := filepath.Join(t.TempDir(), "o.img")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"mkfs", "-b", "3000", img, "8M"}, "block size 3000: want a power of two from 1024 to 65536"},
+		{[]string{"mkfs", "-b", "1024", "-I", "2048", img, "8M"}, "inode size 2048: want a power of two from 128 to the block size (1024)"},
+	} {
+		if _, errOut, code := runCmd(t, c.args...); code != 1 || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want %q", c.args, code, errOut, c.want)
+		}
+	}
+}

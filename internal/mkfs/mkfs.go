@@ -206,19 +206,19 @@ func (o *Options) defaults() error {
 		o.BlockSize = 4096
 	}
 	if o.BlockSize < 1024 || o.BlockSize > 65536 || o.BlockSize&(o.BlockSize-1) != 0 {
-		return fmt.Errorf("mkfs: block size %d: %w", o.BlockSize, ErrInvalid)
+		return fmt.Errorf("mkfs: block size %d: want a power of two from 1024 to 65536: %w", o.BlockSize, ErrInvalid)
 	}
 	if o.InodeSize == 0 {
 		o.InodeSize = 256
 	}
 	if o.InodeSize < 128 || o.InodeSize > o.BlockSize || o.InodeSize&(o.InodeSize-1) != 0 {
-		return fmt.Errorf("mkfs: inode size %d: %w", o.InodeSize, ErrInvalid)
+		return fmt.Errorf("mkfs: inode size %d: want a power of two from 128 to the block size (%d): %w", o.InodeSize, o.BlockSize, ErrInvalid)
 	}
 	if o.InodeRatio == 0 {
 		o.InodeRatio = 16384
 	}
 	if o.InodeRatio < 1024 || o.InodeRatio > 64<<20 {
-		return fmt.Errorf("mkfs: inode ratio %d: %w", o.InodeRatio, ErrInvalid)
+		return fmt.Errorf("mkfs: inode ratio %d: want 1024 to 64 MiB bytes per inode: %w", o.InodeRatio, ErrInvalid)
 	}
 	if o.ReservedPercent == 0 {
 		o.ReservedPercent = 5
