@@ -103,6 +103,21 @@ func TestAdv23XattrNoFollow(t *testing.T) {
 	if !strings.Contains(out, `user.u="target"`) || strings.Contains(out, "trusted.t") {
 		t.Errorf("getfattr /l: %q", out)
 	}
+	// -h may follow the arguments, as the other commands' flags may;
+	// after "--" it is a name.
+	out, errOut, code = runCmd(t, "getfattr", img, "/l", "-h")
+	if code != 0 || !strings.Contains(out, `trusted.t="link"`) || strings.Contains(out, "user.u") {
+		t.Errorf("getfattr /l -h: %d %q %q", code, out, errOut)
+	}
+	if out, errOut, code := runCmd(t, "setfattr", img, "/l", "trusted.t2", "link2", "-h"); code != 0 || out != "" {
+		t.Fatalf("setfattr ... -h: %d %q %q", code, out, errOut)
+	}
+	if out, _, _ = runCmd(t, "getfattr", "-h", img, "/l", "trusted.t2"); !strings.Contains(out, `trusted.t2="link2"`) {
+		t.Errorf("getfattr -h /l trusted.t2 after setfattr ... -h: %q", out)
+	}
+	if _, errOut, code = runCmd(t, "getfattr", img, "/l", "--", "-h"); code != 1 || !strings.Contains(errOut, `attribute "-h"`) {
+		t.Errorf("getfattr /l -- -h: %d %q", code, errOut)
+	}
 	if out, _, code := runCmd(t, "getfattr", "-h"); code != 0 || !strings.HasPrefix(out, "usage: ext4io getfattr") {
 		t.Errorf("getfattr -h alone: %d %q", code, out)
 	}

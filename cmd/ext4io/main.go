@@ -85,11 +85,11 @@ var commands = map[string]command{
 	"getfattr": {usage: "getfattr [-h] IMAGE PATH [NAME]",
 		help: "Print the extended attributes of PATH (or only NAME), like getfattr -d -m -: NAME=\"text\" when\n" +
 			"the value is printable, else NAME=0s and base64.\n" +
-			"-h (first, before IMAGE) reads a symlink's own attributes instead of its target's.", run: cmdGetfattr, hFlag: true},
+			"-h reads a symlink's own attributes instead of its target's.", run: cmdGetfattr, hFlag: true},
 	"setfattr": {usage: "setfattr [-h] IMAGE PATH NAME VALUE | setfattr [-h] IMAGE PATH -x NAME",
 		help: "Set the extended attribute NAME of PATH to VALUE, or remove it with -x NAME, like setfattr.\n" +
 			"VALUE is read as setfattr -v reads it: \"quoted text\", 0x followed by hex, 0s followed by base64,\n" +
-			"or plain text. -h (first, before IMAGE) changes a symlink's own attributes instead of its target's.", run: cmdSetfattr, hFlag: true},
+			"or plain text. -h changes a symlink's own attributes instead of its target's.", run: cmdSetfattr, hFlag: true},
 	"mount": {usage: "mount [-o ro,allow_other,default_permissions,direct_io,no_writeback_cache,cache_size=N,debug,...] [-d] [-f | --background] [--cpuprofile FILE] IMAGE DIR",
 		help: "Serve IMAGE at DIR over FUSE until it is unmounted (fusermount3 -u, umount, SIGINT, SIGTERM or SIGHUP);\n" +
 			"then write back, commit and mark the file system clean. In the foreground (-f, the default), or\n" +

@@ -22,12 +22,22 @@ import (
 // else 0s followed by base64. VALUE may be "quoted text", 0x hex or 0s
 // base64, or plain text.
 
-// xattrArgs splits off a leading -h.
+// xattrArgs takes -h out of args wherever it comes, as the other
+// commands take their flags; "--" ends the flags, so that a NAME or
+// VALUE after it may be "-h".
 func xattrArgs(args []string) (follow bool, rest []string) {
-	if len(args) > 0 && args[0] == "-h" {
-		return false, args[1:]
+	follow = true
+	for i, a := range args {
+		switch a {
+		case "--":
+			return follow, append(rest, args[i+1:]...)
+		case "-h":
+			follow = false
+		default:
+			rest = append(rest, a)
+		}
 	}
-	return true, args
+	return follow, rest
 }
 
 func cmdGetfattr(args []string, w io.Writer) error {
