@@ -46,11 +46,18 @@ func TestJournalAndRecoverCommands(t *testing.T) {
 		!strings.Contains(out, "block 35: commit, transaction 6") || !strings.Contains(out, "5 committed transactions") {
 		t.Fatalf("journal: code %d %s\n%s", code, errOut, out)
 	}
+	// info replays in memory; it says the image itself still needs it.
+	if out, _, _ := runCmd(t, "info", img); !strings.Contains(out, "needs recovery: 5 transactions replayed in memory only") {
+		t.Fatalf("info before recover:\n%s", out)
+	}
 	out, errOut, code = runCmd(t, "recover", img)
 	if code != 0 || !strings.Contains(out, "replayed 5 transactions") {
 		t.Fatalf("recover: code %d %s\n%s", code, errOut, out)
 	}
 	e2fs.Fsck(t, img)
+	if out, _, _ := runCmd(t, "info", img); strings.Contains(out, "needs recovery") {
+		t.Fatalf("info after recover:\n%s", out)
+	}
 	out, _, _ = runCmd(t, "journal", img)
 	if !strings.Contains(out, "The journal is empty.") {
 		t.Fatalf("journal after recover:\n%s", out)

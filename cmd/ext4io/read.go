@@ -89,6 +89,11 @@ func cmdInfo(args []string, w io.Writer) error {
 		state += " with errors"
 	}
 	p("State", "%s", state)
+	if r := v.Recovery(); r != nil {
+		// A read-only open replays into memory: what this prints is the
+		// replayed file system; the image itself still needs the replay.
+		p("Journal", "needs recovery: %d transactions replayed in memory only (ext4io recover IMAGE writes them)", r.Transactions)
+	}
 	p("Mount count", "%d", sb.MntCount)
 	p("Created", "%s", fmtTime(sb.MkfsTime))
 	p("Last write", "%s", fmtTime(sb.Wtime))
