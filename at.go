@@ -1,7 +1,6 @@
 package ext4io
 
 import (
-	"fmt"
 	"io/fs"
 	"os"
 	"strings"
@@ -115,7 +114,7 @@ func (d *File) extentDir() (*File, error) {
 	}
 	dir := newFile(d.v, d.n, d.ino, d.name)
 	if dir.m == nil || dir.m.tree == nil {
-		return nil, fmt.Errorf("directory %s (inode %d) is not extent-mapped: %w", d.name, d.ino, ErrUnsupported)
+		return nil, errBlockMappedDir(d.name, d.ino)
 	}
 	return dir, nil
 }

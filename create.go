@@ -140,7 +140,7 @@ func (f *File) addEntryHintLocked(name string, ino uint32, ft uint8, hint *inser
 		return f.writeDirBlock(hint.lblk, hint.buf)
 	}
 	if f.m == nil || f.m.tree == nil {
-		return fmt.Errorf("directory inode %d is not extent-mapped: %w", f.ino, ErrUnsupported)
+		return errBlockMappedDir(f.name, f.ino)
 	}
 	need := layout.DirRecLen(len(name))
 	bs := uint64(v.bs)

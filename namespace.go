@@ -146,6 +146,15 @@ func notDirName(name string) error {
 	return nil
 }
 
+// errBlockMappedDir is the error for a change to a directory mapped by
+// block lists (ext2/ext3), which ext4io reads but does not change.
+func errBlockMappedDir(name string, ino uint32) error {
+	if name = strings.TrimRight(name, "/"); name == "" {
+		name = "/"
+	}
+	return fmt.Errorf("directory %q (inode %d) is block-mapped (ext2/ext3), and ext4io changes only extent-mapped directories: %w", name, ino, ErrUnsupported)
+}
+
 // parentOnly is parentDir without checking the last component: the
 // parent's errors come first, as Linux resolves parents before it looks
 // at the last name (rename resolves both parents first).
@@ -162,7 +171,7 @@ func (v *Volume) parentOnly(name string) (*File, string, error) {
 		return nil, "", err
 	}
 	if dir.m == nil || dir.m.tree == nil {
-		return nil, "", fmt.Errorf("directory %s (inode %d) is not extent-mapped: %w", dirName, dir.ino, ErrUnsupported)
+		return nil, "", errBlockMappedDir(dirName, dir.ino)
 	}
 	return dir, base, nil
 }
