@@ -34,3 +34,22 @@ func TestBlockMappedDirError(t *testing.T) {
 		}
 	}
 }
+
+// TestUnsupportedFeatureErrorSaysReadOnlyWorks: a writable open refused
+// for a feature names it and says that a read-only open works, which it
+// does.
+func TestUnsupportedFeatureErrorSaysReadOnlyWorks(t *testing.T) {
+	img := filepath.Join(t.TempDir(), "quota.img")
+	ext4iotest.Mkfs(t, img, "16M", "-O", "quota")
+	_, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
+	if !errors.Is(err, ext4io.ErrUnsupported) || !strings.Contains(err.Error(), "ro_compat feature quota (a read-only open works)") {
+		t.Fatalf("writable open of a quota image: %v", err)
+	}
+	v, err := ext4io.OpenImage(img, ext4io.Options{})
+	if err != nil {
+		t.Fatalf("read-only open of a quota image: %v", err)
+	}
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

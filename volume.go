@@ -486,10 +486,10 @@ func open(ctx context.Context, dev blockdev.Device, opts Options) (*Volume, erro
 func (v *Volume) openWritable() error {
 	sb := v.sb
 	if bad := layout.UnsupportedIncompat(sb.FeatureIncompat, layout.IncompatSupportedWrite); len(bad) > 0 {
-		return fmt.Errorf("ext4io: cannot write with incompat feature %s: %w", strings.Join(bad, ","), ErrUnsupported)
+		return fmt.Errorf("ext4io: cannot write with incompat feature %s (a read-only open works): %w", strings.Join(bad, ","), ErrUnsupported)
 	}
 	if bad := layout.UnsupportedRoCompat(sb.FeatureRoCompat, layout.RoCompatSupportedWrite); len(bad) > 0 {
-		return fmt.Errorf("ext4io: cannot write with ro_compat feature %s: %w", strings.Join(bad, ","), ErrUnsupported)
+		return fmt.Errorf("ext4io: cannot write with ro_compat feature %s (a read-only open works): %w", strings.Join(bad, ","), ErrUnsupported)
 	}
 	if sb.HasIncompat(layout.IncompatRecover) {
 		return fmt.Errorf("ext4io: journal needs recovery before the volume can be written: %w", ErrUnsupported)
