@@ -217,3 +217,30 @@ func TestWriteReportsAfterClose(t *testing.T) {
 		t.Errorf("write on a failing device: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }
+
+// TestBadNumbersAreUsageErrors: a number that does not parse is a usage
+// error (exit 2, with the usage line) whichever command and argument it
+// is given to, as "write --offset abc" is by the flag package.
+func TestBadNumbersAreUsageErrors(t *testing.T) {
+	img := filepath.Join(t.TempDir(), "n.img")
+	if _, errOut, code := runCmd(t, "mkfs", img, "8M"); code != 0 {
+		t.Fatalf("mkfs: %s", errOut)
+	}
+	for _, args := range [][]string{
+		{"write", "--offset", "abc", img, "f"},
+		{"fstrim", "--offset", "abc", img},
+		{"fstrim", "--length", "abc", img},
+		{"fstrim", "--minimum", "abc", img},
+		{"truncate", img, "f", "abc"},
+		{"fallocate", img, "f", "abc", "4096"},
+		{"fallocate", img, "f", "0", "abc"},
+		{"mkfs", "-F", img, "abc"},
+		{"torture", "--size", "abc"},
+		{"bench", "--size", "abc"},
+	} {
+		_, errOut, code := runCmd(t, args...)
+		if code != 2 || !strings.Contains(errOut, "usage: ext4io "+args[0]) {
+			t.Errorf("%q: exit %d, stderr %q; want 2 and the usage line", args, code, errOut)
+		}
+	}
+}

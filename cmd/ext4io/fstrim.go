@@ -24,17 +24,17 @@ func cmdFstrim(args []string, w io.Writer) error {
 	}
 	off, err := parseSize0(*offStr)
 	if err != nil {
-		return fmt.Errorf("--offset: %w", err)
+		return fmt.Errorf("%w: --offset: %w", errUsage, err)
 	}
 	length := int64(math.MaxInt64)
 	if *lenStr != "" {
 		if length, err = parseSize0(*lenStr); err != nil {
-			return fmt.Errorf("--length: %w", err)
+			return fmt.Errorf("%w: --length: %w", errUsage, err)
 		}
 	}
 	minLen, err := parseSize0(*minStr)
 	if err != nil {
-		return fmt.Errorf("--minimum: %w", err)
+		return fmt.Errorf("%w: --minimum: %w", errUsage, err)
 	}
 	return withWritable(args[0], func(v *ext4io.Volume) error {
 		n, err := v.Trim(off, length, minLen)

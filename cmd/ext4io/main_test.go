@@ -83,8 +83,8 @@ func TestMkfsCommand(t *testing.T) {
 	if !strings.Contains(info, "made") || strings.Contains(info, "metadata_csum") {
 		t.Fatalf("info after mkfs:\n%s", info)
 	}
-	if _, _, code := runCmd(t, "mkfs", img, "12Q"); code != 1 {
-		t.Errorf("bad size accepted: %d", code)
+	if _, _, code := runCmd(t, "mkfs", img, "12Q"); code != 2 {
+		t.Errorf("bad size: exit %d, want 2 (a usage error)", code)
 	}
 }
 

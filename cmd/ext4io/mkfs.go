@@ -35,7 +35,7 @@ func cmdMkfs(args []string, w io.Writer) (err error) {
 	img := args[0]
 	size, err := parseSize(args[1])
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	_, serr := os.Stat(img)
 	created := errors.Is(serr, os.ErrNotExist)

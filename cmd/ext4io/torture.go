@@ -49,7 +49,7 @@ func cmdTorture(args []string, w io.Writer) error {
 	}
 	n, err := parseSize(*size)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: --size: %w", errUsage, err)
 	}
 	if *seed == 0 {
 		*seed = uint64(time.Now().UnixNano())

@@ -22,7 +22,7 @@ func TestTortureFlags(t *testing.T) {
 		}
 	}
 	var out, errb bytes.Buffer
-	if code := run([]string{"torture", "--size", "x"}, &out, &errb); code != 1 {
+	if code := run([]string{"torture", "--size", "x"}, &out, &errb); code != 2 {
 		t.Errorf("bad size: exit %d", code)
 	}
 }

@@ -168,7 +168,7 @@ func cmdFallocate(args []string, w io.Writer) error {
 	off, err1 := parseSize0(args[2])
 	length, err2 := parseSize0(args[3])
 	if err := errors.Join(err1, err2); err != nil {
-		return err
+		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	return withWritable(args[0], func(v *ext4io.Volume) (err error) {
 		f, err := v.OpenFile(args[1], os.O_RDWR, 0)
@@ -190,7 +190,7 @@ func cmdTruncate(args []string, w io.Writer) error {
 	}
 	size, err := parseSize0(args[2])
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	return withWritable(args[0], func(v *ext4io.Volume) (err error) {
 		f, err := v.OpenFile(args[1], os.O_RDWR, 0)
