@@ -715,6 +715,12 @@ func (v *Volume) startJournal() error {
 	if j.NeedsRecovery() {
 		return fmt.Errorf("ext4io: the journal holds transactions but needs_recovery is not set: %w", ErrCorrupt)
 	}
+	// jbd2's journal_reset: a log shorter than this holds no transaction
+	// of the size commits here take (every Sync would fail with ENOSPC).
+	if jsb := j.Superblock(); uint64(jsb.First)+journal.MinJournalBlocks > uint64(jsb.MaxLen)+1 {
+		return fmt.Errorf("ext4io: opening the journal: %w", errs.Corruptf("journal superblock", 0, 0x14,
+			"log too short: blocks %d to %d, at least %d needed", jsb.First, jsb.MaxLen, journal.MinJournalBlocks))
+	}
 	blocks := int(cfg.Blocks)
 	v.jm = &jmeta{v: v, j: j, dev: v.meta, cache: v.mcache, pending: make(map[uint64][]byte), revokes: make(map[uint64]struct{}),
 		commitAt: max(blocks/16, 8), maxChunk: max(blocks/8, 16)}

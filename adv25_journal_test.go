@@ -1,0 +1,76 @@
+package ext4io_test
+
+import (
+	"encoding/binary"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/ext4io/ext4io"
+	"github.com/ext4io/ext4io/internal/e2fs"
+)
+
+// TestAdv25JournalTooShort: a journal superblock whose log (s_first to
+// s_maxlen) is shorter than jbd2's 1024 blocks, which Linux refuses to
+// load ("JBD2: Journal too short"). A writable open took it, accepted
+// writes and then failed every Sync and the Close with ENOSPC ("3 credits
+// exceed the log (-1 at most in one transaction)"), losing them; it is now
+// refused at Open as corrupt. A read-only open, which writes no log,
+// still reads the volume.
+func TestAdv25JournalTooShort(t *testing.T) {
+	dir := t.TempDir()
+	base := filepath.Join(dir, "base")
+	e2fs.Mkfs(t, base, "16M", "-b", "1024")
+	out := e2fs.Debugfs(t, base, false, "bmap <8> 0")
+	jblk, err := strconv.Atoi(strings.TrimSpace(out))
+	if err != nil {
+		t.Fatalf("bmap <8> 0: %q", out)
+	}
+	img, err := os.ReadFile(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jsb := img[jblk*1024:]
+	if binary.BigEndian.Uint32(jsb) != 0xc03b3998 || binary.BigEndian.Uint32(jsb[0x10:]) != 1024 ||
+		binary.BigEndian.Uint32(jsb[0x28:])&0x10 != 0 {
+		t.Fatalf("journal superblock at block %d: want a 1024-block journal without checksums", jblk)
+	}
+	for _, tc := range []struct {
+		name       string
+		off, value uint32
+	}{
+		{"s_first 1023", 0x14, 1023},
+		{"s_maxlen 2", 0x10, 2},
+		{"s_maxlen 1023", 0x10, 1023},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "_"))
+			b := append([]byte(nil), img...)
+			binary.BigEndian.PutUint32(b[jblk*1024+int(tc.off):], tc.value)
+			if err := os.WriteFile(p, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			v, err := ext4io.OpenImage(p, ext4io.Options{Writable: true})
+			if err == nil {
+				werr := v.WriteFile("f", []byte("data"), 0o644)
+				serr := v.Sync()
+				cerr := v.Close()
+				t.Fatalf("writable open of a log shorter than 1024 blocks: no error (WriteFile %v, Sync %v, Close %v)", werr, serr, cerr)
+			}
+			if !errors.Is(err, ext4io.ErrCorrupt) || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("writable open: %v, want one line wrapping ErrCorrupt", err)
+			}
+			v, err = ext4io.OpenImage(p, ext4io.Options{})
+			if err != nil {
+				t.Fatalf("read-only open: %v", err)
+			}
+			if _, err := v.ReadDir("/"); err != nil {
+				t.Errorf("read-only ReadDir: %v", err)
+			}
+			v.Close()
+		})
+	}
+}
