@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ext4io/ext4io"
 	"github.com/ext4io/ext4io/internal/e2fs"
@@ -72,5 +73,18 @@ func TestAdv25JournalTooShort(t *testing.T) {
 			}
 			v.Close()
 		})
+	}
+}
+
+// TestAdv25MMPWaitBounded: an image's s_mmp_update_interval or MMP block
+// check interval of 65535 s made a writable Open wait 65,595 s (18 hours,
+// min(2c+1, c+60)) before it claimed the block, even a clean one. Intervals
+// are taken at most 300 s, the longest any holder uses: the wait is at
+// most 360 s.
+func TestAdv25MMPWaitBounded(t *testing.T) {
+	for _, c := range [][2]uint16{{65535, 0}, {0, 65535}, {301, 0}, {300, 0}} {
+		if got := ext4io.MMPWait(c[0], c[1]); got != 360*time.Second {
+			t.Errorf("wait(update %d, check %d) = %v, want 6m0s", c[0], c[1], got)
+		}
 	}
 }
