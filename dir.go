@@ -502,22 +502,39 @@ func (f *File) dxWalk(name string, onLeaf func(blk uint64) (stop bool, err error
 	type level struct {
 		node *layout.DxNode
 		at   int
+		lblk uint64
 	}
-	path := []level{{root, root.DxLookup(hash)}}
+	// cycle is dxCycle for the first n levels of path.
+	cycle := func(path []level, n int, blk uint64) error {
+		for _, l := range path[:n] {
+			if l.lblk == blk {
+				return &errs.CorruptError{What: "htree index", Ino: f.ino, Off: -1,
+					Msg: fmt.Sprintf("tree cycle: block %d points back to block %d", path[n-1].lblk, blk)}
+			}
+		}
+		return nil
+	}
+	path := []level{{root, root.DxLookup(hash), 0}}
 	for len(path) <= int(info.IndirectLevels) {
 		top := path[len(path)-1]
 		blk := uint64(top.node.Entries[top.at].Block)
+		if err := cycle(path, len(path), blk); err != nil {
+			return err
+		}
 		node, err := f.dxNode(blk, nblk, buf, seed)
 		if err != nil {
 			return err
 		}
-		path = append(path, level{node, node.DxLookup(hash)})
+		path = append(path, level{node, node.DxLookup(hash), blk})
 	}
 	for {
 		top := path[len(path)-1]
 		blk := uint64(top.node.Entries[top.at].Block)
 		if blk >= nblk {
 			return &errs.CorruptError{What: "htree index", Ino: f.ino, Off: -1, Msg: fmt.Sprintf("leaf block %d past directory end %d", blk, nblk)}
+		}
+		if err := cycle(path, len(path), blk); err != nil {
+			return err
 		}
 		if stop, err := onLeaf(blk); err != nil || stop {
 			return err
@@ -537,11 +554,14 @@ func (f *File) dxWalk(name string, onLeaf func(blk uint64) (stop bool, err error
 		}
 		for j := i + 1; j < len(path); j++ {
 			blk := uint64(path[j-1].node.Entries[path[j-1].at].Block)
+			if err := cycle(path, j, blk); err != nil {
+				return err
+			}
 			node, err := f.dxNode(blk, nblk, buf, seed)
 			if err != nil {
 				return err
 			}
-			path[j] = level{node, 0}
+			path[j] = level{node, 0, blk}
 		}
 	}
 }

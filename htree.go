@@ -106,6 +106,9 @@ func (f *File) dxPath(name string) (frames []dxFrame, info layout.DxRootInfo, ha
 	for len(path) <= int(info.IndirectLevels) {
 		top := path[len(path)-1]
 		blk := uint64(top.node.Entries[top.at].Block)
+		if err := f.dxCycle(path, blk); err != nil {
+			return nil, info, 0, err
+		}
 		path = append(path, dxFrame{lblk: blk, buf: getBlockBuf(v.bs)})
 		fr := &path[len(path)-1]
 		if fr.node, err = f.dxNode(blk, nblk, fr.buf, seed); err != nil {
@@ -117,7 +120,23 @@ func (f *File) dxPath(name string) (frames []dxFrame, info layout.DxRootInfo, ha
 	if leaf := uint64(top.node.Entries[top.at].Block); leaf == 0 || leaf >= nblk {
 		return nil, info, 0, &errs.CorruptError{What: "htree index", Ino: f.ino, Off: -1, Msg: fmt.Sprintf("leaf block %d outside directory of %d blocks", leaf, nblk)}
 	}
+	if err := f.dxCycle(path, uint64(top.node.Entries[top.at].Block)); err != nil {
+		return nil, info, 0, err
+	}
 	return path, info, hash, nil
+}
+
+// dxCycle reports as corrupt an index entry naming blk, a block of the
+// path from the root to it (dx_probe's tree cycle check): read as a leaf,
+// an index block would take new entries over its index.
+func (f *File) dxCycle(path []dxFrame, blk uint64) error {
+	for _, fr := range path {
+		if fr.lblk == blk {
+			return &errs.CorruptError{What: "htree index", Ino: f.ino, Off: -1,
+				Msg: fmt.Sprintf("tree cycle: block %d points back to block %d", path[len(path)-1].lblk, blk)}
+		}
+	}
+	return nil
 }
 
 // putFrames gives back the scratch blocks of dxPath's frames.

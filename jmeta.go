@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ext4io/ext4io/alloc"
+	"github.com/ext4io/ext4io/extent"
 	"github.com/ext4io/ext4io/internal/errs"
 	"github.com/ext4io/ext4io/journal"
 	"github.com/ext4io/ext4io/layout"
@@ -715,11 +716,49 @@ func (v *Volume) startJournal() error {
 	if j.NeedsRecovery() {
 		return fmt.Errorf("ext4io: the journal holds transactions but needs_recovery is not set: %w", ErrCorrupt)
 	}
+	// jbd2's journal_reset: a log shorter than this holds no transaction
+	// of the size commits here take (every Sync would fail with ENOSPC).
+	if jsb := j.Superblock(); uint64(jsb.First)+journal.MinJournalBlocks > uint64(jsb.MaxLen)+1 {
+		return fmt.Errorf("ext4io: opening the journal: %w", errs.Corruptf("journal superblock", 0, 0x14,
+			"log too short: blocks %d to %d, at least %d needed", jsb.First, jsb.MaxLen, journal.MinJournalBlocks))
+	}
+	if err := v.journalMapped(j.Superblock().MaxLen); err != nil {
+		return err
+	}
 	blocks := int(cfg.Blocks)
 	v.jm = &jmeta{v: v, j: j, dev: v.meta, cache: v.mcache, pending: make(map[uint64][]byte), revokes: make(map[uint64]struct{}),
 		commitAt: max(blocks/16, 8), maxChunk: max(blocks/8, 16)}
 	v.meta = v.jm
 	v.sb.FeatureIncompat |= layout.IncompatRecover
+	return nil
+}
+
+// journalMapped fails with ErrCorrupt unless the journal inode maps its
+// blocks [0, n) with written blocks: a hole, found only when a commit
+// reaches it, would abort the journal and lose what that commit held.
+func (v *Volume) journalMapped(n uint32) error {
+	jn, err := v.getInode(v.sb.JournalInum)
+	if err != nil {
+		return fmt.Errorf("ext4io: journal inode %d: %w", v.sb.JournalInum, err)
+	}
+	next := uint64(0)
+	err = jn.m.walk(func(e extent.Extent) error {
+		if uint64(e.Lblk) > next || e.Unwritten {
+			return errStop
+		}
+		next = max(next, uint64(e.Lblk)+uint64(e.Len))
+		if next >= uint64(n) {
+			return errStop
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStop) {
+		return fmt.Errorf("ext4io: journal inode %d: %w", v.sb.JournalInum, err)
+	}
+	if next < uint64(n) {
+		return &errs.CorruptError{What: "journal inode", Ino: v.sb.JournalInum, Off: -1,
+			Msg: fmt.Sprintf("journal block %d of %d is not mapped", next, n)}
+	}
 	return nil
 }
 

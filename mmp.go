@@ -56,9 +56,13 @@ var mmpTestWait, mmpTestCheck time.Duration
 
 // mmpWait returns how long the open protocol waits, as
 // ext4_multi_mount_protect computes it from the superblock's update
-// interval and the block's check interval (both in seconds).
+// interval and the block's check interval (both in seconds), with the
+// interval at most MMPMaxCheckInterval: no holder updates the block less
+// often (mke2fs and tune2fs refuse longer update intervals, kmmpd writes
+// no longer check interval), and an image's 65535 s would hold Open for
+// 18 hours.
 func mmpWait(update, blockCheck uint16) time.Duration {
-	c := uint32(max(update, layout.MMPMinCheckInterval, blockCheck))
+	c := min(uint32(max(update, layout.MMPMinCheckInterval, blockCheck)), layout.MMPMaxCheckInterval)
 	return time.Duration(min(2*c+1, c+60)) * time.Second
 }
 
@@ -150,6 +154,8 @@ func (v *Volume) startMMP(ctx context.Context) error {
 	if update == 0 {
 		update = layout.MMPUpdateInterval
 	}
+	// Within the wait of mmpWait, which takes no longer interval.
+	update = min(update, layout.MMPMaxUpdateInterval)
 	h := &mmpHolder{dev: v.dev, blk: blk, bs: v.bs, csum: v.csum, seed: v.csumSeed,
 		interval: time.Duration(update) * time.Second, recheck: mmpTestCheck}
 	m, _, err := h.read()

@@ -1,11 +1,13 @@
 package ext4io
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
 	"sync"
 
+	"github.com/ext4io/ext4io/internal/errs"
 	"github.com/ext4io/ext4io/layout"
 )
 
@@ -231,6 +233,11 @@ func (v *Volume) isUnder(ino, anc uint32) (bool, error) {
 			return false, err
 		}
 		e, err := f.lookupName("..")
+		if errors.Is(err, ErrNotFound) || err == nil && e.Inode == 0 {
+			// Every directory has a "..": ext4_get_parent's "bad parent
+			// inode number".
+			return false, &errs.CorruptError{What: "directory", Ino: ino, Off: -1, Msg: "no \"..\" entry"}
+		}
 		if err != nil {
 			return false, fmt.Errorf("directory inode %d has no \"..\": %w", ino, err)
 		}

@@ -30,9 +30,9 @@ import (
 // the fast-commit area when s_num_fc_blks is 0.
 const DefaultFastCommitBlocks = 256
 
-// minJournalBlocks is JBD2_MIN_JOURNAL_BLOCKS: the log left beside the
-// fast-commit area must be at least this long.
-const minJournalBlocks = 1024
+// MinJournalBlocks is JBD2_MIN_JOURNAL_BLOCKS: jbd2 refuses a log of fewer
+// blocks from s_first to its end (beside the fast-commit area, if any).
+const MinJournalBlocks = 1024
 
 // FastCommitArea is what Recover hands Config.FastCommit.
 type FastCommitArea struct {
@@ -66,7 +66,7 @@ func (j *Journal) setFastCommitArea(sb *Superblock) error {
 		return nil
 	}
 	n := sb.NumFastCommitBlocks()
-	if n >= sb.MaxLen || sb.MaxLen-n < minJournalBlocks || sb.MaxLen-n <= sb.First {
+	if n >= sb.MaxLen || sb.MaxLen-n < MinJournalBlocks || sb.MaxLen-n <= sb.First {
 		return errs.Corruptf("journal superblock", 0, 0x54, "incorrect fast commit blocks: s_num_fc_blks %d of s_maxlen %d", n, sb.MaxLen)
 	}
 	if sb.Start != 0 && sb.Start >= sb.MaxLen-n {

@@ -192,6 +192,12 @@ func (r *recovery) pass(sb *Superblock, pass passType) error {
 	)
 	buf := make([]byte, j.bs)
 	obuf := make([]byte, j.bs)
+	// walked counts the log blocks the pass has gone over. A log holds
+	// no more than its length from s_start: a pass that goes on past it
+	// has come round to blocks it read (a log of descriptors of one tid
+	// and no commit), and would go round for ever.
+	logLen := uint64(j.last - j.first)
+	var walked uint64
 loop:
 	for {
 		if pass != passScan && tidGEQ(next, r.info.EndSeq) {
@@ -202,9 +208,13 @@ loop:
 			return err
 		}
 		block = j.wrap(block + 1)
+		walked++
 		h := decodeHeader(buf)
 		if h.Magic != Magic || h.Sequence != next {
 			break
+		}
+		if walked > logLen {
+			return errs.Corruptf("journal", uint64(at), -1, "transaction %d runs past the log's %d blocks from s_start %d", next, logLen, sb.Start)
 		}
 		switch h.BlockType {
 		case BlockTypeDescriptor:
@@ -224,6 +234,7 @@ loop:
 				// ends the walk. Treat it like jbd2: tags counted so far.
 				d = &Descriptor{}
 			}
+			walked += uint64(len(d.Tags))
 			if pass != passReplay {
 				if pass == passScan && f.Compat&FeatureCompatChecksum != 0 && !r.endSet {
 					crcSum = crc32BE(crcSum, buf)

@@ -43,6 +43,12 @@ type exporter struct {
 	top     *os.Root
 	links   map[uint32]string
 	skipped []error // special files the host refused to make
+	// copied counts the data blocks this run copied out of regular
+	// files, and capacity is the image's block count: ext4 shares no
+	// block between files (hard links are made as links), so a run that
+	// would copy more blocks than the image has is reading extents that
+	// map the same blocks over and over, and stops before writing them.
+	copied, capacity uint64
 }
 
 func cmdGet(args []string, w io.Writer) error {
@@ -59,7 +65,8 @@ func cmdGet(args []string, w io.Writer) error {
 	defer v.Close()
 	src, dst := pos[1], pos[2]
 	e := &exporter{v: v, preserve: *preserve, owners: *preserve && os.Geteuid() == 0,
-		seen: map[uint32]bool{}, links: map[uint32]string{}, buf: make([]byte, 1<<20)}
+		seen: map[uint32]bool{}, links: map[uint32]string{}, buf: make([]byte, 1<<20),
+		capacity: v.Superblock().BlocksCount}
 	if !e.preserve {
 		e.umask = umask()
 	}
@@ -378,6 +385,18 @@ func (e *exporter) copySparse(out *os.File, f *ext4io.File, fi *ext4io.FileInfo)
 		return err
 	}
 	bs := uint64(e.v.BlockSize())
+	var blocks uint64
+	for _, x := range exts {
+		if x.Unwritten || x.Logical >= uint64(size)/bs+1 {
+			continue
+		}
+		blocks += min(x.Logical+x.Length, uint64(size)/bs+1) - x.Logical
+	}
+	if e.copied+blocks > e.capacity {
+		return fmt.Errorf("%d data blocks to copy after %d, more than the image's %d: extents map the same blocks more than once: %w",
+			blocks, e.copied, e.capacity, ext4io.ErrCorrupt)
+	}
+	e.copied += blocks
 	for _, x := range exts {
 		if x.Unwritten || x.Logical >= uint64(size)/bs+1 {
 			continue
