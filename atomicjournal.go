@@ -227,22 +227,18 @@ func (f *File) atomicJournal(rs []atomicRange, total int64) (ok bool, err error)
 	f.v.touch.stamp(f.n)
 	sh := f.v.bshift
 	blks := make([]uint64, 0, len(data))
+	devRuns := make([][2]int64, len(runs))
 	for k, run := range runs {
 		for b := run[0]; b < run[0]+run[1]; b++ {
 			blks = append(blks, b)
 		}
-		if _, err := f.v.dev.WriteAt(runData[k], int64(run[0])<<sh); err != nil {
-			// The commit holds the data: recovery writes it home. Stop
-			// committing, so that nothing revokes it; the checkpoint at
-			// Close writes it home too (not marked home).
-			err = fmt.Errorf("ext4io: inode %d: journalled atomic write in place at block %d: %w", f.ino, run[0], wrapIO(err))
-			m.mu.Lock()
-			m.setFailedLocked(err)
-			m.mu.Unlock()
-			return true, err
-		}
+		devRuns[k] = [2]int64{int64(run[0]) << sh, int64(run[1]) << sh}
 	}
-	m.j.MarkHome(tid, blks)
+	// The write in place goes on in the background (homewrite.go): the
+	// runs are pending before the inode lock is released, so that every
+	// later request touching them waits for it.
+	ws := f.v.home.h.add(f.ino, devRuns)
+	f.homeWriteRuns(ws, runData, tid, slices.Clone(blks))
 	slices.Sort(blks)
 	rec := &liveData{tid: tid, blks: blks, data: make([][]byte, len(blks))}
 	for i, b := range blks {
