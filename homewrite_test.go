@@ -184,23 +184,48 @@ func TestHomeWriteWritesOrdered(t *testing.T) {
 	}
 }
 
-// TestHomeWriteCrashAfterLaterCommit: a crash after a later transaction
-// committed while a journalled page's write in place was still in flight.
-// The later transaction (the file's next journalled page, at another
-// place) revokes the first page's logged copy; it must not commit before
-// the first page is on the device, or the crash leaves the old page. The
-// crash keeps only flushed writes.
+// TestHomeWriteCrashAfterLaterCommit: a crash right after a later
+// transaction committed while a journalled page's write in place was still
+// in flight, the later writes at other places of the file: the file's next
+// journalled page (its transaction revokes the first page's logged copy,
+// so it must not commit before the first page is on the device), a plain
+// write and Datasync, Volume.Sync (which revokes every logged copy). The
+// crash keeps only flushed writes; both pages must read new.
 func TestHomeWriteCrashAfterLaterCommit(t *testing.T) {
 	t.Parallel()
-	g, cdev, v, f, addr := homeVolume(t)
-	p := heldWrite(t, g, v, f, addr, 7, 100*time.Millisecond)
-	require.NoError(t, f.Datasync()) // the shortcut: no wait, no I/O
-	q := journalWrite(t, v, f, 8, 128<<10)
-	// A crash right after the later commit returned.
-	require.Equal(t, p, crashRead(t, cdev, "db", 64<<10, 16<<10), "the first page after the crash")
-	require.Equal(t, q, crashRead(t, cdev, "db", 128<<10, 16<<10), "the second page after the crash")
-	require.NoError(t, f.Close())
-	require.NoError(t, v.Close())
+	for _, c := range []struct {
+		name  string
+		later func(t *testing.T, v *ext4io.Volume, f *ext4io.File) []byte
+	}{
+		{"journalled", func(t *testing.T, v *ext4io.Volume, f *ext4io.File) []byte {
+			require.NoError(t, f.Datasync()) // the shortcut: no wait, no I/O
+			return journalWrite(t, v, f, 8, 128<<10)
+		}},
+		{"plain", func(t *testing.T, _ *ext4io.Volume, f *ext4io.File) []byte {
+			q := bytes.Repeat([]byte{8}, 16<<10)
+			_, err := f.WriteAt(q, 128<<10)
+			require.NoError(t, err)
+			require.NoError(t, f.Datasync())
+			return q
+		}},
+		{"volume sync", func(t *testing.T, v *ext4io.Volume, f *ext4io.File) []byte {
+			q := bytes.Repeat([]byte{8}, 16<<10)
+			_, err := f.WriteAt(q, 128<<10)
+			require.NoError(t, err)
+			require.NoError(t, v.Sync())
+			return q
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g, cdev, v, f, addr := homeVolume(t)
+			p := heldWrite(t, g, v, f, addr, 7, 100*time.Millisecond)
+			q := c.later(t, v, f)
+			require.Equal(t, p, crashRead(t, cdev, "db", 64<<10, 16<<10), "the first page after the crash")
+			require.Equal(t, q, crashRead(t, cdev, "db", 128<<10, 16<<10), "the later page after the crash")
+			require.NoError(t, f.Close())
+			require.NoError(t, v.Close())
+		})
+	}
 }
 
 // TestHomeWriteFailure: a journalled page whose write in place fails is
