@@ -14,7 +14,9 @@ import (
 // mapped inside the on-disk size keeps its blocks: the new data goes into
 // a journal transaction as ordinary journalled blocks at their home block
 // numbers, the transaction commits (durably: the write is synchronous),
-// and only then is the data written in place, without a flush. A crash
+// and only then is the data written in place, without a flush, in the
+// background (homewrite.go): the call returns once the commit is durable.
+// A crash
 // before the commit is durable leaves the old data (nothing was written
 // in place); after it, recovery (ext4io's, Linux's jbd2, e2fsck's) writes
 // the logged blocks home, repairing an in-place write the crash tore. The
@@ -25,11 +27,17 @@ import (
 // callback takes the inode lock exclusively, looks the ranges up again
 // and hands the data blocks over; the commit logs them with the pending
 // metadata (one transaction, so that fast commits written before it stay
-// covered) and waits until it is durable; the data is written in place;
-// Journal.MarkHome tells the journal that those copies are home, so that
-// no checkpoint writes them home later (over a newer in-place write) and
-// Lookup never returns them; the inode lock is released. Readers, who take
-// the inode lock shared, never see the old data after the commit.
+// covered) and waits until it is durable; the runs are registered as
+// pending home writes (homewrite.go) and a goroutine writes them in place;
+// the inode lock is released and the call returns. When the write in
+// place has completed, Journal.MarkHome tells the journal that those
+// copies are home, so that no checkpoint writes them home later (over a
+// newer in-place write) and Lookup never returns them; only then are the
+// runs no longer pending. Until then every device request of the volume
+// overlapping them waits (reads see the new data, later writes land after
+// it), and every flush waits for the write to complete, so that a
+// transaction revoking the logged copies (below) commits only once its
+// preflush has made the page durable in place.
 //
 // Stale log copies. Until a checkpoint moves the log's tail past the
 // transaction, or a later transaction revokes the blocks, recovery would
@@ -47,8 +55,9 @@ import (
 //     or a punch's partial block, write-zeroes over written blocks:
 //     liveZeroed) revokes them in that operation's transaction, so that
 //     the operation never commits without its zeroes;
-//   - File.Sync and Datasync compare the recorded blocks with what the
-//     device holds (liveCheck); when one differs (something overwrote it
+//   - File.Sync and Datasync wait for the file's pending writes in place
+//     and compare the recorded blocks with what the device holds
+//     (liveCheck); when one differs (something overwrote it
 //     since), the blocks are revoked and the sync commits in full, fast
 //     commits or not; Volume.Sync revokes every file's recorded blocks.
 //     A record whose transaction has left the log (InLog) is dropped:
@@ -61,9 +70,9 @@ import (
 // the write's end unless a data change of the file (a write, a truncate,
 // a fallocate, a remap: dataChanged) comes meanwhile. While it is set,
 // everything the file's data depends on was durable before the commit or
-// is in it, and the in-place write is covered by the replay: Datasync
-// returns without any I/O, provided that nothing else is pending or
-// committing (Datasync commits every pending change, an xattr set since
+// is in it, and the in-place write, done or still in flight, is covered by
+// the replay: Datasync returns without any I/O or wait, provided that
+// nothing else is pending or committing (Datasync commits every pending change, an xattr set since
 // included; Journal.Idle). Files whose iomap ops were handed out
 // (noReadahead) take neither that shortcut nor liveCheck's skip of the
 // compare, as their writes bypass dataChanged.
