@@ -237,7 +237,11 @@ func TestHomeWriteFailure(t *testing.T) {
 	g, cdev, v, f, addr := homeVolume(t)
 	g.arm(addr, 16<<10, errors.New("injected write error"))
 	p := journalWrite(t, v, f, 7, 64<<10)
-	<-g.held
+	select {
+	case <-g.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the write in place never came")
+	}
 	close(g.release)
 	ext4io.WaitHomeWrites(v)
 	err := f.Datasync()
