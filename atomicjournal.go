@@ -16,11 +16,11 @@ import (
 // numbers, the transaction commits (durably: the write is synchronous),
 // and only then is the data written in place, without a flush, in the
 // background (homewrite.go): the call returns once the commit is durable.
-// A crash
-// before the commit is durable leaves the old data (nothing was written
-// in place); after it, recovery (ext4io's, Linux's jbd2, e2fsck's) writes
-// the logged blocks home, repairing an in-place write the crash tore. The
-// file does not fragment, as the remap path (atomic.go) does.
+// A crash before the commit is durable leaves the old data (nothing was
+// written in place); after it, recovery (ext4io's, Linux's jbd2,
+// e2fsck's) writes the logged blocks home, repairing an in-place write
+// the crash tore or never made. The file does not fragment, as the remap
+// path (atomic.go) does.
 //
 // Sequence (atomicJournal): the ranges are looked up under the shared
 // inode lock; jmeta.commitData takes txnGate exclusively, and its stage
@@ -57,9 +57,9 @@ import (
 //     the operation never commits without its zeroes;
 //   - File.Sync and Datasync wait for the file's pending writes in place
 //     and compare the recorded blocks with what the device holds
-//     (liveCheck); when one differs (something overwrote it
-//     since), the blocks are revoked and the sync commits in full, fast
-//     commits or not; Volume.Sync revokes every file's recorded blocks.
+//     (liveCheck); when one differs (something overwrote it since), the
+//     blocks are revoked and the sync commits in full, fast commits or
+//     not; Volume.Sync revokes every file's recorded blocks.
 //     A record whose transaction has left the log (InLog) is dropped:
 //     there, and oldest first after each journalled write (pruneLive),
 //     so that the records hold about what the log holds.
@@ -72,10 +72,10 @@ import (
 // everything the file's data depends on was durable before the commit or
 // is in it, and the in-place write, done or still in flight, is covered by
 // the replay: Datasync returns without any I/O or wait, provided that
-// nothing else is pending or committing (Datasync commits every pending change, an xattr set since
-// included; Journal.Idle). Files whose iomap ops were handed out
-// (noReadahead) take neither that shortcut nor liveCheck's skip of the
-// compare, as their writes bypass dataChanged.
+// nothing else is pending or committing (Datasync commits every pending
+// change, an xattr set since included; Journal.Idle). Files whose iomap
+// ops were handed out (noReadahead) take neither that shortcut nor
+// liveCheck's skip of the compare, as their writes bypass dataChanged.
 //
 // Size: a journalled write is at most a sixteenth of the journal
 // (jmeta.commitAt), so that with a pending set of up to that size it fits
