@@ -19,14 +19,16 @@ import (
 // requests overlapping a pending block after it:
 //   - ReadAt, WriteAt, WriteVAt, WriteAtSync, ZeroOut and Discard of v.dev
 //     (file reads and writes, the page cache, direct I/O, readahead,
-//     metadata, zeroing, iomap ops' I/O through the volume) wait until the
-//     pending blocks they overlap are settled (written and marked home, or
-//     failed);
-//   - the journal's device (journalDev) waits only until the overlapping
-//     home writes have completed: MarkHome may wait for a checkpoint in
-//     progress, whose writes home go through it;
-//   - every Flush waits until every home write in flight has completed,
-//     and fails when one of them failed. A transaction that revokes a
+//     metadata, zeroing, discards) wait until the pending blocks they
+//     overlap are settled (written and marked home, or failed);
+//   - the iomap ops handed out (dioOps.Begin and MapOverwrite) wait the
+//     same way before they map written blocks, as their caller may do the
+//     I/O on a device handle of its own;
+//   - the journal's view of the device (homeDev with journal set) waits
+//     only until the overlapping home writes have completed: MarkHome may
+//     wait for a checkpoint in progress, whose writes home go through it;
+//   - every Flush and durable write (WriteAtSync) waits until every home
+//     write in flight has completed, and fails when one of them failed. A transaction that revokes a
 //     pending block (the file's next journalled write, a free, a zeroing,
 //     Sync's liveCheck) therefore commits only after its preflush made
 //     the home write durable, as the commit's preflush comes before its
