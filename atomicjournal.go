@@ -14,22 +14,30 @@ import (
 // mapped inside the on-disk size keeps its blocks: the new data goes into
 // a journal transaction as ordinary journalled blocks at their home block
 // numbers, the transaction commits (durably: the write is synchronous),
-// and only then is the data written in place, without a flush. A crash
-// before the commit is durable leaves the old data (nothing was written
-// in place); after it, recovery (ext4io's, Linux's jbd2, e2fsck's) writes
-// the logged blocks home, repairing an in-place write the crash tore. The
-// file does not fragment, as the remap path (atomic.go) does.
+// and only then is the data written in place, without a flush, in the
+// background (homewrite.go): the call returns once the commit is durable.
+// A crash before the commit is durable leaves the old data (nothing was
+// written in place); after it, recovery (ext4io's, Linux's jbd2,
+// e2fsck's) writes the logged blocks home, repairing an in-place write
+// the crash tore or never made. The file does not fragment, as the remap
+// path (atomic.go) does.
 //
 // Sequence (atomicJournal): the ranges are looked up under the shared
 // inode lock; jmeta.commitData takes txnGate exclusively, and its stage
 // callback takes the inode lock exclusively, looks the ranges up again
 // and hands the data blocks over; the commit logs them with the pending
 // metadata (one transaction, so that fast commits written before it stay
-// covered) and waits until it is durable; the data is written in place;
-// Journal.MarkHome tells the journal that those copies are home, so that
-// no checkpoint writes them home later (over a newer in-place write) and
-// Lookup never returns them; the inode lock is released. Readers, who take
-// the inode lock shared, never see the old data after the commit.
+// covered) and waits until it is durable; the runs are registered as
+// pending home writes (homewrite.go) and a goroutine writes them in place;
+// the inode lock is released and the call returns. When the write in
+// place has completed, Journal.MarkHome tells the journal that those
+// copies are home, so that no checkpoint writes them home later (over a
+// newer in-place write) and Lookup never returns them; only then are the
+// runs no longer pending. Until then every device request of the volume
+// overlapping them waits (reads see the new data, later writes land after
+// it), and every flush waits for the write to complete, so that a
+// transaction revoking the logged copies (below) commits only once its
+// preflush has made the page durable in place.
 //
 // Stale log copies. Until a checkpoint moves the log's tail past the
 // transaction, or a later transaction revokes the blocks, recovery would
@@ -47,10 +55,11 @@ import (
 //     or a punch's partial block, write-zeroes over written blocks:
 //     liveZeroed) revokes them in that operation's transaction, so that
 //     the operation never commits without its zeroes;
-//   - File.Sync and Datasync compare the recorded blocks with what the
-//     device holds (liveCheck); when one differs (something overwrote it
-//     since), the blocks are revoked and the sync commits in full, fast
-//     commits or not; Volume.Sync revokes every file's recorded blocks.
+//   - File.Sync and Datasync wait for the file's pending writes in place
+//     and compare the recorded blocks with what the device holds
+//     (liveCheck); when one differs (something overwrote it since), the
+//     blocks are revoked and the sync commits in full, fast commits or
+//     not; Volume.Sync revokes every file's recorded blocks.
 //     A record whose transaction has left the log (InLog) is dropped:
 //     there, and oldest first after each journalled write (pruneLive),
 //     so that the records hold about what the log holds.
@@ -61,12 +70,12 @@ import (
 // the write's end unless a data change of the file (a write, a truncate,
 // a fallocate, a remap: dataChanged) comes meanwhile. While it is set,
 // everything the file's data depends on was durable before the commit or
-// is in it, and the in-place write is covered by the replay: Datasync
-// returns without any I/O, provided that nothing else is pending or
-// committing (Datasync commits every pending change, an xattr set since
-// included; Journal.Idle). Files whose iomap ops were handed out
-// (noReadahead) take neither that shortcut nor liveCheck's skip of the
-// compare, as their writes bypass dataChanged.
+// is in it, and the in-place write, done or still in flight, is covered by
+// the replay: Datasync returns without any I/O or wait, provided that
+// nothing else is pending or committing (Datasync commits every pending
+// change, an xattr set since included; Journal.Idle). Files whose iomap
+// ops were handed out (noReadahead) take neither that shortcut nor
+// liveCheck's skip of the compare, as their writes bypass dataChanged.
 //
 // Size: a journalled write is at most a sixteenth of the journal
 // (jmeta.commitAt), so that with a pending set of up to that size it fits
@@ -227,22 +236,18 @@ func (f *File) atomicJournal(rs []atomicRange, total int64) (ok bool, err error)
 	f.v.touch.stamp(f.n)
 	sh := f.v.bshift
 	blks := make([]uint64, 0, len(data))
+	devRuns := make([][2]int64, len(runs))
 	for k, run := range runs {
 		for b := run[0]; b < run[0]+run[1]; b++ {
 			blks = append(blks, b)
 		}
-		if _, err := f.v.dev.WriteAt(runData[k], int64(run[0])<<sh); err != nil {
-			// The commit holds the data: recovery writes it home. Stop
-			// committing, so that nothing revokes it; the checkpoint at
-			// Close writes it home too (not marked home).
-			err = fmt.Errorf("ext4io: inode %d: journalled atomic write in place at block %d: %w", f.ino, run[0], wrapIO(err))
-			m.mu.Lock()
-			m.setFailedLocked(err)
-			m.mu.Unlock()
-			return true, err
-		}
+		devRuns[k] = [2]int64{int64(run[0]) << sh, int64(run[1]) << sh}
 	}
-	m.j.MarkHome(tid, blks)
+	// The write in place goes on in the background (homewrite.go): the
+	// runs are pending before the inode lock is released, so that every
+	// later request touching them waits for it.
+	ws := f.v.home.h.add(f.ino, devRuns)
+	f.homeWriteRuns(ws, runData, tid, slices.Clone(blks))
 	slices.Sort(blks)
 	rec := &liveData{tid: tid, blks: blks, data: make([][]byte, len(blks))}
 	for i, b := range blks {

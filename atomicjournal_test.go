@@ -394,6 +394,7 @@ func TestAtomicJournalDeviceOps(t *testing.T) {
 		w0, r0, f0 := dev.w.Load(), dev.r.Load(), dev.f.Load()
 		journalWrite(t, v, f, byte(i+1), int64(i)*16<<10)
 		require.NoError(t, f.Datasync())
+		ext4io.WaitHomeWrites(v) // the page in place, in the background
 		require.Equal(t, [3]int64{3, 0, 2}, [3]int64{dev.w.Load() - w0, dev.r.Load() - r0, dev.f.Load() - f0},
 			"writes, reads, flushes of a journalled page and Datasync")
 	}

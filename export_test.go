@@ -39,3 +39,7 @@ func (v *Volume) Group(g int) (layout.GroupDesc, error) {
 	}
 	return *v.groups[g], nil
 }
+
+// WaitHomeWrites waits until the volume's journalled pages written in
+// place in the background (homewrite.go) are settled.
+func WaitHomeWrites(v *Volume) { v.home.h.waitAll() }

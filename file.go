@@ -456,6 +456,9 @@ func (f *File) Close() error {
 		return &fs.PathError{Op: "close", Path: f.name, Err: ErrClosed}
 	}
 	f.ra.release()
+	// The file's journalled pages written in place in the background
+	// (homewrite.go): a failure is reported here if no sync did.
+	herr := f.v.home.h.waitIno(f.ino)
 	f.v.untrackFile(f)
 	if f.v.alloc != nil && !f.v.closed.Load() {
 		// Free unlinked files whose last handle this was.
@@ -463,11 +466,21 @@ func (f *File) Close() error {
 			return &fs.PathError{Op: "close", Path: f.name, Err: err}
 		}
 		if err := f.v.beginInternalOp(); err != nil {
-			return nil // Close released the orphans
+			return f.closeErr(herr) // Close released the orphans
 		}
-		return f.v.endOpErr(f.v.releaseOrphans(false))
+		if err := f.v.endOpErr(f.v.releaseOrphans(false)); err != nil {
+			return err
+		}
 	}
-	return nil
+	return f.closeErr(herr)
+}
+
+// closeErr is Close's error for err, a failed write in place, or nil.
+func (f *File) closeErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &fs.PathError{Op: "close", Path: f.name, Err: err}
 }
 
 // FileExtent is one mapped run of a file, as fiemap reports it.

@@ -709,6 +709,9 @@ func (v *Volume) startJournal() error {
 		return err
 	}
 	cfg.CommitInterval = 0 // jbd2's 5 s
+	if v.home.h != nil {
+		cfg.Dev = (&homeDev{inner: v.home.inner, h: v.home.h, journal: true}).wrap()
+	}
 	j, err := journal.Open(cfg)
 	if err != nil {
 		return fmt.Errorf("ext4io: opening the journal: %w", err)
@@ -822,6 +825,7 @@ func (v *Volume) SyncContext(ctx context.Context) error {
 		return err
 	}
 	if v.jm != nil {
+		v.home.h.waitAll()   // journalled pages written in place (homewrite.go)
 		v.jm.revokeAllLive() // journalled data copies (atomicjournal.go)
 		return v.jm.commit(true)
 	}

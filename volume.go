@@ -294,6 +294,9 @@ type Volume struct {
 	internalStopped bool
 
 	jm *jmeta // journaled metadata of a writable volume with a journal, else nil
+	// home is the background in-place writes of journalled atomic writes
+	// (homewrite.go) of a writable volume; zero otherwise.
+	home volumeHome
 	// stepHook, when set (tests only), runs after each operation of a
 	// stepped removal (File.removeSteps), outside it; done after the last.
 	stepHook func(done bool)
@@ -417,6 +420,12 @@ func open(ctx context.Context, dev blockdev.Device, opts Options) (*Volume, erro
 	v := &Volume{dev: dev, opts: opts, sb: sb, bs: sb.BlockSize(), csumSeed: sb.CsumSeed(), csum: sb.MetadataCsum(),
 		cache: newEscSet(budget, opts.Tuning.ExtentCacheSkipInRoot), inodes: make(map[uint32]*inode),
 		inoWeak: make(map[uint32]weak.Pointer[inode]), inoBudget: opts.InodeCache}
+	if opts.Writable {
+		// Journalled atomic writes write in place in the background
+		// (homewrite.go): every request is ordered after them.
+		v.home = volumeHome{h: newHomeWrites(), inner: dev}
+		v.dev = (&homeDev{inner: dev, h: v.home.h}).wrap()
+	}
 	switch {
 	case v.inoBudget == 0:
 		v.inoBudget = defaultInodeCache
@@ -784,6 +793,7 @@ func (v *Volume) Close() error {
 		//lint:ignore SA2001 a barrier: taking the gate waits out the operations holding it
 		v.txnGate.Unlock()
 		v.drainInodeWriters()
+		v.home.h.waitAll() // journalled pages written in place (homewrite.go)
 		err = v.unmount()
 	}
 	if merr := v.stopMMP(); err == nil {

@@ -835,14 +835,23 @@ func (f *File) sync(times bool) error {
 		if err := f.v.syncInodeData(f.n, times); err != nil {
 			return err
 		}
+		if err := f.v.home.h.takeErr(f.ino); err != nil {
+			return &fs.PathError{Op: "sync", Path: f.name, Err: err}
+		}
 		if !times && f.n.jclean.Load() == jcleanDone && !f.n.noReadahead.Load() && f.v.failed() == nil &&
 			f.v.jm.pendingLen() == 0 && !f.v.conversionsQueued() && f.v.jm.j.Idle() {
 			// Nothing changed the file's data or size since a journalled
 			// atomic write, whose commit was durable before it wrote in
 			// place (atomicjournal.go), and every metadata change made
 			// since (an xattr, another file's) has committed: all is
-			// durable already.
+			// durable already, the write in place, maybe still in flight
+			// (homewrite.go), included, as replay writes it.
 			return nil
+		}
+		// The file's writes in place are waited for: liveCheck compares
+		// the device with what was logged.
+		if err := f.v.home.h.waitIno(f.ino); err != nil {
+			return &fs.PathError{Op: "sync", Path: f.name, Err: err}
 		}
 		if err := f.liveCheck(); err != nil {
 			return err
