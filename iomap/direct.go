@@ -185,11 +185,21 @@ func DirectRead(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOptio
 // sub-block writes into the same New or Unwritten block race on the zeroing
 // (as in Linux), so callers serialise unaligned writes.
 func DirectWrite(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOptions) (int, error) {
-	// The single-extent fast path; the iterator and its frame are
-	// directWrite's.
+	// The single-extent fast path (DirectOverwrite's); the iterator and
+	// its frame are directWrite's.
 	if ow, ok := ops.(Overwriter); ok && opt != nil && opt.Align > 0 && opt.EndIO == nil {
-		if n, err, ok := overwrite(dev, ow, p, off, opt); ok {
-			return n, err
+		n := int64(len(p))
+		if off >= 0 && n > 0 && n <= math.MaxInt64-off && aligned(off, opt.Align) && aligned(n, opt.Align) &&
+			opt.Flags&^dioRequestFlags == 0 && opt.BlockSize >= 0 && opt.BlockSize&(opt.BlockSize-1) == 0 {
+			if addr, ok := ow.MapOverwrite(off, n, Write|Direct|opt.Flags); ok && addr >= 0 {
+				if ctr := opt.Counters.forBuf(p); ctr != nil {
+					ctr.dioWritesDev.Add(1)
+				}
+				if _, err := dev.WriteAt(p, addr); err != nil {
+					return 0, overwriteError("write", off, n, addr, err)
+				}
+				return len(p), nil
+			}
 		}
 	}
 	return directWrite(dev, ops, p, off, opt)
@@ -203,43 +213,41 @@ func DirectWrite(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOpti
 // no Begin or End and returns an error matching ErrNeedNormal, as
 // DirectWrite does when OverwriteOnly ops refuse a range; the caller then
 // writes the range through DirectWrite (or its own path). Requests are
-// checked as DirectWrite checks them (errors wrapping ErrInvalid); opt
-// must set Align, and no EndIO, which the fast path never calls.
+// checked as DirectWrite checks them (errors wrapping ErrInvalid; an
+// empty one writes nothing); opt must set Align, and no EndIO, which the
+// fast path never calls.
 //
 // It is what DirectWrite with OverwriteOnly does for the common case
 // without the iterator's second look at a range MapOverwrite refused.
 // DirectOverwrite is safe for concurrent use if ow and dev are.
 func DirectOverwrite(dev blockdev.Device, ow Overwriter, p []byte, off int64, opt *DioOptions) (int, error) {
-	if opt == nil || opt.Align <= 0 || opt.EndIO != nil {
-		return 0, fmt.Errorf("iomap: direct overwrite: the options must set Align and no EndIO: %w", ErrInvalid)
+	n := int64(len(p))
+	if opt == nil || opt.Align <= 0 || opt.EndIO != nil || !(off >= 0 && n > 0 && n <= math.MaxInt64-off && aligned(off, opt.Align) && aligned(n, opt.Align) &&
+		opt.Flags&^dioRequestFlags == 0 && opt.BlockSize >= 0 && opt.BlockSize&(opt.BlockSize-1) == 0) {
+		// Bad options, or a request checkDio refuses (or an empty one).
+		return 0, overwriteRequest(dev, len(p), off, opt)
 	}
-	if n, err, ok := overwrite(dev, ow, p, off, opt); ok {
-		return n, err
+	addr, ok := ow.MapOverwrite(off, n, Write|Direct|opt.Flags)
+	if !ok || addr < 0 {
+		return 0, ErrNeedNormal
 	}
-	if err := checkDio("direct overwrite", dev, len(p), off, opt); err != nil {
-		return 0, err
+	if ctr := opt.Counters.forBuf(p); ctr != nil {
+		ctr.dioWritesDev.Add(1)
 	}
-	return 0, ErrNeedNormal
+	if _, err := dev.WriteAt(p, addr); err != nil {
+		return 0, overwriteError("write", off, n, addr, err)
+	}
+	return len(p), nil
 }
 
-// overwrite is the single-extent fast path with checkDio's checks, for
-// opt with Align set: ok is false, with nothing done, when a check fails
-// or MapOverwrite does not answer.
-func overwrite(dev blockdev.Device, ow Overwriter, p []byte, off int64, opt *DioOptions) (int, error, bool) {
-	n := int64(len(p))
-	if off >= 0 && n > 0 && n <= math.MaxInt64-off && aligned(off, opt.Align) && aligned(n, opt.Align) &&
-		opt.Flags&^dioRequestFlags == 0 && opt.BlockSize >= 0 && opt.BlockSize&(opt.BlockSize-1) == 0 {
-		if addr, ok := ow.MapOverwrite(off, n, Write|Direct|opt.Flags); ok && addr >= 0 {
-			if ctr := opt.Counters.forBuf(p); ctr != nil {
-				ctr.dioWritesDev.Add(1)
-			}
-			if _, err := dev.WriteAt(p, addr); err != nil {
-				return 0, overwriteError("write", off, n, addr, err), true
-			}
-			return len(p), nil, true
-		}
+// overwriteRequest is DirectOverwrite's error for options without Align
+// or with EndIO, or for a request its checks refused: checkDio's, nil for
+// an empty request.
+func overwriteRequest(dev blockdev.Device, n int, off int64, opt *DioOptions) error {
+	if opt == nil || opt.Align <= 0 || opt.EndIO != nil {
+		return fmt.Errorf("iomap: direct overwrite: the options must set Align and no EndIO: %w", ErrInvalid)
 	}
-	return 0, nil, false
+	return checkDio("direct overwrite", dev, n, off, opt)
 }
 
 // overwriteError wraps the device error of a fast-path I/O.
