@@ -23,17 +23,22 @@ import (
 //     (fallocated-*, afterwards).
 //
 // The image is on an mmap device in /dev/shm, every page of it written
-// before it is formatted. Except for convert, whose
-// conversions read and write metadata, the device's reads and writes do
-// nothing once the image is set up, so the time is the engine's alone.
-// Each loop runs in directPathsLoop, which callgrind can count alone:
+// before it is formatted. Except for convert, whose conversions read and
+// write metadata, the device's reads and writes do nothing once the image
+// is set up, so the time is the engine's alone.
+// Instructions per operation, which the machine's load does not change:
+// run one sub-benchmark under callgrind with -test.benchtime 20000x and
+// 60000x,
 //
 //	go test -c -o ext4io.test . && GODEBUG=asyncpreemptoff=1 valgrind \
-//	  --tool=callgrind --toggle-collect='*directPathsLoop*' ./ext4io.test \
-//	  -test.run XXX -test.bench 'DirectPaths/overwrite$' -test.benchtime 50000x
+//	  --tool=callgrind --callgrind-out-file=cg.20000 ./ext4io.test \
+//	  -test.run XXX -test.bench 'DirectPaths$/convert$' -test.benchtime 20000x
 //
-// (the collected total divided by the operations). convert allows at most
-// 262144 operations in all, over every run of it.
+// and divide the difference of the per-function counts (callgrind_annotate
+// --auto=no --threshold=100) by 40000, which removes the setup
+// (docs/performance.md); callgrind's --toggle-collect on directPathsLoop
+// does not isolate the loop from the rest of a Go program. convert allows
+// at most 262144 operations in all, over every run of it.
 func BenchmarkDirectPaths(b *testing.B) {
 	const size = 64 << 20
 	v, dev := directPathsVolume(b, 2<<30)
