@@ -153,12 +153,13 @@ func (o *dioOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, err
 }
 
 // MapOverwrite is Begin's written case alone (iomap.Overwriter), the
-// single-extent fast path of iomap.DirectWrite and DirectRead: the device
-// address of off when written blocks of one extent cover [off,
-// off+length), inside the on-disk size for the overwrite ops' writes.
-// Such a mapping needs no End and no completion. Anything else is
-// false, and Begin maps it (or refuses it) as usual; lookup errors and
-// extents past the end of the volume are Begin's to report.
+// single-extent fast path of iomap.DirectWrite, DirectOverwrite and
+// DirectRead: the device address of off when written blocks of one
+// extent cover [off, off+length), inside the on-disk size for the
+// overwrite ops' writes. Such a mapping needs no End and no completion.
+// Anything else is false, and Begin maps it (or refuses it) as usual;
+// lookup errors and extents past the end of the volume are Begin's to
+// report.
 func (o *dioOps) MapOverwrite(off, length int64, flags iomap.Flags) (int64, bool) {
 	f := o.f
 	if flags&(iomap.Direct|iomap.Report) == 0 || length <= 0 {
