@@ -29,12 +29,13 @@ import (
 // Options.Tuning.EagerConversions) it converts in the tree itself. Each mapping
 // carries the inode's change counter as its validity cookie. Both variants
 // are public as File.NormalOps and File.OverwriteOps (iomapops.go), and
-// File's direct writes run on those values through iomap.DirectWrite
-// only: an aligned write first tries the overwrite ops with
-// iomap.OverwriteOnly outside any operation (directOverwrite), where a
-// write into written blocks of one extent takes iomap's single-extent
-// fast path (MapOverwrite, iomap.Overwriter: one lookup, one device
-// write).
+// File's direct writes run on those values through iomap only: an
+// aligned write first tries the overwrite ops with iomap.OverwriteOnly
+// outside any operation (directOverwrite), where a write into written
+// blocks of one extent takes iomap's single-extent fast path
+// (MapOverwrite, iomap.Overwriter: one lookup, one device write), and
+// goes on inside an operation with what they refused (directShared,
+// then the exclusive lock), where Begin maps it.
 
 // dioAlign is the alignment iomap.DirectWrite requires on dev: its logical
 // block size, or its Aligner's offset alignment if larger.
@@ -156,12 +157,13 @@ func (o *dioOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, err
 }
 
 // MapOverwrite is Begin's written case alone (iomap.Overwriter), the
-// single-extent fast path of iomap.DirectWrite and DirectRead: the device
-// address of off when written blocks of one extent cover [off,
-// off+length), inside the on-disk size for the overwrite ops' writes.
-// Such a mapping needs no End and no completion. Anything else is
-// false, and Begin maps it (or refuses it) as usual; lookup errors and
-// extents past the end of the volume are Begin's to report.
+// single-extent fast path of iomap.DirectWrite, DirectOverwrite and
+// DirectRead: the device address of off when written blocks of one
+// extent cover [off, off+length), inside the on-disk size for the
+// overwrite ops' writes. Such a mapping needs no End and no completion.
+// Anything else is false, and Begin maps it (or refuses it) as usual;
+// lookup errors and extents past the end of the volume are Begin's to
+// report.
 func (o *dioOps) MapOverwrite(off, length int64, flags iomap.Flags) (int64, bool) {
 	f := o.f
 	if flags&(iomap.Direct|iomap.Report) == 0 || length <= 0 {
@@ -336,11 +338,15 @@ func (f *File) directWrite(p []byte, off int64) (int, error) {
 // volume writable), false when the rest, from off+n, needs what the
 // overwrite ops refused (allocation, a conversion, a size change) and
 // goes on inside an operation. Errors from the mapping, and corrupt
-// mappings, are reported by that path too.
+// mappings, are reported by that path too. A one-block write takes
+// iomap's single-extent fast path alone (iomap.DirectOverwrite): the
+// iterator's Begin could only refuse what MapOverwrite refused, after a
+// second lookup, and the write inside the operation looks the block up
+// anyway.
 //
 // It is ext4's ext4_dio_write_iter deciding "overwrite" and running
 // iomap_dio_rw with the overwrite ops; unlike ext4, it decides by
-// trying: the overwrite ops' Begin is the only lookup of an overwrite.
+// trying: MapOverwrite is the only lookup of an overwrite.
 func (f *File) directOverwrite(p []byte, off int64) (n int, err error, ok bool) {
 	s := stripe.OfBuf(p)
 	t := f.n.mu.RLockAt(s)
@@ -352,7 +358,13 @@ func (f *File) directOverwrite(p []byte, off int64) (n int, err error, ok bool) 
 		return 0, nil, false
 	}
 	f.v.touch.stamp(f.n) // as in directShared
-	n, err = iomap.DirectWrite(f.v.dev, &f.dio[1], p, off, &f.v.owOpts)
+	if len(p) == int(f.v.bs) {
+		// One block lies in one extent: where MapOverwrite refuses it, so
+		// would Begin.
+		n, err = iomap.DirectOverwrite(f.v.dev, &f.dio[1], p, off, &f.v.owOpts)
+	} else {
+		n, err = iomap.DirectWrite(f.v.dev, &f.dio[1], p, off, &f.v.owOpts)
+	}
 	f.n.mu.RUnlockAt(t)
 	switch {
 	case err == nil:
@@ -404,6 +416,8 @@ func (f *File) directShared(p []byte, off int64) (n int, err error, ok bool) {
 		converted = converted || m.Type == iomap.Unwritten || m.Flags&iomap.MapDirty != 0
 		return ops.endIO(off, n, m)
 	}
+	// With an EndIO, DirectWrite skips the fast path directOverwrite
+	// tried: Begin is this write's one lookup.
 	n, err = iomap.DirectWrite(f.v.dev, ops, p, off, &iomap.DioOptions{BlockSize: int64(f.v.bs), EndIO: endIO, Align: f.v.align})
 	if errors.Is(err, errNeedExclusive) {
 		f.v.stats.sharedNotOverwrite.Add(1)

@@ -176,17 +176,18 @@ func DirectRead(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOptio
 // and EndIO only ever see completed bytes. Without opt.EndIO, an ops that
 // implements Completer has its EndIO called instead. An overwrite Ops that
 // refuses the rest of the range stops the write with an error matching
-// ErrNeedNormal, after the bytes it did map. An ops that implements
-// Overwriter is asked MapOverwrite first; when it answers, the write is
-// that one WriteAt.
+// ErrNeedNormal, after the bytes it did map. When opt sets Align and no
+// EndIO, an ops that implements Overwriter is asked MapOverwrite first;
+// when it answers, the write is that one WriteAt (DirectOverwrite). A
+// caller's EndIO is called for every write, so it turns that path off.
 //
 // DirectWrite is safe for concurrent use if ops and dev are; concurrent
 // sub-block writes into the same New or Unwritten block race on the zeroing
 // (as in Linux), so callers serialise unaligned writes.
 func DirectWrite(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOptions) (int, error) {
-	// The single-extent fast path, with checkDio's checks for a caller
-	// that set Align; the iterator and its frame are directWrite's.
-	if ow, ok := ops.(Overwriter); ok && opt != nil && opt.Align > 0 {
+	// The single-extent fast path (DirectOverwrite's); the iterator and
+	// its frame are directWrite's.
+	if ow, ok := ops.(Overwriter); ok && opt != nil && opt.Align > 0 && opt.EndIO == nil {
 		n := int64(len(p))
 		if off >= 0 && n > 0 && n <= math.MaxInt64-off && aligned(off, opt.Align) && aligned(n, opt.Align) &&
 			opt.Flags&^dioRequestFlags == 0 && opt.BlockSize >= 0 && opt.BlockSize&(opt.BlockSize-1) == 0 {
@@ -202,6 +203,51 @@ func DirectWrite(dev blockdev.Device, ops Ops, p []byte, off int64, opt *DioOpti
 		}
 	}
 	return directWrite(dev, ops, p, off, opt)
+}
+
+// DirectOverwrite is DirectWrite's single-extent fast path alone, for a
+// caller that goes on another way when it does not apply: when
+// MapOverwrite (asked with Write, Direct and opt.Flags) maps all of [off,
+// off+len(p)), DirectOverwrite issues the one WriteAt and returns
+// len(p), or 0 and the device's error. Otherwise it writes nothing, calls
+// no Begin or End and returns an error matching ErrNeedNormal, as
+// DirectWrite does when OverwriteOnly ops refuse a range; the caller then
+// writes the range through DirectWrite (or its own path). Requests are
+// checked as DirectWrite checks them (errors wrapping ErrInvalid; an
+// empty one writes nothing); opt must set Align, and no EndIO, which the
+// fast path never calls.
+//
+// It is what DirectWrite with OverwriteOnly does for the common case
+// without the iterator's second look at a range MapOverwrite refused.
+// DirectOverwrite is safe for concurrent use if ow and dev are.
+func DirectOverwrite(dev blockdev.Device, ow Overwriter, p []byte, off int64, opt *DioOptions) (int, error) {
+	n := int64(len(p))
+	if opt == nil || opt.Align <= 0 || opt.EndIO != nil || !(off >= 0 && n > 0 && n <= math.MaxInt64-off && aligned(off, opt.Align) && aligned(n, opt.Align) &&
+		opt.Flags&^dioRequestFlags == 0 && opt.BlockSize >= 0 && opt.BlockSize&(opt.BlockSize-1) == 0) {
+		// Bad options, or a request checkDio refuses (or an empty one).
+		return 0, overwriteRequest(dev, len(p), off, opt)
+	}
+	addr, ok := ow.MapOverwrite(off, n, Write|Direct|opt.Flags)
+	if !ok || addr < 0 {
+		return 0, ErrNeedNormal
+	}
+	if ctr := opt.Counters.forBuf(p); ctr != nil {
+		ctr.dioWritesDev.Add(1)
+	}
+	if _, err := dev.WriteAt(p, addr); err != nil {
+		return 0, overwriteError("write", off, n, addr, err)
+	}
+	return len(p), nil
+}
+
+// overwriteRequest is DirectOverwrite's error for options without Align
+// or with EndIO, or for a request its checks refused: checkDio's, nil for
+// an empty request.
+func overwriteRequest(dev blockdev.Device, n int, off int64, opt *DioOptions) error {
+	if opt == nil || opt.Align <= 0 || opt.EndIO != nil {
+		return fmt.Errorf("iomap: direct overwrite: the options must set Align and no EndIO: %w", ErrInvalid)
+	}
+	return checkDio("direct overwrite", dev, n, off, opt)
 }
 
 // overwriteError wraps the device error of a fast-path I/O.

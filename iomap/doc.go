@@ -39,7 +39,8 @@
 //
 // Ops that implement Overwriter give DirectWrite and DirectRead a
 // single-extent fast path: a request one flagless Mapped mapping covers
-// is one device I/O, with no Begin or End call.
+// is one device I/O, with no Begin or End call. DirectOverwrite is that
+// path alone, for writes.
 //
 // The PageCache's metadata is sharded by file Key (see PageCache): I/O on
 // different files takes different mutexes, and one atomic count keeps the
