@@ -24,6 +24,20 @@ type DirEntry struct {
 // maxSymlinkHops bounds symlink resolution, like Linux's 40.
 const maxSymlinkHops = 40
 
+// pathMax is Linux's PATH_MAX: the bytes of a path with its NUL. A
+// longer path is refused before it is walked (getname's ENAMETOOLONG),
+// as is a symlink target that long. Paths met through symlinks are not
+// bounded (only by maxSymlinkHops), as in Linux.
+const pathMax = 4096
+
+// checkPath refuses a path of pathMax bytes or more with ErrNameTooLong.
+func checkPath(name string) error {
+	if len(name) >= pathMax {
+		return fmt.Errorf("path of %d bytes (max %d): %w", len(name), pathMax-1, ErrNameTooLong)
+	}
+	return nil
+}
+
 // errStop ends a directory scan early.
 var errStop = errors.New("stop")
 
@@ -583,6 +597,9 @@ func (v *Volume) resolve(name string, followLast bool) (*File, error) {
 // fails the same way, which spares OpenFile's O_CREATE a second walk.
 func (v *Volume) resolveMissing(name string, followLast bool) (f *File, lastMissing bool, err error) {
 	if err := v.checkOpen(); err != nil {
+		return nil, false, err
+	}
+	if err := checkPath(name); err != nil {
 		return nil, false, err
 	}
 	hops := 0

@@ -150,6 +150,9 @@ func notDirName(name string) error {
 // parent's errors come first, as Linux resolves parents before it looks
 // at the last name (rename resolves both parents first).
 func (v *Volume) parentOnly(name string) (*File, string, error) {
+	if err := checkPath(name); err != nil {
+		return nil, "", err
+	}
 	dirName, base := path.Split(strings.TrimRight(name, "/"))
 	dir, err := v.resolve(dirName, true)
 	if err != nil {
@@ -702,11 +705,20 @@ func (v *Volume) symlink(target, name string) error {
 	if err := v.writableNS(); err != nil {
 		return err
 	}
-	if target == "" || strings.ContainsRune(target, 0) {
+	// Linux refuses an empty target as it refuses an empty path, and one
+	// that does not fit in a block with its NUL as ENAMETOOLONG
+	// (ext4_symlink).
+	if target == "" {
+		return fmt.Errorf("empty symlink target: %w", ErrNotFound)
+	}
+	if strings.ContainsRune(target, 0) {
 		return fmt.Errorf("bad symlink target %q: %w", target, ErrInvalid)
 	}
-	if len(target) >= v.bs || len(target) >= 4096 {
-		return fmt.Errorf("symlink target of %d bytes (max %d): %w", len(target), min(v.bs, 4096)-1, ErrInvalid)
+	if err := checkPath(target); err != nil {
+		return err
+	}
+	if len(target) >= v.bs {
+		return fmt.Errorf("symlink target of %d bytes (max %d): %w", len(target), v.bs-1, ErrNameTooLong)
 	}
 	dir, base, err := v.parentDir(name)
 	if err != nil {

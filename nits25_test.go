@@ -1,0 +1,93 @@
+package ext4io_test
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/ext4io/ext4io"
+	"github.com/stretchr/testify/require"
+)
+
+// TestPathTooLong: a path of 4,096 bytes or more is ENAMETOOLONG before
+// anything is looked up, as Linux's getname refuses it (PATH_MAX counts
+// the NUL); one byte shorter is walked (ENOENT here). It holds for every
+// call taking a path, either end of Rename and Link, and a symlink's
+// target, which also fails ENAMETOOLONG when it does not fit in a block
+// with its NUL (ext4_symlink).
+func TestPathTooLong(t *testing.T) {
+	img := formatImage(t, 16<<20, ext4io.FormatOptions{BlockSize: 1024})
+	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
+	require.NoError(t, err)
+	defer v.Close()
+	require.NoError(t, v.WriteFile("f", []byte("x"), 0o644))
+	ok := strings.Repeat("d/", 2047) + "x" // 4,095 bytes
+	long := ok + "y"
+	require.Len(t, ok, 4095)
+	calls := map[string]func(p string) error{
+		"Open":        func(p string) error { _, err := v.Open(p); return err },
+		"Stat":        func(p string) error { _, err := v.Stat(p); return err },
+		"Lstat":       func(p string) error { _, err := v.Lstat(p); return err },
+		"Readlink":    func(p string) error { _, err := v.Readlink(p); return err },
+		"Create":      func(p string) error { _, err := v.OpenFile(p, os.O_CREATE|os.O_RDWR, 0o644); return err },
+		"Mkdir":       func(p string) error { return v.Mkdir(p, 0o755) },
+		"Mknod":       func(p string) error { return v.Mknod(p, fs.ModeNamedPipe|0o644, 0) },
+		"Remove":      func(p string) error { return v.Remove(p) },
+		"Chmod":       func(p string) error { return v.Chmod(p, 0o600) },
+		"Truncate":    func(p string) error { return v.Truncate(p, 0) },
+		"Getxattr":    func(p string) error { _, err := v.Getxattr(p, "user.a"); return err },
+		"Setxattr":    func(p string) error { return v.Setxattr(p, "user.a", nil, 0) },
+		"RenameFrom":  func(p string) error { return v.Rename(p, "g") },
+		"RenameTo":    func(p string) error { return v.Rename("f", p) },
+		"LinkFrom":    func(p string) error { return v.Link(p, "g") },
+		"LinkTo":      func(p string) error { return v.Link("f", p) },
+		"Symlink":     func(p string) error { return v.Symlink("f", p) },
+		"SymlinkDest": func(p string) error { return v.Symlink(p, "g") },
+	}
+	for name, call := range calls {
+		err := call(long)
+		if !errors.Is(err, syscall.ENAMETOOLONG) || !errors.Is(err, ext4io.ErrNameTooLong) {
+			t.Errorf("%s of a 4,096-byte path: %s, want ENAMETOOLONG", name, short(err))
+		}
+		if name == "SymlinkDest" {
+			continue // its own limit, the block size, is below
+		}
+		if err := call(ok); errors.Is(err, syscall.ENAMETOOLONG) {
+			t.Errorf("%s of a 4,095-byte path: %s", name, short(err))
+		}
+	}
+	// A target must fit in a 1 KiB block with its NUL.
+	err = v.Symlink(strings.Repeat("t", 1024), "s")
+	if !errors.Is(err, syscall.ENAMETOOLONG) {
+		t.Errorf("Symlink to 1,024 bytes in 1 KiB blocks: %s, want ENAMETOOLONG", short(err))
+	}
+	var le *os.LinkError
+	require.ErrorAs(t, err, &le)
+	require.NoError(t, v.Symlink(strings.Repeat("t", 1023), "s"))
+	// An empty target is an empty path: ENOENT.
+	if err := v.Symlink("", "e"); !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("Symlink to \"\": %s, want ENOENT", short(err))
+	}
+	got, err := v.Readlink("s")
+	require.NoError(t, err)
+	require.Len(t, got, 1023)
+}
+
+// short renders err without the long paths these tests pass.
+func short(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	var pe *fs.PathError
+	var le *os.LinkError
+	switch {
+	case errors.As(err, &pe):
+		return pe.Op + ": " + pe.Err.Error()
+	case errors.As(err, &le):
+		return le.Op + ": " + le.Err.Error()
+	}
+	return err.Error()
+}
