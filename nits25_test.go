@@ -91,3 +91,49 @@ func short(err error) string {
 	}
 	return err.Error()
 }
+
+// TestRenameDotEnds: rename(2) refuses ".", ".." or the root as either
+// name with EBUSY once both parents are found (do_renameat2), before it
+// looks either name up; RENAME_NOREPLACE makes such a new name EEXIST,
+// and an empty path is ENOENT. Nothing is renamed.
+func TestRenameDotEnds(t *testing.T) {
+	v, _ := openOSVolume(t)
+	defer v.Close()
+	require.NoError(t, v.Mkdir("a", 0o755))
+	require.NoError(t, v.WriteFile("f", []byte("x"), 0o644))
+	for _, c := range []struct {
+		old, new string
+		flags    uint
+		want     syscall.Errno
+	}{
+		{"a", ".", 0, syscall.EBUSY},
+		{".", "a", 0, syscall.EBUSY},
+		{"a", "..", 0, syscall.EBUSY},
+		{"..", "b", 0, syscall.EBUSY},
+		{"a/.", "b", 0, syscall.EBUSY},
+		{"f", "a/.", 0, syscall.EBUSY},
+		{"a/..", "b", 0, syscall.EBUSY},
+		{"f", "a/..", 0, syscall.EBUSY},
+		{"a", "a/.", 0, syscall.EBUSY},
+		{"/", "b", 0, syscall.EBUSY},
+		{"f", "/", 0, syscall.EBUSY},
+		{"zz", ".", 0, syscall.EBUSY},     // before the lookup of zz
+		{"nope/.", "b", 0, syscall.ENOENT}, // parents first
+		{"f", ".", ext4io.RENAME_NOREPLACE, syscall.EEXIST},
+		{".", "b", ext4io.RENAME_NOREPLACE, syscall.EBUSY},
+		{"f", "a/..", ext4io.RENAME_EXCHANGE, syscall.EBUSY},
+		{"..", "f", ext4io.RENAME_EXCHANGE, syscall.EBUSY},
+		{"", "b", 0, syscall.ENOENT},
+		{"f", "", 0, syscall.ENOENT},
+	} {
+		err := v.Rename2(c.old, c.new, c.flags)
+		var le *os.LinkError
+		if !errors.Is(err, c.want) || !errors.As(err, &le) {
+			t.Errorf("Rename2(%q, %q, %d): %v, want a LinkError matching %v", c.old, c.new, c.flags, err, c.want)
+		}
+	}
+	for _, name := range []string{"a", "f"} {
+		_, err := v.Stat(name)
+		require.NoError(t, err)
+	}
+}
