@@ -117,7 +117,7 @@ func TestRenameDotEnds(t *testing.T) {
 		{"a", "a/.", 0, syscall.EBUSY},
 		{"/", "b", 0, syscall.EBUSY},
 		{"f", "/", 0, syscall.EBUSY},
-		{"zz", ".", 0, syscall.EBUSY},     // before the lookup of zz
+		{"zz", ".", 0, syscall.EBUSY},      // before the lookup of zz
 		{"nope/.", "b", 0, syscall.ENOENT}, // parents first
 		{"f", ".", ext4io.RENAME_NOREPLACE, syscall.EEXIST},
 		{".", "b", ext4io.RENAME_NOREPLACE, syscall.EBUSY},
