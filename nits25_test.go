@@ -137,3 +137,61 @@ func TestRenameDotEnds(t *testing.T) {
 		require.NoError(t, err)
 	}
 }
+
+// TestXattrErrnos: the xattr calls fail with the errnos setxattr(2),
+// getxattr(2) and removexattr(2) give on ext4, each also matching the
+// package sentinel it matched before: a name empty or over 255 bytes is
+// ERANGE (ErrRange), checked before the namespace; an unknown namespace
+// EOPNOTSUPP (ErrUnsupported); a value over 64 KiB E2BIG (ErrRange); a
+// missing attribute ENODATA (ErrNoAttr); a known prefix with nothing
+// after it EINVAL.
+func TestXattrErrnos(t *testing.T) {
+	v, _ := openOSVolume(t)
+	defer v.Close()
+	require.NoError(t, v.WriteFile("f", []byte("x"), 0o644))
+	long := "user." + strings.Repeat("n", 251)
+	for _, c := range []struct {
+		attr  string
+		value int
+		want  []error
+	}{
+		{"", 1, []error{syscall.ERANGE, ext4io.ErrRange}},
+		{long, 1, []error{syscall.ERANGE, ext4io.ErrRange}},
+		{"foo." + strings.Repeat("n", 252), 1, []error{syscall.ERANGE, ext4io.ErrRange}},
+		{"foo.bar", 1, []error{syscall.EOPNOTSUPP, ext4io.ErrUnsupported}},
+		{"bar", 1, []error{syscall.EOPNOTSUPP, ext4io.ErrUnsupported}},
+		{"system.foo", 1, []error{syscall.EOPNOTSUPP, ext4io.ErrUnsupported}},
+		{"user.", 1, []error{syscall.EINVAL}},
+		{"user.big", 64<<10 + 1, []error{syscall.E2BIG, ext4io.ErrRange}},
+	} {
+		err := v.Setxattr("f", c.attr, make([]byte, c.value), 0)
+		for _, w := range c.want {
+			if !errors.Is(err, w) {
+				t.Errorf("Setxattr %.12q (%d bytes) of %d bytes: %v, want %v", c.attr, len(c.attr), c.value, err, w)
+			}
+		}
+		var pe *fs.PathError
+		require.ErrorAs(t, err, &pe)
+		if c.value > 1 {
+			continue
+		}
+		_, err = v.Getxattr("f", c.attr)
+		if !errors.Is(err, c.want[0]) {
+			t.Errorf("Getxattr %.12q: %v, want %v", c.attr, err, c.want[0])
+		}
+		err = v.Removexattr("f", c.attr)
+		if !errors.Is(err, c.want[0]) {
+			t.Errorf("Removexattr %.12q: %v, want %v", c.attr, err, c.want[0])
+		}
+	}
+	require.NoError(t, v.Setxattr("f", long[:255], []byte("v"), 0))
+	for _, err := range []error{
+		func() error { _, err := v.Getxattr("f", "user.none"); return err }(),
+		v.Removexattr("f", "user.none"),
+		v.Setxattr("f", "user.none", []byte("v"), ext4io.XATTR_REPLACE),
+	} {
+		if !errors.Is(err, syscall.ENODATA) || !errors.Is(err, ext4io.ErrNoAttr) {
+			t.Errorf("missing attribute: %v, want ENODATA", err)
+		}
+	}
+}
