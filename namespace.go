@@ -261,9 +261,11 @@ func (v *Volume) dirLinkMax(n *inode) bool {
 
 func now() layout.Timestamp { return layout.TimestampOf(time.Now()) }
 
-// Mkdir makes a directory at name with permission bits perm (and setgid,
-// setuid, sticky). The parent must exist; an existing name fails with
-// ErrExist.
+// Mkdir makes a directory at name with permission bits perm and the
+// sticky bit if perm has it. As mkdir(2), setuid and setgid in perm are
+// dropped, and the directory is setgid (and takes the parent's group)
+// when its parent is setgid. The parent must exist; an existing name
+// fails with ErrExist.
 func (v *Volume) Mkdir(name string, perm fs.FileMode) error {
 	if err := v.op(func() error { return v.mkdir(name, perm) }); err != nil {
 		return &fs.PathError{Op: "mkdir", Path: name, Err: err}
@@ -319,7 +321,9 @@ func (v *Volume) mkdirIn(dir *File, base string, perm fs.FileMode) (*File, error
 	if err != nil {
 		return nil, err
 	}
-	in := v.newInode(layout.ModeDir | unixMode(perm))
+	// vfs_mkdir keeps the permission and sticky bits only; setgid comes
+	// from the parent (inheritGroup).
+	in := v.newInode(layout.ModeDir | unixMode(perm)&0o1777)
 	inheritGroup(dir, in)
 	in.LinksCount = 2
 	if err := v.writeInode(ino, in); err != nil {

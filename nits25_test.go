@@ -195,3 +195,48 @@ func TestXattrErrnos(t *testing.T) {
 		}
 	}
 }
+
+// TestMkdirModeBits: mkdir(2) keeps only the permission and sticky bits
+// of the mode it is given (vfs_mkdir); a new directory is setgid only when
+// its parent is (inode_init_owner). Files and nodes made by root keep a
+// setgid bit asked for (mode_strip_sgid strips it only for callers
+// outside the group without CAP_FSETID), as on the host's ext4.
+func TestMkdirModeBits(t *testing.T) {
+	v, _ := openOSVolume(t)
+	defer v.Close()
+	special := fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky
+	mode := func(name string) fs.FileMode {
+		fi, err := v.Stat(name)
+		require.NoError(t, err)
+		return fi.Mode()
+	}
+	require.NoError(t, v.Mkdir("d", 0o755|special))
+	if got, want := mode("d"), fs.ModeDir|fs.ModeSticky|0o755; got != want {
+		t.Errorf("Mkdir with setuid, setgid and sticky: %v, want %v", got, want)
+	}
+	require.NoError(t, v.Mkdir("sg", 0o755))
+	require.NoError(t, v.Chmod("sg", 0o755|fs.ModeSetgid))
+	require.NoError(t, v.Mkdir("sg/d", 0o700|fs.ModeSetuid))
+	if got, want := mode("sg/d"), fs.ModeDir|fs.ModeSetgid|0o700; got != want {
+		t.Errorf("Mkdir in a setgid directory: %v, want %v", got, want)
+	}
+	root, err := v.Open("/")
+	require.NoError(t, err)
+	defer root.Close()
+	at, err := root.MkdirAt("at", 0o755|special)
+	require.NoError(t, err)
+	at.Close()
+	if got, want := mode("at"), fs.ModeDir|fs.ModeSticky|0o755; got != want {
+		t.Errorf("MkdirAt with setuid, setgid and sticky: %v, want %v", got, want)
+	}
+	f, err := v.OpenFile("f", os.O_CREATE|os.O_RDWR, 0o755|special)
+	require.NoError(t, err)
+	f.Close()
+	if got, want := mode("f"), special|0o755; got != want {
+		t.Errorf("OpenFile O_CREATE: %v, want %v", got, want)
+	}
+	require.NoError(t, v.Mknod("p", fs.ModeNamedPipe|0o755|fs.ModeSetgid, 0))
+	if got, want := mode("p"), fs.ModeNamedPipe|fs.ModeSetgid|0o755; got != want {
+		t.Errorf("Mknod: %v, want %v", got, want)
+	}
+}
