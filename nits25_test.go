@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/ext4io/ext4io"
 	"github.com/stretchr/testify/require"
@@ -238,5 +239,31 @@ func TestMkdirModeBits(t *testing.T) {
 	require.NoError(t, v.Mknod("p", fs.ModeNamedPipe|0o755|fs.ModeSetgid, 0))
 	if got, want := mode("p"), fs.ModeNamedPipe|fs.ModeSetgid|0o755; got != want {
 		t.Errorf("Mknod: %v, want %v", got, want)
+	}
+}
+
+// TestTinyTimerIntervals: a WritebackAge or CommitInterval of 1 ns is
+// taken as the 1 ms floor the fields document: an idle volume's flusher
+// and committer then tick a thousand times a second, not back to back.
+// Without the floor their goroutines wake back to back and take a large
+// share of a core (the process's CPU time over the idle while shows it).
+func TestTinyTimerIntervals(t *testing.T) {
+	img := formatImage(t, 32<<20, ext4io.FormatOptions{})
+	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, WritebackAge: 1, CommitInterval: 1})
+	require.NoError(t, err)
+	require.NoError(t, v.WriteFile("f", []byte("x"), 0o644))
+	cpu := func() time.Duration {
+		var ru syscall.Rusage
+		require.NoError(t, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	const idle = 500 * time.Millisecond
+	before := cpu()
+	time.Sleep(idle)
+	used := cpu() - before
+	require.NoError(t, v.Close())
+	t.Logf("CPU time over %v idle: %v", idle, used)
+	if used > idle/6 {
+		t.Errorf("idle volume with 1 ns timers used %v of CPU in %v", used, idle)
 	}
 }
