@@ -126,10 +126,46 @@ func (v *Volume) stoppedErr() error {
 	return nil
 }
 
+// nameOp is what a call does with the last name of its path. It decides
+// the error Linux gives when that name is ".", ".." or the root (the
+// path "/"), which it refuses once the parent is found.
+type nameOp uint8
+
+const (
+	opCreate nameOp = iota // mkdir, mknod, symlink, link: filename_create's EEXIST
+	opRmdir                // do_rmdir: EINVAL for ".", ENOTEMPTY for "..", EBUSY for the root
+	opUnlink               // do_unlinkat: EISDIR
+)
+
+// dotNameErr returns the error of op for a path whose last name base is
+// not an ordinary name, or nil. An empty path is ErrNotFound, as for
+// every call taking a path on Linux.
+func dotNameErr(name, base string, op nameOp) error {
+	switch {
+	case name == "":
+		return ErrNotFound
+	case base != "" && base != "." && base != "..":
+		return nil
+	case op == opCreate:
+		return ErrExist
+	case op == opUnlink:
+		return ErrIsDir
+	case base == ".":
+		return fmt.Errorf("cannot remove %q: %w", name, ErrInvalid)
+	case base == "..":
+		return ErrNotEmpty
+	}
+	return fmt.Errorf("cannot remove the root: %w", ErrBusy)
+}
+
 // parentDir resolves the directory holding name and returns it with the
-// last component.
-func (v *Volume) parentDir(name string) (*File, string, error) {
+// last component, which must be an ordinary name (dotNameErr for op
+// otherwise).
+func (v *Volume) parentDir(name string, op nameOp) (*File, string, error) {
 	dir, base, err := v.parentOnly(name)
+	if err == nil {
+		err = dotNameErr(name, base, op)
+	}
 	if err == nil {
 		err = checkName(base)
 	}
@@ -293,7 +329,7 @@ func (v *Volume) mkdir(name string, perm fs.FileMode) error {
 	if err := v.writableNS(); err != nil {
 		return err
 	}
-	dir, base, err := v.parentDir(name)
+	dir, base, err := v.parentDir(name, opCreate)
 	if err != nil {
 		return err
 	}
@@ -528,7 +564,7 @@ func (v *Volume) rmdir(name string) error {
 	if err := v.writableNS(); err != nil {
 		return err
 	}
-	dir, base, err := v.parentDir(name)
+	dir, base, err := v.parentDir(name, opRmdir)
 	if err != nil {
 		return err
 	}
@@ -591,7 +627,7 @@ func (v *Volume) unlink(name string) error {
 	if err := v.writableNS(); err != nil {
 		return err
 	}
-	dir, base, err := v.parentDir(name)
+	dir, base, err := v.parentDir(name, opUnlink)
 	if err != nil {
 		return err
 	}
@@ -660,7 +696,7 @@ func (v *Volume) link(oldname, newname string) error {
 	if err != nil {
 		return err
 	}
-	dir, base, err := v.parentDir(newname)
+	dir, base, err := v.parentDir(newname, opCreate)
 	if err != nil {
 		return err
 	}
@@ -724,7 +760,7 @@ func (v *Volume) symlink(target, name string) error {
 	if len(target) >= v.bs {
 		return fmt.Errorf("symlink target of %d bytes (max %d): %w", len(target), v.bs-1, ErrNameTooLong)
 	}
-	dir, base, err := v.parentDir(name)
+	dir, base, err := v.parentDir(name, opCreate)
 	if err != nil {
 		return err
 	}

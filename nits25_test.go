@@ -267,3 +267,51 @@ func TestTinyTimerIntervals(t *testing.T) {
 		t.Errorf("idle volume with 1 ns timers used %v of CPU in %v", used, idle)
 	}
 }
+
+// TestDotLastNames: a path whose last name is ".", ".." or the root is
+// refused as Linux refuses it once the parent is found: EEXIST for the
+// calls that create a name (filename_create), EISDIR for unlink, EINVAL,
+// ENOTEMPTY or EBUSY for rmdir (do_rmdir), and os.Remove's choice
+// between them; an empty path is ENOENT. The errnos were checked against
+// the host's ext4 where a host path can name them.
+func TestDotLastNames(t *testing.T) {
+	v, _ := openOSVolume(t)
+	defer v.Close()
+	require.NoError(t, v.Mkdir("a", 0o755))
+	require.NoError(t, v.WriteFile("f", []byte("x"), 0o644))
+	calls := []struct {
+		name string
+		fn   func(p string) error
+	}{
+		{"Mkdir", func(p string) error { return v.Mkdir(p, 0o755) }},
+		{"Mknod", func(p string) error { return v.Mknod(p, fs.ModeNamedPipe|0o644, 0) }},
+		{"Symlink", func(p string) error { return v.Symlink("f", p) }},
+		{"Link", func(p string) error { return v.Link("f", p) }},
+		{"Unlink", func(p string) error { return v.Unlink(p) }},
+		{"Rmdir", func(p string) error { return v.Rmdir(p) }},
+		{"Remove", func(p string) error { return v.Remove(p) }},
+	}
+	for _, c := range []struct {
+		path string
+		want []syscall.Errno // in calls' order
+	}{
+		{".", []syscall.Errno{syscall.EEXIST, syscall.EEXIST, syscall.EEXIST, syscall.EEXIST, syscall.EISDIR, syscall.EINVAL, syscall.EINVAL}},
+		{"a/.", []syscall.Errno{syscall.EEXIST, syscall.EEXIST, syscall.EEXIST, syscall.EEXIST, syscall.EISDIR, syscall.EINVAL, syscall.EINVAL}},
+		{"..", []syscall.Errno{syscall.EEXIST, syscall.EEXIST, syscall.EEXIST, syscall.EEXIST, syscall.EISDIR, syscall.ENOTEMPTY, syscall.ENOTEMPTY}},
+		{"a/..", []syscall.Errno{syscall.EEXIST, syscall.EEXIST, syscall.EEXIST, syscall.EEXIST, syscall.EISDIR, syscall.ENOTEMPTY, syscall.ENOTEMPTY}},
+		{"/", []syscall.Errno{syscall.EEXIST, syscall.EEXIST, syscall.EEXIST, syscall.EEXIST, syscall.EISDIR, syscall.EBUSY, syscall.EBUSY}},
+		{"", []syscall.Errno{syscall.ENOENT, syscall.ENOENT, syscall.ENOENT, syscall.ENOENT, syscall.ENOENT, syscall.ENOENT, syscall.ENOENT}},
+		{"nope/.", []syscall.Errno{syscall.ENOENT, syscall.ENOENT, syscall.ENOENT, syscall.ENOENT, syscall.ENOENT, syscall.ENOENT, syscall.ENOENT}},
+	} {
+		for i, call := range calls {
+			err := call.fn(c.path)
+			if !errors.Is(err, c.want[i]) {
+				t.Errorf("%s(%q): %v, want %v", call.name, c.path, err, c.want[i])
+			}
+		}
+	}
+	for _, name := range []string{"a", "f"} {
+		_, err := v.Stat(name)
+		require.NoError(t, err)
+	}
+}
