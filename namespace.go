@@ -745,9 +745,8 @@ func (v *Volume) symlink(target, name string) error {
 	if err := v.writableNS(); err != nil {
 		return err
 	}
-	// Linux refuses an empty target as it refuses an empty path, and one
-	// that does not fit in a block with its NUL as ENAMETOOLONG
-	// (ext4_symlink).
+	// Linux refuses an empty target as it refuses an empty path, before
+	// it looks at name.
 	if target == "" {
 		return fmt.Errorf("empty symlink target: %w", ErrNotFound)
 	}
@@ -756,9 +755,6 @@ func (v *Volume) symlink(target, name string) error {
 	}
 	if err := checkPath(target); err != nil {
 		return err
-	}
-	if len(target) >= v.bs {
-		return fmt.Errorf("symlink target of %d bytes (max %d): %w", len(target), v.bs-1, ErrNameTooLong)
 	}
 	dir, base, err := v.parentDir(name, opCreate)
 	if err != nil {
@@ -773,6 +769,11 @@ func (v *Volume) symlink(target, name string) error {
 	}
 	if err := notDirName(name); err != nil {
 		return err
+	}
+	// ext4_symlink, once name is known to be free: the target must fit
+	// in a block with its NUL.
+	if len(target) >= v.bs {
+		return fmt.Errorf("symlink target of %d bytes (max %d): %w", len(target), v.bs-1, ErrNameTooLong)
 	}
 	ino, err := v.allocInode(dir.ino, false)
 	if err != nil {
