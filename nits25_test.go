@@ -320,3 +320,18 @@ func TestDotLastNames(t *testing.T) {
 		require.NoError(t, err)
 	}
 }
+
+// TestHostRenameDotBusy: the host FileSystem's rename of "." matches
+// ErrBusy as the image's does, so code written against FileSystem can
+// test for it either way.
+func TestHostRenameDotBusy(t *testing.T) {
+	v, _ := openOSVolume(t)
+	defer v.Close()
+	for _, fsys := range []ext4io.FileSystem{v.FileSystem(), ext4io.OSFileSystem(t.TempDir())} {
+		require.NoError(t, fsys.Mkdir("a", 0o755))
+		err := fsys.Rename("a", ".")
+		if !errors.Is(err, ext4io.ErrBusy) || !errors.Is(err, syscall.EBUSY) {
+			t.Errorf("%T: Rename(a, .): %v, want ErrBusy", fsys, err)
+		}
+	}
+}
