@@ -24,13 +24,17 @@ type DirEntry struct {
 // maxSymlinkHops bounds symlink resolution, like Linux's 40.
 const maxSymlinkHops = 40
 
-// pathMax is Linux's PATH_MAX: the bytes of a path with its NUL. A
-// longer path is refused before it is walked (getname's ENAMETOOLONG),
-// as is a symlink target that long. Paths met through symlinks are not
-// bounded (only by maxSymlinkHops), as in Linux.
+// pathMax is Linux's PATH_MAX: the bytes of a path string with its NUL.
+// Linux refuses a longer string passed to a system call (getname's
+// ENAMETOOLONG), and so does Symlink for a target that long. Paths given
+// to Volume are not bounded by it: they always start at the root, where a
+// Linux caller reaches a deep file relative to a working directory or a
+// directory descriptor, so a bound would leave files deeper than pathMax
+// bytes out of reach (the FUSE server passes such paths for requests the
+// kernel accepted).
 const pathMax = 4096
 
-// checkPath refuses a path of pathMax bytes or more with ErrNameTooLong.
+// checkPath refuses a string of pathMax bytes or more with ErrNameTooLong.
 func checkPath(name string) error {
 	if len(name) >= pathMax {
 		return fmt.Errorf("path of %d bytes (max %d): %w", len(name), pathMax-1, ErrNameTooLong)
@@ -597,9 +601,6 @@ func (v *Volume) resolve(name string, followLast bool) (*File, error) {
 // fails the same way, which spares OpenFile's O_CREATE a second walk.
 func (v *Volume) resolveMissing(name string, followLast bool) (f *File, lastMissing bool, err error) {
 	if err := v.checkOpen(); err != nil {
-		return nil, false, err
-	}
-	if err := checkPath(name); err != nil {
 		return nil, false, err
 	}
 	hops := 0

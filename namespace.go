@@ -186,9 +186,6 @@ func notDirName(name string) error {
 // parent's errors come first, as Linux resolves parents before it looks
 // at the last name (rename resolves both parents first).
 func (v *Volume) parentOnly(name string) (*File, string, error) {
-	if err := checkPath(name); err != nil {
-		return nil, "", err
-	}
 	dirName, base := path.Split(strings.TrimRight(name, "/"))
 	dir, err := v.resolve(dirName, true)
 	if err != nil {

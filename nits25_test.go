@@ -2,6 +2,7 @@ package ext4io_test
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"strings"
@@ -13,73 +14,71 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestPathTooLong: a path of 4,096 bytes or more is ENAMETOOLONG before
-// anything is looked up, as Linux's getname refuses it (PATH_MAX counts
-// the NUL); one byte shorter is walked (ENOENT here). It holds for every
-// call taking a path, either end of Rename and Link, and a symlink's
-// target, which also fails ENAMETOOLONG when it does not fit in a block
-// with its NUL (ext4_symlink).
-func TestPathTooLong(t *testing.T) {
-	img := formatImage(t, 16<<20, ext4io.FormatOptions{BlockSize: 1024})
-	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
-	require.NoError(t, err)
-	defer v.Close()
-	require.NoError(t, v.WriteFile("f", []byte("x"), 0o644))
-	ok := strings.Repeat("d/", 2047) + "x" // 4,095 bytes
-	long := ok + "y"
-	require.Len(t, ok, 4095)
-	calls := map[string]func(p string) error{
-		"Open":        func(p string) error { _, err := v.Open(p); return err },
-		"Stat":        func(p string) error { _, err := v.Stat(p); return err },
-		"Lstat":       func(p string) error { _, err := v.Lstat(p); return err },
-		"Readlink":    func(p string) error { _, err := v.Readlink(p); return err },
-		"Create":      func(p string) error { _, err := v.OpenFile(p, os.O_CREATE|os.O_RDWR, 0o644); return err },
-		"Mkdir":       func(p string) error { return v.Mkdir(p, 0o755) },
-		"Mknod":       func(p string) error { return v.Mknod(p, fs.ModeNamedPipe|0o644, 0) },
-		"Remove":      func(p string) error { return v.Remove(p) },
-		"Chmod":       func(p string) error { return v.Chmod(p, 0o600) },
-		"Truncate":    func(p string) error { return v.Truncate(p, 0) },
-		"Getxattr":    func(p string) error { _, err := v.Getxattr(p, "user.a"); return err },
-		"Setxattr":    func(p string) error { return v.Setxattr(p, "user.a", nil, 0) },
-		"RenameFrom":  func(p string) error { return v.Rename(p, "g") },
-		"RenameTo":    func(p string) error { return v.Rename("f", p) },
-		"LinkFrom":    func(p string) error { return v.Link(p, "g") },
-		"LinkTo":      func(p string) error { return v.Link("f", p) },
-		"Symlink":     func(p string) error { return v.Symlink("f", p) },
-		"SymlinkDest": func(p string) error { return v.Symlink(p, "g") },
-	}
-	for name, call := range calls {
-		err := call(long)
+// TestSymlinkTargetTooLong: a symlink target of 4,096 bytes or more is
+// ENAMETOOLONG, as Linux's getname refuses it (PATH_MAX counts the NUL),
+// whatever the block size; so is one that does not fit in a block with
+// its NUL (ext4_symlink), checked after the name (an existing one is
+// EEXIST). An empty target is an empty path: ENOENT.
+func TestSymlinkTargetTooLong(t *testing.T) {
+	for _, bs := range []int{1024, 8192} {
+		img := formatImage(t, 16<<20, ext4io.FormatOptions{BlockSize: bs})
+		v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
+		require.NoError(t, err)
+		require.NoError(t, v.WriteFile("f", []byte("x"), 0o644))
+		limit := min(bs, 4096) // bytes a target must stay under
+		err = v.Symlink(strings.Repeat("t", limit), "s")
 		if !errors.Is(err, syscall.ENAMETOOLONG) || !errors.Is(err, ext4io.ErrNameTooLong) {
-			t.Errorf("%s of a 4,096-byte path: %s, want ENAMETOOLONG", name, short(err))
+			t.Errorf("%d-byte blocks: Symlink to %d bytes: %s, want ENAMETOOLONG", bs, limit, short(err))
 		}
-		if name == "SymlinkDest" {
-			continue // its own limit, the block size, is below
+		var le *os.LinkError
+		require.ErrorAs(t, err, &le)
+		if bs == 1024 {
+			if err := v.Symlink(strings.Repeat("t", limit), "f"); !errors.Is(err, syscall.EEXIST) {
+				t.Errorf("Symlink to %d bytes onto an existing name: %s, want EEXIST", limit, short(err))
+			}
 		}
-		if err := call(ok); errors.Is(err, syscall.ENAMETOOLONG) {
-			t.Errorf("%s of a 4,095-byte path: %s", name, short(err))
+		require.NoError(t, v.Symlink(strings.Repeat("t", limit-1), "s"))
+		got, err := v.Readlink("s")
+		require.NoError(t, err)
+		require.Len(t, got, limit-1)
+		if err := v.Symlink("", "e"); !errors.Is(err, syscall.ENOENT) {
+			t.Errorf("Symlink to \"\": %s, want ENOENT", short(err))
 		}
+		require.NoError(t, v.Close())
 	}
-	// A target must fit in a 1 KiB block with its NUL.
-	err = v.Symlink(strings.Repeat("t", 1024), "s")
-	if !errors.Is(err, syscall.ENAMETOOLONG) {
-		t.Errorf("Symlink to 1,024 bytes in 1 KiB blocks: %s, want ENAMETOOLONG", short(err))
+}
+
+// TestLongPathsWalk: a path longer than PATH_MAX is walked, not refused:
+// Volume's paths start at the root, where a Linux caller reaches a deep
+// file from a working directory or a directory descriptor, and the FUSE
+// server passes such paths for requests the kernel accepted. Names over
+// 255 bytes stay ENAMETOOLONG.
+func TestLongPathsWalk(t *testing.T) {
+	v, _ := openOSVolume(t)
+	defer v.Close()
+	dir := ""
+	for i := range 20 {
+		dir += fmt.Sprintf("%03d%s/", i, strings.Repeat("d", 247))
+		require.NoError(t, v.Mkdir(dir, 0o755))
 	}
-	var le *os.LinkError
-	require.ErrorAs(t, err, &le)
-	// ext4_symlink's check comes after the name's: an existing name is
-	// EEXIST whatever the target.
-	if err := v.Symlink(strings.Repeat("t", 1024), "f"); !errors.Is(err, syscall.EEXIST) {
-		t.Errorf("Symlink to 1,024 bytes onto an existing name: %s, want EEXIST", short(err))
-	}
-	require.NoError(t, v.Symlink(strings.Repeat("t", 1023), "s"))
-	// An empty target is an empty path: ENOENT.
-	if err := v.Symlink("", "e"); !errors.Is(err, syscall.ENOENT) {
-		t.Errorf("Symlink to \"\": %s, want ENOENT", short(err))
-	}
-	got, err := v.Readlink("s")
+	require.Greater(t, len(dir), 4096)
+	f := dir + "f"
+	require.NoError(t, v.WriteFile(f, []byte("deep"), 0o644))
+	got, err := v.ReadFile(f)
 	require.NoError(t, err)
-	require.Len(t, got, 1023)
+	require.Equal(t, "deep", string(got))
+	require.NoError(t, v.Symlink("f", dir+"s"))
+	require.NoError(t, v.Rename(f, dir+"g"))
+	require.NoError(t, v.Link(dir+"g", dir+"h"))
+	_, err = v.Stat(dir + "s")
+	require.ErrorIs(t, err, fs.ErrNotExist)
+	require.NoError(t, v.Remove(dir+"g"))
+	require.NoError(t, v.Remove(dir+"h"))
+	err = v.Mkdir(dir+strings.Repeat("n", 256), 0o755)
+	if !errors.Is(err, syscall.ENAMETOOLONG) {
+		t.Errorf("Mkdir of a 256-byte name: %s, want ENAMETOOLONG", short(err))
+	}
+	require.NoError(t, v.RemoveAll("000"+strings.Repeat("d", 247)))
 }
 
 // short renders err without the long paths these tests pass.
