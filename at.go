@@ -46,12 +46,13 @@ func (d *File) createAt(name string, perm fs.FileMode) (*File, error) {
 	return f, err
 }
 
-// MkdirAt makes the directory name, with permission bits perm (and
-// setuid, setgid, sticky), in the directory d and opens it for reading:
-// as Mkdir(dir+"/"+name, perm) and Open where d was opened from dir, but
-// without resolving dir again. name is one path element (ErrInvalid
-// otherwise); an existing name fails with ErrExist, and a directory
-// removed since d was opened with ErrNotFound. Errors are *fs.PathError.
+// MkdirAt makes the directory name, with permission bits perm and the
+// sticky bit (setuid and setgid as Mkdir), in the directory d and opens
+// it for reading: as Mkdir(dir+"/"+name, perm) and Open where d was
+// opened from dir, but without resolving dir again. name is one path
+// element (ErrInvalid otherwise); an existing name fails with ErrExist,
+// and a directory removed since d was opened with ErrNotFound. Errors
+// are *fs.PathError.
 func (d *File) MkdirAt(name string, perm fs.FileMode) (*File, error) {
 	full := d.childName(name)
 	f, err := d.mkdirAt(name, perm)

@@ -20,7 +20,7 @@ func (v *Volume) create(name string, mode uint16) (*File, error) {
 	if v.alloc == nil {
 		return nil, ErrReadOnly
 	}
-	dir, base, err := v.parentDir(name) // the parent's errors before the name's, as Linux
+	dir, base, err := v.parentDir(name, opCreate) // the parent's errors before the name's, as Linux
 	if err != nil {
 		return nil, err
 	}

@@ -24,6 +24,24 @@ type DirEntry struct {
 // maxSymlinkHops bounds symlink resolution, like Linux's 40.
 const maxSymlinkHops = 40
 
+// pathMax is Linux's PATH_MAX: the bytes of a path string with its NUL.
+// Linux refuses a longer string passed to a system call (getname's
+// ENAMETOOLONG), and so does Symlink for a target that long. Paths given
+// to Volume are not bounded by it: they always start at the root, where a
+// Linux caller reaches a deep file relative to a working directory or a
+// directory descriptor, so a bound would leave files deeper than pathMax
+// bytes out of reach (the FUSE server passes such paths for requests the
+// kernel accepted).
+const pathMax = 4096
+
+// checkPath refuses a string of pathMax bytes or more with ErrNameTooLong.
+func checkPath(name string) error {
+	if len(name) >= pathMax {
+		return fmt.Errorf("path of %d bytes (max %d): %w", len(name), pathMax-1, ErrNameTooLong)
+	}
+	return nil
+}
+
 // errStop ends a directory scan early.
 var errStop = errors.New("stop")
 

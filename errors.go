@@ -32,7 +32,8 @@ var (
 	// holds, in this process or another, that Linux has mounted, or whose
 	// multiple mount protection block shows another node (or e2fsck)
 	// using it; the message names the holder, the mount point or the
-	// node.
+	// node. Rename reports it too, as rename(2) does, for ".", ".." or
+	// the root at either end.
 	ErrBusy = errs.ErrBusy
 	// ErrNotExt4: the device holds no ext4 file system (bad superblock
 	// magic, or too small for a superblock), not an I/O error. Such errors

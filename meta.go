@@ -40,7 +40,6 @@ func (v *Volume) writeInodeLocked(n *inode) error {
 		n.in.Block = n.m.tree.Root()
 	}
 	v.stats.metaUpdates.Add(1)
-	n.dirty, n.blocksChanged = false, false
 	in := n.in
 	if n.sizeAhead.Load() {
 		// The on-disk size moves only when data is on the device (ext4's
@@ -50,7 +49,14 @@ func (v *Volume) writeInodeLocked(n *inode) error {
 		c.Size = n.disksize.Load()
 		in = &c
 	}
-	return v.writeInode(n.ino, in)
+	if err := v.writeInode(n.ino, in); err != nil {
+		// The change is in memory only: n stays dirty, so that the next
+		// write of it (Sync, Close, the committer) carries it.
+		n.dirty = true
+		return err
+	}
+	n.dirty, n.blocksChanged = false, false
+	return nil
 }
 
 // writeMappingLocked writes n's inode if a mapping change reached it (a

@@ -80,7 +80,7 @@ func (v *Volume) mknod(name string, mode fs.FileMode, dev uint64) error {
 	if err := v.writableNS(); err != nil {
 		return err
 	}
-	dir, base, err := v.parentDir(name)
+	dir, base, err := v.parentDir(name, opCreate)
 	if err != nil {
 		return err
 	}

@@ -126,10 +126,46 @@ func (v *Volume) stoppedErr() error {
 	return nil
 }
 
+// nameOp is what a call does with the last name of its path. It decides
+// the error Linux gives when that name is ".", ".." or the root (the
+// path "/"), which it refuses once the parent is found.
+type nameOp uint8
+
+const (
+	opCreate nameOp = iota // mkdir, mknod, symlink, link: filename_create's EEXIST
+	opRmdir                // do_rmdir: EINVAL for ".", ENOTEMPTY for "..", EBUSY for the root
+	opUnlink               // do_unlinkat: EISDIR
+)
+
+// dotNameErr returns the error of op for a path whose last name base is
+// not an ordinary name, or nil. An empty path is ErrNotFound, as for
+// every call taking a path on Linux.
+func dotNameErr(name, base string, op nameOp) error {
+	switch {
+	case name == "":
+		return ErrNotFound
+	case base != "" && base != "." && base != "..":
+		return nil
+	case op == opCreate:
+		return ErrExist
+	case op == opUnlink:
+		return ErrIsDir
+	case base == ".":
+		return fmt.Errorf("cannot remove %q: %w", name, ErrInvalid)
+	case base == "..":
+		return ErrNotEmpty
+	}
+	return fmt.Errorf("cannot remove the root: %w", ErrBusy)
+}
+
 // parentDir resolves the directory holding name and returns it with the
-// last component.
-func (v *Volume) parentDir(name string) (*File, string, error) {
+// last component, which must be an ordinary name (dotNameErr for op
+// otherwise).
+func (v *Volume) parentDir(name string, op nameOp) (*File, string, error) {
 	dir, base, err := v.parentOnly(name)
+	if err == nil {
+		err = dotNameErr(name, base, op)
+	}
 	if err == nil {
 		err = checkName(base)
 	}
@@ -267,9 +303,11 @@ func (v *Volume) dirLinkMax(n *inode) bool {
 
 func now() layout.Timestamp { return layout.TimestampOf(time.Now()) }
 
-// Mkdir makes a directory at name with permission bits perm (and setgid,
-// setuid, sticky). The parent must exist; an existing name fails with
-// ErrExist.
+// Mkdir makes a directory at name with permission bits perm and the
+// sticky bit if perm has it. As mkdir(2), setuid and setgid in perm are
+// dropped, and the directory is setgid (and takes the parent's group)
+// when its parent is setgid. The parent must exist; an existing name
+// fails with ErrExist.
 func (v *Volume) Mkdir(name string, perm fs.FileMode) error {
 	if err := v.op(func() error { return v.mkdir(name, perm) }); err != nil {
 		return &fs.PathError{Op: "mkdir", Path: name, Err: err}
@@ -297,7 +335,7 @@ func (v *Volume) mkdir(name string, perm fs.FileMode) error {
 	if err := v.writableNS(); err != nil {
 		return err
 	}
-	dir, base, err := v.parentDir(name)
+	dir, base, err := v.parentDir(name, opCreate)
 	if err != nil {
 		return err
 	}
@@ -325,7 +363,9 @@ func (v *Volume) mkdirIn(dir *File, base string, perm fs.FileMode) (*File, error
 	if err != nil {
 		return nil, err
 	}
-	in := v.newInode(layout.ModeDir | unixMode(perm))
+	// vfs_mkdir keeps the permission and sticky bits only; setgid comes
+	// from the parent (inheritGroup).
+	in := v.newInode(layout.ModeDir | unixMode(perm)&0o1777)
 	inheritGroup(dir, in)
 	in.LinksCount = 2
 	if err := v.writeInode(ino, in); err != nil {
@@ -530,7 +570,7 @@ func (v *Volume) rmdir(name string) error {
 	if err := v.writableNS(); err != nil {
 		return err
 	}
-	dir, base, err := v.parentDir(name)
+	dir, base, err := v.parentDir(name, opRmdir)
 	if err != nil {
 		return err
 	}
@@ -593,7 +633,7 @@ func (v *Volume) unlink(name string) error {
 	if err := v.writableNS(); err != nil {
 		return err
 	}
-	dir, base, err := v.parentDir(name)
+	dir, base, err := v.parentDir(name, opUnlink)
 	if err != nil {
 		return err
 	}
@@ -662,7 +702,7 @@ func (v *Volume) link(oldname, newname string) error {
 	if err != nil {
 		return err
 	}
-	dir, base, err := v.parentDir(newname)
+	dir, base, err := v.parentDir(newname, opCreate)
 	if err != nil {
 		return err
 	}
@@ -711,13 +751,18 @@ func (v *Volume) symlink(target, name string) error {
 	if err := v.writableNS(); err != nil {
 		return err
 	}
-	if target == "" || strings.ContainsRune(target, 0) {
+	// Linux refuses an empty target as it refuses an empty path, before
+	// it looks at name.
+	if target == "" {
+		return fmt.Errorf("empty symlink target: %w", ErrNotFound)
+	}
+	if strings.ContainsRune(target, 0) {
 		return fmt.Errorf("bad symlink target %q: %w", target, ErrInvalid)
 	}
-	if len(target) >= v.bs || len(target) >= 4096 {
-		return fmt.Errorf("symlink target of %d bytes (max %d): %w", len(target), min(v.bs, 4096)-1, ErrInvalid)
+	if err := checkPath(target); err != nil {
+		return err
 	}
-	dir, base, err := v.parentDir(name)
+	dir, base, err := v.parentDir(name, opCreate)
 	if err != nil {
 		return err
 	}
@@ -730,6 +775,11 @@ func (v *Volume) symlink(target, name string) error {
 	}
 	if err := notDirName(name); err != nil {
 		return err
+	}
+	// ext4_symlink, once name is known to be free: the target must fit
+	// in a block with its NUL.
+	if len(target) >= v.bs {
+		return fmt.Errorf("symlink target of %d bytes (max %d): %w", len(target), v.bs-1, ErrNameTooLong)
 	}
 	ino, err := v.allocInode(dir.ino, false)
 	if err != nil {

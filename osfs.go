@@ -166,7 +166,7 @@ func hostErrno(err error) error {
 		return err
 	}
 	for _, s := range []error{ErrNotFound, ErrExist, ErrNotDir, ErrIsDir, ErrNotEmpty, ErrNameTooLong,
-		ErrNoSpace, ErrReadOnly, ErrPermission, ErrBadFile, ErrInvalid, ErrTooManyLinks, errLoop} {
+		ErrNoSpace, ErrReadOnly, ErrPermission, ErrBadFile, ErrInvalid, ErrTooManyLinks, errLoop, ErrBusy} {
 		if s.(*errs.Errno).Errno == errno {
 			return &hostErr{errno, s}
 		}

@@ -60,6 +60,28 @@ func (v *Volume) lockRenameDirs(oldname, newname string) (odir *File, obase stri
 	return odir, obase, ndir, nbase, func() { second.n.mu.Unlock(); first.n.mu.Unlock() }, nil
 }
 
+// renameEnds checks the last names of a rename once both parents are
+// found and before either name is looked up, as Linux's do_renameat2: an
+// empty path is ErrNotFound; ".", ".." or the root at either end is
+// ErrBusy, except that with RENAME_NOREPLACE such a newname is ErrExist.
+func renameEnds(oldname, obase, newname, nbase string, noReplace bool) error {
+	for _, n := range [2]string{oldname, newname} {
+		if n == "" {
+			return ErrNotFound
+		}
+	}
+	if obase == "" || obase == "." || obase == ".." {
+		return fmt.Errorf("cannot rename %q: %w", oldname, ErrBusy)
+	}
+	if nbase == "" || nbase == "." || nbase == ".." {
+		if noReplace {
+			return fmt.Errorf("cannot rename onto %q: %w", newname, ErrExist)
+		}
+		return fmt.Errorf("cannot rename onto %q: %w", newname, ErrBusy)
+	}
+	return nil
+}
+
 // rename renames oldname; with noReplace an existing newname fails with
 // ErrExist (RENAME_NOREPLACE).
 func (v *Volume) rename(oldname, newname string, noReplace bool) error {
@@ -75,6 +97,9 @@ func (v *Volume) rename(oldname, newname string, noReplace bool) error {
 	}
 	defer unlock()
 	same := odir.n == ndir.n
+	if err := renameEnds(oldname, obase, newname, nbase, noReplace); err != nil {
+		return err
+	}
 	if err := checkName(obase); err != nil {
 		return err
 	}
@@ -358,6 +383,9 @@ func (v *Volume) exchange(oldname, newname string) error {
 	}
 	defer unlock()
 	same := odir.n == ndir.n
+	if err := renameEnds(oldname, obase, newname, nbase, false); err != nil {
+		return err
+	}
 	if err := checkName(obase); err != nil {
 		return err
 	}

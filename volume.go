@@ -76,7 +76,8 @@ type Options struct {
 	PageCacheBytes int64
 	// WritebackAge is how long buffered data may stay dirty before the
 	// background flusher writes it back (0: 5 s; negative: no flusher,
-	// write-back only on Sync, Close and memory pressure).
+	// write-back only on Sync, Close and memory pressure; under 1 ms: 1 ms,
+	// the flusher's shortest tick).
 	WritebackAge time.Duration
 	// CommitInterval is how long metadata changes of a journaled volume
 	// may wait in memory before a background commit makes them durable
@@ -84,7 +85,7 @@ type Options struct {
 	// Sync, Close and when an operation leaves many blocks pending). Each
 	// tick writes deferred inode updates and commits the journal if
 	// anything is pending, as Linux's jbd2 thread does every commit=N
-	// seconds.
+	// seconds. A positive interval under 1 ms is taken as 1 ms.
 	CommitInterval time.Duration
 	// Discard tells the device about blocks the volume frees (Linux's
 	// mount -o discard), for thin-provisioned and network storage: each
@@ -586,6 +587,7 @@ func (v *Volume) openWritable() error {
 		if age == 0 {
 			age = 5 * time.Second
 		}
+		age = max(age, minTimerInterval)
 		if err := v.pc.StartFlusher(min(age, time.Second), age); err != nil {
 			return err
 		}
@@ -594,10 +596,15 @@ func (v *Volume) openWritable() error {
 		if every == 0 {
 			every = 5 * time.Second
 		}
-		v.jm.startCommitter(every)
+		v.jm.startCommitter(max(every, minTimerInterval))
 	}
 	return nil
 }
+
+// minTimerInterval is the shortest WritebackAge and CommitInterval: the
+// background flusher and committer tick at most this often, so that a tiny
+// duration does not keep their goroutines running back to back.
+const minTimerInterval = time.Millisecond
 
 // encodeSuperLocked encodes the superblock with the orphan_present flag
 // as the volume currently has it (kept outside v.sb, whose feature words

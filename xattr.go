@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/ext4io/ext4io/alloc"
 	"github.com/ext4io/ext4io/internal/errs"
@@ -225,13 +226,24 @@ const (
 // set does not fit the inode body and one block, ErrUnsupported for a
 // namespace ext4 does not store or Linux does not show).
 var (
-	// ErrNoAttr: no such attribute (Linux's ENODATA).
-	ErrNoAttr = errors.New("ext4io: no such attribute")
+	// ErrNoAttr: no such attribute. It matches syscall.ENODATA, as
+	// Linux reports it.
+	ErrNoAttr error = &errs.Errno{Msg: "ext4io: no such attribute", Errno: syscall.ENODATA}
 	// ErrRange: a value or name too large for any attribute ext4io can
-	// store: a value over 64 KiB or one that fits neither the inode body
-	// nor an empty block, a name over 255 bytes (Linux's E2BIG or ERANGE;
-	// ea_inode values are not written).
+	// store: a value over 64 KiB (which also matches syscall.E2BIG) or
+	// one that fits neither the inode body nor an empty block (ea_inode
+	// values are not written), a name empty or over 255 bytes (which also
+	// matches syscall.ERANGE), as Linux's setxattr(2) reports them.
 	ErrRange = errors.New("ext4io: xattr value too large")
+)
+
+// The xattr errors that carry Linux's errno besides the sentinel callers
+// test for: a name the system calls refuse before looking at it, a value
+// over XATTR_SIZE_MAX, a namespace ext4 has no handler for.
+var (
+	errXattrName      error = &errs.Errno{Msg: "ext4io: xattr name out of range", Errno: syscall.ERANGE, Also: ErrRange}
+	errXattrTooBig    error = &errs.Errno{Msg: "ext4io: xattr value too large", Errno: syscall.E2BIG, Also: ErrRange}
+	errXattrNamespace error = &errs.Errno{Msg: "ext4: unsupported", Errno: syscall.EOPNOTSUPP, Also: ErrUnsupported}
 )
 
 // xattrSet is the attribute set of one inode as stored: the inode body's
@@ -322,14 +334,15 @@ func visibleXattr(index uint8) bool {
 }
 
 // parseXattrName splits a full attribute name and checks it as
-// setxattr(2) and ext4's handlers do.
+// setxattr(2) and ext4's handlers do: a name empty or over 255 bytes
+// first (import_xattr_name), then its namespace (xattr_resolve_name).
 func parseXattrName(attr string) (uint8, string, error) {
+	if attr == "" || len(attr) > layout.XattrMaxNameLen {
+		return 0, "", fmt.Errorf("attribute name of %d bytes (1 to %d): %w", len(attr), layout.XattrMaxNameLen, errXattrName)
+	}
 	index, name, ok := layout.XattrSplitName(attr)
 	if !ok || !visibleXattr(index) {
-		return 0, "", fmt.Errorf("attribute %q: namespace not supported: %w", attr, ErrUnsupported)
-	}
-	if len(name) > layout.XattrMaxNameLen || len(attr) > layout.XattrMaxNameLen {
-		return 0, "", fmt.Errorf("attribute name of %d bytes: %w", len(attr), ErrRange)
+		return 0, "", fmt.Errorf("attribute %q: namespace not supported: %w", attr, errXattrNamespace)
 	}
 	switch index {
 	case layout.XattrIndexPosixACL, layout.XattrIndexPosixACLDef:
@@ -453,7 +466,7 @@ func (v *Volume) setxattrLocked(n *inode, attr string, value []byte, flags int) 
 		return fmt.Errorf("setxattr flags %#x: %w", flags, ErrInvalid)
 	}
 	if value != nil && len(value) > layout.XattrMaxValueSize {
-		return fmt.Errorf("value of %d bytes (max %d): %w", len(value), layout.XattrMaxValueSize, ErrRange)
+		return fmt.Errorf("value of %d bytes (max %d): %w", len(value), layout.XattrMaxValueSize, errXattrTooBig)
 	}
 	// An ACL may set the mode and may store nothing: an empty one, or an
 	// access ACL the mode expresses alone, removes the attribute (and

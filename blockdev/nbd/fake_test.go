@@ -436,51 +436,62 @@ func TestBrokenReplies(t *testing.T) {
 	}
 }
 
-// TestWriteAtFUA: with NBD_FLAG_SEND_FUA every write of WriteAtFUA (the
-// read-modify-writes of its partial blocks included) carries
+// TestWriteAtFUA: with NBD_FLAG_SEND_FUA every write of WriteAtFUA and of
+// WriteAtSync, through blockdev.WriteAtSync as ext4io calls it (the
+// read-modify-writes of its partial blocks included), carries
 // NBD_CMD_FLAG_FUA and no flush follows; without it, plain writes and a
 // flush.
 func TestWriteAtFUA(t *testing.T) {
-	for _, fua := range []bool{true, false} {
-		t.Run(fmt.Sprint("fua=", fua), func(t *testing.T) {
-			flags := uint16(fAllDefault)
-			if fua {
-				flags |= fFUA
+	for _, tc := range []struct {
+		name  string
+		write func(d *nbd.Device, p []byte, off int64) (int, error)
+	}{
+		{"WriteAtFUA", (*nbd.Device).WriteAtFUA},
+		{"blockdev.WriteAtSync", func(d *nbd.Device, p []byte, off int64) (int, error) { return blockdev.WriteAtSync(d, p, off) }},
+	} {
+		for _, fua := range []bool{true, false} {
+			t.Run(fmt.Sprint(tc.name, "/fua=", fua), func(t *testing.T) { testWriteAtFUA(t, tc.write, fua) })
+		}
+	}
+}
+
+func testWriteAtFUA(t *testing.T, write func(d *nbd.Device, p []byte, off int64) (int, error), fua bool) {
+	flags := uint16(fAllDefault)
+	if fua {
+		flags |= fFUA
+	}
+	f := &fake{t: t, size: 1 << 20, flags: flags, block: [3]uint32{512, 4096, 1 << 20}}
+	f.start()
+	d, err := nbd.Open(f.uri(""), nbd.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := blockdevtest.Pattern(3, 100, 10000)
+	if n, err := write(d, p, 100); err != nil || n != len(p) {
+		t.Fatalf("write = %d, %v", n, err)
+	}
+	got := make([]byte, len(p))
+	if _, err := d.ReadAt(got, 100); err != nil || !bytes.Equal(got, p) {
+		t.Fatalf("read back: %v", err)
+	}
+	d.Close()
+	writes, flushes := 0, 0
+	for _, r := range f.requests() {
+		switch r.typ {
+		case nbdCmdWrite:
+			writes++
+			if (r.flags&1 != 0) != fua {
+				t.Errorf("write %+v: FUA flag %v, want %v", r, r.flags&1 != 0, fua)
 			}
-			f := &fake{t: t, size: 1 << 20, flags: flags, block: [3]uint32{512, 4096, 1 << 20}}
-			f.start()
-			d, err := nbd.Open(f.uri(""), nbd.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			p := blockdevtest.Pattern(3, 100, 10000)
-			if n, err := d.WriteAtFUA(p, 100); err != nil || n != len(p) {
-				t.Fatalf("WriteAtFUA = %d, %v", n, err)
-			}
-			got := make([]byte, len(p))
-			if _, err := d.ReadAt(got, 100); err != nil || !bytes.Equal(got, p) {
-				t.Fatalf("read back: %v", err)
-			}
-			d.Close()
-			writes, flushes := 0, 0
-			for _, r := range f.requests() {
-				switch r.typ {
-				case nbdCmdWrite:
-					writes++
-					if (r.flags&1 != 0) != fua {
-						t.Errorf("write %+v: FUA flag %v, want %v", r, r.flags&1 != 0, fua)
-					}
-				case nbdCmdFlush:
-					flushes++
-				}
-			}
-			if writes != 3 { // head and tail read-modify-writes, the middle
-				t.Errorf("%d writes, want 3", writes)
-			}
-			if wantFlush := map[bool]int{true: 0, false: 1}[fua]; flushes != wantFlush {
-				t.Errorf("%d flushes, want %d", flushes, wantFlush)
-			}
-		})
+		case nbdCmdFlush:
+			flushes++
+		}
+	}
+	if writes != 3 { // head and tail read-modify-writes, the middle
+		t.Errorf("%d writes, want 3", writes)
+	}
+	if wantFlush := map[bool]int{true: 0, false: 1}[fua]; flushes != wantFlush {
+		t.Errorf("%d flushes, want %d", flushes, wantFlush)
 	}
 }
 

@@ -135,7 +135,10 @@ type Device struct {
 	rmwMu [rmwStripes]sync.Mutex
 }
 
-var _ blockdev.Device = (*Device)(nil)
+var (
+	_ blockdev.Device     = (*Device)(nil)
+	_ blockdev.SyncWriter = (*Device)(nil)
+)
 
 // Open connects to the NBD URI uri (see ParseURI) and returns the export as
 // a Device.
@@ -311,12 +314,15 @@ func (d *Device) WriteAt(p []byte, off int64) (int, error) {
 	return len(p), nil
 }
 
+// WriteAtSync implements blockdev.SyncWriter with WriteAtFUA, so that
+// blockdev.WriteAtSync (the journal's commit blocks, for one) sends one
+// FUA write where the server supports it instead of a write and a flush.
+func (d *Device) WriteAtSync(p []byte, off int64) (int, error) { return d.WriteAtFUA(p, off) }
+
 // WriteAtFUA is WriteAt whose data is on stable storage when it returns nil
 // (forced unit access), without waiting for other writes to become
 // durable: NBD_CMD_WRITE with NBD_CMD_FLAG_FUA where the server advertises
-// it, otherwise the write followed by a Flush. blockdev.Device has no way
-// to ask for this yet (see docs/nbd.md); a journal would use it for its
-// commit block, saving the flush after the commit.
+// NBD_FLAG_SEND_FUA, otherwise the write followed by a Flush.
 func (d *Device) WriteAtFUA(p []byte, off int64) (int, error) {
 	if err := d.enterWrite("write", off, int64(len(p))); err != nil {
 		return 0, err

@@ -135,6 +135,9 @@ func startMount(pos []string, opts string, debug bool, cpuprofile string) (s *fu
 			if cache, err = parseSize(v); err != nil {
 				return nil, nil, nil, fmt.Errorf("%w: -o cache_size: %w", errUsage, err)
 			}
+			if err := checkCacheSize(cache, memTotal()); err != nil {
+				return nil, nil, nil, fmt.Errorf("%w: -o cache_size=%s: %w", errUsage, v, err)
+			}
 		} else {
 			extra = append(extra, opt)
 		}
@@ -179,6 +182,18 @@ func mountCache(size int64) int64 {
 		return size
 	}
 	return min(max(memTotal()/8, 64<<20), 1<<30)
+}
+
+// checkCacheSize refuses a page cache larger than the machine's memory
+// (mem bytes; 0 when unknown, which lets any size through): the cache
+// holds written pages in this process's memory until write-back, so one
+// that cannot fit would have the process swapped out or killed for
+// memory before it fills.
+func checkCacheSize(size, mem int64) error {
+	if mem > 0 && size > mem {
+		return fmt.Errorf("%d MiB is more than the machine's memory (%d MiB)", size>>20, mem>>20)
+	}
+	return nil
 }
 
 // memTotal is /proc/meminfo's MemTotal in bytes ("MemTotal: 24683520 kB"),
