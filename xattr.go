@@ -226,9 +226,9 @@ const (
 // set does not fit the inode body and one block, ErrUnsupported for a
 // namespace ext4 does not store or Linux does not show).
 var (
-	// ErrNoAttr: no such attribute. It matches syscall.ENODATA, as
-	// Linux reports it.
-	ErrNoAttr error = &errs.Errno{Msg: "ext4io: no such attribute", Errno: syscall.ENODATA}
+	// ErrNoAttr: no such attribute. It matches syscall.ENODATA, as Linux
+	// reports it (ENOATTR on FreeBSD and OpenBSD, which have no ENODATA).
+	ErrNoAttr error = &errs.Errno{Msg: "ext4io: no such attribute", Errno: errnoNoAttr}
 	// ErrRange: a value or name too large for any attribute ext4io can
 	// store: a value over 64 KiB (which also matches syscall.E2BIG) or
 	// one that fits neither the inode body nor an empty block (ea_inode
