@@ -244,6 +244,7 @@ func notesFor(c *config) []string {
 	if c.RawAtRegion {
 		raw = "raw = the same backend doing the same offsets with pread/pwrite on a region of the same device (--raw-at region); it is the ceiling"
 	}
+	raw = strings.Replace(raw, "; it is the ceiling", "; each phase starts with the device flushed, and a sequential writer flushes it when it starts over, as the engine's commit does; it is the ceiling", 1)
 	if c.Backend == "nbd" {
 		// Not pread/pwrite: NBD requests, on the connections the engine uses.
 		raw = strings.Replace(raw, "with pread/pwrite on", "with NBD reads and writes over the same connections to", 1)

@@ -202,8 +202,14 @@ func (r rawSide) WriteAt(p []byte, off int64) (int, error) {
 	return r.io(r.dev.WriteAt, p, off)
 }
 
-func (r rawSide) Sync() error  { return r.dev.Flush() }
-func (r rawSide) Reset() error { return nil }
+func (r rawSide) Sync() error { return r.dev.Flush() }
+
+// Reset flushes the device: raw starts over as the engine's side does,
+// whose Reset commits the truncate, and a commit flushes the device. In an
+// image file that flush writes back the pass the side has just written,
+// so each side pays the host's write-back of its own passes, at the same
+// points (docs/bench.md).
+func (r rawSide) Reset() error { return r.dev.Flush() }
 func (r rawSide) SmallFile(n int64, p []byte) error {
 	slot := (n - 1) % min(r.files, r.region/int64(len(p)))
 	if _, err := r.dev.WriteAt(p, slot*int64(len(p))); err != nil {
@@ -595,6 +601,17 @@ func (r *benchRun) runWorkload(ctx context.Context, w workload) (WorkloadResult,
 	// The phases run raw, engine, engine, raw (ABBA): with the same seeds
 	// the second side of a round rewrites the blocks the first has just
 	// written, and a disk's drift over the workload, if linear, cancels.
+	//
+	// Flushes between phases: each phase starts with the device flushed,
+	// untimed (the time goes to the side's prep). In an image file the
+	// host's page cache holds what the previous phase wrote, dirty, and a
+	// flush inside a phase (a sequential writer's Reset, an fsync, a page
+	// batch, the engine's journal commits) writes back everything the image
+	// holds dirty. Flushed first, a side's flushes write back its own
+	// writes only, not the pass the other side wrote in the phase before
+	// (seqwrite-1m's engine commits at each Reset), and the host's
+	// background write-back of one side's writes does not run into the
+	// other's phase (docs/bench.md).
 	for round := 0; round < benchRounds; round++ {
 		label := fmt.Sprintf("round %d/%d", round+1, benchRounds)
 		rawFirst := round%2 == 0
@@ -602,12 +619,18 @@ func (r *benchRun) runWorkload(ctx context.Context, w workload) (WorkloadResult,
 			if err := r.rezero(w, raw); err != nil {
 				return WorkloadResult{}, err
 			}
+			t0 := time.Now()
+			if err := r.fsDev.Flush(); err != nil { // settle: see flushes between phases, above
+				return WorkloadResult{}, fmt.Errorf("flushing the device between phases: %w", err)
+			}
 			if (i == 0) == rawFirst {
+				rawT.prep += time.Since(t0)
 				if err := r.phase(ctx, w, jobs, round, raw, rawWin, &rawSeq, &rawSmall, per, &rawT, "raw", label); err != nil {
 					return WorkloadResult{}, fmt.Errorf("raw: %w", err)
 				}
 				continue
 			}
+			engT.prep += time.Since(t0)
 			before := engineCounters(r.v)
 			if err := r.phase(ctx, w, jobs, round, eng, r.fsWin, &engSeq, &engSmall, per, &engT, "engine", label); err != nil {
 				return WorkloadResult{}, fmt.Errorf("engine: %w", err)

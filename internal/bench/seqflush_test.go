@@ -1,0 +1,107 @@
+package bench
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ext4io/ext4io/blockdev"
+	"github.com/ext4io/ext4io/blockdev/memdev"
+)
+
+// flushLog is a Device that keeps, per side, the bytes written since the
+// last flush, as an image file's host keeps them dirty in its page cache:
+// the filesystem's window below split, raw's region from it.
+type flushLog struct {
+	blockdev.Device
+	split int64
+
+	mu         sync.Mutex
+	fs, raw    int64 // written since the last flush
+	maxFS      int64 // the most either side had written unflushed
+	maxRaw     int64
+	mixed      int // flushes that wrote back both sides' writes
+	rawFlushes int // flushes that wrote back raw's writes
+	fsFlushes  int
+	flushes    int
+}
+
+func (d *flushLog) wrote(off, n int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if off >= d.split {
+		d.raw += n
+		d.maxRaw = max(d.maxRaw, d.raw)
+		return
+	}
+	d.fs += n
+	d.maxFS = max(d.maxFS, d.fs)
+}
+
+func (d *flushLog) WriteAt(p []byte, off int64) (int, error) {
+	d.wrote(off, int64(len(p)))
+	return d.Device.WriteAt(p, off)
+}
+
+func (d *flushLog) ZeroOut(off, n int64) error {
+	d.wrote(off, n)
+	return d.Device.ZeroOut(off, n)
+}
+
+func (d *flushLog) Flush() error {
+	d.mu.Lock()
+	if d.fs > 0 && d.raw > 0 {
+		d.mixed++
+	}
+	if d.fs > 0 {
+		d.fsFlushes++
+	}
+	if d.raw > 0 {
+		d.rawFlushes++
+	}
+	d.flushes++
+	d.fs, d.raw = 0, 0
+	d.mu.Unlock()
+	return d.Device.Flush()
+}
+
+// TestBenchSeqWriteFlushesOwnWrites runs seqwrite-1m on a device that
+// tracks what each side wrote since the last flush. The engine's side
+// commits at each Reset, and a commit flushes the device, which in an
+// image file writes back everything the host holds dirty. Both sides must
+// be on the same terms: no flush writes back both sides' writes (the
+// device is flushed between phases, so the engine's first commit does not
+// write back raw's pass of the phase before), and raw, like the engine,
+// never has more than one pass (spacePlan.SeqBudget) unflushed (raw's
+// Reset flushes).
+func TestBenchSeqWriteFlushesOwnWrites(t *testing.T) {
+	const size = 128 << 20
+	ws, err := selectWorkloads([]string{"seqwrite-1m"})
+	require.NoError(t, err)
+	c := &config{Config: Config{Backend: "memory", Runtime: 400 * time.Millisecond, BlockSize: 4096, Seed: 1, Repeat: 1}}
+	mem := memdev.New(size)
+	defer mem.Close()
+	region := regionFor(size)
+	dev := &flushLog{Device: mem, split: size - region}
+	r := newBenchRun(c, dev, size, region, mustPlan(t, size, c.BlockSize))
+	defer r.closeEngine()
+	res, err := r.runWorkload(context.Background(), ws[0])
+	require.NoError(t, err)
+	// Several passes on each side, or the bounds below say nothing.
+	require.GreaterOrEqual(t, res.Engine.Wraps, int64(2), "engine passes")
+	require.GreaterOrEqual(t, res.Raw.Wraps, int64(2), "raw passes")
+
+	dev.mu.Lock()
+	defer dev.mu.Unlock()
+	t.Logf("wraps %d/%d; flushes %d: %d of the engine's writes, %d of raw's, %d of both; most unflushed: engine %d MiB, raw %d MiB",
+		res.Engine.Wraps, res.Raw.Wraps, dev.flushes, dev.fsFlushes, dev.rawFlushes, dev.mixed, dev.maxFS>>20, dev.maxRaw>>20)
+	assert.Zero(t, dev.mixed, "flushes that wrote back both sides' writes")
+	budget := r.plan.SeqBudget
+	assert.LessOrEqual(t, dev.maxRaw, budget, "raw's unflushed writes: more than one pass")
+	// The engine's pass plus its metadata and journal blocks.
+	assert.LessOrEqual(t, dev.maxFS, budget+budget/8, "the engine's unflushed writes: more than one pass")
+}
