@@ -27,7 +27,9 @@
 //   - Devices do not grow: Size is fixed at open; an operation reaching past
 //     it fails with ErrInvalid and changes nothing. Reads past it return
 //     io.EOF after the bytes that exist.
-//   - Errors from the OS wrap ErrIO and name the operation, path and offset;
+//   - Errors from the OS wrap ErrIO and name the operation, path and offset,
+//     except a constructor's missing path or refused permission, which wrap
+//     the host's cause (errors.Is with fs.ErrNotExist, fs.ErrPermission);
 //     operations after Close wrap ErrClosed; modifications of a read-only
 //     device wrap ErrReadOnly.
 //   - Concurrent writes to disjoint byte ranges never disturb each other,

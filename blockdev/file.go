@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"syscall"
 
 	"github.com/ext4io/ext4io/blockdev/internal/devutil"
 )
@@ -47,7 +49,7 @@ func CreateFile(path string, size int64) (*File, error) {
 	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("blockdev: create %s: %w: %w", path, ErrIO, err)
+		return nil, hostErr("create", path, err)
 	}
 	defer f.Close()
 	st, err := f.Stat()
@@ -78,18 +80,27 @@ func openOS(path string, readOnly bool, extra int) (*os.File, error) {
 		if berr := busyErr(path, err); berr != nil {
 			return nil, berr
 		}
-		// The message names path once: keep the cause, not the PathError
-		// that repeats "open path".
-		var pe *os.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err
-		}
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("blockdev: open %s: %w", path, err)
-		}
-		return nil, fmt.Errorf("blockdev: open %s: %w: %w", path, ErrIO, err)
+		return nil, hostErr("open", path, err)
 	}
 	return f, nil
+}
+
+// hostErr wraps the error of opening or creating path on the host. The
+// host's answers about the name itself (missing, not a directory, too long,
+// a symlink loop) or its permissions wrap only the cause, so errors.Is with
+// fs.ErrNotExist or fs.ErrPermission holds; anything else wraps ErrIO too.
+func hostErr(op, path string, err error) error {
+	// The message names path once: keep the cause, not the PathError
+	// that repeats "open path".
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) || errors.Is(err, fs.ErrExist) ||
+		errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.ENAMETOOLONG) || errors.Is(err, syscall.ELOOP) {
+		return fmt.Errorf("blockdev: %s %s: %w", op, path, err)
+	}
+	return fmt.Errorf("blockdev: %s %s: %w: %w", op, path, ErrIO, err)
 }
 
 // init reads the size and logical block size of an open file.
