@@ -17,9 +17,10 @@ import (
 // the directory d and opens it for reading and writing: as
 // OpenFile(dir+"/"+name, os.O_RDWR|os.O_CREATE|os.O_EXCL, perm) where d
 // was opened from dir, but without resolving dir again. name is one path
-// element (ErrInvalid otherwise); an existing name, a symlink too, fails
-// with ErrExist, and a directory removed since d was opened with
-// ErrNotFound. Errors are *fs.PathError.
+// element (ErrInvalid otherwise); an existing name, a symlink, "." or ".."
+// too, fails with ErrExist, an empty name and a directory removed since d
+// was opened with ErrNotFound, as openat(2) fails. Errors are
+// *fs.PathError.
 func (d *File) CreateAt(name string, perm fs.FileMode) (*File, error) {
 	full := d.childName(name)
 	f, err := d.v.openTracked(func() (*File, error) { return d.createAt(name, perm) })
@@ -50,9 +51,9 @@ func (d *File) createAt(name string, perm fs.FileMode) (*File, error) {
 // sticky bit (setuid and setgid as Mkdir), in the directory d and opens
 // it for reading: as Mkdir(dir+"/"+name, perm) and Open where d was
 // opened from dir, but without resolving dir again. name is one path
-// element (ErrInvalid otherwise); an existing name fails with ErrExist,
-// and a directory removed since d was opened with ErrNotFound. Errors
-// are *fs.PathError.
+// element (ErrInvalid otherwise); an existing name, "." or ".." too,
+// fails with ErrExist, an empty name and a directory removed since d was
+// opened with ErrNotFound, as mkdirat(2) fails. Errors are *fs.PathError.
 func (d *File) MkdirAt(name string, perm fs.FileMode) (*File, error) {
 	full := d.childName(name)
 	f, err := d.mkdirAt(name, perm)
@@ -103,6 +104,9 @@ func (d *File) dirAt(name string) error {
 	}
 	if !d.in.IsDir() {
 		return ErrNotDir
+	}
+	if err := dotNameErr(name, name, opCreate); err != nil {
+		return err
 	}
 	return checkName(name)
 }

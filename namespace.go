@@ -685,8 +685,8 @@ func (v *Volume) unlink(name string) error {
 
 // Link makes newname another name of the non-directory at oldname (a
 // final symlink is not followed, as with linkat without
-// AT_SYMLINK_FOLLOW). A directory fails with ErrPermission (EPERM), as
-// link(2) fails.
+// AT_SYMLINK_FOLLOW). A directory fails with ErrPermission (EPERM) and
+// an empty name with ErrNotFound (ENOENT), as link(2) fails.
 func (v *Volume) Link(oldname, newname string) error {
 	if err := v.op(func() error { return v.link(oldname, newname) }); err != nil {
 		return &os.LinkError{Op: "link", Old: oldname, New: newname, Err: err}
@@ -697,6 +697,9 @@ func (v *Volume) Link(oldname, newname string) error {
 func (v *Volume) link(oldname, newname string) error {
 	if err := v.writableNS(); err != nil {
 		return err
+	}
+	if oldname == "" {
+		return ErrNotFound // as for every call taking a path on Linux
 	}
 	src, err := v.resolve(oldname, false)
 	if err != nil {
