@@ -56,8 +56,9 @@ func (v *Volume) journalConfig() (journal.Config, error) {
 }
 
 // recover replays the journal of a volume with needs_recovery set, then
-// clears the flag and recomputes the free counts from the group
-// descriptors, as ext4 does at mount. Read-only opens replay into an
+// clears the flag, marks the superblock clean unless a commit failed, and
+// recomputes the free counts from the group descriptors, as ext4 does at
+// mount. Read-only opens replay into an
 // in-memory overlay of the device.
 func (v *Volume) recover(ctx context.Context) error {
 	if !v.opts.Writable && !v.opts.Replay {
@@ -114,6 +115,12 @@ func (v *Volume) recover(ctx context.Context) error {
 	sb.FeatureIncompat &^= layout.IncompatRecover
 	if info.FailedCommit != 0 {
 		sb.State |= layout.StateErrors
+	} else if v.opts.Writable || v.opts.Replay {
+		// The replayed image is consistent, as Close leaves it: clean.
+		// A writer marked it not clean while in use; a writable open
+		// marks it so again. A read-only open's in-memory replay keeps
+		// the state the image has.
+		sb.State |= layout.StateValid
 	}
 	v.sbMu.Lock()
 	defer v.sbMu.Unlock()

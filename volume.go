@@ -43,8 +43,9 @@ type Options struct {
 	// read-only ones. Volume.Recovery reports what was replayed.
 	NoRecovery bool
 	// Replay replays a journal that needs recovery into the device even
-	// for a read-only open (like e2fsck -E journal_only); the device must be
-	// writable.
+	// for a read-only open (like e2fsck -E journal_only) and marks the
+	// superblock clean, as Close of a writable volume does, unless
+	// the replay found a failed commit; the device must be writable.
 	Replay bool
 	// CacheBudget bounds the extent-status cache's memory in bytes across
 	// all inodes (0: 64 MiB).
