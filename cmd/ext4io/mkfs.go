@@ -191,8 +191,14 @@ func (d superblockOnly) WriteAt(p []byte, off int64) (int, error) {
 	return len(p), nil
 }
 
-// parseSize parses sizes like 4096, 64M, 2G, 1T (binary units).
-func parseSize(s string) (int64, error) {
+// parseSize parses sizes like 4096, 64M, 2G, 1T (binary units), more
+// than 0.
+func parseSize(s string) (int64, error) { return parseSizeMin(s, 1) }
+
+// parseSize0 is parseSize that also accepts 0.
+func parseSize0(s string) (int64, error) { return parseSizeMin(s, 0) }
+
+func parseSizeMin(s string, least int64) (int64, error) {
 	mult := int64(1)
 	u := strings.ToUpper(s)
 	for _, suf := range []struct {
@@ -206,8 +212,12 @@ func parseSize(s string) (int64, error) {
 		}
 	}
 	n, err := strconv.ParseInt(u, 10, 64)
-	if err != nil || n <= 0 || n > (1<<62)/mult {
-		return 0, fmt.Errorf("bad size %q: want a positive number with an optional K, M, G, T or P suffix", s)
+	if err != nil || n < least || n > (1<<62)/mult {
+		want := "positive"
+		if least == 0 {
+			want = "non-negative"
+		}
+		return 0, fmt.Errorf("bad size %q: want a %s number with an optional K, M, G, T or P suffix", s, want)
 	}
 	return n * mult, nil
 }

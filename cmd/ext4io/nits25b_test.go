@@ -83,3 +83,28 @@ func readBack(img, name string) (string, error) {
 	b, err := v.ReadFile(name)
 	return string(b), err
 }
+
+// TestBadNumberMessages checks a bad number gives one message naming what
+// was wrong, and that numbers accepting 0 ask for a non-negative one.
+func TestBadNumberMessages(t *testing.T) {
+	img := filepath.Join(t.TempDir(), "n.img")
+	if _, errOut, code := runCmd(t, "mkfs", img, "8M"); code != 0 {
+		t.Fatalf("mkfs: %s", errOut)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"fallocate", img, "f", "abc", "xyz"}, `ext4io fallocate: OFFSET: bad size "abc": want a non-negative number`},
+		{[]string{"fallocate", img, "f", "0", "xyz"}, `ext4io fallocate: LENGTH: bad size "xyz": want a non-negative number`},
+		{[]string{"truncate", img, "f", "abc"}, `ext4io truncate: bad size "abc": want a non-negative number`},
+		{[]string{"fstrim", "--offset", "-1", img}, `ext4io fstrim: --offset: bad size "-1": want a non-negative number`},
+		{[]string{"mkfs", "-F", img, "0"}, `ext4io mkfs: bad size "0": want a positive number`},
+	} {
+		_, errOut, code := runCmd(t, c.args...)
+		first, _, _ := strings.Cut(errOut, "\n")
+		if code != 2 || !strings.HasPrefix(first, c.want) || strings.Count(first, "bad size") != 1 {
+			t.Errorf("%q: exit %d, first line %q; want 2 and %q", c.args, code, first, c.want)
+		}
+	}
+}

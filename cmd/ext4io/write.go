@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 
 	"github.com/ext4io/ext4io"
 )
@@ -165,10 +164,13 @@ func cmdFallocate(args []string, w io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
-	off, err1 := parseSize0(args[2])
-	length, err2 := parseSize0(args[3])
-	if err := errors.Join(err1, err2); err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
+	off, err := parseSize0(args[2])
+	if err != nil {
+		return fmt.Errorf("%w: OFFSET: %w", errUsage, err)
+	}
+	length, err := parseSize0(args[3])
+	if err != nil {
+		return fmt.Errorf("%w: LENGTH: %w", errUsage, err)
 	}
 	return withWritable(args[0], func(v *ext4io.Volume) (err error) {
 		f, err := v.OpenFile(args[1], os.O_RDWR, 0)
@@ -203,12 +205,4 @@ func cmdTruncate(args []string, w io.Writer) error {
 		}
 		return f.Sync()
 	})
-}
-
-// parseSize0 is parseSize that also accepts 0.
-func parseSize0(s string) (int64, error) {
-	if n, err := strconv.ParseInt(s, 10, 64); err == nil && n == 0 {
-		return 0, nil
-	}
-	return parseSize(s)
 }
