@@ -17,7 +17,10 @@ type LogBlock struct {
 // fn for every descriptor, data, revoke and commit block of each
 // transaction, stopping where jbd2's scan pass would: at a block without the
 // magic or with an unexpected sequence. It only reads. An empty journal
-// (s_start == 0) yields nothing.
+// (s_start == 0) yields nothing. A log that goes on past one pass over the
+// journal's blocks (descriptors that loop back onto themselves) is
+// corrupt: Scan stops there with an error wrapping ErrCorrupt, having
+// called fn at most once per log block.
 func (j *Journal) Scan(fn func(LogBlock) error) error {
 	sb := j.Superblock()
 	if sb.Start == 0 {
@@ -25,7 +28,17 @@ func (j *Journal) Scan(fn func(LogBlock) error) error {
 	}
 	buf := make([]byte, j.bs)
 	blk, seq := sb.Start, sb.SeqTail
-	for steps := uint32(0); steps < sb.MaxLen; steps++ {
+	// visit counts the log blocks Scan reports, and fails once there are
+	// more than the log holds.
+	logBlocks, seen := j.last-j.first, uint32(0)
+	visit := func(lb LogBlock) error {
+		if seen >= logBlocks {
+			return fmt.Errorf("journal: the log goes on past one pass over its %d blocks at log block %d: %w", logBlocks, lb.Block, ErrCorrupt)
+		}
+		seen++
+		return fn(lb)
+	}
+	for {
 		if err := j.readLog(blk, buf); err != nil {
 			return err
 		}
@@ -41,17 +54,17 @@ func (j *Journal) Scan(fn func(LogBlock) error) error {
 				return fmt.Errorf("journal: descriptor at log block %d: %w", blk, err)
 			}
 			lb.Tags = len(d.Tags)
-			if err := fn(lb); err != nil {
+			if err := visit(lb); err != nil {
 				return err
 			}
 			for _, t := range d.Tags {
 				blk = j.wrap(blk + 1)
-				if err := fn(LogBlock{Block: blk, Sequence: seq, Home: t.Block}); err != nil {
+				if err := visit(LogBlock{Block: blk, Sequence: seq, Home: t.Block}); err != nil {
 					return err
 				}
 			}
 		case BlockTypeCommit:
-			if err := fn(lb); err != nil {
+			if err := visit(lb); err != nil {
 				return err
 			}
 			seq++
@@ -61,7 +74,7 @@ func (j *Journal) Scan(fn func(LogBlock) error) error {
 				return fmt.Errorf("journal: revoke block at log block %d: %w", blk, err)
 			}
 			lb.Revoked = r.Blocks
-			if err := fn(lb); err != nil {
+			if err := visit(lb); err != nil {
 				return err
 			}
 		default:
@@ -69,5 +82,4 @@ func (j *Journal) Scan(fn func(LogBlock) error) error {
 		}
 		blk = j.wrap(blk + 1)
 	}
-	return nil
 }
