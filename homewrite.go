@@ -23,7 +23,8 @@ import (
 //     overlap are settled (written and marked home, or failed);
 //   - the iomap ops handed out (dioOps.Begin and MapOverwrite) wait the
 //     same way before they map written blocks, as their caller may do the
-//     I/O on a device handle of its own;
+//     I/O on a device handle of its own (a NoWait request gets
+//     iomap.ErrWouldBlock instead);
 //   - the journal's view of the device (homeDev with journal set) waits
 //     only until the overlapping home writes have completed: MarkHome may
 //     wait for a checkpoint in progress, whose writes home go through it;
@@ -136,6 +137,11 @@ func (h *homeWrites) wait(off, n int64) {
 	for _, w := range h.matching(off, n, 0) {
 		<-w.done
 	}
+}
+
+// pending reports whether a pending write overlaps [off, off+n).
+func (h *homeWrites) pending(off, n int64) bool {
+	return len(h.matching(off, n, 0)) > 0
 }
 
 // waitWritten waits until the pending writes overlapping [off, off+n)
