@@ -34,7 +34,6 @@ func TestHomeWriteRevokeThenReuse(t *testing.T) {
 			// blocks too.
 			o := directFile(t, v, "other", 0, 4096)
 			size := int64(4096)
-
 			for _, step := range []int64{1 << 20, 4096} {
 				for o.Fallocate(0, size, step) == nil {
 					size += step
