@@ -99,7 +99,10 @@ func (o *dioOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, err
 		out.Type = iomap.Mapped
 		// A caller driving the ops on its own device handle bypasses
 		// v.dev: the blocks' pending write in place comes first
-		// (homewrite.go).
+		// (homewrite.go); a NoWait request does not wait for it.
+		if flags&iomap.NoWait != 0 && f.v.home.h.pending(out.Addr, out.Length) {
+			return iomap.Mapping{}, iomap.ErrWouldBlock
+		}
 		f.v.home.h.wait(out.Addr, out.Length)
 	case flags&iomap.Write == 0:
 		// A direct read: report, changing nothing.
@@ -179,6 +182,9 @@ func (o *dioOps) MapOverwrite(off, length int64, flags iomap.Flags) (int64, bool
 	m, err := f.m.lookupN(lblk, nblk)
 	if err != nil || m.kind != mapWritten || m.n < nblk || m.pblk+nblk > f.v.sb.BlocksCount {
 		return 0, false
+	}
+	if flags&iomap.NoWait != 0 && f.v.home.h.pending(int64(m.pblk)<<sh, int64(nblk)<<sh) {
+		return 0, false // Begin refuses it
 	}
 	f.v.home.h.wait(int64(m.pblk)<<sh, int64(nblk)<<sh) // as in Begin
 	return int64(m.pblk)<<sh + off&(bs-1), true

@@ -43,3 +43,6 @@ func (v *Volume) Group(g int) (layout.GroupDesc, error) {
 // WaitHomeWrites waits until the volume's journalled pages written in
 // place in the background (homewrite.go) are settled.
 func WaitHomeWrites(v *Volume) { v.home.h.waitAll() }
+
+// DeviceWrapped reports whether the volume's requests go through homeDev.
+func DeviceWrapped(v *Volume) bool { return v.home.inner != nil && v.dev != v.home.inner }

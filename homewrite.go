@@ -23,7 +23,8 @@ import (
 //     overlap are settled (written and marked home, or failed);
 //   - the iomap ops handed out (dioOps.Begin and MapOverwrite) wait the
 //     same way before they map written blocks, as their caller may do the
-//     I/O on a device handle of its own;
+//     I/O on a device handle of its own (a NoWait request gets
+//     iomap.ErrWouldBlock instead);
 //   - the journal's view of the device (homeDev with journal set) waits
 //     only until the overlapping home writes have completed: MarkHome may
 //     wait for a checkpoint in progress, whose writes home go through it;
@@ -133,10 +134,29 @@ func (h *homeWrites) matching(off, n int64, ino uint32) []*homeWrite {
 // wait waits until the pending writes overlapping [off, off+n) are
 // settled.
 func (h *homeWrites) wait(off, n int64) {
+	if !h.idle() {
+		h.waitOverlapping(off, n)
+	}
+}
+
+// waitOverlapping is wait's slow path, kept out of line so that wait,
+// the check alone, inlines.
+//
+//go:noinline
+func (h *homeWrites) waitOverlapping(off, n int64) {
 	for _, w := range h.matching(off, n, 0) {
 		<-w.done
 	}
 }
+
+// pending reports whether a pending write overlaps [off, off+n).
+func (h *homeWrites) pending(off, n int64) bool {
+	return !h.idle() && len(h.matching(off, n, 0)) > 0
+}
+
+// idle reports whether no write is pending: the check inlined in the
+// waits of every device request.
+func (h *homeWrites) idle() bool { return h == nil || h.n.Load() == 0 }
 
 // waitWritten waits until the pending writes overlapping [off, off+n)
 // (all with n < 0) have completed, and returns the first one's error.
@@ -236,9 +256,6 @@ type homeDev struct {
 }
 
 func (d *homeDev) before(off, n int64) {
-	if d.h.n.Load() == 0 {
-		return
-	}
 	if d.journal {
 		_ = d.h.waitWritten(off, n) // a failure shows at the next Flush
 		return
@@ -247,17 +264,23 @@ func (d *homeDev) before(off, n int64) {
 }
 
 func (d *homeDev) ReadAt(p []byte, off int64) (int, error) {
-	d.before(off, int64(len(p)))
+	if !d.h.idle() {
+		d.before(off, int64(len(p)))
+	}
 	return d.inner.ReadAt(p, off)
 }
 
 func (d *homeDev) WriteAt(p []byte, off int64) (int, error) {
-	d.before(off, int64(len(p)))
+	if !d.h.idle() {
+		d.before(off, int64(len(p)))
+	}
 	return d.inner.WriteAt(p, off)
 }
 
 func (d *homeDev) WriteAtSync(p []byte, off int64) (int, error) {
-	d.before(off, int64(len(p)))
+	if !d.h.idle() {
+		d.before(off, int64(len(p)))
+	}
 	if err := d.h.waitWritten(0, -1); err != nil {
 		return 0, err
 	}
@@ -272,12 +295,16 @@ func (d *homeDev) Flush() error {
 }
 
 func (d *homeDev) ZeroOut(off, n int64) error {
-	d.before(off, n)
+	if !d.h.idle() {
+		d.before(off, n)
+	}
 	return d.inner.ZeroOut(off, n)
 }
 
 func (d *homeDev) Discard(off, n int64) error {
-	d.before(off, n)
+	if !d.h.idle() {
+		d.before(off, n)
+	}
 	return d.inner.Discard(off, n)
 }
 
@@ -321,7 +348,9 @@ func (d *homeDev) writeVAt(bufs [][]byte, off int64) (int, error) {
 	for _, b := range bufs {
 		n += int64(len(b))
 	}
-	d.before(off, n)
+	if !d.h.idle() {
+		d.before(off, n)
+	}
 	return d.inner.(blockdev.VectorWriter).WriteVAt(bufs, off)
 }
 

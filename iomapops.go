@@ -107,7 +107,9 @@ func (f *File) BufferedOps() (iomap.Ops, iomap.Key) {
 // ...) across the whole iterator call (ext4's exclusive i_rwsem, inside a
 // journal operation). Cannot serve: with iomap.OverwriteOnly a hole, or
 // an unwritten block, gives iomap.ErrNeedNormal; with iomap.NoWait a hole
-// gives iomap.ErrWouldBlock (allocation would start a journal handle).
+// gives iomap.ErrWouldBlock (allocation would start a journal handle), as
+// do written blocks whose journalled write in place is still in flight
+// (homewrite.go).
 // Both NormalOps and OverwriteOps serve direct I/O (and Report) requests
 // only: a buffered request (no iomap.Direct, as from an iomap.PageCache)
 // fails with ErrUnsupported, for the file's page cache has ops of its own

@@ -422,9 +422,10 @@ func open(ctx context.Context, dev blockdev.Device, opts Options) (*Volume, erro
 	v := &Volume{dev: dev, opts: opts, sb: sb, bs: sb.BlockSize(), csumSeed: sb.CsumSeed(), csum: sb.MetadataCsum(),
 		cache: newEscSet(budget, opts.Tuning.ExtentCacheSkipInRoot), inodes: make(map[uint32]*inode),
 		inoWeak: make(map[uint32]weak.Pointer[inode]), inoBudget: opts.InodeCache}
-	if opts.Writable {
+	if opts.Writable && v.atomicJournalMax() > 0 {
 		// Journalled atomic writes write in place in the background
-		// (homewrite.go): every request is ordered after them.
+		// (homewrite.go): every request is ordered after them. Without
+		// them (Tuning.AtomicJournalMax < 0) v.dev is the device itself.
 		v.home = volumeHome{h: newHomeWrites(), inner: dev}
 		v.dev = (&homeDev{inner: dev, h: v.home.h}).wrap()
 	}
