@@ -187,6 +187,13 @@ func (f *File) atomicJournal(rs []atomicRange, total int64) (ok bool, err error)
 		if err := f.closedLocked(); err != nil {
 			return nil, err
 		}
+		if f.v.closed.Load() {
+			// Under the inode lock (Volume.drainInodeWriters): a write
+			// that got here before Close took the lock registers its
+			// write in place before Close waits for them; a later one
+			// must not commit or write once Close has waited.
+			return nil, fmt.Errorf("ext4io: inode %d: atomic write: %w", f.ino, ErrClosed)
+		}
 		var ok bool
 		if runs, ok = f.atomicJournalRuns(rs); !ok {
 			return nil, nil // changed meanwhile: remapped instead
