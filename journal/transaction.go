@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/ext4io/ext4io/blockdev"
@@ -722,7 +721,7 @@ func sortedKeys[V any](m map[uint64]V) []uint64 {
 	for k := range m {
 		ks = append(ks, k)
 	}
-	sort.Slice(ks, func(a, b int) bool { return ks[a] < ks[b] })
+	slices.Sort(ks)
 	return ks
 }
 
