@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
+	"sync"
+	"sync/atomic"
 )
 
 // Journalled atomic writes (ext4's data=journal, per write).
@@ -122,7 +125,70 @@ func (v *Volume) atomicJournalMax() int64 {
 type liveData struct {
 	tid  uint32
 	blks []uint64 // sorted
-	data [][]byte // blks' contents as logged
+	data [][]byte // blks' contents as logged, slices of buf
+	buf  *pageBuf
+}
+
+// A pageBuf holds the copy of a journalled write's data that the journal,
+// the write in place and the live record share. Each holder releases it
+// when it is done: the write in place once the journal has marked every
+// block home (Journal.MarkHome: the journal never reads the copy again),
+// the live record when it is dropped, liveCheck after its compare. The
+// last release returns it to a pool, so that the next write reuses
+// memory the cache holds rather than allocating the page again. A holder
+// that cannot tell that the journal is done with the copy (a write in
+// place that failed, a commit that failed) never releases it, and the
+// garbage collector takes it.
+type pageBuf struct {
+	b    []byte
+	refs atomic.Int32
+}
+
+// Pool classes: capacities of 1<<pageBufMinShift to 1<<pageBufMaxShift
+// bytes; larger copies are allocated and left to the garbage collector.
+const (
+	pageBufMinShift = 12
+	pageBufMaxShift = 20
+)
+
+var pageBufPools [pageBufMaxShift - pageBufMinShift + 1]sync.Pool
+
+// newPageBuf returns a buffer of n bytes (n > 0, contents undefined) with
+// refs references.
+func newPageBuf(n int, refs int32) *pageBuf {
+	c := max(bits.Len(uint(n-1)), pageBufMinShift)
+	var p *pageBuf
+	if c <= pageBufMaxShift {
+		p, _ = pageBufPools[c-pageBufMinShift].Get().(*pageBuf)
+		if p == nil {
+			p = &pageBuf{b: make([]byte, 0, 1<<c)}
+		}
+	} else {
+		p = &pageBuf{b: make([]byte, 0, n)}
+	}
+	p.b = p.b[:n]
+	p.refs.Store(refs)
+	return p
+}
+
+// acquire adds a reference to p, which must hold one already.
+func (p *pageBuf) acquire() {
+	if p != nil {
+		p.refs.Add(1)
+	}
+}
+
+// release drops a reference to p; the last returns it to its pool.
+func (p *pageBuf) release() {
+	if p == nil || p.refs.Add(-1) != 0 {
+		return
+	}
+	c := bits.Len(uint(cap(p.b) - 1))
+	if c < pageBufMinShift || c > pageBufMaxShift || cap(p.b) != 1<<c {
+		return
+	}
+	p.b = p.b[:0]
+	pageBufPools[c-pageBufMinShift].Put(p)
 }
 
 // atomicJournalRuns returns the physical runs mapping the ranges rs, in
@@ -179,6 +245,7 @@ func (f *File) atomicJournal(rs []atomicRange, total int64) (ok bool, err error)
 	}
 	var runs [][2]uint64
 	var runData [][]byte // each run's data, one slice of the copy
+	var pb *pageBuf
 	locked := false
 	var data map[uint64][]byte
 	tid, err := m.commitData(func() (map[uint64][]byte, error) {
@@ -199,10 +266,12 @@ func (f *File) atomicJournal(rs []atomicRange, total int64) (ok bool, err error)
 			return nil, nil // changed meanwhile: remapped instead
 		}
 		// One copy of the data: the journal keeps it (DirtyOwned), as
-		// does the live record.
-		buf := make([]byte, 0, total)
+		// do the write in place and the live record (a reference each).
+		pb = newPageBuf(int(total), 2)
+		buf := pb.b
+		n := 0
 		for _, r := range rs {
-			buf = append(buf, r.p...)
+			n += copy(buf[n:], r.p)
 		}
 		bs := uint64(f.v.bs)
 		data = make(map[uint64][]byte, uint64(total)/bs)
@@ -250,13 +319,13 @@ func (f *File) atomicJournal(rs []atomicRange, total int64) (ok bool, err error)
 		}
 		devRuns[k] = [2]int64{int64(run[0]) << sh, int64(run[1]) << sh}
 	}
+	slices.Sort(blks) // shared by the record and the write in place, which only read it
 	// The write in place goes on in the background (homewrite.go): the
 	// runs are pending before the inode lock is released, so that every
 	// later request touching them waits for it.
 	ws := f.v.home.h.add(f.ino, devRuns)
-	f.homeWriteRuns(ws, runData, tid, slices.Clone(blks))
-	slices.Sort(blks)
-	rec := &liveData{tid: tid, blks: blks, data: make([][]byte, len(blks))}
+	f.homeWriteRuns(ws, runData, tid, blks, pb.release)
+	rec := &liveData{tid: tid, blks: blks, data: make([][]byte, len(blks)), buf: pb}
 	for i, b := range blks {
 		rec.data[i] = data[b]
 	}
@@ -357,6 +426,7 @@ func (m *jmeta) popLiveLocked() {
 // dropLiveLocked removes ino's record rec. m.mu is held.
 func (m *jmeta) dropLiveLocked(ino uint32, rec *liveData) {
 	delete(m.live, ino)
+	rec.buf.release()
 	for _, b := range rec.blks {
 		if m.liveBlk[b] == ino {
 			delete(m.liveBlk, b)
@@ -439,10 +509,14 @@ func (f *File) liveCheck() error {
 	defer f.n.mu.RUnlockAt(s)
 	m.mu.Lock()
 	rec := m.live[f.ino]
+	if rec != nil {
+		rec.buf.acquire() // the compare below reads it
+	}
 	m.mu.Unlock()
 	if rec == nil {
 		return nil
 	}
+	defer rec.buf.release()
 	if f.n.jclean.Load() == jcleanDone && !f.n.noReadahead.Load() {
 		// Nothing wrote to the file since the record was made (writes
 		// through iomap ops handed out do not clear jclean).

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -436,4 +438,137 @@ func TestAtomicJournalDatasyncCommitsXattr(t *testing.T) {
 	require.NoError(t, cv.Close())
 	require.NoError(t, f.Close())
 	require.NoError(t, v.Close())
+}
+
+// TestAtomicJournalPageCopyReused: a journalled 16 KiB WriteAtomic and a
+// Datasync after it allocate less than the page: the copy the journal,
+// the write in place and the live record share is reused once all three
+// are done with it, rather than allocated per write.
+func TestAtomicJournalPageCopyReused(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures allocations over 1,500 writes")
+	}
+	const page, pages = 16 << 10, 64
+	dev := memdev.New(64 << 20)
+	require.NoError(t, ext4io.Format(dev, ext4io.FormatOptions{NoDiscard: true}))
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
+	require.NoError(t, err)
+	defer v.Close()
+	f := directFile(t, v, "db", ext4io.FallocWriteZeroes, page*pages)
+	defer f.Close()
+	buf := bytes.Repeat([]byte{7}, page)
+	write := func(i int) {
+		_, err := f.WriteAtomic(buf, int64(i*7%pages)*page)
+		require.NoError(t, err)
+		require.NoError(t, f.Datasync())
+	}
+	// Warm up: the device's memory for the whole log, the pools.
+	for i := range 1000 {
+		write(i)
+	}
+	const n = 500
+	c0 := v.Counters().AtomicJournalled
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	for i := range n {
+		write(i)
+	}
+	runtime.ReadMemStats(&m1)
+	require.Equal(t, c0+n, v.Counters().AtomicJournalled, "not every write was journalled")
+	per := (m1.TotalAlloc - m0.TotalAlloc) / n
+	t.Logf("%d bytes allocated per write", per)
+	require.Less(t, per, uint64(page), "each write allocates a page or more")
+}
+
+// slowPageDev delays every write of 16 KiB (a page written in place), so
+// that the write in place of a journalled page is still in flight when
+// the file's next one begins.
+type slowPageDev struct{ *memdev.Device }
+
+func (d slowPageDev) WriteAt(p []byte, off int64) (int, error) {
+	if len(p) == 16<<10 {
+		time.Sleep(100 * time.Microsecond)
+	}
+	return d.Device.WriteAt(p, off)
+}
+
+// TestAtomicJournalPageCopyStress: journalled pages of two files written
+// by two goroutines, with plain overwrites and Volume.Syncs among them,
+// then by one alone, on
+// a small journal that checkpoints often and a device that is slow to
+// write pages in place: every page reads its last contents, before and
+// after a reopen (replay), so no reused page copy reaches a block while
+// the journal or a write in place still used it.
+func TestAtomicJournalPageCopyStress(t *testing.T) {
+	t.Parallel()
+	const page, pages = 16 << 10, 16
+	mem := memdev.New(64 << 20)
+	require.NoError(t, ext4io.Format(mem, ext4io.FormatOptions{NoDiscard: true, JournalBlocks: 1024}))
+	dev := slowPageDev{mem}
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
+	require.NoError(t, err)
+	names := []string{"a", "b"}
+	want := make([][]byte, len(names))
+	var wg sync.WaitGroup
+	for w, name := range names {
+		f := directFile(t, v, name, ext4io.FallocWriteZeroes, page*pages)
+		want[w] = make([]byte, page*pages)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer f.Close()
+			for i := range 600 {
+				off := int64((i*5+w)%pages) * page
+				p := bytes.Repeat([]byte{byte(i*2 + w + 1)}, page)
+				var err error
+				switch i % 10 {
+				case 3:
+					_, err = f.WriteAt(p, off)
+				case 7:
+					err = v.Sync()
+				}
+				if err == nil {
+					_, err = f.WriteAtomic(p, off)
+				}
+				if err == nil {
+					err = f.Datasync()
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				copy(want[w][off:], p)
+			}
+		}()
+	}
+	wg.Wait()
+	// One writer alone: its Datasyncs take the shortcut, so the next
+	// page's copy is made while the last one's write in place is in
+	// flight.
+	f, err := v.OpenFile(names[0], os.O_RDWR, 0)
+	require.NoError(t, err)
+	for i := range 300 {
+		off := int64(i*3%pages) * page
+		p := bytes.Repeat([]byte{byte(i + 1)}, page)
+		_, err := f.WriteAtomic(p, off)
+		require.NoError(t, err)
+		require.NoError(t, f.Datasync())
+		copy(want[0][off:], p)
+	}
+	require.NoError(t, f.Close())
+	check := func(v *ext4io.Volume) {
+		for w, name := range names {
+			got, err := v.ReadFile(name)
+			require.NoError(t, err)
+			require.True(t, bytes.Equal(want[w], got), "%s: first difference at %d", name, firstDiff(want[w], got))
+		}
+	}
+	check(v)
+	require.Greater(t, v.Counters().JournalCheckpoints, uint64(2))
+	require.NoError(t, v.Close())
+	v, err = ext4io.Open(dev, ext4io.Options{Writable: true})
+	require.NoError(t, err)
+	check(v)
+	require.NoError(t, v.Close())
+	ext4iotest.FsckDev(t, mem)
 }

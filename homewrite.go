@@ -209,8 +209,9 @@ func (h *homeWrites) takeErr(ino uint32) error {
 
 // homeWriteRuns writes data (runs of blocks and their bytes) in place in
 // the background (see the top of the file) and then marks tid's copies of
-// blks home. The caller registered ws with add.
-func (f *File) homeWriteRuns(ws []*homeWrite, runData [][]byte, tid uint32, blks []uint64) {
+// blks home, calling done once every one is marked (the journal no longer
+// reads them). The caller registered ws with add.
+func (f *File) homeWriteRuns(ws []*homeWrite, runData [][]byte, tid uint32, blks []uint64, done func()) {
 	v, m := f.v, f.v.jm
 	dev := v.home.inner
 	ino := f.ino
@@ -235,8 +236,8 @@ func (f *File) homeWriteRuns(ws []*homeWrite, runData [][]byte, tid uint32, blks
 			w.err = failed
 			close(w.written)
 		}
-		if failed == nil {
-			m.j.MarkHome(tid, blks)
+		if failed == nil && m.j.MarkHome(tid, blks) {
+			done() // the journal no longer reads runData
 		}
 		for _, w := range ws {
 			v.home.h.remove(w)

@@ -754,32 +754,57 @@ func (j *Journal) Forget(blk uint64) {
 // file system that journals a file's data and then writes it in place
 // does: checkpoints no longer write those copies home (the caller may
 // overwrite the blocks in place from now on, without the journal) and
-// Lookup no longer returns them. A block whose newest copy is not tid's
-// is left alone. It returns once no checkpoint that began before the
-// call and writes tid's blocks home is still running, so that none
-// writes such a copy home after it.
+// Lookup no longer returns them. A newer transaction's copy of a block is
+// left alone. It returns once no checkpoint that began before the call
+// and writes tid's blocks home is still running, so that none writes
+// such a copy home after it.
 // Recovery still replays the copies until a later transaction revokes
 // the blocks or a checkpoint moves the log's tail past tid (InLog).
-func (j *Journal) MarkHome(tid uint32, blks []uint64) {
+//
+// It reports whether, once it has returned, the journal never reads the
+// contents it was given for blks in tid (DirtyOwned) again, so that the
+// caller may reuse that memory: every block was marked, or tid has left
+// the journal. The journal lets go of the contents itself unless a
+// checkpoint may still be reading them.
+func (j *Journal) MarkHome(tid uint32, blks []uint64) (done bool) {
 	j.mu.Lock()
+	if (j.mu.running != nil && j.mu.running.tid == tid) || (j.mu.committing != nil && j.mu.committing.tid == tid) {
+		j.mu.Unlock()
+		return false // not committed: not the caller's to mark
+	}
+	var t *transaction
+	for i := len(j.mu.checkpoint) - 1; i >= 0; i-- {
+		if c := j.mu.checkpoint[i]; c.tid == tid {
+			t = c
+			break
+		} else if tidGT(tid, c.tid) {
+			break
+		}
+	}
+	wait := t != nil && j.mu.cpActive && tidGEQ(j.mu.cpUpTo, tid)
+	done = true
 	for _, b := range blks {
-		t := j.mu.newest[b]
-		if t == nil || t.tid != tid {
-			continue
+		if t == nil {
+			break // checkpointed and dropped: nothing holds its copies
 		}
 		if _, ok := t.buffers[b]; !ok {
+			done = false
 			continue
 		}
 		if t.home == nil {
 			t.home = make(map[uint64]struct{})
 		}
 		t.home[b] = struct{}{}
+		if !wait {
+			// The key stays: the block is still logged in t.
+			t.buffers[b] = nil
+		}
 	}
-	wait := j.mu.cpActive && tidGEQ(j.mu.cpUpTo, tid)
 	j.mu.Unlock()
 	if wait {
 		j.WaitCheckpoint()
 	}
+	return done
 }
 
 // Idle reports whether every transaction with changes has committed:

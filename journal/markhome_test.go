@@ -115,3 +115,75 @@ func TestMarkHome(t *testing.T) {
 		t.Fatal("the checkpoint wrote the copy marked home over the newer contents")
 	}
 }
+
+// TestMarkHomeNewer: a block whose copy in a committed transaction the
+// caller wrote home is marked even when a newer transaction, not yet
+// committed, holds or revokes the block: a checkpoint of the older
+// transaction alone does not write that copy home over what the caller
+// wrote there since, and MarkHome reports the copies free for reuse. A
+// block the transaction does not hold is not reported so.
+func TestMarkHomeNewer(t *testing.T) {
+	for _, revoke := range []bool{false, true} {
+		mem := newTestDev(t)
+		j, err := Create(testConfig(mem), CreateOptions{CsumV3: true, Is64Bit: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		blk := uint64(tHome0)
+		h, err := j.Start(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tid := h.TID()
+		if err := h.GetWriteAccess(blk); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.DirtyOwned(blk, bytes.Repeat([]byte{0xA1}, tBS)); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		if err := j.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		// A newer transaction takes the block and stays running.
+		if h, err = j.Start(1); err != nil {
+			t.Fatal(err)
+		}
+		if revoke {
+			err = h.Revoke(blk)
+		} else if err = h.GetWriteAccess(blk); err == nil {
+			err = h.Dirty(blk, bytes.Repeat([]byte{0xC3}, tBS))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		if !j.MarkHome(tid, []uint64{blk}) {
+			t.Fatalf("revoke %v: MarkHome did not report the copy free", revoke)
+		}
+		if j.MarkHome(tid, []uint64{blk + 1}) {
+			t.Fatalf("revoke %v: MarkHome reported a block the transaction does not hold", revoke)
+		}
+		newer := bytes.Repeat([]byte{0xB2}, tBS)
+		if _, err := mem.WriteAt(newer, int64(blk)*tBS); err != nil {
+			t.Fatal(err)
+		}
+		if err := j.Checkpoint(); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, tBS)
+		if _, err := mem.ReadAt(buf, int64(blk)*tBS); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(buf, newer) {
+			t.Fatalf("revoke %v: the checkpoint wrote the older copy marked home over the newer contents", revoke)
+		}
+		if err := j.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

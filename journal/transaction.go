@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/ext4io/ext4io/blockdev"
@@ -722,7 +721,7 @@ func sortedKeys[V any](m map[uint64]V) []uint64 {
 	for k := range m {
 		ks = append(ks, k)
 	}
-	sort.Slice(ks, func(a, b int) bool { return ks[a] < ks[b] })
+	slices.Sort(ks)
 	return ks
 }
 
@@ -806,7 +805,9 @@ func (j *Journal) Checkpoint() error {
 		run = run[:0]
 		return err
 	}
-	for _, b := range sortedKeys(owner) {
+	todo := sortedKeys(owner)
+	n := 0
+	for _, b := range todo {
 		t := owner[b]
 		if t == nil || forgottenSince(forgotten[b], t.tid) {
 			continue // revoked, or freed since and the free committed: its home may hold new data
@@ -816,6 +817,12 @@ func (j *Journal) Checkpoint() error {
 				continue // written home by the caller, maybe overwritten since (MarkHome)
 			}
 		}
+		todo[n] = b
+		n++
+	}
+	todo = todo[:n]
+	for _, b := range todo {
+		t := owner[b]
 		if len(run) > 0 && (b != runStart+uint64(len(run)/j.bs) || len(run)+j.bs > maxLogRun) {
 			if err := writeRun(); err != nil {
 				return fail(err)
@@ -824,7 +831,7 @@ func (j *Journal) Checkpoint() error {
 		if len(run) == 0 {
 			runStart = b
 			if run == nil {
-				run = make([]byte, 0, min(len(owner)*j.bs, max(maxLogRun, j.bs)))
+				run = make([]byte, 0, min(len(todo)*j.bs, max(maxLogRun, j.bs)))
 			}
 		}
 		run = append(run, t.buffers[b]...)
