@@ -82,16 +82,26 @@ func TestBenchSeqWriteFlushesOwnWrites(t *testing.T) {
 	const size = 128 << 20
 	ws, err := selectWorkloads([]string{"seqwrite-1m"})
 	require.NoError(t, err)
-	c := &config{Config: Config{Backend: "memory", Runtime: 400 * time.Millisecond, BlockSize: 4096, Seed: 1, Repeat: 1}}
-	mem := memdev.New(size)
-	defer mem.Close()
-	region := regionFor(size)
-	dev := &flushLog{Device: mem, split: size - region}
-	r := newBenchRun(c, dev, size, region, mustPlan(t, size, c.BlockSize))
-	defer r.closeEngine()
-	res, err := r.runWorkload(context.Background(), ws[0])
-	require.NoError(t, err)
-	// Several passes on each side, or the bounds below say nothing.
+	// Several passes on each side, or the bounds below say nothing: a
+	// slow machine (-race under load) gets a longer phase.
+	var dev *flushLog
+	var r *benchRun
+	var res WorkloadResult
+	for runtime := 400 * time.Millisecond; ; runtime *= 2 {
+		c := &config{Config: Config{Backend: "memory", Runtime: runtime, BlockSize: 4096, Seed: 1, Repeat: 1}}
+		mem := memdev.New(size)
+		defer mem.Close()
+		region := regionFor(size)
+		dev = &flushLog{Device: mem, split: size - region}
+		r = newBenchRun(c, dev, size, region, mustPlan(t, size, c.BlockSize))
+		defer r.closeEngine()
+		res, err = r.runWorkload(context.Background(), ws[0])
+		require.NoError(t, err)
+		if res.Engine.Wraps >= 2 && res.Raw.Wraps >= 2 || runtime >= 8*time.Second {
+			break
+		}
+		t.Logf("runtime %v: wraps %d/%d, trying a longer phase", runtime, res.Engine.Wraps, res.Raw.Wraps)
+	}
 	require.GreaterOrEqual(t, res.Engine.Wraps, int64(2), "engine passes")
 	require.GreaterOrEqual(t, res.Raw.Wraps, int64(2), "raw passes")
 
