@@ -1,18 +1,17 @@
 package main
 
 import (
-	"encoding/binary"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/ext4io/ext4io"
 	"github.com/ext4io/ext4io/blockdev"
 	"github.com/ext4io/ext4io/ext4iotest"
+	"github.com/ext4io/ext4io/internal/crafted"
 )
 
 // TestRecoverLeavesClean checks that after ext4io recover of an image an
@@ -117,53 +116,7 @@ func TestBadNumberMessages(t *testing.T) {
 // 1,023-block log); it now lists at most one pass over the log's blocks
 // and says it stopped early (ErrCorrupt, exit 1).
 func TestJournalLogLoopBounded(t *testing.T) {
-	dir := t.TempDir()
-	img := filepath.Join(dir, "img")
-	ext4iotest.Mkfs(t, img, "16M", "-b", "1024")
-	out := ext4iotest.Debugfs(t, img, false, "bmap <8> 0")
-	jblk, err := strconv.Atoi(strings.TrimSpace(out))
-	if err != nil {
-		t.Fatalf("bmap <8> 0: %q", out)
-	}
-	b, err := os.ReadFile(img)
-	if err != nil {
-		t.Fatal(err)
-	}
-	jsb := b[jblk*1024:]
-	if binary.BigEndian.Uint32(jsb) != 0xc03b3998 || binary.BigEndian.Uint32(jsb[0x10:]) != 1024 ||
-		binary.BigEndian.Uint32(jsb[0x28:]) != 0 {
-		t.Fatalf("journal superblock at block %d: want a 1024-block journal without incompat features", jblk)
-	}
-	const seq = 2
-	binary.BigEndian.PutUint32(jsb[0x18:], seq) // s_sequence
-	binary.BigEndian.PutUint32(jsb[0x1c:], 1)   // s_start
-	desc := make([]byte, 1024)
-	binary.BigEndian.PutUint32(desc[0:], 0xc03b3998)
-	binary.BigEndian.PutUint32(desc[4:], 1) // descriptor
-	binary.BigEndian.PutUint32(desc[8:], seq)
-	const tags = 100
-	for i, off := 0, 12; i < tags; i++ {
-		flags := uint16(2) // same UUID
-		if i == 0 {
-			flags = 0
-		}
-		if i == tags-1 {
-			flags |= 8 // last tag
-		}
-		binary.BigEndian.PutUint32(desc[off:], uint32(2000+i))
-		binary.BigEndian.PutUint16(desc[off+6:], flags)
-		off += 8
-		if i == 0 {
-			off += 16 // the UUID
-		}
-	}
-	for blk := 1; blk < 1024; blk++ {
-		copy(jsb[blk*1024:], desc)
-	}
-	if err := os.WriteFile(img, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ext4iotest.Debugfs(t, img, true, "feature needs_recovery")
+	img := crafted.LoopingLog(t, t.TempDir())
 	out, errOut, code := runCmd(t, "journal", img)
 	listed := strings.Count(out, "  block ")
 	if code != 1 || listed > 1023 || listed < 1000 || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "one pass") {
