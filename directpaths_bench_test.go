@@ -2,7 +2,6 @@ package ext4io_test
 
 import (
 	"math/rand/v2"
-	"os"
 	"sync/atomic"
 	"testing"
 
@@ -43,21 +42,21 @@ func BenchmarkDirectPaths(b *testing.B) {
 	const size = 64 << 20
 	v, dev := directPathsVolume(b, 2<<30)
 	buf := make([]byte, 4096)
-	written := directPathsFile(b, v, "written", ext4io.FallocWriteZeroes, size)
+	written := directFile(b, v, "written", ext4io.FallocWriteZeroes, size)
 	for off := int64(0); off < size; off += 4096 {
 		if _, err := written.WriteAt(buf, off); err != nil {
 			b.Fatal(err)
 		}
 	}
-	zeroed := directPathsFile(b, v, "zeroed", ext4io.FallocWriteZeroes, size)
-	conv := directPathsFile(b, v, "converted", ext4io.FallocAllocate, size)
+	zeroed := directFile(b, v, "zeroed", ext4io.FallocWriteZeroes, size)
+	conv := directFile(b, v, "converted", ext4io.FallocAllocate, size)
 	for _, p := range rand.New(rand.NewPCG(5, 6)).Perm(size / 4096) {
 		if _, err := conv.WriteAt(buf, int64(p)*4096); err != nil {
 			b.Fatal(err)
 		}
 	}
 	const fresh = 1 << 30
-	unwritten := directPathsFile(b, v, "unwritten", ext4io.FallocAllocate, fresh)
+	unwritten := directFile(b, v, "unwritten", ext4io.FallocAllocate, fresh)
 	if err := v.Sync(); err != nil {
 		b.Fatal(err)
 	}
@@ -102,7 +101,7 @@ func BenchmarkDirectPathsParallel(b *testing.B) {
 	const size = 64 << 20
 	v, dev := directPathsVolume(b, 256<<20)
 	buf := make([]byte, 4096)
-	f := directPathsFile(b, v, "written", ext4io.FallocWriteZeroes, size)
+	f := directFile(b, v, "written", ext4io.FallocWriteZeroes, size)
 	for off := int64(0); off < size; off += 4096 {
 		if _, err := f.WriteAt(buf, off); err != nil {
 			b.Fatal(err)
@@ -168,25 +167,7 @@ func (d *directPathsDev) ReadAt(p []byte, off int64) (int, error) {
 // without background commits or write-back; both go with the benchmark.
 func directPathsVolume(b *testing.B, size int64) (*ext4io.Volume, *directPathsDev) {
 	b.Helper()
-	dir := "/dev/shm"
-	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		dir = b.TempDir()
-	}
-	tmp, err := os.CreateTemp(dir, "ext4io-bench-*.img")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { os.Remove(tmp.Name()) })
-	err = tmp.Truncate(size)
-	tmp.Close()
-	if err != nil {
-		b.Fatal(err)
-	}
-	m, err := blockdev.OpenMmap(tmp.Name(), false)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { m.Close() })
+	m := shmMmap(b, size)
 	zero := make([]byte, 1<<20)
 	for off := int64(0); off < size; off += int64(len(zero)) { // the host's pages, allocated once
 		if _, err := m.WriteAt(zero, off); err != nil {
@@ -203,23 +184,4 @@ func directPathsVolume(b *testing.B, size int64) (*ext4io.Volume, *directPathsDe
 	}
 	b.Cleanup(func() { v.Close() })
 	return v, dev
-}
-
-// directPathsFile creates name, allocates size bytes of it with mode and
-// returns it opened with O_DIRECT.
-func directPathsFile(b *testing.B, v *ext4io.Volume, name string, mode ext4io.FallocMode, size int64) *ext4io.File {
-	b.Helper()
-	f, err := v.Create(name)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	if err := f.Fallocate(mode, 0, size); err != nil {
-		b.Fatal(err)
-	}
-	d, err := v.OpenFile(name, os.O_RDWR|ext4io.O_DIRECT, 0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return d
 }
