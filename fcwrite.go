@@ -993,7 +993,15 @@ const (
 
 // fcRangeTags adds ADD_RANGE tags for the extents of inode ino's tree in
 // [lo, hi) and DEL_RANGE tags for the holes between them, as
-// ext4_fc_write_inode_data does with ext4_map_blocks.
+// ext4_fc_write_inode_data does with ext4_map_blocks, in logical order
+// except for a DEL_RANGE at logical block 0, which goes last. e2fsck
+// 1.47.0's replay (ext4_modify_extent_list) empties the only extent of its
+// list for the inode when such a tag covers it, keeps the empty extent (its
+// ex_sort_and_merge drops them only from two entries up), and a later range
+// tag of the inode meets an end of 0+0-1, a wrapped 2^64-1: it "splits"
+// the empty extent into one of 2^31-1 blocks and the file is cleared
+// (docs/fastcommit.md, "DEL_RANGE at block 0"). Range tags of one inode
+// cover disjoint ranges, so their order means nothing to any replay.
 func (v *Volume) fcRangeTags(w *fcBuilder, ino uint32, lo, hi uint64) error {
 	n, err := v.getInode(ino)
 	if err != nil {
@@ -1004,10 +1012,15 @@ func (v *Volume) fcRangeTags(w *fcBuilder, ino uint32, lo, hi uint64) error {
 	if n.m == nil || n.m.tree == nil {
 		return fmt.Errorf("ext4io: fast commit: inode %d has no extent tree: %w", ino, ErrCorrupt)
 	}
+	var atZero uint64 // length of the DEL_RANGE at block 0, written last
 	del := func(from, to uint64) {
 		for from < to {
 			cnt := min(to-from, fcMaxDel)
-			w.add(layout.EncodeFCRange(layout.FCRange{Ino: ino, Lblk: uint32(from), Len: uint32(cnt)}, false))
+			if from == 0 {
+				atZero = cnt
+			} else {
+				w.add(layout.EncodeFCRange(layout.FCRange{Ino: ino, Lblk: uint32(from), Len: uint32(cnt)}, false))
+			}
 			from += cnt
 		}
 	}
@@ -1035,6 +1048,9 @@ func (v *Volume) fcRangeTags(w *fcBuilder, ino uint32, lo, hi uint64) error {
 		return fmt.Errorf("ext4io: fast commit: inode %d: %w", ino, err)
 	}
 	del(next, hi)
+	if atZero > 0 {
+		w.add(layout.EncodeFCRange(layout.FCRange{Ino: ino, Len: uint32(atZero)}, false))
+	}
 	return nil
 }
 
