@@ -247,10 +247,9 @@ func TestMkdirModeBits(t *testing.T) {
 }
 
 // TestTinyTimerIntervals: a WritebackAge or CommitInterval of 1 ns is
-// taken as the 1 ms floor the fields document: an idle volume's flusher
-// and committer then tick a thousand times a second, not back to back.
-// Without the floor their goroutines wake back to back and take a large
-// share of a core (the process's CPU time over the idle while shows it).
+// taken as the floor the fields document (minTimerInterval), so that an
+// idle volume's flusher and committer do not wake back to back: the
+// process's CPU time over an idle while stays under a sixth of it.
 func TestTinyTimerIntervals(t *testing.T) {
 	img := formatImage(t, 32<<20, ext4io.FormatOptions{})
 	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true, WritebackAge: 1, CommitInterval: 1})
