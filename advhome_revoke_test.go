@@ -9,7 +9,6 @@ import (
 
 	"github.com/ext4io/ext4io"
 	"github.com/ext4io/ext4io/blockdev/errordev"
-	"github.com/ext4io/ext4io/blockdev/memdev"
 )
 
 // TestHomeWriteRevokeThenReuse: while a journalled page's write in place
@@ -62,16 +61,5 @@ func TestHomeWriteRevokeThenReuse(t *testing.T) {
 // blocks, so that a file can take all the free space.
 func homeVolumeNoReserve(t *testing.T) (*gateDev, *errordev.Crashable, *ext4io.Volume, *ext4io.File, int64) {
 	t.Helper()
-	base := memdev.New(64 << 20)
-	require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{NoDiscard: true, ReservedPercent: -1}))
-	cdev, err := errordev.NewCrashable(base)
-	require.NoError(t, err)
-	g := &gateDev{Device: cdev}
-	v, err := ext4io.Open(g, ext4io.Options{Writable: true, CommitInterval: -1})
-	require.NoError(t, err)
-	f := directFile(t, v, "db", 0, 256<<10)
-	_, err = f.WriteAt(bytes.Repeat([]byte{0xEE}, 256<<10), 0)
-	require.NoError(t, err)
-	require.NoError(t, v.Sync())
-	return g, cdev, v, f, int64(physOf(t, f)[16]) * 4096
+	return homeVolumeFormat(t, ext4io.FormatOptions{NoDiscard: true, ReservedPercent: -1})
 }

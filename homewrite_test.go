@@ -60,8 +60,14 @@ func (d *gateDev) WriteAt(p []byte, off int64) (int, error) {
 // byte address of the file's block at 64 KiB.
 func homeVolume(t *testing.T) (*gateDev, *errordev.Crashable, *ext4io.Volume, *ext4io.File, int64) {
 	t.Helper()
+	return homeVolumeFormat(t, ext4io.FormatOptions{NoDiscard: true})
+}
+
+// homeVolumeFormat is homeVolume on a device formatted with fo.
+func homeVolumeFormat(t *testing.T, fo ext4io.FormatOptions) (*gateDev, *errordev.Crashable, *ext4io.Volume, *ext4io.File, int64) {
+	t.Helper()
 	base := memdev.New(64 << 20)
-	require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{NoDiscard: true}))
+	require.NoError(t, ext4io.Format(base, fo))
 	cdev, err := errordev.NewCrashable(base)
 	require.NoError(t, err)
 	g := &gateDev{Device: cdev}
