@@ -608,7 +608,9 @@ func (f *File) dxNode(blk, nblk uint64, buf []byte, seed uint32) (*layout.DxNode
 }
 
 // resolve walks path from the root and returns the inode it names.
-// followLast says whether a final symlink is followed.
+// followLast says whether a final symlink is followed. An empty name
+// names nothing (ErrNotFound), as every path on Linux; "/" and "." are
+// the root.
 func (v *Volume) resolve(name string, followLast bool) (*File, error) {
 	f, _, err := v.resolveMissing(name, followLast)
 	return f, err
@@ -623,9 +625,21 @@ func (v *Volume) resolveMissing(name string, followLast bool) (f *File, lastMiss
 	if err := v.checkOpen(); err != nil {
 		return nil, false, err
 	}
+	if name == "" {
+		return nil, true, ErrNotFound
+	}
 	hops := 0
 	f, err = v.resolveFrom(layout.RootIno, name, followLast, &hops, &lastMissing)
 	return f, lastMissing, err
+}
+
+// resolveParent resolves the directory part of a path as path.Split
+// returns it: "" there is the root, which holds the last name.
+func (v *Volume) resolveParent(dirName string) (*File, error) {
+	if dirName == "" {
+		dirName = "/"
+	}
+	return v.resolve(dirName, true)
 }
 
 // resolveFrom walks name from directory start (from the root if name is
@@ -757,7 +771,8 @@ func (f *File) readlink() (string, error) {
 
 // Open opens the file at name (symlinks followed) for reading, as
 // os.Open does: OpenFile(name, os.O_RDONLY, 0). Paths are slash separated,
-// relative to the root; a leading slash is allowed.
+// relative to the root; a leading slash is allowed, and "" names nothing
+// (ErrNotFound).
 func (v *Volume) Open(name string) (*File, error) {
 	return v.OpenFile(name, os.O_RDONLY, 0)
 }

@@ -10,6 +10,12 @@
 // is an io/fs view, and [FileSystem] is the os-like surface as an
 // interface, implemented on a host directory too by [OSFileSystem].
 //
+// Paths are slash-separated and relative to the volume's root, a leading
+// slash allowed: "/" and "." name the root. An empty path names nothing,
+// as on Linux: every call taking a path fails on "" with fs.ErrNotExist
+// (RemoveAll("") does nothing, as os.RemoveAll), and the io/fs view
+// refuses it with fs.ErrInvalid, as fs.ValidPath does.
+//
 // # Usage
 //
 // Open a volume writable, write a file and make it durable; Close commits,

@@ -196,7 +196,7 @@ func errBlockMappedDir(name string, ino uint32) error {
 // at the last name (rename resolves both parents first).
 func (v *Volume) parentOnly(name string) (*File, string, error) {
 	dirName, base := path.Split(strings.TrimRight(name, "/"))
-	dir, err := v.resolve(dirName, true)
+	dir, err := v.resolveParent(dirName)
 	if err != nil {
 		return nil, "", err
 	}

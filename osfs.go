@@ -20,7 +20,8 @@ import (
 // The name says what it stands for: the file system os reaches through
 // its package functions. (FS, the io/fs view, is read-only and follows
 // io/fs's path rules; FileSystem writes and follows os's.) Paths are
-// slash-separated and relative to the file system's root; a mode passed in
+// slash-separated and relative to the file system's root ("" names
+// nothing, as in os, rather than the root); a mode passed in
 // is the mode an image's inode gets, while a host's is masked by the
 // process umask as os masks it.
 //
@@ -129,7 +130,14 @@ func OSFileSystem(dir string) FileSystem { return hostFS{strings.TrimRight(dir, 
 
 type hostFS struct{ root string }
 
-func (h hostFS) path(name string) string { return h.root + name }
+// path returns the host path of name. An empty name stays empty, so
+// that it fails with ENOENT as it does in os rather than naming dir.
+func (h hostFS) path(name string) string {
+	if name == "" {
+		return ""
+	}
+	return h.root + name
+}
 
 // fix rewrites the host paths in err back to the names the caller gave.
 func (h hostFS) fix(err error, names ...string) error {

@@ -228,7 +228,7 @@ func (v *Volume) createOrOpen(name string, perm fs.FileMode) (f *File, ok bool, 
 	if checkName(base) != nil {
 		return nil, false, nil
 	}
-	dir, err := v.resolve(dirName, true)
+	dir, err := v.resolveParent(dirName)
 	if err != nil || !dir.in.IsDir() || dir.n.inline.live.Load() || dir.m == nil || dir.m.tree == nil {
 		return nil, false, nil
 	}
