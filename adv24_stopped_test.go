@@ -73,7 +73,7 @@ func TestStoppedVolumeRefusesChanges(t *testing.T) {
 	ro, err := ext4io.OpenImage(img, ext4io.Options{})
 	require.NoError(t, err)
 	defer ro.Close()
-	ents, err := ro.ReadDir("")
+	ents, err := ro.ReadDir("/")
 	require.NoError(t, err)
 	var names []string
 	for _, e := range ents {

@@ -217,19 +217,10 @@ func (h hostFS) MkdirAll(name string, perm fs.FileMode) error {
 	return h.fix(os.MkdirAll(h.path(name), perm), name)
 }
 
-// Remove and RemoveAll take the empty name as os.Remove and os.RemoveAll
-// do (ENOENT, and no error), not as dir itself: Volume's do not remove
-// its root either.
 func (h hostFS) Remove(name string) error {
-	if name == "" {
-		return h.fix(os.Remove(""), name)
-	}
 	return h.fix(os.Remove(h.path(name)), name)
 }
 func (h hostFS) RemoveAll(name string) error {
-	if name == "" {
-		return nil
-	}
 	return h.fix(os.RemoveAll(h.path(name)), name)
 }
 

@@ -500,7 +500,7 @@ func compareTrees(t *testing.T, what string, a, b ext4io.FileSystem) int {
 			}
 		}
 	}
-	walk("")
+	walk(".")
 	return n
 }
 
