@@ -26,10 +26,16 @@ import (
 
 // Options configure Open.
 type Options struct {
-	// Writable opens the volume read-write: the superblock is marked
-	// not clean and its mount count and times updated, as Linux does on
-	// mount, until Close marks it clean again. The device must be
-	// writable. Features ext4io cannot keep consistent when writing
+	// Writable opens the volume read-write. Open updates the
+	// superblock's mount count and its mount and write times, as Linux
+	// does on mount, and marks its state not clean, with or without a
+	// journal; with a journal it also sets needs_recovery, as Linux does.
+	// (Linux leaves a journaled filesystem's state clean and counts on
+	// needs_recovery alone; it marks the state not clean only without a
+	// journal.) Close marks the state clean and clears needs_recovery; a
+	// volume not closed (a crash) leaves both, so the next Open replays
+	// the journal and e2fsck checks the whole filesystem. The device must
+	// be writable. Features ext4io cannot keep consistent when writing
 	// (unknown ro_compat or incompat bits, ea_inode, ...) make Open
 	// fail with ErrUnsupported naming them. With the mmp feature Open
 	// first runs multiple mount protection, as Linux does: it waits at least

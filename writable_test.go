@@ -14,7 +14,8 @@ import (
 )
 
 // TestWritableMountState: while a writable volume is open the superblock
-// says "not clean" and the mount count went up; Close marks it clean with
+// says "not clean" (journal or not: Options.Writable's doc), needs_recovery
+// is set and the mount count went up; Close marks it clean with
 // exact free counts, and e2fsck finds nothing to fix — on images made by
 // ext4io.Format and by mkfs.ext4 (with resize_inode).
 func TestWritableMountState(t *testing.T) {
@@ -37,6 +38,13 @@ func TestWritableMountState(t *testing.T) {
 			}
 			if c := header(t, img, "Mount count"); c == count {
 				t.Errorf("mount count stayed %s", c)
+			}
+			feats := " " + header(t, img, "Filesystem features") + " "
+			if !strings.Contains(feats, " has_journal ") {
+				t.Fatalf("no journal: %s", feats)
+			}
+			if !strings.Contains(feats, " needs_recovery ") {
+				t.Errorf("features while open lack needs_recovery: %s", feats)
 			}
 			// Allocate and free blocks and inodes: the counts must come
 			// back exact.
@@ -70,6 +78,9 @@ func TestWritableMountState(t *testing.T) {
 			}
 			if st := header(t, img, "Filesystem state"); st != "clean" {
 				t.Errorf("state after Close: %q", st)
+			}
+			if feats := header(t, img, "Filesystem features"); strings.Contains(feats, "needs_recovery") {
+				t.Errorf("features after Close: %s", feats)
 			}
 			e2fs.Fsck(t, img)
 		})
