@@ -1,3 +1,5 @@
+//go:build unix
+
 package ext4io_test
 
 import (

@@ -1,3 +1,5 @@
+//go:build linux
+
 package ext4io_test
 
 // Files written by Linux itself: an image made by mkfs.ext4 is mounted

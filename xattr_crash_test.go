@@ -1,3 +1,5 @@
+//go:build linux
+
 package ext4io_test
 
 import (

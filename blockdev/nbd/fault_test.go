@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -76,10 +75,10 @@ func TestServerStalled(t *testing.T) {
 	if _, err := d.WriteAt(blockdevtest.Pattern(1, 0, 8192), 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := stop(s.cmd.Process); err != nil {
 		t.Fatal(err)
 	}
-	defer s.cmd.Process.Signal(syscall.SIGCONT)
+	defer resume(s.cmd.Process)
 	// The signal is delivered asynchronously: requests sent before every
 	// thread of the server has stopped could still be served.
 	waitStopped(t, s.cmd.Process.Pid)

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -149,7 +148,7 @@ func (s *server) launch() {
 		s.cmd.ExtraFiles = []*os.File{s.ln}
 	}
 	s.cmd.Stderr = &s.log
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	s.cmd.SysProcAttr = dieWithParent()
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatalf("start %s: %v", s.name, err)
 	}
@@ -195,7 +194,7 @@ func (s *server) kill() {
 		return
 	default:
 	}
-	s.cmd.Process.Signal(syscall.SIGCONT)
+	resume(s.cmd.Process)
 	s.cmd.Process.Kill()
 	<-s.done
 }

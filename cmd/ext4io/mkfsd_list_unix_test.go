@@ -34,7 +34,7 @@ func TestReadDirEntriesStatAsLstat(t *testing.T) {
 	require.NoError(t, os.Symlink("reg", p("link")))
 	require.NoError(t, unix.Mkfifo(p("fifo"), 0o640))
 	if os.Geteuid() == 0 {
-		require.NoError(t, unix.Mknod(p("null"), unix.S_IFCHR|0o600, int(unix.Mkdev(1, 3))))
+		require.NoError(t, mknodDev(unix.Mknod, p("null"), unix.S_IFCHR|0o600, unix.Mkdev(1, 3)))
 	}
 	require.NoError(t, os.WriteFile(p("noread"), []byte("x"), 0o000))
 
@@ -226,4 +226,10 @@ func TestReadDirEntriesDeepFDs(t *testing.T) {
 		assert.Equal(t, fds[2], fds[d], "descriptors open at depth %d, against depth 2", d)
 	}
 	assert.Equal(t, fds[1]+1, fds[2], "depth 1 and 2: one more listing through a descriptor")
+}
+
+// mknodDev calls mknod, whose device number is an int on Linux and a
+// uint64 on the BSDs.
+func mknodDev[D int | uint64](mknod func(string, uint32, D) error, path string, mode uint32, dev uint64) error {
+	return mknod(path, mode, D(dev))
 }
