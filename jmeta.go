@@ -783,7 +783,7 @@ func (v *Volume) stopJournal() error {
 		v.jm.stopped = true
 		v.txnGate.Unlock()
 		if cerr := v.jm.j.Close(); cerr != nil {
-			return errors.Join(ferr, cerr)
+			return errs.Join(ferr, cerr)
 		}
 		return ferr
 	}

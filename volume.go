@@ -852,7 +852,7 @@ func (v *Volume) unmount() error {
 	// committed; the superblock keeps needs_recovery.
 	abandon := func(err error) error {
 		if v.jm != nil {
-			err = errors.Join(err, v.jm.j.Close())
+			err = errs.Join(err, v.jm.j.Close())
 		}
 		return err
 	}

@@ -2,9 +2,10 @@ package extent
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/ext4io/ext4io/internal/errs"
 )
 
 // Mutations stage every change in memory, in the decoded nodes, and
@@ -119,7 +120,7 @@ func (tx *txn) abort(cause error) error {
 		old, err := t.decodeNode(n.raw, n.pblk, n.root, -1, "undo")
 		if err != nil {
 			t.mu.broken = fmt.Errorf("extent: inode %d: undoing a failed change: %w", t.cfg.Ino, err)
-			return errors.Join(cause, t.mu.broken)
+			return errs.Join(cause, t.mu.broken)
 		}
 		*n = *old
 	}
@@ -128,7 +129,7 @@ func (tx *txn) abort(cause error) error {
 	}
 	for _, p := range tx.created {
 		if err := t.cfg.Alloc.FreeTreeBlock(p); err != nil {
-			return errors.Join(cause, err)
+			return errs.Join(cause, err)
 		}
 	}
 	return cause

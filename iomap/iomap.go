@@ -321,7 +321,7 @@ func (c *cursor) begin() error {
 		}
 		c.ctr.countEnd(c.flags)
 		eerr := c.ops.End(c.pos, 0, 0, c.flags, m)
-		return errors.Join(fmt.Errorf("begin at %d returned %v: %w", c.pos, m, ErrBadMapping), eerr)
+		return errs.Join(fmt.Errorf("begin at %d returned %v: %w", c.pos, m, ErrBadMapping), eerr)
 	}
 	c.m = m
 	c.n = min(m.End(), c.end) - c.pos
@@ -332,7 +332,7 @@ func (c *cursor) begin() error {
 // ferr is the body's error. It returns the error that stops the iteration.
 func (c *cursor) finish(processed int64, ferr error) error {
 	if processed < 0 || processed > c.n {
-		ferr = errors.Join(ferr, fmt.Errorf("iomap: body processed %d of %d bytes: %w", processed, c.n, ErrInvalid))
+		ferr = errs.Join(ferr, fmt.Errorf("iomap: body processed %d of %d bytes: %w", processed, c.n, ErrInvalid))
 		processed = max(0, min(processed, c.n))
 	}
 	switch {
@@ -364,7 +364,7 @@ func (c *cursor) finish(processed int64, ferr error) error {
 		return fmt.Errorf("iomap: mapping at %d stale %d times: %w", c.pos, c.stale, ferr)
 	}
 	if ferr != nil || eerr != nil {
-		return errors.Join(ferr, eerr)
+		return errs.Join(ferr, eerr)
 	}
 	if processed == 0 {
 		return fmt.Errorf("iomap: at %d with %v: %w", c.pos, c.m, ErrNoProgress)

@@ -879,7 +879,7 @@ func (c *PageCache) Writeback(key Key, from, to int64) error {
 	old := f.wbErr
 	f.wbErr = nil
 	s.mu.Unlock()
-	return errors.Join(err, old)
+	return errs.Join(err, old)
 }
 
 // Sync writes back every file (Writeback of the whole of each).
@@ -907,7 +907,7 @@ func (c *PageCache) SyncContext(ctx context.Context) error {
 		}
 		s.mu.Unlock()
 	}
-	var errs []error
+	var failed []error
 	for _, k := range keys {
 		s := c.shardOf(k)
 		s.mu.Lock()
@@ -926,20 +926,20 @@ func (c *PageCache) SyncContext(ctx context.Context) error {
 		// which also collects an earlier write-back error.
 		for i := 0; i < len(dirty); {
 			if err := ctx.Err(); err != nil {
-				return errors.Join(append(errs, fmt.Errorf("iomap: sync cancelled: %w", err))...)
+				return errs.Join(append(failed, fmt.Errorf("iomap: sync cancelled: %w", err))...)
 			}
 			from := dirty[i] << c.shift / syncChunk * syncChunk
-			errs = append(errs, c.Writeback(k, from, from+syncChunk))
+			failed = append(failed, c.Writeback(k, from, from+syncChunk))
 			for i < len(dirty) && dirty[i]<<c.shift < from+syncChunk {
 				i++
 			}
 		}
 		if err := ctx.Err(); err != nil {
-			return errors.Join(append(errs, fmt.Errorf("iomap: sync cancelled: %w", err))...)
+			return errs.Join(append(failed, fmt.Errorf("iomap: sync cancelled: %w", err))...)
 		}
-		errs = append(errs, c.Writeback(k, 0, math.MaxInt64))
+		failed = append(failed, c.Writeback(k, 0, math.MaxInt64))
 	}
-	return errors.Join(errs...)
+	return errs.Join(failed...)
 }
 
 // WritebackBatcher is an optional interface of Ops used by write-back: one
@@ -1165,14 +1165,14 @@ func (c *PageCache) writebackRange(f *file, lo, hi int64) error {
 	f.inWriteback += len(pages)
 	s.mu.Unlock()
 
-	var errs []error
+	var failed []error
 	for i := 0; i < len(pages); {
 		j := i + 1
 		for j < len(pages) && !c.runBreak(pages[j].idx) && pages[j].idx == pages[j-1].idx+1 {
 			j++
 		}
 		if err := c.writeRun(f, ops, pages[i:j]); err != nil {
-			errs = append(errs, err)
+			failed = append(failed, err)
 		}
 		i = j
 	}
@@ -1191,7 +1191,7 @@ func (c *PageCache) writebackRange(f *file, lo, hi int64) error {
 	if len(pages) > 0 {
 		c.wakeSpace()
 	}
-	return errors.Join(errs...)
+	return errs.Join(failed...)
 }
 
 // runBreak reports whether a write-back run must end before page idx:
@@ -1296,7 +1296,7 @@ func (c *PageCache) writeRun(f *file, ops Ops, pages []*page) error {
 	})
 	if b != nil {
 		if ferr := b.WritebackFinish(off, length, done, err); ferr != nil {
-			err = errors.Join(err, fmt.Errorf("iomap: write-back finish [%d, +%d): %w", off, length, ferr))
+			err = errs.Join(err, fmt.Errorf("iomap: write-back finish [%d, +%d): %w", off, length, ferr))
 		}
 	}
 	written := int(done >> c.shift)

@@ -165,3 +165,34 @@ func (e *CorruptError) As(target any) bool {
 func Corruptf(what string, block uint64, off int, format string, args ...any) error {
 	return &CorruptError{What: what, Block: block, Off: off, Msg: fmt.Sprintf(format, args...)}
 }
+
+// Join returns nil if every err is nil, the error itself if one is not,
+// and otherwise one error for them all whose message is one line: how
+// many failed and the first one's message. errors.Is and errors.As look
+// at every error, first to last, as for errors.Join; errors Join made
+// among errs count one by one.
+func Join(errs ...error) error {
+	var all []error
+	for _, err := range errs {
+		if m, ok := err.(*multiError); ok {
+			all = append(all, m.errs...)
+		} else if err != nil {
+			all = append(all, err)
+		}
+	}
+	switch len(all) {
+	case 0:
+		return nil
+	case 1:
+		return all[0]
+	}
+	return &multiError{all}
+}
+
+type multiError struct{ errs []error }
+
+func (e *multiError) Error() string {
+	return fmt.Sprintf("%d errors, the first: %v", len(e.errs), e.errs[0])
+}
+
+func (e *multiError) Unwrap() []error { return e.errs }

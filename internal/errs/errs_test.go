@@ -3,6 +3,8 @@ package errs
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"syscall"
 	"testing"
 )
 
@@ -45,5 +47,35 @@ func TestAddTwin(t *testing.T) {
 	}
 	if !errors.Is(err, ErrCorrupt) {
 		t.Errorf("errors.Is(ErrCorrupt) = false")
+	}
+}
+
+// TestJoin: Join gives nil for no error, the error itself for one, and
+// one line for more, naming how many (nested Joins count one by one) and
+// the first; errors.Is matches every sentinel errors.Join would, and
+// errors.As finds the first error of a type.
+func TestJoin(t *testing.T) {
+	if err := Join(nil, nil); err != nil {
+		t.Fatalf("Join(nil, nil) = %v", err)
+	}
+	one := fmt.Errorf("a: %w", ErrIO)
+	if err := Join(nil, one, nil); err != one {
+		t.Fatalf("Join of one error = %v, want it unchanged", err)
+	}
+	corrupt := &CorruptError{What: "inode", Ino: 12, Off: -1, Msg: "bad"}
+	list := []error{one, Join(fmt.Errorf("b: %w", ErrNoSpace), corrupt), nil, fmt.Errorf("d: %w", ErrNotFound)}
+	err := Join(list...)
+	joined := errors.Join(list...)
+	if got, want := err.Error(), "4 errors, the first: a: "+ErrIO.Error(); got != want {
+		t.Errorf("message %q, want %q", got, want)
+	}
+	for _, s := range []error{ErrIO, ErrNoSpace, ErrCorrupt, ErrNotFound, fs.ErrNotExist, syscall.ENOSPC, syscall.ENOENT, ErrReadOnly, ErrExist} {
+		if errors.Is(err, s) != errors.Is(joined, s) {
+			t.Errorf("errors.Is(%v) = %v, errors.Join's %v", s, errors.Is(err, s), errors.Is(joined, s))
+		}
+	}
+	var ce *CorruptError
+	if !errors.As(err, &ce) || ce != corrupt {
+		t.Errorf("errors.As found %v, want the CorruptError", ce)
 	}
 }
