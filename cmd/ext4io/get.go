@@ -37,9 +37,15 @@ type exporter struct {
 	umask    fs.FileMode // applied to modes unless preserve
 	seen     map[uint32]bool
 	buf      []byte
-	// top is the host directory the run writes under, and links maps an
-	// image inode with more than one name to the first copy's path in
-	// top, so further names become hard links to it.
+	// top is the host directory the run's top entry is made in (the
+	// destination's parent, or the destination when get fills an
+	// existing directory), and links maps an image inode with more than
+	// one name to the first copy's path in top, so further names become
+	// hard links to it (top.Link: linkat without following a final
+	// symlink, resolved inside top). Such a path starts at the top entry,
+	// and each directory on it was made by this run, exclusively: a link
+	// joins two names this run made, whatever the image holds. An inode
+	// whose other names lie outside the copied tree is copied once.
 	top     *os.Root
 	links   map[uint32]string
 	skipped []error // special files the host refused to make
