@@ -49,6 +49,11 @@ type exporter struct {
 	top     *os.Root
 	links   map[uint32]string
 	skipped []error // special files the host refused to make
+	// unsearchable lists the directories whose mode denies their owner
+	// search (x): they get it last, deepest first (as tar delays
+	// directory modes), so that a later name of an inode copied into one
+	// can still be linked to its first copy there.
+	unsearchable []pendingMode
 	// copied counts the data blocks this run copied out of regular
 	// files, and capacity is the image's block count: ext4 shares no
 	// block between files (hard links are made as links), so a run that
@@ -99,10 +104,25 @@ func cmdGet(args []string, w io.Writer) error {
 	return e.done(e.export(r, src, name, name, 0))
 }
 
-// done adds the special files the host refused to make to err.
+// pendingMode is a directory's mode to set last, by its path in top.
+type pendingMode struct {
+	rel  string
+	mode fs.FileMode
+}
+
+// done sets the modes left for last and adds the special files the host
+// refused to make to err.
 func (e *exporter) done(err error) error {
-	if err != nil || len(e.skipped) == 0 {
+	if err != nil {
 		return err
+	}
+	for _, p := range e.unsearchable {
+		if err := e.top.Chmod(p.rel, p.mode); err != nil {
+			return err
+		}
+	}
+	if len(e.skipped) == 0 {
+		return nil
 	}
 	return fmt.Errorf("%d special files not made (devices need -p and root):\n%w", len(e.skipped), errors.Join(e.skipped...))
 }
@@ -206,6 +226,10 @@ func (e *exporter) exportNew(r *os.Root, src, name, rel string, depth int, fi *e
 		}
 		if err := e.chown(r, name, fi); err != nil {
 			return err
+		}
+		if mode&0o100 == 0 {
+			e.unsearchable = append(e.unsearchable, pendingMode{rel, mode})
+			mode |= 0o700
 		}
 		if err := r.Chmod(name, mode); err != nil {
 			return err
