@@ -32,7 +32,10 @@ func TestGetLinkIntoUnsearchable(t *testing.T) {
 		t.Fatal(err)
 	}
 	dst := filepath.Join(out, "t")
-	t.Cleanup(func() { os.Chmod(filepath.Join(dst, "locked"), 0o755); os.Chmod(filepath.Join(dst, "locked", "deeper"), 0o755) })
+	t.Cleanup(func() {
+		os.Chmod(filepath.Join(dst, "locked"), 0o755)
+		os.Chmod(filepath.Join(dst, "locked", "deeper"), 0o755)
+	})
 	if os.Geteuid() != 0 {
 		if err := cmdGet([]string{img, "/top", dst}, io.Discard); err != nil {
 			t.Fatal(err)
