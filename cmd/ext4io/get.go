@@ -124,7 +124,11 @@ func (e *exporter) done(err error) error {
 	if len(e.skipped) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%d special files not made (devices need -p and root):\n%w", len(e.skipped), errors.Join(e.skipped...))
+	listed := e.skipped
+	if len(listed) > maxWalkProblems {
+		listed = append(listed[:maxWalkProblems:maxWalkProblems], fmt.Errorf("and %d more", len(e.skipped)-maxWalkProblems))
+	}
+	return fmt.Errorf("%d special files not made (devices need -p and root):\n%w", len(e.skipped), errors.Join(listed...))
 }
 
 // into copies the entries of the image directory src into the existing

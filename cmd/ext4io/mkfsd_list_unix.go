@@ -3,7 +3,6 @@
 package main
 
 import (
-	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -13,6 +12,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ext4io/ext4io/internal/errs"
 )
 
 // The walk and the read-ahead list a host directory through a descriptor
@@ -108,7 +109,7 @@ func readDirEntries(e *srcEntry, fn func(k *srcEntry) bool) error {
 		}
 		return 0
 	})
-	var errs []error
+	var failed []error
 	for _, de := range ents {
 		k := &srcEntry{host: filepath.Join(e.host, de.Name()), name: de.Name(), depth: e.depth + 1}
 		at := k.name
@@ -116,14 +117,14 @@ func readDirEntries(e *srcEntry, fn func(k *srcEntry) bool) error {
 			at = k.host
 		}
 		if err := k.statAt(dirfd, at, de.Type().IsRegular()); err != nil {
-			errs = append(errs, err)
+			failed = append(failed, err)
 			continue
 		}
 		if !fn(k) {
 			break
 		}
 	}
-	return errors.Join(errs...)
+	return errs.Join(failed...) // one line, however many failed
 }
 
 // statAt stats k, named name relative to dirfd; with open (its listing

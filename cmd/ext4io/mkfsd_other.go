@@ -3,10 +3,11 @@
 package main
 
 import (
-	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/ext4io/ext4io/internal/errs"
 )
 
 // srcFile is a host regular file open for reading by mkfs -d and put.
@@ -49,16 +50,16 @@ func readDirEntries(e *srcEntry, fn func(k *srcEntry) bool) error {
 	if err != nil {
 		return err
 	}
-	var errs []error
+	var failed []error
 	for _, de := range ents {
 		k := &srcEntry{host: filepath.Join(e.host, de.Name()), name: de.Name(), depth: e.depth + 1}
 		if k.fi, err = os.Lstat(k.host); err != nil {
-			errs = append(errs, err)
+			failed = append(failed, err)
 			continue
 		}
 		if !fn(k) {
 			break
 		}
 	}
-	return errors.Join(errs...)
+	return errs.Join(failed...) // one line, however many failed
 }

@@ -3,9 +3,11 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -85,4 +87,34 @@ func sameFile(t *testing.T, a, b string) bool {
 	fa, err1 := os.Lstat(a)
 	fb, err2 := os.Lstat(b)
 	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
+}
+
+// TestGetSkippedBounded: the special files get leaves out are listed up to
+// maxWalkProblems, then counted, so an image of many device nodes does
+// not make an error of as many lines.
+func TestGetSkippedBounded(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	os.MkdirAll(filepath.Join(src, "top"), 0o755)
+	img := filepath.Join(dir, "img")
+	if _, errOut, code := runCmd(t, "mkfs", "-b", "1024", "-d", src, img, "8M"); code != 0 {
+		t.Fatal(errOut)
+	}
+	const n = maxWalkProblems + 30
+	script := []string{"cd /top"}
+	for i := range n {
+		script = append(script, fmt.Sprintf("mknod disk%03d b 8 %d", i, i))
+	}
+	e2fs.DebugfsScript(t, img, true, script)
+	_, err := getConfined(t, img, "/top")
+	if err == nil {
+		t.Fatal("get of devices without -p: no error")
+	}
+	msg := err.Error()
+	if got := strings.Count(msg, "without -p"); got != maxWalkProblems {
+		t.Errorf("%d devices listed, want %d", got, maxWalkProblems)
+	}
+	if !strings.Contains(msg, fmt.Sprintf("%d special files not made", n)) || !strings.Contains(msg, "and 30 more") {
+		t.Errorf("the error does not count the %d devices: %.2000s", n, msg)
+	}
 }
