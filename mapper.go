@@ -158,7 +158,17 @@ func (m *mapper) lookup(lblk uint64) (blockMap, error) { return m.lookupN(lblk, 
 // entry is then measured only that far (the bitmap's scan is the longest
 // part of a lookup in a file whose preallocated blocks have all been
 // written). Otherwise the mapping is the same as lookup's.
-func (m *mapper) lookupN(lblk, want uint64) (blockMap, error) {
+func (m *mapper) lookupN(lblk, want uint64) (blockMap, error) { return m.lookupFront(lblk, want, true) }
+
+// lookupGoal is lookupN(lblk, 1) for an allocation's goal: it leaves the
+// front alone. The allocation that follows changes the mapping, so an
+// entry stored now would be stale before a lookup could use it, and each
+// allocating write would pay a heap allocation for it.
+func (m *mapper) lookupGoal(lblk uint64) (blockMap, error) { return m.lookupFront(lblk, 1, false) }
+
+// lookupFront is lookupN; with fill, a large extent found in the
+// extent-status cache goes into the front.
+func (m *mapper) lookupFront(lblk, want uint64, fill bool) (blockMap, error) {
 	if lblk >= 1<<32 {
 		return blockMap{lblk: lblk, n: 1 << 32, kind: mapHole}, nil
 	}
@@ -177,7 +187,7 @@ func (m *mapper) lookupN(lblk, want uint64) (blockMap, error) {
 		if err != nil {
 			return blockMap{}, err
 		}
-		if (e.Status == esc.Written || e.Status == esc.Unwritten) && e.Len >= frontMin {
+		if fill && (e.Status == esc.Written || e.Status == esc.Unwritten) && e.Len >= frontMin {
 			slot.Store(&frontEntry{seq: seq, e: e})
 		}
 		return m.mapOf(e, lblk, want), nil

@@ -409,7 +409,7 @@ func (f *File) writeUnwritten(p []byte, pos int64, m blockMap, nblk uint64) (int
 func (f *File) allocRequest(lblk, n uint64) alloc.Request {
 	var goal, align uint64
 	if lblk > 0 {
-		if m, err := f.m.lookup(lblk - 1); err == nil && (m.kind == mapWritten || m.kind == mapUnwritten) {
+		if m, err := f.m.lookupGoal(lblk - 1); err == nil && (m.kind == mapWritten || m.kind == mapUnwritten) {
 			goal = m.pblk + 1
 		}
 	}

@@ -112,12 +112,16 @@ type Measure struct {
 	// Wraps counts the times the side started its file over at the
 	// space plan's budget (sequential writes) or reused a small file's
 	// name (fsync-small).
-	Wraps  int64         `json:"wraps,omitempty"`
-	disk   diskSnap      // the I/O behind Disk
-	dev    devSnap       // the device operations behind Device
-	cpu    time.Duration // the CPU time behind CPUus
-	faults int64         // the page faults behind Faults
-	growth int64         // the bytes behind ImageGrowth
+	Wraps int64 `json:"wraps,omitempty"`
+	// WrapSeconds is the time the side spent starting its sequential
+	// file over (the engine: truncate and commit; raw: a flush), part of
+	// Seconds.
+	WrapSeconds float64       `json:"wrap_seconds,omitempty"`
+	disk        diskSnap      // the I/O behind Disk
+	dev         devSnap       // the device operations behind Device
+	cpu         time.Duration // the CPU time behind CPUus
+	faults      int64         // the page faults behind Faults
+	growth      int64         // the bytes behind ImageGrowth
 }
 
 // DevPerOp is the device operations (and bytes) a side issued per
@@ -281,7 +285,7 @@ func procField(path, key string) string {
 }
 
 func makeMeasure(t *phaseTotals, ioSize int) Measure {
-	m := Measure{Ops: t.ops, Seconds: t.elapsed.Seconds(), PrepSecond: t.prep.Seconds(), Wraps: t.wraps, dev: t.dev, cpu: t.cpu, faults: t.faults}
+	m := Measure{Ops: t.ops, Seconds: t.elapsed.Seconds(), PrepSecond: t.prep.Seconds(), Wraps: t.wraps, WrapSeconds: t.wrapTime.Seconds(), dev: t.dev, cpu: t.cpu, faults: t.faults}
 	m.CPUus = cpuPerOp(t.cpu, t.ops)
 	m.Faults = faultsPerOp(t.faults, t.ops)
 	if t.diskOK {
@@ -484,6 +488,7 @@ func combineMeasures(ms []Measure) Measure {
 		c.Seconds += m.Seconds
 		c.PrepSecond += m.PrepSecond
 		c.Wraps += m.Wraps
+		c.WrapSeconds += m.WrapSeconds
 		c.MaxUs = max(c.MaxUs, m.MaxUs)
 		c.dev = c.dev.add(m.dev)
 		c.cpu += m.cpu
@@ -665,7 +670,7 @@ func (rep *Report) WriteText(w io.Writer) {
 		writeRatios(w, rep.Ratios, kern, lk)
 		fmt.Fprintln(w)
 	}
-	fmt.Fprintln(w, "per operation (device ops issued by the engine / by raw; process CPU time per op, engine / raw; page faults per op; KiB the host disk under the image wrote and read per op, all processes; holes: KiB of the image file's holes the side wrote into per op, engine / raw; engine counters per op; wraps: files started over at the space plan's budget, engine / raw; prep time):")
+	fmt.Fprintln(w, "per operation (device ops issued by the engine / by raw; process CPU time per op, engine / raw; page faults per op; KiB the host disk under the image wrote and read per op, all processes; holes: KiB of the image file's holes the side wrote into per op, engine / raw; engine counters per op; wraps: files started over at the space plan's budget, engine / raw, and the time the sequential writers' restarts took inside the phases; prep time):")
 	for i := range rep.Workloads {
 		r := &rep.Workloads[i]
 		fmt.Fprintf(w, "  %-15s %s\n", r.Name, perOpLine(r))
@@ -846,6 +851,9 @@ func perOpLine(r *WorkloadResult) string {
 	if r.Engine.Wraps > 0 || r.Raw.Wraps > 0 {
 		// Started over at the space plan's budget (see space.go).
 		fmt.Fprintf(&b, "  wraps %d/%d", r.Engine.Wraps, r.Raw.Wraps)
+		if r.Engine.WrapSeconds > 0 || r.Raw.WrapSeconds > 0 {
+			fmt.Fprintf(&b, " in %.1f/%.1f ms", r.Engine.WrapSeconds*1e3, r.Raw.WrapSeconds*1e3)
+		}
 	}
 	fmt.Fprintf(&b, "  prep %.1fs/%.1fs", r.Engine.PrepSecond, r.Raw.PrepSecond)
 	return b.String()

@@ -557,7 +557,8 @@ type phaseTotals struct {
 	counters    map[string]float64 // engine only: deltas of uint64 counters, last value of gauges
 	gauges      map[string]bool    // the keys of counters that are gauges
 	prep        time.Duration
-	wraps       int64 // sequential files started over, small-file names reused
+	wraps       int64         // sequential files started over, small-file names reused
+	wrapTime    time.Duration // spent in sequential writers' Resets (inside elapsed)
 }
 
 // seqState is a side's cursor for sequential workloads, kept across its
@@ -656,6 +657,7 @@ func (r *benchRun) phase(ctx context.Context, w workload, jobs, round int, s sid
 		stop    atomic.Bool
 		ops     atomic.Int64
 		wraps   atomic.Int64
+		wrapNs  atomic.Int64 // time in Reset
 		wg      sync.WaitGroup
 		errOnce sync.Once
 		first   error
@@ -706,13 +708,16 @@ func (r *benchRun) phase(ctx context.Context, w workload, jobs, round int, s sid
 				case opSeqWrite:
 					seqMu.Lock()
 					if seq.off+int64(w.IOSize) > r.plan.SeqBudget {
-						if err = s.Reset(); err != nil {
+						err = s.Reset()
+						now := time.Now()
+						wrapNs.Add(int64(now.Sub(t0)))
+						if err != nil {
 							seqMu.Unlock()
 							break
 						}
 						seq.off = 0
 						wraps.Add(1)
-						t0 = time.Now() // the reset is in the elapsed time, not in a latency
+						t0 = now // the reset is in the elapsed time, not in a latency
 					}
 					off := seq.off
 					seq.off += int64(w.IOSize)
@@ -765,6 +770,7 @@ func (r *benchRun) phase(ctx context.Context, w workload, jobs, round int, s sid
 	}
 	t.ops += ops.Load()
 	t.wraps += wraps.Load()
+	t.wrapTime += time.Duration(wrapNs.Load())
 	t.elapsed += elapsed
 	t.dev = t.dev.add(win.c.snap().sub(devBefore))
 	cpuAfter, faultsAfter := processUsage()

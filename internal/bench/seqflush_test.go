@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -114,4 +115,57 @@ func TestBenchSeqWriteFlushesOwnWrites(t *testing.T) {
 	assert.LessOrEqual(t, dev.maxRaw, budget, "raw's unflushed writes: more than one pass")
 	// The engine's pass plus its metadata and journal blocks.
 	assert.LessOrEqual(t, dev.maxFS, budget+budget/8, "the engine's unflushed writes: more than one pass")
+}
+
+// slowFlush is a Device whose flushes take at least delay.
+type slowFlush struct {
+	blockdev.Device
+	delay time.Duration
+}
+
+func (d *slowFlush) Flush() error {
+	time.Sleep(d.delay)
+	return d.Device.Flush()
+}
+
+// TestBenchSeqWriteWrapTime checks that seqwrite-1m reports the time each
+// side spent starting its file over: the engine's Reset commits and raw's
+// flushes, so on a device whose flushes take 20 ms every wrap takes that
+// long at least, and the restarts' total is part of the side's elapsed
+// time.
+func TestBenchSeqWriteWrapTime(t *testing.T) {
+	const (
+		size  = 128 << 20
+		delay = 20 * time.Millisecond
+	)
+	ws, err := selectWorkloads([]string{"seqwrite-1m"})
+	require.NoError(t, err)
+	var res WorkloadResult
+	for runtime := 600 * time.Millisecond; ; runtime *= 2 {
+		c := &config{Config: Config{Backend: "memory", Runtime: runtime, BlockSize: 4096, Seed: 1, Repeat: 1}}
+		mem := memdev.New(size)
+		defer mem.Close()
+		r := newBenchRun(c, &slowFlush{Device: mem, delay: delay}, size, regionFor(size), mustPlan(t, size, c.BlockSize))
+		defer r.closeEngine()
+		res, err = r.runWorkload(context.Background(), ws[0])
+		require.NoError(t, err)
+		if res.Engine.Wraps >= 2 && res.Raw.Wraps >= 2 || runtime >= 8*time.Second {
+			break
+		}
+		t.Logf("runtime %v: wraps %d/%d, trying a longer phase", runtime, res.Engine.Wraps, res.Raw.Wraps)
+	}
+	require.GreaterOrEqual(t, res.Engine.Wraps, int64(2), "engine passes")
+	require.GreaterOrEqual(t, res.Raw.Wraps, int64(2), "raw passes")
+	t.Logf("wraps %d/%d in %.1f/%.1f ms of %.2f/%.2f s", res.Engine.Wraps, res.Raw.Wraps,
+		res.Engine.WrapSeconds*1e3, res.Raw.WrapSeconds*1e3, res.Engine.Seconds, res.Raw.Seconds)
+	for _, s := range []struct {
+		name string
+		m    Measure
+	}{{"engine", res.Engine}, {"raw", res.Raw}} {
+		assert.GreaterOrEqual(t, s.m.WrapSeconds, float64(s.m.Wraps)*delay.Seconds(), "%s: wrap time below its flushes'", s.name)
+		assert.Less(t, s.m.WrapSeconds, s.m.Seconds, "%s: wrap time outside the phases", s.name)
+	}
+	var b strings.Builder
+	(&Report{Workloads: []WorkloadResult{res}}).WriteText(&b)
+	assert.Regexp(t, `wraps \d+/\d+ in [0-9.]+/[0-9.]+ ms`, b.String())
 }
