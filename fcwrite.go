@@ -926,11 +926,16 @@ func (v *Volume) fcInodeTags(fc *fcState, w *fcBuilder, ino uint32, creat bool) 
 }
 
 // fcIbodyXattrs reports whether the on-disk inode raw, read with an
-// i_extra_isize that ends its first n bytes, has the in-inode xattr
-// header: the magic at n, which Linux (ext4_iget_extra_inode), e2fsck
+// i_extra_isize that ends its first n bytes, may have in-inode xattrs:
+// the magic at n, which Linux (ext4_iget_extra_inode), e2fsck
 // (check_inode_extra_space) and ext4io (layout.DecodeXattrIbody) require
-// before they read any entry there.
+// before they read any entry there. A tag that does not carry
+// i_extra_isize itself (n below 128 + 4) leaves the header's place to
+// the bytes on disk: it counts as may.
 func fcIbodyXattrs(raw []byte, n int) bool {
+	if n < layout.GoodOldInodeSize+4 {
+		return n < len(raw)
+	}
 	return n+4 <= len(raw) && binary.LittleEndian.Uint32(raw[n:]) == layout.XattrMagic
 }
 
