@@ -929,9 +929,9 @@ func (v *Volume) fcInodeTags(fc *fcState, w *fcBuilder, ino uint32, creat bool) 
 // i_extra_isize that ends its first n bytes, may have in-inode xattrs:
 // the magic at n, which Linux (ext4_iget_extra_inode), e2fsck
 // (check_inode_extra_space) and ext4io (layout.DecodeXattrIbody) require
-// before they read any entry there. A tag that does not carry
-// i_extra_isize itself (n below 128 + 4) leaves the header's place to
-// the bytes on disk: it counts as may.
+// before they read any entry there. When the tag does not carry
+// i_extra_isize itself (n below 128 + 4), the bytes on disk decide where
+// the header lies, and raw counts as having xattrs.
 func fcIbodyXattrs(raw []byte, n int) bool {
 	if n < layout.GoodOldInodeSize+4 {
 		return n < len(raw)
