@@ -220,15 +220,10 @@ func fastCommitFlushOrderRun(t *testing.T, jobs int, oneFlush bool) (flushes flo
 // fcHookVolume opens a writable fast-commit volume, formatted on base,
 // through a Crashable of base wrapped in a hookDev: the crash tests take
 // images of crash's durable state from dev's flush hook.
-//
-// Each prepare runs on base after Format.
-func fcHookVolume(t *testing.T, base *memdev.Device, opts ext4io.FormatOptions, prepare ...func(*testing.T, *memdev.Device)) (*errordev.Crashable, *hookDev, *ext4io.Volume) {
+func fcHookVolume(t *testing.T, base *memdev.Device, opts ext4io.FormatOptions) (*errordev.Crashable, *hookDev, *ext4io.Volume) {
 	t.Helper()
 	opts.FastCommit, opts.NoDiscard = true, true
 	require.NoError(t, ext4io.Format(base, opts))
-	for _, p := range prepare {
-		p(t, base)
-	}
 	crash, err := errordev.NewCrashable(base)
 	require.NoError(t, err)
 	dev := &hookDev{Device: crash}
@@ -236,33 +231,6 @@ func fcHookVolume(t *testing.T, base *memdev.Device, opts ext4io.FormatOptions, 
 	v, err := ext4io.Open(dev, ext4io.Options{Writable: true, WritebackAge: -1, CommitInterval: -1})
 	require.NoError(t, err)
 	return crash, dev, v
-}
-
-// zeroInodeTables zeroes the unused part (bg_itable_unused) of every
-// group's inode table on dev, as on a device that held no file system
-// before: a create over a slot of stale bytes is ineligible for a fast
-// commit ("created inode over a freed inode's xattr area": a fast commit
-// does not log the in-inode xattr area), so over a device filled with a
-// pattern every fsync of a new file would commit in full.
-func zeroInodeTables(t *testing.T, dev *memdev.Device) {
-	t.Helper()
-	raw := make([]byte, 1024)
-	_, err := dev.ReadAt(raw, 1024)
-	require.NoError(t, err)
-	sb, err := layout.DecodeSuperblock(raw)
-	require.NoError(t, err)
-	bs, isz := int64(sb.BlockSize()), int64(sb.InodeSizeBytes())
-	for g := range sb.GroupCount() {
-		blk, off := sb.DescriptorLocation(g)
-		d := make([]byte, sb.DescriptorSize())
-		_, err := dev.ReadAt(d, int64(blk)*bs+int64(off))
-		require.NoError(t, err)
-		gd, err := layout.DecodeGroupDesc(d, len(d))
-		require.NoError(t, err)
-		used := int64(sb.InodesPerGroup - min(gd.ItableUnused, sb.InodesPerGroup))
-		_, err = dev.WriteAt(make([]byte, (int64(sb.InodesPerGroup)-used)*isz), int64(gd.InodeTable)*bs+used*isz)
-		require.NoError(t, err)
-	}
 }
 
 type hookDev struct {
@@ -293,7 +261,7 @@ func TestFastCommitPipelineCrash(t *testing.T) {
 		_, err := base.WriteAt(fill, off)
 		require.NoError(t, err)
 	}
-	crash, dev, v := fcHookVolume(t, base, ext4io.FormatOptions{JournalBlocks: 8192}, zeroInodeTables)
+	crash, dev, v := fcHookVolume(t, base, ext4io.FormatOptions{JournalBlocks: 8192})
 	for job := range jobs {
 		require.NoError(t, v.Mkdir(fmt.Sprintf("d%d", job), 0o755))
 	}

@@ -871,12 +871,17 @@ func (v *Volume) fcInodeTags(fc *fcState, w *fcBuilder, ino uint32, creat bool) 
 		// The replay keeps the on-disk bytes past the tag's n: in a
 		// freed inode reused here, its predecessor's in-inode xattrs
 		// (Linux's ext4_fc_replay_inode and e2fsck's
-		// ext4_fc_handle_inode copy only the tag's bytes too).
+		// ext4_fc_handle_inode copy only the tag's bytes too). Bytes
+		// there without the in-inode xattr magic at n (where the tag's
+		// i_extra_isize puts the header) hold no xattrs for any reader:
+		// a slot never used since the format, whose inode table was not
+		// zeroed (lazy_itable_init), replays as a file without xattrs,
+		// as the new file is.
 		logged, err := v.fcLoggedInode(ino)
 		if err != nil {
 			return "", err
 		}
-		if logged == nil || !bytes.Equal(logged[n:], raw[n:]) {
+		if logged == nil || !bytes.Equal(logged[n:], raw[n:]) && (fcIbodyXattrs(logged, n) || fcIbodyXattrs(raw, n)) {
 			return "created inode over a freed inode's xattr area", nil
 		}
 	}
@@ -918,6 +923,20 @@ func (v *Volume) fcInodeTags(fc *fcState, w *fcBuilder, ino uint32, creat bool) 
 		fc.sizes[ino] = in.Size
 	}
 	return "", nil
+}
+
+// fcIbodyXattrs reports whether the on-disk inode raw, read with an
+// i_extra_isize that ends its first n bytes, may have in-inode xattrs:
+// the magic at n, which Linux (ext4_iget_extra_inode), e2fsck
+// (check_inode_extra_space) and ext4io (layout.DecodeXattrIbody) require
+// before they read any entry there. When the tag does not carry
+// i_extra_isize itself (n below 128 + 4), the bytes on disk decide where
+// the header lies, and raw counts as having xattrs.
+func fcIbodyXattrs(raw []byte, n int) bool {
+	if n < layout.GoodOldInodeSize+4 {
+		return n < len(raw)
+	}
+	return n+4 <= len(raw) && binary.LittleEndian.Uint32(raw[n:]) == layout.XattrMagic
 }
 
 // fcResized reports whether size, the i_size of regular file ino's INODE

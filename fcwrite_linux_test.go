@@ -112,6 +112,55 @@ func TestFastCommitWriteCrash(t *testing.T) {
 	fcCheckCrashImage(t, dir, crashImg, want)
 }
 
+// TestFastCommitOverStaleInodeSlots: on a device that held other bytes
+// before Format (a used disk; the inode tables are left for lazy init,
+// as mkfs.ext4 leaves them), new files take inode slots of stale bytes.
+// Those carry no in-inode xattr header, so the creates stay fast commits,
+// and every replay (e2fsck's, ext4io's, Linux's) of the crash image,
+// which keeps the stale bytes past each INODE tag, gives the fsynced
+// files without xattrs.
+func TestFastCommitOverStaleInodeSlots(t *testing.T) {
+	const size = 64 << 20
+	base := memdev.New(size)
+	fill := make([]byte, 1<<20)
+	for i := range fill {
+		fill[i] = 0x5a + byte(i*7) // never the xattr magic's 00 00 02 ea
+	}
+	for off := int64(0); off < size; off += int64(len(fill)) {
+		_, err := base.WriteAt(fill, off)
+		require.NoError(t, err)
+	}
+	require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{FastCommit: true, NoDiscard: true}))
+	crash, err := errordev.NewCrashable(base)
+	require.NoError(t, err)
+	v, err := ext4io.Open(crash, ext4io.Options{Writable: true})
+	require.NoError(t, err)
+	want := fcWorkload(t, v, rand.New(rand.NewPCG(33, 3)))
+	c := v.Counters()
+	t.Logf("fast commits %d, fallbacks %d, journal commits %d", c.FastCommits, c.FastCommitFallbacks, c.JournalCommits)
+	assert.GreaterOrEqual(t, c.FastCommits, uint64(25), "creates over stale inode slots fast-commit")
+	img, err := crash.Crash(errordev.CrashOptions{})
+	require.NoError(t, err)
+	require.NoError(t, v.Close())
+	crashImg := ext4iotest.ImageOf(t, img)
+	if keep := os.Getenv("EXT4IO_FC_KEEP"); keep != "" {
+		fcCopyFile(t, crashImg, filepath.Join(keep, t.Name()+".img"))
+	}
+	fcCheckCrashImage(t, t.TempDir(), crashImg, want)
+	for _, ro := range []bool{true, false} {
+		w := filepath.Join(t.TempDir(), "x.img")
+		fcCopyFile(t, crashImg, w)
+		rv, err := ext4io.OpenImage(w, ext4io.Options{Writable: !ro})
+		require.NoError(t, err)
+		for name := range want {
+			names, err := rv.Listxattr(name)
+			assert.NoError(t, err, name)
+			assert.Empty(t, names, "%s: replay (writable %v) gave the file xattrs", name, !ro)
+		}
+		require.NoError(t, rv.Close())
+	}
+}
+
 // TestFastCommitGroupCrash: four writers fsync files concurrently, so
 // that fast commits are shared and built while other operations run; the
 // crash image taken right after the last fsync returns holds every file
