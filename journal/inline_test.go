@@ -114,3 +114,59 @@ func TestSyncCommitsInline(t *testing.T) {
 	require.Equal(t, "loop", callers[tid3])
 	require.Equal(t, "loop", callers[tid4])
 }
+
+// TestSyncYieldHook: a lone Sync that commits on its own goroutine yields
+// the processor first (runtime.Gosched) unless Config.Yield says not to:
+// the goroutine ready to run is then a background write of the caller's
+// that would hold the processor in its system call while the commit
+// waits to be scheduled again.
+func TestSyncYieldHook(t *testing.T) {
+	var yields atomic.Int32
+	old := gosched
+	gosched = func() { yields.Add(1); old() }
+	defer func() { gosched = old }()
+	for _, c := range []struct {
+		name  string
+		yield func() bool
+		want  bool
+	}{
+		{"nil", nil, true},
+		{"true", func() bool { return true }, true},
+		{"false", func() bool { return false }, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dev := newTestDev(t)
+			cfg := testConfig(dev)
+			cfg.Yield = c.yield
+			var inline atomic.Int32
+			cfg.BeforeCommit = func(uint32) error {
+				buf := make([]byte, 64<<10)
+				if strings.Contains(string(buf[:runtime.Stack(buf, false)]), "journal.(*Journal).SyncFlushed") {
+					inline.Add(1)
+				}
+				return nil
+			}
+			j, err := Create(cfg, CreateOptions{UUID: [16]byte{4}, CsumV3: true})
+			require.NoError(t, err)
+			defer j.Close()
+			yields.Store(0)
+			// As in TestSyncCommitsInline: lone Syncs until one commits
+			// on its own goroutine (a loaded machine can leave the
+			// commit goroutine's last commit in flight a moment longer).
+			for i := range 50 {
+				h, err := j.Start(1)
+				require.NoError(t, err)
+				require.NoError(t, h.GetWriteAccess(tHome0+uint64(i)))
+				require.NoError(t, h.Dirty(tHome0+uint64(i), initialBlock(uint64(i)+1)))
+				require.NoError(t, h.Stop())
+				require.NoError(t, j.Sync(context.Background()))
+				if inline.Load() > 0 {
+					break
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+			require.NotZero(t, inline.Load(), "no lone Sync of 50 committed on its own goroutine")
+			require.Equal(t, c.want, yields.Load() > 0, "yields: %d", yields.Load())
+		})
+	}
+}
