@@ -323,9 +323,8 @@ func (f *File) atomicJournal(rs []atomicRange, total int64) (ok bool, err error)
 	// The write in place goes on in the background (homewrite.go): the
 	// runs are pending before the inode lock is released, so that every
 	// later request touching them waits for it.
-	job := f.homeJob(runData)
-	ws := f.v.home.h.add(f.ino, devRuns, job)
-	f.homeWriteRuns(ws, job, tid, blks, pb.release)
+	ws := f.v.home.h.add(f.ino, devRuns)
+	f.homeWriteRuns(ws, runData, tid, blks, pb.release)
 	rec := &liveData{tid: tid, blks: blks, data: make([][]byte, len(blks)), buf: pb}
 	for i, b := range blks {
 		rec.data[i] = data[b]

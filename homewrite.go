@@ -13,9 +13,7 @@ import (
 // Once a journalled atomic write's commit is durable (atomicjournal.go),
 // its data is safe: recovery writes the logged copies home. The write in
 // place (the "home write") is then issued by a goroutine and WriteAtomic
-// returns. A flush that must wait for home writes (below) and finds one
-// not yet started by its goroutine issues it itself (homeJob), rather
-// than wait for the goroutine to be scheduled. Until the home write has completed and the journal knows the
+// returns. Until the home write has completed and the journal knows the
 // copies are home (Journal.MarkHome), the blocks are "pending" here, and
 // every device request of the volume goes through homeDev, which orders
 // requests overlapping a pending block after it:
@@ -62,30 +60,6 @@ type homeWrite struct {
 	err      error         // set before written is closed
 	written  chan struct{} // closed once the device write returned
 	done     chan struct{} // closed once settled and removed from the list
-	job      *homeJob      // the device writes of w's batch; set by homeWriteRuns
-}
-
-// homeJob is the device writes of one journalled write's runs. Whoever
-// claims it first issues them: the batch's goroutine, or a flush that
-// must wait for them (waitWritten) and finds them not started, which
-// then writes them itself rather than wait for the goroutine to be
-// scheduled. Either way the goroutine settles the batch afterwards
-// (failure, MarkHome, remove).
-type homeJob struct {
-	claimed atomic.Bool
-	ws      []*homeWrite          // set by add, under homeWrites.mu
-	run     func(ws []*homeWrite) // writes the runs, sets each err and closes each written
-}
-
-// claim runs the job's writes if nobody has: it reports whether it did.
-// The caller found the job through homeWrites' list or is the goroutine
-// of the add that registered it.
-func (j *homeJob) claim() bool {
-	if j == nil || !j.claimed.CompareAndSwap(false, true) {
-		return false
-	}
-	j.run(j.ws)
-	return true
 }
 
 func newHomeWrites() *homeWrites {
@@ -95,8 +69,8 @@ func newHomeWrites() *homeWrites {
 }
 
 // add registers runs (device byte ranges) of ino as pending, waiting for
-// room first; job, if not nil, issues their writes.
-func (h *homeWrites) add(ino uint32, runs [][2]int64, job *homeJob) []*homeWrite {
+// room first.
+func (h *homeWrites) add(ino uint32, runs [][2]int64) []*homeWrite {
 	var total int64
 	for _, r := range runs {
 		total += r[1]
@@ -109,10 +83,7 @@ func (h *homeWrites) add(ino uint32, runs [][2]int64, job *homeJob) []*homeWrite
 	h.bytes += total
 	ws := make([]*homeWrite, len(runs))
 	for i, r := range runs {
-		ws[i] = &homeWrite{off: r[0], end: r[0] + r[1], ino: ino, written: make(chan struct{}), done: make(chan struct{}), job: job}
-	}
-	if job != nil {
-		job.ws = ws
+		ws[i] = &homeWrite{off: r[0], end: r[0] + r[1], ino: ino, written: make(chan struct{}), done: make(chan struct{})}
 	}
 	h.list = append(h.list, ws...)
 	h.n.Store(int64(len(h.list)))
@@ -192,7 +163,6 @@ func (h *homeWrites) idle() bool { return h == nil || h.n.Load() == 0 }
 func (h *homeWrites) waitWritten(off, n int64) error {
 	var err error
 	for _, w := range h.matching(off, n, 0) {
-		w.job.claim() // not started: written here
 		<-w.written
 		if err == nil {
 			err = w.err
@@ -237,43 +207,21 @@ func (h *homeWrites) takeErr(ino uint32) error {
 	return err
 }
 
-// homeJob returns the job that writes runData (runs of blocks and their
-// bytes) in place, the i-th at ws[i] (see homeJob).
-func (f *File) homeJob(runData [][]byte) *homeJob {
-	v, dev, ino := f.v, f.v.home.inner, f.ino
-	return &homeJob{run: func(ws []*homeWrite) {
+// homeWriteRuns writes data (runs of blocks and their bytes) in place in
+// the background (see the top of the file) and then marks tid's copies of
+// blks home, calling done once every one is marked (the journal no longer
+// reads them). The caller registered ws with add.
+func (f *File) homeWriteRuns(ws []*homeWrite, runData [][]byte, tid uint32, blks []uint64, done func()) {
+	v, m := f.v, f.v.jm
+	dev := v.home.inner
+	ino := f.ino
+	go func() {
 		var failed error
 		for i, w := range ws {
 			if failed == nil {
 				if _, err := dev.WriteAt(runData[i], w.off); err != nil {
 					failed = fmt.Errorf("ext4io: inode %d: journalled atomic write in place at block %d: %w", ino, w.off>>v.bshift, wrapIO(err))
 				}
-			}
-		}
-		for _, w := range ws {
-			w.err = failed
-			close(w.written)
-		}
-	}}
-}
-
-// homeWriteRuns has job (registered with ws by add) write in place in the
-// background, unless a flush claims it first (see the top of the file),
-// and then marks tid's copies of blks home, calling done once every one is
-// marked (the journal no longer reads them).
-func (f *File) homeWriteRuns(ws []*homeWrite, job *homeJob, tid uint32, blks []uint64, done func()) {
-	v, m := f.v, f.v.jm
-	go func() {
-		if !job.claim() {
-			for _, w := range ws {
-				<-w.written // a flush claimed the writes
-			}
-		}
-		var failed error
-		for _, w := range ws {
-			if w.err != nil {
-				failed = w.err
-				break
 			}
 		}
 		if failed != nil {
@@ -283,6 +231,10 @@ func (f *File) homeWriteRuns(ws []*homeWrite, job *homeJob, tid uint32, blks []u
 			m.mu.Lock()
 			m.setFailedLocked(failed)
 			m.mu.Unlock()
+		}
+		for _, w := range ws {
+			w.err = failed
+			close(w.written)
 		}
 		if failed == nil && m.j.MarkHome(tid, blks) {
 			done() // the journal no longer reads runData
