@@ -711,12 +711,6 @@ func (v *Volume) startJournal() error {
 	cfg.CommitInterval = 0 // jbd2's 5 s
 	if v.home.h != nil {
 		cfg.Dev = (&homeDev{inner: v.home.inner, h: v.home.h, journal: true}).wrap()
-		// While a journalled page's write in place is pending, the
-		// goroutine likely ready to run is the one that writes it
-		// (homeWriteRuns), spawned by the previous atomic write: a lone
-		// Sync does not yield to it (journal.Config.Yield).
-		h := v.home.h
-		cfg.Yield = h.idle
 	}
 	j, err := journal.Open(cfg)
 	if err != nil {

@@ -42,13 +42,6 @@ type Config struct {
 	MinBatchTime, MaxBatchTime time.Duration
 	// Now supplies commit timestamps; nil means time.Now.
 	Now func() time.Time
-	// Yield, when set, tells a lone Sync whether to yield the processor
-	// before committing on its own goroutine (see SyncFlushed); nil means
-	// always. The caller returns false when the goroutines likely ready
-	// to run are its own that will block in a system call at once (a
-	// background write), which would hold the processor while the commit
-	// waits for it, and will not Sync.
-	Yield func() bool
 	// FastCommit, when set, is called by Recover on a journal with the
 	// fast_commit feature, after the log's blocks are written home and
 	// before the journal superblock is emptied (as jbd2 calls
@@ -78,7 +71,6 @@ type Journal struct {
 	minBatch   time.Duration // Config.MinBatchTime
 	maxBatch   time.Duration // Config.MaxBatchTime; negative: no batching
 	before     func(uint32) error
-	yield      func() bool // Config.Yield
 	now        func() time.Time
 
 	cpMu sync.Mutex // serializes checkpoints
@@ -162,7 +154,7 @@ func Open(cfg Config) (*Journal, error) {
 		return nil, fmt.Errorf("journal: bad config (block size %d, %d blocks): %w", cfg.BlockSize, cfg.Blocks, ErrInvalid)
 	}
 	j := &Journal{dev: cfg.Dev, fsdev: cfg.FSDev, bmap: cfg.Map, bs: cfg.BlockSize,
-		interval: cfg.CommitInterval, before: cfg.BeforeCommit, yield: cfg.Yield, now: cfg.Now,
+		interval: cfg.CommitInterval, before: cfg.BeforeCommit, now: cfg.Now,
 		minBatch: max(cfg.MinBatchTime, 0), maxBatch: cfg.MaxBatchTime}
 	if j.maxBatch == 0 {
 		j.maxBatch = 15 * time.Millisecond
@@ -577,13 +569,8 @@ func (j *Journal) SyncFlushed(ctx context.Context) (flushed bool, err error) {
 			// they would while this one waited for the commit goroutine:
 			// one that Syncs meanwhile shows that Syncs run alongside
 			// each other (grouping), where a commit in memory would
-			// otherwise end before any of them runs. Not when Config.Yield
-			// says the goroutines ready are background writes: the first
-			// would take the processor into its system call, and the
-			// commit would wait for the scheduler to take it back.
-			if j.yield == nil || j.yield() {
-				gosched()
-			}
+			// otherwise end before any of them runs.
+			runtime.Gosched()
 			j.commitRunning()
 			j.commitMu.Unlock()
 			j.kickCheckpoint()
@@ -603,9 +590,6 @@ func (j *Journal) SyncFlushed(ctx context.Context) (flushed bool, err error) {
 	j.mu.Unlock()
 	return flushed && err == nil, err
 }
-
-// gosched is runtime.Gosched (a variable for the tests).
-var gosched = runtime.Gosched
 
 // batchMemory is how long Syncs running alongside each other keep Sync
 // batching, and how long the most seen at once counts as the group size.
