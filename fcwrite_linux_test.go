@@ -89,27 +89,34 @@ func fcWorkload(t *testing.T, v *ext4io.Volume, rng *rand.Rand) map[string][]byt
 }
 
 func TestFastCommitWriteCrash(t *testing.T) {
-	const size = 64 << 20
-	base := memdev.New(size)
+	crashImg, want := fcWorkloadCrash(t, memdev.New(64<<20), 2, "most fsyncs fast-commit")
+	fcCheckCrashImage(t, t.TempDir(), crashImg, want)
+}
+
+// fcWorkloadCrash formats base with fast commits, runs fcWorkload (seed
+// seq) on it, requires at least 25 fast commits (msg says why) and
+// returns the crash image of what the flushes covered, with the files'
+// expected contents. EXT4IO_FC_KEEP names a directory to keep the image
+// in.
+func fcWorkloadCrash(t *testing.T, base *memdev.Device, seq uint64, msg string) (string, map[string][]byte) {
+	t.Helper()
 	require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{FastCommit: true, NoDiscard: true}))
 	crash, err := errordev.NewCrashable(base)
 	require.NoError(t, err)
 	v, err := ext4io.Open(crash, ext4io.Options{Writable: true})
 	require.NoError(t, err)
-	want := fcWorkload(t, v, rand.New(rand.NewPCG(33, 2)))
+	want := fcWorkload(t, v, rand.New(rand.NewPCG(33, seq)))
 	c := v.Counters()
 	t.Logf("fast commits %d, fallbacks %d, journal commits %d", c.FastCommits, c.FastCommitFallbacks, c.JournalCommits)
-	assert.GreaterOrEqual(t, c.FastCommits, uint64(25), "most fsyncs fast-commit")
+	assert.GreaterOrEqual(t, c.FastCommits, uint64(25), msg)
 	img, err := crash.Crash(errordev.CrashOptions{}) // only what the flushes covered
 	require.NoError(t, err)
 	require.NoError(t, v.Close())
-
-	dir := t.TempDir()
 	crashImg := ext4iotest.ImageOf(t, img)
 	if keep := os.Getenv("EXT4IO_FC_KEEP"); keep != "" {
 		fcCopyFile(t, crashImg, filepath.Join(keep, t.Name()+".img"))
 	}
-	fcCheckCrashImage(t, dir, crashImg, want)
+	return crashImg, want
 }
 
 // TestFastCommitOverStaleInodeSlots: on a device that held other bytes
@@ -130,22 +137,7 @@ func TestFastCommitOverStaleInodeSlots(t *testing.T) {
 		_, err := base.WriteAt(fill, off)
 		require.NoError(t, err)
 	}
-	require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{FastCommit: true, NoDiscard: true}))
-	crash, err := errordev.NewCrashable(base)
-	require.NoError(t, err)
-	v, err := ext4io.Open(crash, ext4io.Options{Writable: true})
-	require.NoError(t, err)
-	want := fcWorkload(t, v, rand.New(rand.NewPCG(33, 3)))
-	c := v.Counters()
-	t.Logf("fast commits %d, fallbacks %d, journal commits %d", c.FastCommits, c.FastCommitFallbacks, c.JournalCommits)
-	assert.GreaterOrEqual(t, c.FastCommits, uint64(25), "creates over stale inode slots fast-commit")
-	img, err := crash.Crash(errordev.CrashOptions{})
-	require.NoError(t, err)
-	require.NoError(t, v.Close())
-	crashImg := ext4iotest.ImageOf(t, img)
-	if keep := os.Getenv("EXT4IO_FC_KEEP"); keep != "" {
-		fcCopyFile(t, crashImg, filepath.Join(keep, t.Name()+".img"))
-	}
+	crashImg, want := fcWorkloadCrash(t, base, 3, "creates over stale inode slots fast-commit")
 	fcCheckCrashImage(t, t.TempDir(), crashImg, want)
 	for _, ro := range []bool{true, false} {
 		w := filepath.Join(t.TempDir(), "x.img")
