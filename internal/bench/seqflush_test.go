@@ -81,30 +81,11 @@ func (d *flushLog) Flush() error {
 // Reset flushes).
 func TestBenchSeqWriteFlushesOwnWrites(t *testing.T) {
 	const size = 128 << 20
-	ws, err := selectWorkloads([]string{"seqwrite-1m"})
-	require.NoError(t, err)
-	// Several passes on each side, or the bounds below say nothing: a
-	// slow machine (-race under load) gets a longer phase.
 	var dev *flushLog
-	var r *benchRun
-	var res WorkloadResult
-	for runtime := 400 * time.Millisecond; ; runtime *= 2 {
-		c := &config{Config: Config{Backend: "memory", Runtime: runtime, BlockSize: 4096, Seed: 1, Repeat: 1}}
-		mem := memdev.New(size)
-		defer mem.Close()
-		region := regionFor(size)
-		dev = &flushLog{Device: mem, split: size - region}
-		r = newBenchRun(c, dev, size, region, mustPlan(t, size, c.BlockSize))
-		defer r.closeEngine()
-		res, err = r.runWorkload(context.Background(), ws[0])
-		require.NoError(t, err)
-		if res.Engine.Wraps >= 2 && res.Raw.Wraps >= 2 || runtime >= 8*time.Second {
-			break
-		}
-		t.Logf("runtime %v: wraps %d/%d, trying a longer phase", runtime, res.Engine.Wraps, res.Raw.Wraps)
-	}
-	require.GreaterOrEqual(t, res.Engine.Wraps, int64(2), "engine passes")
-	require.GreaterOrEqual(t, res.Raw.Wraps, int64(2), "raw passes")
+	res, r := runSeqWraps(t, size, 400*time.Millisecond, func(mem blockdev.Device) blockdev.Device {
+		dev = &flushLog{Device: mem, split: size - regionFor(size)}
+		return dev
+	})
 
 	dev.mu.Lock()
 	defer dev.mu.Unlock()
@@ -138,24 +119,9 @@ func TestBenchSeqWriteWrapTime(t *testing.T) {
 		size  = 128 << 20
 		delay = 20 * time.Millisecond
 	)
-	ws, err := selectWorkloads([]string{"seqwrite-1m"})
-	require.NoError(t, err)
-	var res WorkloadResult
-	for runtime := 600 * time.Millisecond; ; runtime *= 2 {
-		c := &config{Config: Config{Backend: "memory", Runtime: runtime, BlockSize: 4096, Seed: 1, Repeat: 1}}
-		mem := memdev.New(size)
-		defer mem.Close()
-		r := newBenchRun(c, &slowFlush{Device: mem, delay: delay}, size, regionFor(size), mustPlan(t, size, c.BlockSize))
-		defer r.closeEngine()
-		res, err = r.runWorkload(context.Background(), ws[0])
-		require.NoError(t, err)
-		if res.Engine.Wraps >= 2 && res.Raw.Wraps >= 2 || runtime >= 8*time.Second {
-			break
-		}
-		t.Logf("runtime %v: wraps %d/%d, trying a longer phase", runtime, res.Engine.Wraps, res.Raw.Wraps)
-	}
-	require.GreaterOrEqual(t, res.Engine.Wraps, int64(2), "engine passes")
-	require.GreaterOrEqual(t, res.Raw.Wraps, int64(2), "raw passes")
+	res, _ := runSeqWraps(t, size, 600*time.Millisecond, func(mem blockdev.Device) blockdev.Device {
+		return &slowFlush{Device: mem, delay: delay}
+	})
 	t.Logf("wraps %d/%d in %.1f/%.1f ms of %.2f/%.2f s", res.Engine.Wraps, res.Raw.Wraps,
 		res.Engine.WrapSeconds*1e3, res.Raw.WrapSeconds*1e3, res.Engine.Seconds, res.Raw.Seconds)
 	for _, s := range []struct {
@@ -168,4 +134,34 @@ func TestBenchSeqWriteWrapTime(t *testing.T) {
 	var b strings.Builder
 	(&Report{Workloads: []WorkloadResult{res}}).WriteText(&b)
 	assert.Regexp(t, `wraps \d+/\d+ in [0-9.]+/[0-9.]+ ms`, b.String())
+}
+
+// runSeqWraps runs seqwrite-1m on a memory device of size bytes, wrapped
+// by wrap (called again for each try), with phases doubled from runtime
+// until each side has started its file over at least twice: a slow
+// machine (-race under load) gets a longer phase, or the bounds the
+// callers check say nothing.
+func runSeqWraps(t *testing.T, size int64, runtime time.Duration, wrap func(blockdev.Device) blockdev.Device) (WorkloadResult, *benchRun) {
+	t.Helper()
+	ws, err := selectWorkloads([]string{"seqwrite-1m"})
+	require.NoError(t, err)
+	var r *benchRun
+	var res WorkloadResult
+	for ; ; runtime *= 2 {
+		c := &config{Config: Config{Backend: "memory", Runtime: runtime, BlockSize: 4096, Seed: 1, Repeat: 1}}
+		mem := memdev.New(size)
+		t.Cleanup(func() { mem.Close() })
+		run := newBenchRun(c, wrap(mem), size, regionFor(size), mustPlan(t, size, c.BlockSize))
+		t.Cleanup(func() { run.closeEngine() })
+		r = run
+		res, err = r.runWorkload(context.Background(), ws[0])
+		require.NoError(t, err)
+		if res.Engine.Wraps >= 2 && res.Raw.Wraps >= 2 || runtime >= 8*time.Second {
+			break
+		}
+		t.Logf("runtime %v: wraps %d/%d, trying a longer phase", runtime, res.Engine.Wraps, res.Raw.Wraps)
+	}
+	require.GreaterOrEqual(t, res.Engine.Wraps, int64(2), "engine passes")
+	require.GreaterOrEqual(t, res.Raw.Wraps, int64(2), "raw passes")
+	return res, r
 }
