@@ -884,6 +884,14 @@ func (v *Volume) fcInodeTags(fc *fcState, w *fcBuilder, ino uint32, creat bool) 
 		if logged == nil || !bytes.Equal(logged[n:], raw[n:]) && (fcIbodyXattrs(logged, n) || fcIbodyXattrs(raw, n)) {
 			return "created inode over a freed inode's xattr area", nil
 		}
+		// The replays keep the on-disk i_block too when it has the
+		// extent magic, and the range tags then unmap what that tree
+		// maps: an old filesystem's inode (a reused disk) or a freed
+		// inode whose extents were left names blocks other files may
+		// hold now, which the replays would mark free.
+		if fcStaleExtents(logged) {
+			return "created inode over a stale extent tree", nil
+		}
 	}
 	inodeTag := layout.EncodeFCInode(layout.FCInode{Ino: ino, Raw: raw[:n]})
 	if creat {
@@ -937,6 +945,21 @@ func fcIbodyXattrs(raw []byte, n int) bool {
 		return n < len(raw)
 	}
 	return n+4 <= len(raw) && binary.LittleEndian.Uint32(raw[n:]) == layout.XattrMagic
+}
+
+// fcStaleExtents reports whether the on-disk inode raw has an i_block
+// that the replays of an INODE tag keep and read as an extent tree mapping
+// blocks or pointing to tree blocks: the extent magic (without it they
+// give the inode an empty root, as
+// Linux's ext4_fc_replay_inode, e2fsck's ext4_fc_replay_fixup_iblocks and
+// layout.FCMergeInode do) and any other header than an empty root's.
+func fcStaleExtents(raw []byte) bool {
+	const iblock = 0x28 // i_block
+	h := extent.DecodeHeader(raw[iblock:])
+	if h.Magic != extent.Magic {
+		return false
+	}
+	return h.Entries != 0 || h.Depth != 0 || h.Max != extent.RootMax
 }
 
 // fcResized reports whether size, the i_size of regular file ino's INODE
