@@ -886,10 +886,13 @@ func (v *Volume) fcInodeTags(fc *fcState, w *fcBuilder, ino uint32, creat bool) 
 		}
 		// The replays keep the on-disk i_block too when it has the
 		// extent magic, and the range tags then unmap what that tree
-		// maps: an old filesystem's inode (a reused disk) or a freed
-		// inode whose extents were left names blocks other files may
-		// hold now, which the replays would mark free.
-		if fcStaleExtents(logged) {
+		// maps and free its blocks. The tree of a file the last full
+		// commit held and that was unlinked since maps its own blocks,
+		// which no other file gets before the next full commit
+		// (alloc.FreeDeferred); any other (an old filesystem's inode
+		// on a reused disk, extents a freed inode kept) may map
+		// blocks other files hold now.
+		if fcStaleExtents(logged) && !fc.unlinkedSinceCommit(ino) {
 			return "created inode over a stale extent tree", nil
 		}
 	}
@@ -945,6 +948,23 @@ func fcIbodyXattrs(raw []byte, n int) bool {
 		return n < len(raw)
 	}
 	return n+4 <= len(raw) && binary.LittleEndian.Uint32(raw[n:]) == layout.XattrMagic
+}
+
+// unlinkedSinceCommit reports whether inode ino is a file the last full
+// commit held and that was unlinked since: an UNLINK of it since that
+// commit and no CREAT of it in the entry changes before its first other
+// one in this fast commit. (A CREAT in an earlier fast commit passed the
+// checks of fcInodeTags against the same logged copy.)
+func (fc *fcState) unlinkedSinceCommit(ino uint32) bool {
+	if !fc.unlinked[ino] {
+		return false
+	}
+	for _, d := range fc.dentries {
+		if d.ino == ino {
+			return d.tag != layout.FCTagCreat
+		}
+	}
+	return true
 }
 
 // fcStaleExtents reports whether the on-disk inode raw has an i_block
