@@ -95,6 +95,9 @@ type fcState struct {
 	tid uint32
 	// unlinked holds the inodes unlinked since the last full commit.
 	unlinked map[uint32]bool
+	// firstTag holds the tag of each inode's first entry change since
+	// the last full commit.
+	firstTag map[uint32]uint16
 	// sizes holds the i_size of each regular file's INODE tag in the
 	// fast commits built since the last full commit: a later tag that
 	// changes it needs the data written for the change durable first
@@ -135,7 +138,7 @@ func (v *Volume) startFastCommit() error {
 	if err := v.jm.j.ClearFastCommitArea(); err != nil {
 		return fmt.Errorf("ext4io: clearing the fast-commit area: %w", err)
 	}
-	v.fc = &fcState{inodes: map[uint32]*fcIno{}, unlinked: map[uint32]bool{}, sizes: map[uint32]uint64{}}
+	v.fc = &fcState{inodes: map[uint32]*fcIno{}, unlinked: map[uint32]bool{}, firstTag: map[uint32]uint16{}, sizes: map[uint32]uint64{}}
 	return nil
 }
 
@@ -231,6 +234,9 @@ func (v *Volume) fcDentry(tag uint16, parent, ino uint32, name string) {
 	if tag == layout.FCTagUnlink {
 		fc.unlinked[ino] = true
 	}
+	if _, ok := fc.firstTag[ino]; !ok {
+		fc.firstTag[ino] = tag
+	}
 	fc.mu.Unlock()
 }
 
@@ -247,6 +253,7 @@ func (v *Volume) fcFullCommit() {
 	fc.ineligible, fc.dentries, fc.dirWrites, fc.off = "", nil, 0, 0
 	clear(fc.inodes)
 	clear(fc.unlinked)
+	clear(fc.firstTag)
 	clear(fc.sizes)
 	fc.mu.Unlock()
 }
@@ -952,19 +959,11 @@ func fcIbodyXattrs(raw []byte, n int) bool {
 
 // unlinkedSinceCommit reports whether inode ino is a file the last full
 // commit held and that was unlinked since: an UNLINK of it since that
-// commit and no CREAT of it in the entry changes before its first other
-// one in this fast commit. (A CREAT in an earlier fast commit passed the
-// checks of fcInodeTags against the same logged copy.)
+// commit, and its first entry change since then no CREAT (a number
+// created and unlinked since holds what the commit left in the slot).
 func (fc *fcState) unlinkedSinceCommit(ino uint32) bool {
-	if !fc.unlinked[ino] {
-		return false
-	}
-	for _, d := range fc.dentries {
-		if d.ino == ino {
-			return d.tag != layout.FCTagCreat
-		}
-	}
-	return true
+	tag, ok := fc.firstTag[ino]
+	return fc.unlinked[ino] && ok && tag != layout.FCTagCreat
 }
 
 // fcStaleExtents reports whether the on-disk inode raw has an i_block
