@@ -967,11 +967,11 @@ func (fc *fcState) unlinkedSinceCommit(ino uint32) bool {
 }
 
 // fcStaleExtents reports whether the on-disk inode raw has an i_block
-// that the replays of an INODE tag keep and read as an extent tree mapping
-// blocks or pointing to tree blocks: the extent magic (without it they
-// give the inode an empty root, as
-// Linux's ext4_fc_replay_inode, e2fsck's ext4_fc_replay_fixup_iblocks and
-// layout.FCMergeInode do) and any other header than an empty root's.
+// that the replays of an INODE tag keep and read as an extent tree that
+// maps blocks or points to tree blocks: the extent magic and another
+// header than an empty root's. Without the magic the replays (Linux's
+// ext4_fc_replay_inode, e2fsck's ext4_fc_replay_fixup_iblocks,
+// layout.FCMergeInode) give the inode an empty root.
 func fcStaleExtents(raw []byte) bool {
 	const iblock = 0x28 // i_block
 	h := extent.DecodeHeader(raw[iblock:])
