@@ -95,6 +95,9 @@ type fcState struct {
 	tid uint32
 	// unlinked holds the inodes unlinked since the last full commit.
 	unlinked map[uint32]bool
+	// firstTag holds the tag of each inode's first entry change since
+	// the last full commit.
+	firstTag map[uint32]uint16
 	// sizes holds the i_size of each regular file's INODE tag in the
 	// fast commits built since the last full commit: a later tag that
 	// changes it needs the data written for the change durable first
@@ -135,7 +138,7 @@ func (v *Volume) startFastCommit() error {
 	if err := v.jm.j.ClearFastCommitArea(); err != nil {
 		return fmt.Errorf("ext4io: clearing the fast-commit area: %w", err)
 	}
-	v.fc = &fcState{inodes: map[uint32]*fcIno{}, unlinked: map[uint32]bool{}, sizes: map[uint32]uint64{}}
+	v.fc = &fcState{inodes: map[uint32]*fcIno{}, unlinked: map[uint32]bool{}, firstTag: map[uint32]uint16{}, sizes: map[uint32]uint64{}}
 	return nil
 }
 
@@ -231,6 +234,9 @@ func (v *Volume) fcDentry(tag uint16, parent, ino uint32, name string) {
 	if tag == layout.FCTagUnlink {
 		fc.unlinked[ino] = true
 	}
+	if _, ok := fc.firstTag[ino]; !ok {
+		fc.firstTag[ino] = tag
+	}
 	fc.mu.Unlock()
 }
 
@@ -247,6 +253,7 @@ func (v *Volume) fcFullCommit() {
 	fc.ineligible, fc.dentries, fc.dirWrites, fc.off = "", nil, 0, 0
 	clear(fc.inodes)
 	clear(fc.unlinked)
+	clear(fc.firstTag)
 	clear(fc.sizes)
 	fc.mu.Unlock()
 }
@@ -884,6 +891,17 @@ func (v *Volume) fcInodeTags(fc *fcState, w *fcBuilder, ino uint32, creat bool) 
 		if logged == nil || !bytes.Equal(logged[n:], raw[n:]) && (fcIbodyXattrs(logged, n) || fcIbodyXattrs(raw, n)) {
 			return "created inode over a freed inode's xattr area", nil
 		}
+		// The replays keep the on-disk i_block too when it has the
+		// extent magic, and the range tags then unmap what that tree
+		// maps and free its blocks. The tree of a file the last full
+		// commit held and that was unlinked since maps its own blocks,
+		// which no other file gets before the next full commit
+		// (alloc.FreeDeferred); any other (an old filesystem's inode
+		// on a reused disk, extents a freed inode kept) may map
+		// blocks other files hold now.
+		if fcStaleExtents(logged) && !fc.unlinkedSinceCommit(ino) {
+			return "created inode over a stale extent tree", nil
+		}
 	}
 	inodeTag := layout.EncodeFCInode(layout.FCInode{Ino: ino, Raw: raw[:n]})
 	if creat {
@@ -937,6 +955,30 @@ func fcIbodyXattrs(raw []byte, n int) bool {
 		return n < len(raw)
 	}
 	return n+4 <= len(raw) && binary.LittleEndian.Uint32(raw[n:]) == layout.XattrMagic
+}
+
+// unlinkedSinceCommit reports whether inode ino is a file the last full
+// commit held and that was unlinked since: an UNLINK of it since that
+// commit, and its first entry change since then no CREAT (a number
+// created and unlinked since holds what the commit left in the slot).
+func (fc *fcState) unlinkedSinceCommit(ino uint32) bool {
+	tag, ok := fc.firstTag[ino]
+	return fc.unlinked[ino] && ok && tag != layout.FCTagCreat
+}
+
+// fcStaleExtents reports whether the on-disk inode raw has an i_block
+// that the replays of an INODE tag keep and read as an extent tree that
+// maps blocks or points to tree blocks: the extent magic and another
+// header than an empty root's. Without the magic the replays (Linux's
+// ext4_fc_replay_inode, e2fsck's ext4_fc_replay_fixup_iblocks,
+// layout.FCMergeInode) give the inode an empty root.
+func fcStaleExtents(raw []byte) bool {
+	const iblock = 0x28 // i_block
+	h := extent.DecodeHeader(raw[iblock:])
+	if h.Magic != extent.Magic {
+		return false
+	}
+	return h.Entries != 0 || h.Depth != 0 || h.Max != extent.RootMax
 }
 
 // fcResized reports whether size, the i_size of regular file ino's INODE
