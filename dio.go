@@ -71,6 +71,11 @@ type dioOps struct {
 
 func (o *dioOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, error) {
 	f, n := o.f, o.f.n
+	if !f.isOpen() {
+		// The caller's LockIO checked; a caller without it, after Close,
+		// gets the error rather than a mapping of a closed file.
+		return iomap.Mapping{}, f.openError("map")
+	}
 	bs, sh := int64(f.v.bs), f.v.bshift
 	lblk := uint64(off) >> sh // offsets are not negative (checkDio)
 	endBlk := uint64(off+length+bs-1) >> sh
@@ -169,8 +174,8 @@ func (o *dioOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, err
 // report.
 func (o *dioOps) MapOverwrite(off, length int64, flags iomap.Flags) (int64, bool) {
 	f := o.f
-	if flags&(iomap.Direct|iomap.Report) == 0 || length <= 0 {
-		return 0, false
+	if flags&(iomap.Direct|iomap.Report) == 0 || length <= 0 || !f.isOpen() {
+		return 0, false // Begin serves or refuses it
 	}
 	bs, sh := int64(f.v.bs), f.v.bshift
 	lblk := uint64(off) >> sh
