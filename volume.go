@@ -359,7 +359,8 @@ type Volume struct {
 // dev with blockdev.Claim, before it writes anything, and holds the claim
 // until Close. It fails at once with an error wrapping ErrBusy when
 // another writable Volume of this process holds dev (or, for the OS
-// backends, the same file), when another process holds the image (flock;
+// backends, the same file, also under a wrapper with an Unwrap method as
+// blockdev.Claim describes), when another process holds the image (flock;
 // O_EXCL for block devices) or when Linux has it mounted (the message
 // names the mount point). Read-only opens take no claim and work beside
 // a writer.
