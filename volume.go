@@ -347,6 +347,10 @@ type Volume struct {
 	convResv convResv
 
 	disc discardState // Options.Discard and Trim (discard.go)
+	// trimMu is held shared by each Trim and taken once by Close after
+	// it set closed, so that Close waits out the Trims in flight, which
+	// stop at their next discard once closed is set.
+	trimMu sync.RWMutex
 
 	closed atomic.Bool
 }
@@ -804,6 +808,9 @@ func (v *Volume) Close() error {
 		v.txnGate.Unlock()
 		v.drainInodeWriters()
 		v.home.h.waitAll() // journalled pages written in place (homewrite.go)
+		v.trimMu.Lock()
+		//lint:ignore SA2001 a barrier: taking the lock waits out the Trims holding it
+		v.trimMu.Unlock()
 		err = v.unmount()
 	}
 	if merr := v.stopMMP(); err == nil {
