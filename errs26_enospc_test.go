@@ -239,3 +239,61 @@ func TestAtomicOverwriteAtENOSPC(t *testing.T) {
 	require.Equal(t, -1, firstDiff(want, got), "first difference")
 	require.NoError(t, v.Close())
 }
+
+// TestAtomicBatchAtENOSPC: a WriteAtomicBatch whose ranges need more
+// blocks than are left fails with ErrNoSpace and writes none of its
+// ranges, the blocks it took for the first are free again, and a batch
+// that fits then succeeds; after a reopen e2fsck is clean.
+func TestAtomicBatchAtENOSPC(t *testing.T) {
+	img := formatImage(t, 12<<20, ext4io.FormatOptions{ReservedPercent: -1})
+	v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
+	require.NoError(t, err)
+	f, err := v.OpenFile("db", os.O_RDWR|os.O_CREATE|ext4io.O_DIRECT, 0o644)
+	require.NoError(t, err)
+	old := bytes.Repeat([]byte{0x11}, 256<<10)
+	_, err = f.WriteAt(old, 0)
+	require.NoError(t, err)
+	require.NoError(t, f.Sync())
+	filler, err := v.Create("fill")
+	require.NoError(t, err)
+	// Fill, then leave 24 blocks free.
+	var off int64
+	for ; ; off += 16 << 10 {
+		if err := filler.Fallocate(ext4io.FallocAllocate, off, 16<<10); err != nil {
+			require.ErrorIs(t, err, ext4io.ErrNoSpace)
+			break
+		}
+	}
+	require.NoError(t, filler.Fallocate(ext4io.FallocPunchHole|ext4io.FallocKeepSize, 0, 96<<10))
+	require.NoError(t, v.Sync())
+	st, err := v.Statfs()
+	require.NoError(t, err)
+	free := st.BlocksFree
+	t.Logf("%d blocks free", free)
+	page := bytes.Repeat([]byte{0x22}, 64<<10) // 16 blocks: remapped
+	batch := []ext4io.AtomicWrite{{Off: 0, Data: page}, {Off: 128 << 10, Data: page}}
+	_, err = f.WriteAtomicBatch(batch)
+	require.ErrorIs(t, err, ext4io.ErrNoSpace)
+	got := make([]byte, len(old))
+	_, err = f.ReadAt(got, 0)
+	require.NoError(t, err)
+	require.Equal(t, -1, firstDiff(old, got), "a batch that failed for space changed the file")
+	require.NoError(t, v.Sync())
+	st, err = v.Statfs()
+	require.NoError(t, err)
+	require.Equal(t, free, st.BlocksFree, "free blocks after the failed batch")
+	_, err = f.WriteAtomicBatch(batch[:1])
+	require.NoError(t, err, "a batch that fits")
+	require.NoError(t, f.Sync())
+	require.NoError(t, f.Close())
+	require.NoError(t, filler.Close())
+	require.NoError(t, v.Close())
+	e2fs.Fsck(t, img)
+	v, err = ext4io.OpenImage(img, ext4io.Options{})
+	require.NoError(t, err)
+	b, err := v.ReadFile("db")
+	require.NoError(t, err)
+	copy(old, page)
+	require.Equal(t, -1, firstDiff(old, b))
+	require.NoError(t, v.Close())
+}
