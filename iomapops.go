@@ -184,6 +184,9 @@ type IOLock struct {
 // file on a writable volume); reads may also use IomapOverwrite's shared
 // lock with either ops.
 func (f *File) LockIO(kind IomapKind, off, length int64) (*IOLock, error) {
+	if kind > IomapBuffered {
+		return nil, &fs.PathError{Op: "lock", Path: f.Name(), Err: fmt.Errorf("ext4io: iomap kind %d: %w", kind, ErrInvalid)}
+	}
 	l := &IOLock{f: f, kind: kind}
 	if kind == IomapReport {
 		return l, nil
