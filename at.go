@@ -23,6 +23,9 @@ import (
 // *fs.PathError.
 func (d *File) CreateAt(name string, perm fs.FileMode) (*File, error) {
 	full := d.childName(name)
+	if d == nil || d.v == nil || d.n == nil {
+		return nil, &fs.PathError{Op: "open", Path: full, Err: errNotOpen}
+	}
 	f, err := d.v.openTracked(func() (*File, error) { return d.createAt(name, perm) })
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: full, Err: err}
@@ -65,10 +68,10 @@ func (d *File) MkdirAt(name string, perm fs.FileMode) (*File, error) {
 }
 
 func (d *File) mkdirAt(name string, perm fs.FileMode) (*File, error) {
-	v := d.v
 	if err := d.dirAt(name); err != nil {
 		return nil, err
 	}
+	v := d.v
 	v.fcIneligible("mkdir") // fast commits cannot express it (fcwrite.go)
 	var f *File
 	err := v.op(func() error {

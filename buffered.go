@@ -65,6 +65,12 @@ func (o *bufOps) key() iomap.Key { return iomap.Key(o.n.ino) }
 // reserving blocks for holes) and write-back (Writeback, allocating
 // Delayed ranges).
 func (o *bufOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, error) {
+	if o.n.cstate.Load() == inoForgotten {
+		// Ops handed out (File.BufferedOps) and driven after the inode
+		// was freed or dropped: its number, and with it the page-cache
+		// key, may belong to another inode now.
+		return iomap.Mapping{}, fmt.Errorf("ext4io: inode %d: buffered I/O through the ops of a file closed since: %w", o.n.ino, ErrClosed)
+	}
 	f := o.f
 	bs := int64(o.v.bs)
 	lblk := uint64(off / bs)

@@ -1,10 +1,12 @@
 package ext4io_test
 
 import (
+	"context"
 	"errors"
 	"io"
 	"io/fs"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,26 +21,49 @@ import (
 var fileCalls = []struct {
 	name string
 	op   string // the *fs.PathError's Op
+	path string // the *fs.PathError's Path when not "f"
 	call func(f *ext4io.File) error
 }{
-	{"ReadAt", "read", func(f *ext4io.File) error { _, err := f.ReadAt(make([]byte, 8), 0); return err }},
-	{"Read", "read", func(f *ext4io.File) error { _, err := f.Read(make([]byte, 8)); return err }},
-	{"WriteAt", "write", func(f *ext4io.File) error { _, err := f.WriteAt([]byte("late"), 0); return err }},
-	{"Truncate", "truncate", func(f *ext4io.File) error { return f.Truncate(4096) }},
-	{"Fallocate", "fallocate", func(f *ext4io.File) error { return f.Fallocate(ext4io.FallocAllocate, 0, 4096) }},
-	{"Sync", "sync", func(f *ext4io.File) error { return f.Sync() }},
-	{"Datasync", "sync", func(f *ext4io.File) error { return f.Datasync() }},
-	{"Seek", "seek", func(f *ext4io.File) error { _, err := f.Seek(0, io.SeekStart); return err }},
-	{"SeekData", "seek", func(f *ext4io.File) error { _, err := f.SeekData(0); return err }},
-	{"SeekHole", "seek", func(f *ext4io.File) error { _, err := f.SeekHole(0); return err }},
-	{"Stat", "stat", func(f *ext4io.File) error { _, err := f.Stat(); return err }},
-	{"Extents", "extents", func(f *ext4io.File) error { _, err := f.Extents(); return err }},
-	{"Fiemap", "fiemap", func(f *ext4io.File) error {
+	{"ReadAt", "read", "", func(f *ext4io.File) error { _, err := f.ReadAt(make([]byte, 8), 0); return err }},
+	{"Read", "read", "", func(f *ext4io.File) error { _, err := f.Read(make([]byte, 8)); return err }},
+	{"WriteAt", "write", "", func(f *ext4io.File) error { _, err := f.WriteAt([]byte("late"), 0); return err }},
+	{"Truncate", "truncate", "", func(f *ext4io.File) error { return f.Truncate(4096) }},
+	{"Fallocate", "fallocate", "", func(f *ext4io.File) error { return f.Fallocate(ext4io.FallocAllocate, 0, 4096) }},
+	{"Sync", "sync", "", func(f *ext4io.File) error { return f.Sync() }},
+	{"Datasync", "sync", "", func(f *ext4io.File) error { return f.Datasync() }},
+	{"Seek", "seek", "", func(f *ext4io.File) error { _, err := f.Seek(0, io.SeekStart); return err }},
+	{"SeekData", "seek", "", func(f *ext4io.File) error { _, err := f.SeekData(0); return err }},
+	{"SeekHole", "seek", "", func(f *ext4io.File) error { _, err := f.SeekHole(0); return err }},
+	{"Stat", "stat", "", func(f *ext4io.File) error { _, err := f.Stat(); return err }},
+	{"Extents", "extents", "", func(f *ext4io.File) error { _, err := f.Extents(); return err }},
+	{"Fiemap", "fiemap", "", func(f *ext4io.File) error {
 		return f.Fiemap(0, 4096, func(iomap.Extent) error { return nil })
 	}},
-	{"ReportOps", "map", func(f *ext4io.File) error { _, err := f.ReportOps().Begin(0, 4096, 0); return err }},
-	{"ReadDir", "readdir", func(f *ext4io.File) error { _, err := f.ReadDir(-1); return err }},
-	{"Close", "close", func(f *ext4io.File) error { return f.Close() }},
+	{"ReportOps", "map", "", func(f *ext4io.File) error { _, err := f.ReportOps().Begin(0, 4096, 0); return err }},
+	{"ReadDir", "readdir", "", func(f *ext4io.File) error { _, err := f.ReadDir(-1); return err }},
+	{"Write", "write", "", func(f *ext4io.File) error { _, err := f.Write([]byte("late")); return err }},
+	{"WriteString", "write", "", func(f *ext4io.File) error { _, err := f.WriteString("late"); return err }},
+	{"WriteAtomic", "atomic write", "", func(f *ext4io.File) error { _, err := f.WriteAtomic(make([]byte, 4096), 0); return err }},
+	{"WriteAtomicBatch", "atomic batch write", "", func(f *ext4io.File) error {
+		_, err := f.WriteAtomicBatch([]ext4io.AtomicWrite{{Off: 0, Data: make([]byte, 4096)}, {Off: 8192, Data: make([]byte, 4096)}})
+		return err
+	}},
+	{"ReadFrom", "write", "", func(f *ext4io.File) error { _, err := f.ReadFrom(strings.NewReader("late")); return err }},
+	{"WriteTo", "read", "", func(f *ext4io.File) error { _, err := f.WriteTo(io.Discard); return err }},
+	{"Chmod", "chmod", "", func(f *ext4io.File) error { return f.Chmod(0o600) }},
+	{"Chown", "chown", "", func(f *ext4io.File) error { return f.Chown(1, 1) }},
+	{"Chtimes", "chtimes", "", func(f *ext4io.File) error { return f.Chtimes(time.Now(), time.Now()) }},
+	{"Accessed", "atime", "", func(f *ext4io.File) error { return f.Accessed(time.Now()) }},
+	{"Getxattr", "getxattr", "", func(f *ext4io.File) error { _, err := f.Getxattr("user.a"); return err }},
+	{"Setxattr", "setxattr", "", func(f *ext4io.File) error { return f.Setxattr("user.a", []byte("v"), 0) }},
+	{"Listxattr", "listxattr", "", func(f *ext4io.File) error { _, err := f.Listxattr(); return err }},
+	{"Removexattr", "removexattr", "", func(f *ext4io.File) error { return f.Removexattr("user.a") }},
+	{"CreateAt", "open", "f/x", func(f *ext4io.File) error { _, err := f.CreateAt("x", 0o644); return err }},
+	{"MkdirAt", "mkdir", "f/y", func(f *ext4io.File) error { _, err := f.MkdirAt("y", 0o755); return err }},
+	{"LockIO", "lock", "", func(f *ext4io.File) error { _, err := f.LockIO(ext4io.IomapOverwrite, 0, 4096); return err }},
+	{"NormalOps", "map", "", func(f *ext4io.File) error { _, err := f.NormalOps().Begin(0, 4096, 0); return err }},
+	{"OverwriteOps", "map", "", func(f *ext4io.File) error { _, err := f.OverwriteOps().Begin(0, 4096, 0); return err }},
+	{"Close", "close", "", func(f *ext4io.File) error { return f.Close() }},
 }
 
 // volumeCalls calls every exported method of Volume that returns an error.
@@ -68,6 +93,27 @@ var volumeCalls = []struct {
 	{"Sync", func(v *ext4io.Volume) error { return v.Sync() }},
 	{"Journal", func(v *ext4io.Volume) error { _, err := v.Journal(); return err }},
 	{"Group", func(v *ext4io.Volume) error { _, err := v.Group(0); return err }},
+	{"Mknod", func(v *ext4io.Volume) error { return v.Mknod("n", fs.ModeNamedPipe|0o644, 0) }},
+	{"MkdirAll", func(v *ext4io.Volume) error { return v.MkdirAll("a/b", 0o755) }},
+	{"Remove", func(v *ext4io.Volume) error { return v.Remove("f") }},
+	{"RemoveAll", func(v *ext4io.Volume) error { return v.RemoveAll("f") }},
+	{"Rename2", func(v *ext4io.Volume) error { return v.Rename2("f", "r", ext4io.RENAME_NOREPLACE) }},
+	{"ReadFile", func(v *ext4io.Volume) error { _, err := v.ReadFile("f"); return err }},
+	{"WriteFile", func(v *ext4io.Volume) error { return v.WriteFile("w", []byte("x"), 0o644) }},
+	{"Truncate", func(v *ext4io.Volume) error { return v.Truncate("f", 0) }},
+	{"DirEntries", func(v *ext4io.Volume) error { _, err := v.DirEntries("/"); return err }},
+	{"Getxattr", func(v *ext4io.Volume) error { _, err := v.Getxattr("f", "user.a"); return err }},
+	{"Lgetxattr", func(v *ext4io.Volume) error { _, err := v.Lgetxattr("f", "user.a"); return err }},
+	{"Setxattr", func(v *ext4io.Volume) error { return v.Setxattr("f", "user.a", []byte("v"), 0) }},
+	{"Lsetxattr", func(v *ext4io.Volume) error { return v.Lsetxattr("f", "user.a", []byte("v"), 0) }},
+	{"Listxattr", func(v *ext4io.Volume) error { _, err := v.Listxattr("f"); return err }},
+	{"Llistxattr", func(v *ext4io.Volume) error { _, err := v.Llistxattr("f"); return err }},
+	{"Removexattr", func(v *ext4io.Volume) error { return v.Removexattr("f", "user.a") }},
+	{"Lremovexattr", func(v *ext4io.Volume) error { return v.Lremovexattr("f", "user.a") }},
+	{"Statfs", func(v *ext4io.Volume) error { _, err := v.Statfs(); return err }},
+	{"SyncContext", func(v *ext4io.Volume) error { return v.SyncContext(context.Background()) }},
+	{"Trim", func(v *ext4io.Volume) error { _, err := v.Trim(0, 1<<20, 0); return err }},
+	{"FileSystem.Open", func(v *ext4io.Volume) error { _, err := v.FileSystem().Open("f"); return err }},
 	{"FS.Open", func(v *ext4io.Volume) error { _, err := v.FS().Open("f"); return err }},
 	{"FS.Stat", func(v *ext4io.Volume) error { _, err := v.FS().Stat("f"); return err }},
 	{"FS.ReadDir", func(v *ext4io.Volume) error { _, err := v.FS().ReadDir("."); return err }},
@@ -97,8 +143,12 @@ func TestClosedFileRefusesEverything(t *testing.T) {
 				t.Fatalf("%s after Close: %v, want ErrClosed", tc.name, err)
 			}
 			var pe *fs.PathError
-			if !errors.As(err, &pe) || pe.Op != tc.op || pe.Path != "f" {
-				t.Errorf("%s after Close: %#v, want *fs.PathError{Op: %q, Path: \"f\"}", tc.name, err, tc.op)
+			path := tc.path
+			if path == "" {
+				path = "f"
+			}
+			if !errors.As(err, &pe) || pe.Op != tc.op || pe.Path != path {
+				t.Errorf("%s after Close: %#v, want *fs.PathError{Op: %q, Path: %q}", tc.name, err, tc.op, path)
 			}
 		})
 	}

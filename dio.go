@@ -3,6 +3,8 @@ package ext4io
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"math"
 	"slices"
 
 	"github.com/ext4io/ext4io/blockdev"
@@ -71,6 +73,17 @@ type dioOps struct {
 
 func (o *dioOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, error) {
 	f, n := o.f, o.f.n
+	if !f.isOpen() {
+		// The caller's LockIO checked; a caller without it, after Close,
+		// gets the error rather than a mapping of a closed file.
+		return iomap.Mapping{}, f.openError("map")
+	}
+	if off < 0 || length < 0 || off > math.MaxInt64-length {
+		// The iterators check their ranges (checkDio); a caller driving
+		// Begin itself gets the error rather than a mapping past any
+		// block a file can have.
+		return iomap.Mapping{}, &fs.PathError{Op: "map", Path: f.name, Err: fmt.Errorf("ext4io: range [%d, +%d): %w", off, length, ErrInvalid)}
+	}
 	bs, sh := int64(f.v.bs), f.v.bshift
 	lblk := uint64(off) >> sh // offsets are not negative (checkDio)
 	endBlk := uint64(off+length+bs-1) >> sh
@@ -169,8 +182,8 @@ func (o *dioOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, err
 // report.
 func (o *dioOps) MapOverwrite(off, length int64, flags iomap.Flags) (int64, bool) {
 	f := o.f
-	if flags&(iomap.Direct|iomap.Report) == 0 || length <= 0 {
-		return 0, false
+	if flags&(iomap.Direct|iomap.Report) == 0 || length <= 0 || off < 0 || off > math.MaxInt64-length || !f.isOpen() {
+		return 0, false // Begin serves or refuses it
 	}
 	bs, sh := int64(f.v.bs), f.v.bshift
 	lblk := uint64(off) >> sh

@@ -85,7 +85,7 @@ func (v *Volume) PageCache() *iomap.PageCache { return v.pc }
 // Direct requests (iomap.Direct) are the normal and overwrite ops' and
 // are not served here.
 func (f *File) BufferedOps() (iomap.Ops, iomap.Key) {
-	if f.n.bops == nil {
+	if f == nil || f.n == nil || f.n.bops == nil {
 		return nil, 0
 	}
 	f.n.noReadahead.Store(true) // writes through them bypass inode.dataGen
@@ -115,6 +115,9 @@ func (f *File) BufferedOps() (iomap.Ops, iomap.Key) {
 // fails with ErrUnsupported, for the file's page cache has ops of its own
 // (delayed allocation, write-back): File.BufferedOps.
 func (f *File) NormalOps() iomap.Ops {
+	if f == nil || f.n == nil {
+		return notOpenOps{}
+	}
 	f.n.noReadahead.Store(true) // writes through them bypass inode.dataGen
 	return &f.dio[0]
 }
@@ -135,8 +138,23 @@ func (f *File) NormalOps() iomap.Ops {
 // iomap.ErrNeedNormal after the bytes already done: the caller unlocks,
 // takes LockIO(IomapNormal, ...) and writes the rest with NormalOps.
 func (f *File) OverwriteOps() iomap.Ops {
+	if f == nil || f.n == nil {
+		return notOpenOps{}
+	}
 	f.n.noReadahead.Store(true) // writes through them bypass inode.dataGen
 	return &f.dio[1]
+}
+
+// notOpenOps are the normal and overwrite ops of a nil or zero File: every
+// call fails with ErrInvalid.
+type notOpenOps struct{}
+
+func (notOpenOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, error) {
+	return iomap.Mapping{}, &fs.PathError{Op: "map", Err: errNotOpen}
+}
+
+func (notOpenOps) End(off, length, written int64, flags iomap.Flags, m iomap.Mapping) error {
+	return nil
 }
 
 // EndIO is the ops' direct-write completion hook (iomap.Completer):
@@ -166,6 +184,9 @@ type IOLock struct {
 // file on a writable volume); reads may also use IomapOverwrite's shared
 // lock with either ops.
 func (f *File) LockIO(kind IomapKind, off, length int64) (*IOLock, error) {
+	if kind > IomapBuffered {
+		return nil, &fs.PathError{Op: "lock", Path: f.Name(), Err: fmt.Errorf("ext4io: iomap kind %d: %w", kind, ErrInvalid)}
+	}
 	l := &IOLock{f: f, kind: kind}
 	if kind == IomapReport {
 		return l, nil

@@ -1,7 +1,9 @@
 package ext4io
 
 import (
+	"fmt"
 	"io/fs"
+	"math"
 
 	"github.com/ext4io/ext4io/iomap"
 )
@@ -22,6 +24,9 @@ func (r reportOps) Begin(off, length int64, flags iomap.Flags) (iomap.Mapping, e
 	f := r.f
 	if err := f.checkOpen("map"); err != nil {
 		return iomap.Mapping{}, err
+	}
+	if off < 0 || length < 0 || off > math.MaxInt64-length {
+		return iomap.Mapping{}, &fs.PathError{Op: "map", Path: f.name, Err: fmt.Errorf("ext4io: range [%d, +%d): %w", off, length, ErrInvalid)}
 	}
 	f.n.mu.RLock()
 	defer f.n.mu.RUnlock()

@@ -24,9 +24,17 @@ import (
 //
 // A discard error stops Trim; it returns the bytes discarded before it
 // and the error, which wraps ErrUnsupported when the device cannot
-// discard. A read-only volume fails with ErrReadOnly. Trim must not run
-// concurrently with Close.
+// discard. A read-only volume fails with ErrReadOnly. A Trim running when
+// Close is called stops before its next discard with an error wrapping
+// ErrClosed, and Close waits for it.
 func (v *Volume) Trim(start, length, minLen int64) (int64, error) {
+	if err := v.checkOpen(); err != nil {
+		return 0, err
+	}
+	// Close waits for the Trim (trimMu), which stops at its next discard
+	// once Close has begun: none reaches the device after Close.
+	v.trimMu.RLock()
+	defer v.trimMu.RUnlock()
 	if err := v.checkOpen(); err != nil {
 		return 0, err
 	}
@@ -47,6 +55,9 @@ func (v *Volume) Trim(start, length, minLen int64) (int64, error) {
 		end = first + n
 	}
 	n, err := v.alloc.Trim(uint64(first), uint64(end), uint64(minLen/bs), func(s, n uint64) error {
+		if v.closed.Load() {
+			return ErrClosed
+		}
 		return v.dev.Discard(int64(s)*bs, int64(n)*bs)
 	})
 	trimmed := int64(n) * bs

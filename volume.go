@@ -353,6 +353,10 @@ type Volume struct {
 	convResv convResv
 
 	disc discardState // Options.Discard and Trim (discard.go)
+	// trimMu is held shared by each Trim and taken once by Close after
+	// it set closed, so that Close waits out the Trims in flight, which
+	// stop at their next discard once closed is set.
+	trimMu sync.RWMutex
 
 	closed atomic.Bool
 }
@@ -365,7 +369,8 @@ type Volume struct {
 // dev with blockdev.Claim, before it writes anything, and holds the claim
 // until Close. It fails at once with an error wrapping ErrBusy when
 // another writable Volume of this process holds dev (or, for the OS
-// backends, the same file), when another process holds the image (flock;
+// backends, the same file, also under a wrapper with an Unwrap method as
+// blockdev.Claim describes), when another process holds the image (flock;
 // O_EXCL for block devices) or when Linux has it mounted (the message
 // names the mount point). Read-only opens take no claim and work beside
 // a writer.
@@ -809,6 +814,9 @@ func (v *Volume) Close() error {
 		v.txnGate.Unlock()
 		v.drainInodeWriters()
 		v.home.h.waitAll() // journalled pages written in place (homewrite.go)
+		v.trimMu.Lock()
+		//lint:ignore SA2001 a barrier: taking the lock waits out the Trims holding it
+		v.trimMu.Unlock()
 		err = v.unmount()
 	}
 	if merr := v.stopMMP(); err == nil {

@@ -904,6 +904,9 @@ func (v *Volume) Lremovexattr(name, attr string) error {
 
 // fileXattrOp runs fn on f's inode as xattrOp does for a path.
 func (f *File) fileXattrOp(op string, write bool, fn func(n *inode) error) error {
+	if f == nil || f.v == nil || f.n == nil {
+		return &fs.PathError{Op: op, Err: errNotOpen}
+	}
 	v := f.v
 	err := v.checkOpen()
 	if err == nil && fileClosed(f) {

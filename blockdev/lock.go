@@ -46,15 +46,30 @@ var claims struct {
 //
 // ext4io.Open claims the device of every writable Volume, and
 // ext4io.Format the device it formats.
+//
+// A device that wraps another and says so with a method Unwrap() Device
+// (errordev.Device does) is claimed with every device under it, so that
+// the wrapped file is claimed as it would be alone.
 func Claim(dev Device) (release func(), err error) {
 	var keys []any
-	if t := reflect.TypeOf(dev); t != nil && t.Comparable() {
-		keys = append(keys, dev)
-	}
-	if f, ok := dev.(fileIDer); ok {
-		if id, ok := f.fileID(); ok {
-			keys = append(keys, id)
+	var l Locker
+	for d, depth := dev, 0; d != nil && depth < maxUnwrap; depth++ {
+		if t := reflect.TypeOf(d); t != nil && t.Comparable() {
+			keys = append(keys, d)
 		}
+		if f, ok := d.(fileIDer); ok {
+			if id, ok := f.fileID(); ok {
+				keys = append(keys, id)
+			}
+		}
+		if dl, ok := d.(Locker); ok && l == nil {
+			l = dl
+		}
+		u, ok := d.(interface{ Unwrap() Device })
+		if !ok {
+			break
+		}
+		d = u.Unwrap()
 	}
 	claims.mu.Lock()
 	for _, k := range keys {
@@ -77,7 +92,7 @@ func Claim(dev Device) (release func(), err error) {
 		}
 		claims.mu.Unlock()
 	}
-	l, ok := dev.(Locker)
+	ok := l != nil
 	if ok {
 		if err := l.Lock(); err != nil {
 			drop()
@@ -95,10 +110,21 @@ func Claim(dev Device) (release func(), err error) {
 	}, nil
 }
 
+// maxUnwrap bounds Claim's walk down Unwrap chains (a wrapper that
+// returns itself would loop).
+const maxUnwrap = 16
+
 // devName names dev for messages: its path for the OS backends.
 func devName(dev Device) string {
-	if d, ok := dev.(interface{ devPath() string }); ok {
-		return d.devPath()
+	for d, depth := dev, 0; d != nil && depth < maxUnwrap; depth++ {
+		if p, ok := d.(interface{ devPath() string }); ok {
+			return p.devPath()
+		}
+		u, ok := d.(interface{ Unwrap() Device })
+		if !ok {
+			break
+		}
+		d = u.Unwrap()
 	}
 	return fmt.Sprintf("%T device", dev)
 }

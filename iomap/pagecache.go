@@ -316,14 +316,18 @@ func (s *shard) lruFrontLocked(pg *page) {
 	h.next = pg
 }
 
-// fileLocked returns the file for key, creating it, and records ops.
+// fileLocked returns the file for key, creating it, and records ops as
+// its write-back ops if it has none: the first caller's until Forget or
+// ForgetUnused drops the file, so that a caller holding the ops of a file
+// deleted since (whose key a new file took) cannot make the new file's
+// pages go out through them.
 func (s *shard) fileLocked(key Key, ops Ops) *file {
 	f := s.mu.files[key]
 	if f == nil {
 		f = &file{key: key, s: s}
 		s.mu.files[key] = f
 	}
-	if ops != nil {
+	if ops != nil && f.ops == nil {
 		f.ops = ops
 	}
 	return f

@@ -102,10 +102,12 @@ func (j *Journal) replayFastCommits(info *RecoveryInfo) error {
 		return nil
 	}
 	blocks, err := j.FastCommitBlocks()
-	if err != nil && len(blocks) == 0 {
-		return err
+	if err != nil {
+		// jbd2's fc_do_one_pass stops at the first block it cannot read
+		// and fails the recovery: replaying the blocks before it and
+		// then emptying the log would lose the fast commits after it.
+		return fmt.Errorf("journal: fast-commit replay: %w", err)
 	}
-	// jbd2 stops at the first block it cannot read; so do we.
 	n, err := j.fcReplay(FastCommitArea{ExpectedTid: info.EndSeq, Blocks: blocks})
 	info.FastCommitTags = n
 	if err != nil {
