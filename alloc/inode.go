@@ -111,9 +111,24 @@ func (a *Allocator) allocInodeIn(gi uint64, dir bool) (uint32, error) {
 		old.Flags &^= layout.BgBlockUninit
 		old.BlockBitmapCsum = d.BlockBitmapCsum
 	}
-	if wasUninit && d.Flags&layout.BgInodeZeroed == 0 {
-		if err := a.io.ZeroOut(d.InodeTable, a.itb); err != nil {
-			return 0, fmt.Errorf("alloc: zeroing inode table of group %d: %w", gi, err)
+	// An inode table not zeroed yet (mkfs.ext4's lazy_itable_init) is
+	// zeroed from its first block past the used inodes, as the kernel's
+	// lazy init thread does (ext4_init_inode_table): a slot taken from
+	// there then holds no bytes of an earlier filesystem, which a fast
+	// commit's replay would keep past its INODE tag (an old extent tree
+	// that the range tags would free). The used inodes are those below
+	// bg_itable_unused's mark and any the bitmap holds past it (a replay
+	// that did not move the mark).
+	if a.csum && d.Flags&layout.BgInodeZeroed == 0 {
+		used := uint64(0)
+		if !wasUninit {
+			used = max(uint64(a.ipg-min(d.ItableUnused, a.ipg)), lastSet(g.mu.ibitmap, uint64(a.ipg)))
+		}
+		from := (used*uint64(a.sb.InodeSizeBytes()) + a.bs - 1) / a.bs
+		if from < a.itb {
+			if err := a.io.ZeroOut(d.InodeTable+from, a.itb-from); err != nil {
+				return 0, fmt.Errorf("alloc: zeroing inode table of group %d: %w", gi, err)
+			}
 		}
 		d.Flags |= layout.BgInodeZeroed
 	}
@@ -279,4 +294,15 @@ func (a *Allocator) writeInodeBitmapLocked(gi uint64) error {
 		d.InodeBitmapCsum = layout.InodeBitmapChecksum(a.sb, g.mu.ibitmap)
 	}
 	return a.writeDescLocked(gi)
+}
+
+// lastSet returns one past the last set bit of b's first n bits, 0 if
+// none is set.
+func lastSet(b []byte, n uint64) uint64 {
+	for i := min(n, uint64(len(b))*8); i > 0; i-- {
+		if b[(i-1)/8]&(1<<((i-1)%8)) != 0 {
+			return i
+		}
+	}
+	return 0
 }

@@ -26,7 +26,9 @@ type MetaIO interface {
 	Dirty(blk uint64, b []byte) error
 	// ZeroOut zeroes n blocks from blk directly on the device, outside
 	// any transaction (used for inode tables no metadata references yet,
-	// as the kernel's ext4_init_inode_table does).
+	// as the kernel's ext4_init_inode_table does), and makes the zeroes
+	// durable before it returns: a fast commit written later without a
+	// preflush relies on them.
 	ZeroOut(blk, n uint64) error
 }
 
@@ -90,6 +92,9 @@ func (d *DirectIO) Dirty(blk uint64, b []byte) error {
 func (d *DirectIO) ZeroOut(blk, n uint64) error {
 	if err := d.dev.ZeroOut(int64(blk)*int64(d.bs), int64(n)*int64(d.bs)); err != nil {
 		return fmt.Errorf("alloc: zero blocks %d+%d: %w", blk, n, err)
+	}
+	if err := d.dev.Flush(); err != nil {
+		return fmt.Errorf("alloc: zero blocks %d+%d: flush: %w", blk, n, err)
 	}
 	return nil
 }
