@@ -26,9 +26,10 @@ type MetaIO interface {
 	Dirty(blk uint64, b []byte) error
 	// ZeroOut zeroes n blocks from blk directly on the device, outside
 	// any transaction (used for inode tables no metadata references yet,
-	// as the kernel's ext4_init_inode_table does), and makes the zeroes
-	// durable before it returns: a fast commit written later without a
-	// preflush relies on them.
+	// as the kernel's ext4_init_inode_table does), leaving them written
+	// (allocated in an image file), and makes the zeroes durable before it
+	// returns: a fast commit written later without a preflush relies on
+	// them.
 	ZeroOut(blk, n uint64) error
 }
 
@@ -90,7 +91,11 @@ func (d *DirectIO) Dirty(blk uint64, b []byte) error {
 
 // ZeroOut implements MetaIO.
 func (d *DirectIO) ZeroOut(blk, n uint64) error {
-	if err := d.dev.ZeroOut(int64(blk)*int64(d.bs), int64(n)*int64(d.bs)); err != nil {
+	// Written zeroes, not the device's ZeroOut: in an image file that
+	// leaves the blocks unallocated or unwritten in the host file system,
+	// and each later write of an inode table block would allocate or
+	// convert it there.
+	if err := blockdev.WriteZeroes(d.dev, int64(blk)*int64(d.bs), int64(n)*int64(d.bs)); err != nil {
 		return fmt.Errorf("alloc: zero blocks %d+%d: %w", blk, n, err)
 	}
 	if err := d.dev.Flush(); err != nil {
