@@ -497,7 +497,11 @@ func atomicCrashSweep(t *testing.T, c atomicCrash) (ops int, checked int) {
 		t.Log("not root or -short: Linux's view of the crash images is not checked")
 	}
 	t.Logf("%d atomic writes, %d crash images checked, %d by Linux too; %d writes journalled over all runs", len(byID), checked, linuxChecks, journalled.Load())
-	if c.journalled {
+	// With -short a sweep makes a few writes per writer, and whether one
+	// of them is journalled (small, over written blocks, the file synced
+	// since its previous atomic write) depends on the writers' timing;
+	// TestWriteAtomicCrashJournalled journals most of its writes.
+	if c.journalled && !testing.Short() {
 		require.Positive(t, journalled.Load(), "no write took the journalled path")
 	}
 	return len(byID), checked
