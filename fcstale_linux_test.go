@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"testing"
@@ -40,23 +39,13 @@ func TestFastCommitOverOldFilesystem(t *testing.T) {
 				if claimed {
 					fcMarkItableZeroed(t, base)
 				}
-				crash, err := errordev.NewCrashable(base)
-				require.NoError(t, err)
-				v, err := ext4io.Open(crash, ext4io.Options{Writable: true})
-				require.NoError(t, err)
-				want := fcWorkload(t, v, rand.New(rand.NewPCG(33, 3)))
-				c := v.Counters()
-				t.Logf("fast commits %d, fallbacks %d, journal commits %d", c.FastCommits, c.FastCommitFallbacks, c.JournalCommits)
+				crashImg, want, c := fcCrashWorkload(t, base, 3)
 				if !claimed {
 					// The inode tables are zeroed past the used inodes at
 					// the first create in each group: no create meets a
 					// stale tree.
 					assert.GreaterOrEqual(t, c.FastCommits, uint64(25), "creates on a reused disk fast-commit")
 				}
-				img, err := crash.Crash(errordev.CrashOptions{})
-				require.NoError(t, err)
-				require.NoError(t, v.Close())
-				crashImg := ext4iotest.ImageOf(t, img)
 				fcCheckCrashImage(t, t.TempDir(), crashImg, want)
 			})
 		}
@@ -231,30 +220,9 @@ func TestFastCommitOverHostileInodeSlots(t *testing.T) {
 				fcMarkItableZeroed(t, base)
 				poked := fcPokeFreeSlots(t, base, fo, kind)
 				t.Logf("%d free slots made hostile", poked)
-				crash, err := errordev.NewCrashable(base)
-				require.NoError(t, err)
-				v, err := ext4io.Open(crash, ext4io.Options{Writable: true})
-				require.NoError(t, err)
-				want := fcWorkload(t, v, rand.New(rand.NewPCG(33, 4)))
-				c := v.Counters()
-				t.Logf("fast commits %d, fallbacks %d, journal commits %d", c.FastCommits, c.FastCommitFallbacks, c.JournalCommits)
-				img, err := crash.Crash(errordev.CrashOptions{})
-				require.NoError(t, err)
-				require.NoError(t, v.Close())
-				crashImg := ext4iotest.ImageOf(t, img)
+				crashImg, want, _ := fcCrashWorkload(t, base, 4)
 				fcCheckCrashImage(t, t.TempDir(), crashImg, want)
-				for _, writable := range []bool{false, true} {
-					w := filepath.Join(t.TempDir(), "x.img")
-					fcCopyFile(t, crashImg, w)
-					rv, err := ext4io.OpenImage(w, ext4io.Options{Writable: writable})
-					require.NoError(t, err)
-					for name := range want {
-						names, err := rv.Listxattr(name)
-						assert.NoError(t, err, name)
-						assert.Empty(t, names, "%s: replay (writable %v) gave the file xattrs", name, writable)
-					}
-					require.NoError(t, rv.Close())
-				}
+				fcNoXattrsAfterReplay(t, crashImg, want)
 			})
 		}
 	}

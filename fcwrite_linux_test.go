@@ -94,16 +94,25 @@ func TestFastCommitWriteCrash(t *testing.T) {
 }
 
 // fcWorkloadCrash formats base with fast commits, calls prep (if not
-// nil) on it, runs fcWorkload (seed seq) on it, requires at least 25 fast commits (msg says why) and
-// returns the crash image of what the flushes covered, with the files'
-// expected contents. EXT4IO_FC_KEEP names a directory to keep the image
-// in.
+// nil) on it, runs fcCrashWorkload (seed seq) and requires at least 25
+// fast commits (msg says why).
 func fcWorkloadCrash(t *testing.T, base *memdev.Device, prep func(*testing.T, *memdev.Device), seq uint64, msg string) (string, map[string][]byte) {
 	t.Helper()
 	require.NoError(t, ext4io.Format(base, ext4io.FormatOptions{FastCommit: true, NoDiscard: true}))
 	if prep != nil {
 		prep(t, base)
 	}
+	crashImg, want, c := fcCrashWorkload(t, base, seq)
+	assert.GreaterOrEqual(t, c.FastCommits, uint64(25), msg)
+	return crashImg, want
+}
+
+// fcCrashWorkload runs fcWorkload (seed seq) on base, formatted with
+// fast commits, and returns the crash image of what the flushes covered,
+// the files' expected contents and the volume's counters.
+// EXT4IO_FC_KEEP names a directory to keep the image in.
+func fcCrashWorkload(t *testing.T, base *memdev.Device, seq uint64) (string, map[string][]byte, ext4io.Counters) {
+	t.Helper()
 	crash, err := errordev.NewCrashable(base)
 	require.NoError(t, err)
 	v, err := ext4io.Open(crash, ext4io.Options{Writable: true})
@@ -111,7 +120,6 @@ func fcWorkloadCrash(t *testing.T, base *memdev.Device, prep func(*testing.T, *m
 	want := fcWorkload(t, v, rand.New(rand.NewPCG(33, seq)))
 	c := v.Counters()
 	t.Logf("fast commits %d, fallbacks %d, journal commits %d", c.FastCommits, c.FastCommitFallbacks, c.JournalCommits)
-	assert.GreaterOrEqual(t, c.FastCommits, uint64(25), msg)
 	img, err := crash.Crash(errordev.CrashOptions{}) // only what the flushes covered
 	require.NoError(t, err)
 	require.NoError(t, v.Close())
@@ -119,7 +127,25 @@ func fcWorkloadCrash(t *testing.T, base *memdev.Device, prep func(*testing.T, *m
 	if keep := os.Getenv("EXT4IO_FC_KEEP"); keep != "" {
 		fcCopyFile(t, crashImg, filepath.Join(keep, t.Name()+".img"))
 	}
-	return crashImg, want
+	return crashImg, want, c
+}
+
+// fcNoXattrsAfterReplay replays copies of crashImg read-only and writable
+// and requires that none of the files in want has an xattr.
+func fcNoXattrsAfterReplay(t *testing.T, crashImg string, want map[string][]byte) {
+	t.Helper()
+	for _, writable := range []bool{false, true} {
+		w := filepath.Join(t.TempDir(), "x.img")
+		fcCopyFile(t, crashImg, w)
+		rv, err := ext4io.OpenImage(w, ext4io.Options{Writable: writable})
+		require.NoError(t, err)
+		for name := range want {
+			names, err := rv.Listxattr(name)
+			assert.NoError(t, err, name)
+			assert.Empty(t, names, "%s: replay (writable %v) gave the file xattrs", name, writable)
+		}
+		require.NoError(t, rv.Close())
+	}
 }
 
 // TestFastCommitOverStaleInodeSlots: on a device that held other bytes
@@ -145,18 +171,7 @@ func TestFastCommitOverStaleInodeSlots(t *testing.T) {
 	// inodes at the first create in each group.
 	crashImg, want := fcWorkloadCrash(t, base, fcMarkItableZeroed, 3, "creates over stale inode slots fast-commit")
 	fcCheckCrashImage(t, t.TempDir(), crashImg, want)
-	for _, ro := range []bool{true, false} {
-		w := filepath.Join(t.TempDir(), "x.img")
-		fcCopyFile(t, crashImg, w)
-		rv, err := ext4io.OpenImage(w, ext4io.Options{Writable: !ro})
-		require.NoError(t, err)
-		for name := range want {
-			names, err := rv.Listxattr(name)
-			assert.NoError(t, err, name)
-			assert.Empty(t, names, "%s: replay (writable %v) gave the file xattrs", name, !ro)
-		}
-		require.NoError(t, rv.Close())
-	}
+	fcNoXattrsAfterReplay(t, crashImg, want)
 }
 
 // TestFastCommitGroupCrash: four writers fsync files concurrently, so
