@@ -1,0 +1,74 @@
+//go:build unix
+
+package ext4io_test
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ext4io/ext4io"
+	"github.com/ext4io/ext4io/blockdev/memdev"
+)
+
+// processCPU returns the process's user and system CPU time.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkWriteAtomicBatchFragmented is BenchmarkWriteAtomicBatch on a
+// 1 GiB file (the bench's page-batch file) that 1,024 untimed batches have
+// left with about one extent per page, as the bench's atomic-64 leaves
+// it: each batch's swap then changes about one tree leaf per page.
+func BenchmarkWriteAtomicBatchFragmented(b *testing.B) {
+	const page, size, batch, warm = 16 << 10, 1 << 30, 64, 1024
+	dev := memdev.New(size + 512<<20)
+	require.NoError(b, ext4io.Format(dev, ext4io.FormatOptions{}))
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
+	require.NoError(b, err)
+	defer v.Close()
+	f := directFile(b, v, "db", ext4io.FallocWriteZeroes, size)
+	defer f.Close()
+	buf := bytes.Repeat([]byte{1}, page*batch)
+	ws := make([]ext4io.AtomicWrite, batch)
+	rng := rand.New(rand.NewPCG(1, 1))
+	pages := make([]int64, size/page)
+	for i := range pages {
+		pages[i] = int64(i)
+	}
+	one := func() {
+		for i := range batch { // distinct pages: a partial shuffle
+			j := i + rng.IntN(len(pages)-i)
+			pages[i], pages[j] = pages[j], pages[i]
+			ws[i] = ext4io.AtomicWrite{Off: pages[i] * page, Data: buf[i*page : (i+1)*page]}
+		}
+		if _, err := f.WriteAtomicBatch(ws); err != nil {
+			b.Fatal(err)
+		}
+		require.NoError(b, f.Datasync())
+	}
+	for range warm {
+		one()
+	}
+	c0, cpu0 := v.Counters(), processCPU(b)
+	b.SetBytes(page * batch)
+	b.ResetTimer()
+	for range b.N {
+		one()
+	}
+	b.StopTimer()
+	c, cpu := v.Counters(), processCPU(b)-cpu0
+	exts, err := f.Extents()
+	require.NoError(b, err)
+	b.ReportMetric(float64(len(exts)), "extents")
+	b.ReportMetric(float64(c.JournalLogBlocks-c0.JournalLogBlocks)/float64(b.N), "logblocks/op")
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
+}
