@@ -86,7 +86,10 @@ func TestClaimInProcess(t *testing.T) {
 }
 
 // TestClaimAcrossProcesses: two processes race to claim one image file,
-// 200 times; exactly one wins each time and the other sees ErrBusy.
+// 200 times; exactly one wins each time and the other sees ErrBusy. The
+// two processes live for all the tries: at each try's "claim" line both
+// open the file and claim it, and at "release" both let go (the winner
+// releases its claim and closes the file) before the next try.
 func TestClaimAcrossProcesses(t *testing.T) {
 	if img := os.Getenv("BLOCKDEV_CLAIM_CHILD"); img != "" {
 		claimChild(img)
@@ -102,29 +105,44 @@ func TestClaimAcrossProcesses(t *testing.T) {
 	if testing.Short() {
 		tries = 20
 	}
-	for i := range tries {
-		var kids [2]*exec.Cmd
-		var stdins [2]io.WriteCloser
-		var outs [2]*bufio.Reader
-		for k := range kids {
-			c := exec.Command(os.Args[0], "-test.run=^TestClaimAcrossProcesses$")
-			// GORACE: a -race child would sleep a second at exit.
-			c.Env = append(os.Environ(), "BLOCKDEV_CLAIM_CHILD="+img, "GORACE=atexit_sleep_ms=0")
-			c.Stderr = os.Stderr
-			stdins[k], err = c.StdinPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			out, err := c.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			outs[k] = bufio.NewReader(out)
-			if err := c.Start(); err != nil {
-				t.Fatal(err)
-			}
-			kids[k] = c
+	var kids [2]*exec.Cmd
+	var stdins [2]io.WriteCloser
+	var outs [2]*bufio.Reader
+	for k := range kids {
+		c := exec.Command(os.Args[0], "-test.run=^TestClaimAcrossProcesses$")
+		// GORACE: a -race child would sleep a second at exit.
+		c.Env = append(os.Environ(), "BLOCKDEV_CLAIM_CHILD="+img, "GORACE=atexit_sleep_ms=0")
+		c.Stderr = os.Stderr
+		stdins[k], err = c.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
 		}
+		out, err := c.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		outs[k] = bufio.NewReader(out)
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		kids[k] = c
+	}
+	defer func() {
+		for k := range kids {
+			stdins[k].Close()
+			kids[k].Wait()
+		}
+	}()
+	send := func(i int, line string) {
+		t.Helper()
+		for k := range kids {
+			if _, err := io.WriteString(stdins[k], line+"\n"); err != nil {
+				t.Fatalf("try %d: child %d: %s: %v", i, k, line, err)
+			}
+		}
+	}
+	for i := range tries {
+		send(i, "claim")
 		won := 0
 		var lines []string
 		for k := range kids {
@@ -141,34 +159,55 @@ func TestClaimAcrossProcesses(t *testing.T) {
 				t.Errorf("try %d: child %d: %q", i, k, l)
 			}
 		}
-		for k := range kids {
-			stdins[k].Close()
-			kids[k].Wait()
-		}
 		if won != 1 {
 			t.Fatalf("try %d: %d winners: %q", i, won, lines)
+		}
+		send(i, "release")
+		for k := range kids {
+			if l, err := outs[k].ReadString('\n'); err != nil || l != "released\n" {
+				t.Fatalf("try %d: child %d: release: %q, %v", i, k, l, err)
+			}
 		}
 	}
 }
 
-// claimChild opens img writable, claims it, prints "won" or "busy ...",
-// and holds the claim until stdin closes.
+// claimChild serves TestClaimAcrossProcesses's lines on stdin until it
+// closes: at "claim" it opens img writable, claims it and prints "won" or
+// "busy ..."; at "release" it releases what it holds, closes img and
+// prints "released".
 func claimChild(img string) {
-	d, err := blockdev.OpenFile(img, false)
-	if err != nil {
-		fmt.Printf("error %v\n", err)
-		os.Exit(1)
+	in := bufio.NewScanner(os.Stdin)
+	var d blockdev.Device
+	var rel func()
+	for in.Scan() {
+		switch in.Text() {
+		case "claim":
+			var err error
+			d, err = blockdev.OpenFile(img, false)
+			if err != nil {
+				fmt.Printf("error %v\n", err)
+				os.Exit(1)
+			}
+			rel, err = blockdev.Claim(d)
+			switch {
+			case err == nil:
+				fmt.Println("won")
+			case errors.Is(err, blockdev.ErrBusy):
+				fmt.Printf("busy %v\n", err)
+			default:
+				fmt.Printf("error %v\n", err)
+			}
+		case "release":
+			if rel != nil {
+				rel()
+				rel = nil
+			}
+			if d != nil {
+				d.Close()
+				d = nil
+			}
+			fmt.Println("released")
+		}
 	}
-	_, err = blockdev.Claim(d)
-	switch {
-	case err == nil:
-		fmt.Println("won")
-	case errors.Is(err, blockdev.ErrBusy):
-		fmt.Printf("busy %v\n", err)
-	default:
-		fmt.Printf("error %v\n", err)
-	}
-	io.Copy(io.Discard, os.Stdin)
-	d.Close()
 	os.Exit(0)
 }
