@@ -194,9 +194,9 @@ func runSeqWraps(t *testing.T, size int64, runtime time.Duration, wrap func(bloc
 // the preparation warmed: in an image file both sides then write into the
 // same host pages or extents, whose layout the earlier workloads of a run
 // leave behind (in /dev/shm, pages a write-zeroes file punched and 4k
-// writes refilled in random order cost the kernel's copy a third more
-// than pages written in order: docs/performance.md), instead of the
-// engine's file in those and raw in a region of its own.
+// writes refilled in random order cost the kernel's copy and page lookup
+// half as much again as pages written in order: docs/performance.md),
+// instead of the engine's file in those and raw in a region of its own.
 func TestBenchSeqWriteRawAtEngineBlocks(t *testing.T) {
 	const size = 128 << 20
 	var (
