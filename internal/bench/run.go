@@ -299,11 +299,15 @@ type benchRun struct {
 	prog          *progress
 	v             *ext4io.Volume
 	vPrep         prepKind // what the volume's /bench.dat holds
-	rawPrep       prepKind
-	rawPrepValid  bool
-	disk          *hostDisk  // the host block device under the image; nil if none
-	image         imageState // the image file, when it can have holes (holes.go)
-	plan          *spacePlan // budgets every workload keeps to
+	// warmExt maps the bytes of the file warmFile wrote for a sequential
+	// writer to their device bytes: the blocks the writer's passes take
+	// again, where raw writes too (rawAtFile).
+	warmExt      []rawExtent
+	rawPrep      prepKind
+	rawPrepValid bool
+	disk         *hostDisk  // the host block device under the image; nil if none
+	image        imageState // the image file, when it can have holes (holes.go)
+	plan         *spacePlan // budgets every workload keeps to
 	// atomicSplits counts the atomic batches split in two because one
 	// journal transaction could not take them (pageBatch; reported and
 	// reset by pageBatchDone).
@@ -345,6 +349,7 @@ func (r *benchRun) prepareEngine(w workload) (engineSide, error) {
 		if err := r.closeEngine(); err != nil {
 			return engineSide{}, err
 		}
+		r.warmExt = nil
 		if r.warms(w) {
 			n, err := r.warmFree() // holes.go
 			if err != nil {
@@ -377,7 +382,7 @@ func (r *benchRun) prepareEngine(w workload) (engineSide, error) {
 			err = f.Fallocate(ext4io.FallocWriteZeroes, 0, r.region)
 		case prepFresh:
 			if warmsDevice(w) {
-				err = warmFile(v, r.plan.SeqBudget)
+				r.warmExt, err = warmFile(v, r.plan.SeqBudget)
 			}
 		}
 		if err == nil {
@@ -450,19 +455,50 @@ func warmsDevice(w workload) bool { return w.Prep == prepFresh && w.Op == opSeqW
 // truncates it to 0: its blocks, freed, are where the workload's writes
 // will go, the file's allocation starting again from its inode's goal.
 // The caller's Sync commits the truncate, which makes them allocatable.
-func warmFile(v *ext4io.Volume, n int64) error {
+// It returns the device extents the file had, for raw (rawAtFile).
+func warmFile(v *ext4io.Volume, n int64) ([]rawExtent, error) {
 	f, err := v.OpenFile(benchFile, os.O_RDWR|ext4io.O_DIRECT, 0)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	err = fillSeq(f, n)
+	var ext []rawExtent
+	if err == nil {
+		ext, err = rawExtents(f, int64(v.BlockSize()), n)
+	}
 	if err == nil {
 		err = f.Truncate(0)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	return err
+	return ext, err
+}
+
+// checkWarmBlocks returns an error unless every block f maps is where the
+// warmed file (ext) had the same offset: raw writes the warmed file's
+// blocks between the engine's phases, which is safe while the engine's
+// file holds them (its data) and they are otherwise free, so a writer that
+// allocated elsewhere stops the workload instead of raw writing over what
+// the filesystem may have put there.
+func checkWarmBlocks(f *ext4io.File, bs int64, ext []rawExtent) error {
+	exts, err := f.Extents()
+	if err != nil {
+		return err
+	}
+	r := rawSide{ext: ext}
+	for _, e := range exts {
+		off, dev, n := int64(e.Logical)*bs, int64(e.Physical)*bs, int64(e.Length)*bs
+		for done := int64(0); done < n; {
+			d, k := r.at(off + done)
+			if k <= 0 || d != dev+done {
+				return fmt.Errorf("raw at the warmed blocks: %s maps offset %d to device byte %d, not where the warmed file had it: %w",
+					benchFile, off+done, dev+done, blockdev.ErrInvalid)
+			}
+			done += k
+		}
+	}
+	return nil
 }
 
 func pattern(n int, seed byte) []byte {
@@ -479,9 +515,12 @@ func pattern(n int, seed byte) []byte {
 // rawPrepFor says.
 func (r *benchRun) prepareRaw(w workload, eng engineSide) (rawSide, *window, error) {
 	if r.rawAtFile(w) {
-		ext, err := rawExtents(eng.f, int64(r.v.BlockSize()), r.region)
-		if err != nil {
-			return rawSide{}, nil, err
+		ext := r.warmExt
+		if !warmsDevice(w) {
+			var err error
+			if ext, err = rawExtents(eng.f, int64(r.v.BlockSize()), r.region); err != nil {
+				return rawSide{}, nil, err
+			}
 		}
 		return rawSide{dev: r.rawFileDev, region: r.region, files: r.plan.SmallFiles, ext: ext}, r.rawFileWin, nil
 	}
@@ -515,10 +554,17 @@ func (r *benchRun) prepareRaw(w workload, eng engineSide) (rawSide, *window, err
 }
 
 // rawAtFile reports whether raw does w's I/O at the engine file's blocks:
-// unless Config.RawAtRegion, for every workload on a prepared file. Fresh
-// files have no blocks before the run.
+// unless Config.RawAtRegion, for every workload on a prepared file, and
+// for the sequential writers of a new file at the blocks of the file
+// warmFile wrote, which their passes take again (checkWarmBlocks). Other
+// fresh files have no blocks before the run. On the same blocks both
+// sides write into the same host pages or extents of an image file,
+// whose layout earlier workloads leave behind (docs/bench.md).
 func (r *benchRun) rawAtFile(w workload) bool {
-	return !r.cfg.RawAtRegion && w.Prep != prepFresh && w.Op != opPageBatch
+	if r.cfg.RawAtRegion || w.Op == opPageBatch {
+		return false
+	}
+	return w.Prep != prepFresh || warmsDevice(w) && r.warmExt != nil
 }
 
 // rezero zeroes the device blocks under a write-zeroes file again before
@@ -625,6 +671,11 @@ func (r *benchRun) runWorkload(ctx context.Context, w workload) (WorkloadResult,
 				return WorkloadResult{}, fmt.Errorf("flushing the device between phases: %w", err)
 			}
 			if (i == 0) == rawFirst {
+				if warmsDevice(w) && raw.ext != nil {
+					if err := checkWarmBlocks(eng.f, int64(r.v.BlockSize()), raw.ext); err != nil {
+						return WorkloadResult{}, err
+					}
+				}
 				rawT.prep += time.Since(t0)
 				if err := r.phase(ctx, w, jobs, round, raw, rawWin, &rawSeq, &rawSmall, per, &rawT, "raw", label); err != nil {
 					return WorkloadResult{}, fmt.Errorf("raw: %w", err)
