@@ -3,16 +3,11 @@
 package ext4io_test
 
 import (
-	"bytes"
-	"math/rand/v2"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/ext4io/ext4io"
-	"github.com/ext4io/ext4io/blockdev/memdev"
 )
 
 // processCPU returns the process's user and system CPU time.
@@ -36,31 +31,7 @@ func BenchmarkWriteAtomicBatchFragmented(b *testing.B) {
 		b.Skip("a 1.5 GiB memory device; not with -short")
 	}
 	const page, size, batch, warm = 16 << 10, 1 << 30, 64, 1024
-	dev := memdev.New(size + 512<<20)
-	require.NoError(b, ext4io.Format(dev, ext4io.FormatOptions{}))
-	v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
-	require.NoError(b, err)
-	defer v.Close()
-	f := directFile(b, v, "db", ext4io.FallocWriteZeroes, size)
-	defer f.Close()
-	buf := bytes.Repeat([]byte{1}, page*batch)
-	ws := make([]ext4io.AtomicWrite, batch)
-	rng := rand.New(rand.NewPCG(1, 1))
-	pages := make([]int64, size/page)
-	for i := range pages {
-		pages[i] = int64(i)
-	}
-	one := func() {
-		for i := range batch { // distinct pages: a partial shuffle
-			j := i + rng.IntN(len(pages)-i)
-			pages[i], pages[j] = pages[j], pages[i]
-			ws[i] = ext4io.AtomicWrite{Off: pages[i] * page, Data: buf[i*page : (i+1)*page]}
-		}
-		if _, err := f.WriteAtomicBatch(ws); err != nil {
-			b.Fatal(err)
-		}
-		require.NoError(b, f.Datasync())
-	}
+	v, f, one := atomicBatchWriter(b, size+512<<20, size, page, batch)
 	for range warm {
 		one()
 	}

@@ -358,35 +358,47 @@ func TestWriteAtomicBatchCrashJournalled(t *testing.T) {
 // reports the file's extents at the end. An operation is one batch.
 func BenchmarkWriteAtomicBatch(b *testing.B) {
 	const page, size, batch = 16 << 10, 64 << 20, 64
-	dev := memdev.New(256 << 20)
-	require.NoError(b, ext4io.Format(dev, ext4io.FormatOptions{}))
-	v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
-	require.NoError(b, err)
-	defer v.Close()
-	f := directFile(b, v, "db", ext4io.FallocWriteZeroes, size)
-	defer f.Close()
-	buf := bytes.Repeat([]byte{1}, page*batch)
-	ws := make([]ext4io.AtomicWrite, batch)
-	rng := rand.New(rand.NewPCG(1, 1))
-	pages := make([]int64, size/page)
-	for i := range pages {
-		pages[i] = int64(i)
-	}
+	_, f, one := atomicBatchWriter(b, 256<<20, size, page, batch)
 	b.SetBytes(page * batch)
 	b.ResetTimer()
 	for range b.N {
+		one()
+	}
+	b.StopTimer()
+	exts, err := f.Extents()
+	require.NoError(b, err)
+	b.ReportMetric(float64(len(exts)), "extents")
+}
+
+// atomicBatchWriter formats a memory device of devSize bytes, creates a
+// size-byte file prepared with write-zeroes, and returns the volume, the
+// file and a function that writes one batch of batch distinct random
+// pages of page bytes with WriteAtomicBatch, then Datasync. The volume
+// and file close when b ends.
+func atomicBatchWriter(b *testing.B, devSize, size int64, page, batch int) (*ext4io.Volume, *ext4io.File, func()) {
+	dev := memdev.New(devSize)
+	require.NoError(b, ext4io.Format(dev, ext4io.FormatOptions{}))
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
+	require.NoError(b, err)
+	b.Cleanup(func() { v.Close() })
+	f := directFile(b, v, "db", ext4io.FallocWriteZeroes, size)
+	b.Cleanup(func() { f.Close() })
+	buf := bytes.Repeat([]byte{1}, page*batch)
+	ws := make([]ext4io.AtomicWrite, batch)
+	rng := rand.New(rand.NewPCG(1, 1))
+	pages := make([]int64, size/int64(page))
+	for i := range pages {
+		pages[i] = int64(i)
+	}
+	return v, f, func() {
 		for i := range batch { // distinct pages: a partial shuffle
 			j := i + rng.IntN(len(pages)-i)
 			pages[i], pages[j] = pages[j], pages[i]
-			ws[i] = ext4io.AtomicWrite{Off: pages[i] * page, Data: buf[i*page : (i+1)*page]}
+			ws[i] = ext4io.AtomicWrite{Off: pages[i] * int64(page), Data: buf[i*page : (i+1)*page]}
 		}
 		if _, err := f.WriteAtomicBatch(ws); err != nil {
 			b.Fatal(err)
 		}
 		require.NoError(b, f.Datasync())
 	}
-	b.StopTimer()
-	exts, err := f.Extents()
-	require.NoError(b, err)
-	b.ReportMetric(float64(len(exts)), "extents")
 }
