@@ -12,6 +12,7 @@ import (
 	"github.com/ext4io/ext4io"
 	"github.com/ext4io/ext4io/blockdev/overlay"
 	"github.com/ext4io/ext4io/internal/e2fs"
+	"github.com/ext4io/ext4io/layout"
 )
 
 // fuzzWriteBases are the bases of FuzzWriteImage, built once per fuzz
@@ -24,7 +25,8 @@ import (
 var fuzzWriteBases struct {
 	once  sync.Once
 	bases []*sweepBase
-	// targets are each base's metadata regions, in a fixed order.
+	// targets are each base's metadata regions, in a fixed order:
+	// group descriptors, superblock, then the other kinds by name.
 	targets [][]damageTarget
 	err     string
 }
@@ -46,9 +48,13 @@ func fuzzWriteBase(t *testing.T) ([]*sweepBase, [][]damageTarget) {
 			{"nocsum", false, []string{"-b", "1024", "-O", "inline_data,^metadata_csum"}},
 		} {
 			b := buildSweepBase(t, c.name, 27, c.journal, c.args...)
-			var tg []damageTarget
+			// The group descriptors first, then the superblock, then
+			// the other kinds by name: seeds can name a descriptor.
+			tg := append(append([]damageTarget(nil), b.byKind["group descriptor"]...), b.byKind["superblock"]...)
 			for _, k := range slices.Sorted(maps.Keys(b.byKind)) {
-				tg = append(tg, b.byKind[k]...)
+				if k != "group descriptor" && k != "superblock" {
+					tg = append(tg, b.byKind[k]...)
+				}
 			}
 			fb.bases = append(fb.bases, b)
 			fb.targets = append(fb.targets, tg)
@@ -60,8 +66,47 @@ func fuzzWriteBase(t *testing.T) ([]*sweepBase, [][]damageTarget) {
 	return fb.bases, fb.targets
 }
 
+// fixChecksums recomputes the checksums of the superblock and of every
+// group descriptor in dev (at their places in the pristine img), so that
+// damage to their fields reaches the code past the checksum checks (the
+// lazy inode-table init, the allocators).
+func fixChecksums(dev interface {
+	ReadAt([]byte, int64) (int, error)
+	WriteAt([]byte, int64) (int, error)
+}, img []byte) {
+	psb, err := layout.DecodeSuperblock(img[1024:2048])
+	if err != nil {
+		return
+	}
+	raw := make([]byte, 1024)
+	if _, err := dev.ReadAt(raw, 1024); err != nil {
+		return
+	}
+	sb, err := layout.DecodeSuperblock(raw)
+	if err != nil {
+		return
+	}
+	dev.WriteAt(sb.Encode(), 1024)
+	ds := psb.DescriptorSize()
+	for g := range min(psb.GroupCount(), 256) {
+		blk, off := psb.DescriptorLocation(g)
+		at := int64(blk)*int64(psb.BlockSize()) + int64(off)
+		b := make([]byte, ds)
+		if _, err := dev.ReadAt(b, at); err != nil {
+			return
+		}
+		gd, err := layout.DecodeGroupDesc(b, ds)
+		if err != nil {
+			continue
+		}
+		gd.SetChecksum(sb, uint32(g))
+		dev.WriteAt(gd.Raw, at)
+	}
+}
+
 // applyTargeted XORs the fuzz input onto regions of a base: a byte that
-// picks the base, then records of a 2-byte region index (modulo the number
+// picks the base (its top bit: recompute the superblock and descriptor
+// checksums afterwards), then records of a 2-byte region index (modulo the number
 // of regions), a 2-byte offset in the region (modulo its length), a length
 // byte and that many bytes.
 func applyTargeted(dev interface {
@@ -111,17 +156,30 @@ func FuzzWriteImage(f *testing.F) {
 			f.Add(rec(base, r(idx*7, idx*13, 0x01, 0x80)))
 		}
 	}
+	// Descriptor fields with the checksums fixed: flags, bg_itable_unused,
+	// free inodes count, inode table (regions 0.. are the group
+	// descriptors).
+	for _, fo := range []uint16{0x12, 0x1C, 0x0E, 0x08} {
+		for idx := range uint16(3) {
+			f.Add(rec(0x80, r(idx, fo, 0x01)))
+			f.Add(rec(0x81, r(idx, fo, 0x07, 0x02)))
+		}
+	}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		if len(in) == 0 {
 			return
 		}
 		bases, targets := fuzzWriteBase(t)
-		bi := int(in[0]) % len(bases)
+		bi := int(in[0]&0x7f) % len(bases)
 		b := bases[bi]
 		c := overlay.New(b.mem)
 		what, err := applyTargeted(c, b.img, targets[bi], in[1:])
 		if err != nil {
 			t.Fatal(err)
+		}
+		if in[0]&0x80 != 0 {
+			fixChecksums(c, b.img)
+			what += " (checksums fixed)"
 		}
 		label := b.name + ":" + what
 		ro := &boundsDev{Device: overlay.New(c), readOnly: true}
