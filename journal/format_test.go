@@ -301,3 +301,75 @@ func FuzzScan(f *testing.F) {
 		}
 	})
 }
+
+// FuzzRecoverFormats is FuzzRecover and FuzzScan over journals of every
+// checksum format (none, v1 transaction checksums, v2, v3; 32- and
+// 64-bit tags): mutations of a log without block checksums reach the
+// descriptor tags, revoke records and commit headers that a v3 log's
+// checksums stop. The log holds three transactions with revokes.
+func FuzzRecoverFormats(f *testing.F) {
+	opts := []CreateOptions{
+		{},
+		{Is64Bit: true},
+		{CsumV1: true},
+		{CsumV2: true},
+		{CsumV3: true, Is64Bit: true},
+	}
+	imgs := make([][]byte, len(opts))
+	for i, o := range opts {
+		dev := newTestDev(f)
+		j, err := Create(testConfig(dev), o)
+		if err != nil {
+			f.Fatal(err)
+		}
+		for k := range 3 {
+			h, _ := j.Start(4)
+			for b := range 3 {
+				h.GetWriteAccess(tHome0 + uint64(k*3+b))
+				h.Dirty(tHome0+uint64(k*3+b), bytes.Repeat([]byte{byte(k*3 + b)}, tBS))
+			}
+			h.Revoke(tHome0 + 20 + uint64(k))
+			h.Stop()
+			j.Commit()
+		}
+		imgs[i] = dev.snapshot()
+	}
+	for i := range opts {
+		f.Add(byte(i), uint16(0), []byte{})
+		f.Add(byte(i), uint16(tBS+12), []byte{0xff, 0xff, 0xff, 0xff})   // first tag's block
+		f.Add(byte(i), uint16(tBS+12+4), []byte{0, 0, 0, 0x0a})          // tag flags: last, same UUID
+		f.Add(byte(i), uint16(0x1C), []byte{0, 0, 0, 0x7f})              // s_start
+		f.Add(byte(i), uint16(5*tBS+12), []byte{0, 0, 0x7f, 0xff, 0xff}) // revoke r_count
+	}
+	f.Fuzz(func(t *testing.T, sel byte, off uint16, patch []byte) {
+		wd := time.AfterFunc(10*time.Second, func() {
+			panic(fmt.Sprintf("no result after 10s: format %d off %d patch %x", sel, off, patch))
+		})
+		defer wd.Stop()
+		img := imgs[int(sel)%len(imgs)]
+		im := append([]byte(nil), img...)
+		l := im[tJOff*tBS : (tJOff+tJLen)*tBS]
+		copy(l[int(off)%len(l):], patch)
+		sentinel := func(what string, err error) {
+			if err != nil && !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrIO) && !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrUnsupported) {
+				t.Fatalf("%s: %v wraps no sentinel", what, err)
+			}
+		}
+		dev := memDevFrom(im)
+		j, err := Open(testConfig(dev))
+		sentinel("Open", err)
+		if err != nil {
+			return
+		}
+		if len(patch) == 0 && j.Superblock().Start == 0 {
+			t.Fatal("the pristine seed log is empty")
+		}
+		n := 0
+		sentinel("Scan", j.Scan(func(LogBlock) error { n++; return nil }))
+		if n > tJLen {
+			t.Fatalf("Scan called fn %d times on a %d-block journal", n, tJLen)
+		}
+		_, err = j.Recover()
+		sentinel("Recover", err)
+	})
+}
