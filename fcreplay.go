@@ -481,6 +481,11 @@ func (r *fcReplay) blockBitmap(g uint64) ([]byte, error) {
 	d := v.groups[g]
 	bm := make([]byte, r.bs)
 	if v.sb.HasGroupChecksums() && d.Flags&layout.BgBlockUninit != 0 {
+		if g == v.sb.GroupCount()-1 {
+			// As for the allocator: mkfs.ext4 and the kernel's resize
+			// always initialise the last group's bitmap.
+			return nil, errs.Corruptf("group descriptor", d.BlockBitmap, -1, "group %d: the last group is marked BLOCK_UNINIT", g)
+		}
 		for _, m := range r.groupMeta(g) {
 			setBitRange(bm, m[0], m[1]-m[0], true)
 		}

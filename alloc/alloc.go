@@ -823,6 +823,13 @@ func (a *Allocator) loadLocked(gi uint64) error {
 	base := a.sb.GroupFirstBlock(gi)
 	var bm []byte
 	if a.csum && d.Flags&layout.BgBlockUninit != 0 {
+		if gi == a.groups-1 {
+			// mkfs.ext4 and the kernel's resize initialise the last
+			// group's bitmap (e2fsck: "Last group block bitmap
+			// uninitialized"): computed, it would show every block
+			// of the group but the fixed metadata free.
+			return errs.Corruptf("group descriptor", d.BlockBitmap, -1, "group %d: the last group is marked BLOCK_UNINIT", gi)
+		}
 		bm = make([]byte, a.bs)
 		for _, r := range a.meta[gi] {
 			setBits(bm, r.start-base, r.n)

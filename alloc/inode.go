@@ -92,7 +92,10 @@ func (a *Allocator) allocInodeIn(gi uint64, dir bool) (uint32, error) {
 		return 0, errs.Corruptf("inode bitmap", d.InodeBitmap, -1, "group %d: free inode %d but the descriptor counts none", gi, idx)
 	}
 	wasUninit := a.csum && d.Flags&layout.BgInodeUninit != 0
-	if !wasUninit && (!a.csum || idx < uint64(a.ipg-min(d.ItableUnused, a.ipg))) {
+	// The slots below bg_itable_unused's mark are initialised, whatever
+	// INODE_UNINIT says (a legitimate uninitialised group has the mark
+	// at ipg, so none).
+	if !a.csum || idx < uint64(a.ipg-min(d.ItableUnused, a.ipg)) {
 		if err := a.checkInodeFreeLocked(gi, idx); err != nil {
 			return 0, err
 		}
@@ -117,12 +120,13 @@ func (a *Allocator) allocInodeIn(gi uint64, dir bool) (uint32, error) {
 	// there then holds no bytes of an earlier filesystem, which a fast
 	// commit's replay would keep past its INODE tag (an old extent tree
 	// that the range tags would free). The used inodes are those below
-	// bg_itable_unused's mark and any the bitmap holds past it (a replay
-	// that did not move the mark).
+	// bg_itable_unused's mark, as for the kernel also in a group marked
+	// INODE_UNINIT, and any the bitmap holds past it (a replay that did
+	// not move the mark).
 	if a.csum && d.Flags&layout.BgInodeZeroed == 0 {
-		used := uint64(0)
+		used := uint64(a.ipg - min(d.ItableUnused, a.ipg))
 		if !wasUninit {
-			used = max(uint64(a.ipg-min(d.ItableUnused, a.ipg)), lastSet(g.mu.ibitmap, uint64(a.ipg)))
+			used = max(used, lastSet(g.mu.ibitmap, uint64(a.ipg)))
 		}
 		from := (used*uint64(a.sb.InodeSizeBytes()) + a.bs - 1) / a.bs
 		if from < a.itb {
@@ -253,6 +257,11 @@ func (a *Allocator) loadInodesLocked(gi uint64) error {
 	ipg := uint64(a.ipg)
 	var bm []byte
 	if a.csum && d.Flags&layout.BgInodeUninit != 0 {
+		if gi == uint64(layout.RootIno-1)/ipg {
+			// An allocation would take (and the lazy init zero) the
+			// root directory's inode.
+			return errs.Corruptf("group descriptor", d.InodeBitmap, -1, "group %d holds the root directory but is marked INODE_UNINIT", gi)
+		}
 		bm = make([]byte, a.bs)
 		setBits(bm, ipg, a.bs*8-ipg)
 	} else {

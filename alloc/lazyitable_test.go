@@ -2,6 +2,7 @@ package alloc
 
 import (
 	"bytes"
+	"errors"
 	"testing"
 
 	"github.com/ext4io/ext4io/internal/mkfs"
@@ -72,4 +73,62 @@ func TestLazyItableZeroed(t *testing.T) {
 	if flags&layout.BgInodeZeroed == 0 {
 		t.Errorf("group 0 not marked ITABLE_ZEROED")
 	}
+}
+
+// TestLazyItableUninitLiveInodes: a crafted descriptor that marks a group
+// holding live inodes INODE_UNINIT (the free counts agreeing) must not get
+// its inode table zeroed, or a live inode handed out again, by the next
+// inode allocation. Group 0 holds the root directory, so INODE_UNINIT there
+// is corrupt; in another group the inodes below bg_itable_unused's mark are
+// kept and checked, as the kernel's lazy init (ext4_init_inode_table) keeps
+// them.
+func TestLazyItableUninitLiveInodes(t *testing.T) {
+	t.Run("Group0", func(t *testing.T) {
+		m := newImage(t, 64<<20, mkfs.Options{}, nil)
+		a := m.a
+		if !a.csum {
+			t.Skip("no group descriptor checksums: INODE_UNINIT means nothing")
+		}
+		root := m.readInode(t, layout.RootIno)
+		g := a.g[0]
+		g.mu.Lock()
+		g.mu.ibitmap = nil
+		g.mu.desc.Flags = (g.mu.desc.Flags | layout.BgInodeUninit) &^ layout.BgInodeZeroed
+		g.mu.desc.FreeInodesCount = a.ipg
+		g.mu.Unlock()
+		_, err := a.allocInodeIn(0, false)
+		if !errors.Is(err, ErrCorrupt) {
+			t.Errorf("inode allocation in group 0 marked INODE_UNINIT: %v, want ErrCorrupt", err)
+		}
+		if got := m.readInode(t, layout.RootIno); !bytes.Equal(got.Raw, root.Raw) {
+			t.Errorf("the root inode changed")
+		}
+	})
+	t.Run("Group1", func(t *testing.T) {
+		m := newImage(t, 64<<20, mkfs.Options{BlockSize: 1024}, nil)
+		a := m.a
+		if !a.csum || a.groups < 2 {
+			t.Skip("no group descriptor checksums or one group")
+		}
+		// A live inode in group 1's first slot, and a descriptor that
+		// says the group is uninitialised with its first 3 slots used.
+		ino := a.ipg + 1
+		live := &layout.Inode{Mode: layout.ModeReg | 0o644, LinksCount: 1, Size: 5, ExtraIsize: 32}
+		m.writeInode(t, ino, live)
+		want := m.readInode(t, ino).Raw
+		g := a.g[1]
+		g.mu.Lock()
+		g.mu.ibitmap = nil
+		g.mu.desc.Flags = (g.mu.desc.Flags | layout.BgInodeUninit) &^ layout.BgInodeZeroed
+		g.mu.desc.FreeInodesCount = a.ipg
+		g.mu.desc.ItableUnused = a.ipg - 3
+		g.mu.Unlock()
+		got, err := a.allocInodeIn(1, false)
+		if !errors.Is(err, ErrCorrupt) {
+			t.Errorf("allocation over live inode %d: got inode %d, %v; want ErrCorrupt", ino, got, err)
+		}
+		if raw := m.readInode(t, ino).Raw; !bytes.Equal(raw, want) {
+			t.Errorf("live inode %d was overwritten (zeroed: %v)", ino, bytes.Equal(raw, make([]byte, len(raw))))
+		}
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ext4io/ext4io/internal/mkfs"
+	"github.com/ext4io/ext4io/layout"
 )
 
 // freeInBitmap reports whether every block of [start, start+n) is free in
@@ -227,4 +228,38 @@ func TestTrimNoSpace(t *testing.T) {
 		t.Fatalf("allocation after Trim: %v", err)
 	}
 	wg.Wait()
+}
+
+// TestLastGroupBlockUninit: a crafted descriptor marking the last group
+// BLOCK_UNINIT (mkfs.ext4 and the kernel's resize never do; e2fsck calls
+// it "Last group block bitmap uninitialized"), its free count agreeing
+// with the bitmap that computes, is corrupt: taken as is, every block of
+// the group but the fixed metadata reads as free, and a trim discards the
+// files and directories in it.
+func TestLastGroupBlockUninit(t *testing.T) {
+	m := newImage(t, 8<<20, mkfs.Options{BlockSize: 1024}, nil)
+	a := m.a
+	if !a.csum {
+		t.Skip("no group descriptor checksums: BLOCK_UNINIT means nothing")
+	}
+	gi := a.groups - 1
+	g := a.g[gi]
+	g.mu.Lock()
+	nb := uint64(a.sb.GroupBlocks(gi))
+	metaBlocks := uint64(0)
+	for _, r := range a.meta[gi] {
+		metaBlocks += r.n
+	}
+	g.mu.bitmap = nil
+	g.mu.desc.Flags |= layout.BgBlockUninit
+	g.mu.desc.FreeBlocksCount = uint32(nb - metaBlocks)
+	g.mu.Unlock()
+	var discarded uint64
+	_, err := a.Trim(0, a.sb.BlocksCount, 1, func(start, n uint64) error { discarded += n; return nil })
+	if !errors.Is(err, ErrCorrupt) {
+		t.Errorf("trim of a last group marked BLOCK_UNINIT: %v, want ErrCorrupt", err)
+	}
+	if discarded != 0 {
+		t.Errorf("%d blocks discarded (%v)", discarded, err)
+	}
 }

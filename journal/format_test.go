@@ -2,8 +2,11 @@ package journal
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"reflect"
 	"testing"
+	"time"
 )
 
 // formats covers every tag layout: 8, 12, 10, 14 and 16 bytes.
@@ -228,5 +231,145 @@ func FuzzRecover(f *testing.F) {
 			return
 		}
 		j.Recover()
+	})
+}
+
+// FuzzScan mutates the log and the superblock of a journal holding two
+// transactions, a revoke and a log that wraps, and walks it with Scan (the
+// CLI's journal command) and FastCommitBlocks: no panic or hang, fn called
+// at most once per log block, and every error wraps a sentinel.
+func FuzzScan(f *testing.F) {
+	dev := newTestDev(f)
+	j, err := Create(testConfig(dev), CreateOptions{CsumV3: true, Is64Bit: true})
+	if err != nil {
+		f.Fatal(err)
+	}
+	for i := range 3 {
+		h, _ := j.Start(3)
+		h.GetWriteAccess(tHome0 + uint64(i))
+		h.Dirty(tHome0+uint64(i), bytes.Repeat([]byte{byte(i)}, tBS))
+		h.Revoke(tHome0 + 5)
+		h.Stop()
+		j.Commit()
+	}
+	img := dev.snapshot()
+	// The log before the checkpoint empties it: s_start points at the
+	// first transaction.
+	log := img[tJOff*tBS : (tJOff+12)*tBS]
+	f.Add(uint16(0), []byte{})
+	f.Add(uint16(0x1C), []byte{0, 0, 0, 5})           // s_start
+	f.Add(uint16(0x10), []byte{0, 0, 0, 4})           // s_maxlen
+	f.Add(uint16(0x54), []byte{0, 0, 0, 100})         // s_num_fc_blks
+	f.Add(uint16(0x28), []byte{0, 0, 0, 0x30})        // incompat: fast commit
+	f.Add(uint16(tBS+12+8), []byte{0, 0, 0, 0, 0, 0}) // first descriptor tag
+	f.Fuzz(func(t *testing.T, off uint16, patch []byte) {
+		wd := time.AfterFunc(10*time.Second, func() { panic(fmt.Sprintf("no result after 10s: off %d patch %x", off, patch)) })
+		defer wd.Stop()
+		l := append([]byte(nil), log...)
+		copy(l[int(off)%len(l):], patch)
+		im := append([]byte(nil), img...)
+		copy(im[tJOff*tBS:], l)
+		j, err := Open(testConfig(memDevFrom(im)))
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrIO) && !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrUnsupported) {
+				t.Fatalf("Open: %v wraps no sentinel", err)
+			}
+			return
+		}
+		seen := map[uint32]int{}
+		n := 0
+		if len(patch) == 0 && j.Superblock().Start == 0 {
+			t.Fatal("the pristine seed log is empty")
+		}
+		err = j.Scan(func(lb LogBlock) error {
+			n++
+			if seen[lb.Block]++; seen[lb.Block] > 1 && n > tJLen {
+				t.Fatalf("Scan reported log block %d again after %d blocks", lb.Block, n)
+			}
+			return nil
+		})
+		if n > tJLen {
+			t.Fatalf("Scan called fn %d times on a %d-block journal", n, tJLen)
+		}
+		if err != nil && !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrIO) {
+			t.Fatalf("Scan: %v wraps no sentinel", err)
+		}
+		if bl, err := j.FastCommitBlocks(); err != nil && !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrIO) {
+			t.Fatalf("FastCommitBlocks: %v wraps no sentinel", err)
+		} else if len(bl) > tJLen {
+			t.Fatalf("%d fast-commit blocks in a %d-block journal", len(bl), tJLen)
+		}
+	})
+}
+
+// FuzzRecoverFormats is FuzzRecover and FuzzScan over journals of every
+// checksum format (none, v1 transaction checksums, v2, v3; 32- and
+// 64-bit tags): mutations of a log without block checksums reach the
+// descriptor tags, revoke records and commit headers that a v3 log's
+// checksums stop. The log holds three transactions with revokes.
+func FuzzRecoverFormats(f *testing.F) {
+	opts := []CreateOptions{
+		{},
+		{Is64Bit: true},
+		{CsumV1: true},
+		{CsumV2: true},
+		{CsumV3: true, Is64Bit: true},
+	}
+	imgs := make([][]byte, len(opts))
+	for i, o := range opts {
+		dev := newTestDev(f)
+		j, err := Create(testConfig(dev), o)
+		if err != nil {
+			f.Fatal(err)
+		}
+		for k := range 3 {
+			h, _ := j.Start(4)
+			for b := range 3 {
+				h.GetWriteAccess(tHome0 + uint64(k*3+b))
+				h.Dirty(tHome0+uint64(k*3+b), bytes.Repeat([]byte{byte(k*3 + b)}, tBS))
+			}
+			h.Revoke(tHome0 + 20 + uint64(k))
+			h.Stop()
+			j.Commit()
+		}
+		imgs[i] = dev.snapshot()
+	}
+	for i := range opts {
+		f.Add(byte(i), uint16(0), []byte{})
+		f.Add(byte(i), uint16(tBS+12), []byte{0xff, 0xff, 0xff, 0xff})   // first tag's block
+		f.Add(byte(i), uint16(tBS+12+4), []byte{0, 0, 0, 0x0a})          // tag flags: last, same UUID
+		f.Add(byte(i), uint16(0x1C), []byte{0, 0, 0, 0x7f})              // s_start
+		f.Add(byte(i), uint16(5*tBS+12), []byte{0, 0, 0x7f, 0xff, 0xff}) // revoke r_count
+	}
+	f.Fuzz(func(t *testing.T, sel byte, off uint16, patch []byte) {
+		wd := time.AfterFunc(10*time.Second, func() {
+			panic(fmt.Sprintf("no result after 10s: format %d off %d patch %x", sel, off, patch))
+		})
+		defer wd.Stop()
+		img := imgs[int(sel)%len(imgs)]
+		im := append([]byte(nil), img...)
+		l := im[tJOff*tBS : (tJOff+tJLen)*tBS]
+		copy(l[int(off)%len(l):], patch)
+		sentinel := func(what string, err error) {
+			if err != nil && !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrIO) && !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrUnsupported) {
+				t.Fatalf("%s: %v wraps no sentinel", what, err)
+			}
+		}
+		dev := memDevFrom(im)
+		j, err := Open(testConfig(dev))
+		sentinel("Open", err)
+		if err != nil {
+			return
+		}
+		if len(patch) == 0 && j.Superblock().Start == 0 {
+			t.Fatal("the pristine seed log is empty")
+		}
+		n := 0
+		sentinel("Scan", j.Scan(func(LogBlock) error { n++; return nil }))
+		if n > tJLen {
+			t.Fatalf("Scan called fn %d times on a %d-block journal", n, tJLen)
+		}
+		_, err = j.Recover()
+		sentinel("Recover", err)
 	})
 }
