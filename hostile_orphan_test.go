@@ -2,6 +2,7 @@ package ext4io_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/ext4io/ext4io"
 	"github.com/ext4io/ext4io/ext4iotest"
+	"github.com/ext4io/ext4io/extent"
 )
 
 // TestHostileOrphanList: a writable Open frees or truncates what the
@@ -182,4 +184,106 @@ func TestHostileOrphanLongChain(t *testing.T) {
 	require.NoError(t, v.Close())
 	assert.Equal(t, before+uint64(n), free(), "every orphan freed")
 	ext4iotest.Fsck(t, img)
+}
+
+// TestHostileOrphanFileTooBig: an orphan file whose size Linux refuses at
+// mount ("orphan file too big": over 8 MiB on older kernels, over 512
+// blocks on newer ones) is corruption. Its extent tree maps the file's own
+// 32 valid orphan blocks again and again through a leaf block, so every
+// block passes verification; without the size check each orphan add,
+// delete and list walks all of it. An orphan file of exactly 8 MiB (the
+// limit at 4 KiB blocks) still opens and takes an orphan.
+func TestHostileOrphanFileTooBig(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		repeats int // extents in the leaf, each mapping the 32 orphan blocks
+		extra   uint64
+		ok      bool
+	}{
+		{"AtLimit", 64, 0, true},
+		{"PastLimitByOneByte", 64, 1, false},
+		{"PastLimitByOneBlock", 65, 0, false},
+		{"Huge", 340, 0, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			img := filepath.Join(t.TempDir(), "img")
+			ext4iotest.Mkfs(t, img, "16M", "-b", "4096", "-O", "orphan_file,metadata_csum")
+			v, err := ext4io.OpenImage(img, ext4io.Options{})
+			require.NoError(t, err)
+			sb := v.Superblock()
+			require.NoError(t, v.Close())
+			ino := sb.OrphanFileInum
+			require.NotZero(t, ino, "mkfs made no orphan file")
+			of := fmt.Sprintf("<%d>", ino)
+			rows := ext4iotest.Extents(t, img, of)
+			require.Len(t, rows, 1, "orphan file extents")
+			require.Equal(t, uint64(32), rows[0].Length, "orphan file blocks")
+			var gen uint32
+			stat := ext4iotest.Debugfs(t, img, false, "stat "+of)
+			_, err = fmt.Sscan(strings.SplitN(stat, "Generation:", 2)[1], &gen)
+			require.NoError(t, err)
+			leafBlk, err := strconv.ParseUint(strings.TrimPrefix(strings.TrimSpace(
+				ext4iotest.Debugfs(t, img, false, "ffb 1")), "Free blocks found: "), 10, 64)
+			require.NoError(t, err)
+
+			// One leaf: extent k maps logical blocks 32k..32k+31 to the
+			// orphan file's physical blocks.
+			leaf := make([]byte, 4096)
+			le := binary.LittleEndian
+			le.PutUint16(leaf[0:], 0xf30a)
+			le.PutUint16(leaf[2:], uint16(c.repeats))
+			le.PutUint16(leaf[4:], (4096-12)/12)
+			for k := range c.repeats {
+				e := leaf[12+12*k:]
+				le.PutUint32(e[0:], uint32(32*k))
+				le.PutUint16(e[4:], 32)
+				le.PutUint16(e[6:], uint16(rows[0].Physical>>32))
+				le.PutUint32(e[8:], uint32(rows[0].Physical))
+			}
+			require.True(t, extent.SetBlockChecksum(leaf, extent.InodeSeed(sb.CsumSeed(), ino, gen)))
+			writeBlock(t, img, leafBlk, leaf)
+			// The inode: a depth-1 tree whose one index entry names the leaf.
+			size := uint64(c.repeats)*32*4096 + c.extra
+			script := []string{
+				fmt.Sprintf("setb %d", leafBlk),
+				fmt.Sprintf("sif %s size %d", of, size),
+				fmt.Sprintf("sif %s block[0] 0x%x", of, 0xf30a|1<<16),
+				fmt.Sprintf("sif %s block[1] 0x%x", of, 4|1<<16),
+				fmt.Sprintf("sif %s block[2] 0", of),
+				fmt.Sprintf("sif %s block[3] 0", of),
+				fmt.Sprintf("sif %s block[4] %d", of, leafBlk),
+				fmt.Sprintf("sif %s block[5] 0", of),
+			}
+			ext4iotest.DebugfsScript(t, img, true, script)
+			rows = ext4iotest.Extents(t, img, of)
+			require.Len(t, rows, c.repeats+1, "debugfs reads the crafted tree")
+
+			// A writable Open lists the orphan file; unlinking an open
+			// file takes a slot in it.
+			var opErr error
+			start := time.Now()
+			guarded(t, "open and unlink", 10*time.Second, func() {
+				v, err := ext4io.OpenImage(img, ext4io.Options{Writable: true})
+				if err != nil {
+					opErr = err
+					return
+				}
+				defer v.Close()
+				f, err := v.Create("victim")
+				if err != nil {
+					opErr = err
+					return
+				}
+				defer f.Close()
+				opErr = v.Unlink("victim")
+			})
+			t.Logf("open and unlink: %v (%v)", opErr, time.Since(start))
+			if c.ok {
+				require.NoError(t, opErr)
+				return
+			}
+			require.ErrorIs(t, opErr, ext4io.ErrCorrupt)
+			assert.Contains(t, opErr.Error(), "exceeds the limit")
+		})
+	}
 }

@@ -203,6 +203,13 @@ func (v *Volume) orphanFileSet(old, new uint32) (bool, error) {
 	return found, err
 }
 
+// The orphan file sizes Linux mounts: at most 8 MiB (the first limit) or
+// EXT4_MAX_ORPHAN_FILE_BLOCKS blocks (the current one).
+const (
+	orphanFileMaxBytes  = 8 << 20
+	orphanFileMaxBlocks = 512
+)
+
 // orphanFileBlocks calls fn with each block of the orphan file (verified)
 // until fn returns stop.
 func (v *Volume) orphanFileBlocks(fn func(pblk uint64, b []byte) (stop bool, err error)) error {
@@ -217,6 +224,14 @@ func (v *Volume) orphanFileBlocks(fn func(pblk uint64, b []byte) (stop bool, err
 	}
 	if of.m == nil {
 		return &errs.CorruptError{What: "orphan file", Ino: of.ino, Off: -1, Msg: "not block-mapped"}
+	}
+	// Linux's ext4_init_orphan_info refuses to mount with an orphan file
+	// larger than 8 MiB (older kernels) or 512 blocks (newer ones); the
+	// larger of the two keeps every orphan file either accepts, and bounds
+	// this walk, which every orphan add, delete and list takes.
+	if limit := max(orphanFileMaxBytes, orphanFileMaxBlocks*uint64(v.bs)); of.in.Size > limit {
+		return &errs.CorruptError{What: "orphan file", Ino: of.ino, Off: -1,
+			Msg: fmt.Sprintf("size %d exceeds the limit of %d bytes", of.in.Size, limit)}
 	}
 	nblk := of.in.Size / uint64(v.bs)
 	for lblk := uint64(0); lblk < nblk; lblk++ {
