@@ -273,8 +273,8 @@ func testBenchPrepAnyOrder(t *testing.T, atRegion bool) {
 				t.Fatal(err)
 			}
 			// Page batches move the file's blocks (atomic.go); sequential
-			// writers of a new file take the warmed file's blocks again.
-			if onFile := raw.ext != nil; onFile != (!atRegion && (w.Prep != prepFresh || warmsDevice(w)) && w.Op != opPageBatch) {
+			// direct writer of a new file takes the warmed file's blocks again.
+			if onFile := raw.ext != nil; onFile != (!atRegion && (w.Prep != prepFresh || rawAtWarm(w)) && w.Op != opPageBatch) {
 				t.Fatalf("%s: raw at the file's blocks %v", w.Name, onFile)
 			}
 			f, err := r.v.OpenFile(benchFile, os.O_RDWR, 0)

@@ -244,7 +244,7 @@ func notesFor(c *config) []string {
 	if c.ZeroOutChunk > 0 {
 		split += fmt.Sprintf("; --zeroout-chunk %d: the first direct write into each %d-byte chunk of preallocated space zeroes and converts the chunk, later ones are overwrites (Options.Tuning.ZeroOutChunk)", c.ZeroOutChunk, c.ZeroOutChunk)
 	}
-	raw := "raw = the same backend doing the same offsets with pread/pwrite on the same device, at the device blocks of the engine's file for workloads on a prepared file (a binary search of its extents per I/O, 5-14 ns in BenchmarkRawSideAt; a write-zeroes file's blocks are zeroed again before each phase, raw's and the engine's) and for sequential writers of a new file (at the blocks of the file their preparation wrote, which the engine's passes take again), in a region of its own for the other fresh-file workloads; it is the ceiling"
+	raw := "raw = the same backend doing the same offsets with pread/pwrite on the same device, at the device blocks of the engine's file for workloads on a prepared file (a binary search of its extents per I/O, 5-14 ns in BenchmarkRawSideAt; a write-zeroes file's blocks are zeroed again before each phase, raw's and the engine's) and for the direct sequential writer of a new file (at the blocks of the file its preparation wrote, which the engine's passes take again), in a region of its own for the other fresh-file workloads; it is the ceiling"
 	if c.RawAtRegion {
 		raw = "raw = the same backend doing the same offsets with pread/pwrite on a region of the same device (--raw-at region); it is the ceiling"
 	}

@@ -451,6 +451,13 @@ func fillPreallocated(f *ext4io.File, dev io.WriterAt, bs int64) error {
 // and passes wrote (docs/bench.md).
 func warmsDevice(w workload) bool { return w.Prep == prepFresh && w.Op == opSeqWrite }
 
+// rawAtWarm reports whether raw writes w's warmed blocks (rawAtFile): the
+// direct sequential writer of a new file, whose writes allocate as they
+// come and so take the warmed file's blocks again in the same order. A
+// buffered writer's blocks are allocated at write-back, whose timing
+// decides where each run goes, so raw keeps its own region there.
+func rawAtWarm(w workload) bool { return warmsDevice(w) && w.Direct }
+
 // warmFile writes n bytes of benchFile with 1 MiB direct writes and
 // truncates it to 0: its blocks, freed, are where the workload's writes
 // will go, the file's allocation starting again from its inode's goal.
@@ -516,7 +523,7 @@ func pattern(n int, seed byte) []byte {
 func (r *benchRun) prepareRaw(w workload, eng engineSide) (rawSide, *window, error) {
 	if r.rawAtFile(w) {
 		ext := r.warmExt
-		if !warmsDevice(w) {
+		if !rawAtWarm(w) {
 			var err error
 			if ext, err = rawExtents(eng.f, int64(r.v.BlockSize()), r.region); err != nil {
 				return rawSide{}, nil, err
@@ -555,8 +562,9 @@ func (r *benchRun) prepareRaw(w workload, eng engineSide) (rawSide, *window, err
 
 // rawAtFile reports whether raw does w's I/O at the engine file's blocks:
 // unless Config.RawAtRegion, for every workload on a prepared file, and
-// for the sequential writers of a new file at the blocks of the file
-// warmFile wrote, which their passes take again (checkWarmBlocks). Other
+// for the direct sequential writer of a new file at the blocks of the
+// file warmFile wrote, which its passes take again (rawAtWarm,
+// checkWarmBlocks). Other
 // fresh files have no blocks before the run. On the same blocks both
 // sides write into the same host pages or extents of an image file,
 // whose layout earlier workloads leave behind (docs/bench.md).
@@ -564,7 +572,7 @@ func (r *benchRun) rawAtFile(w workload) bool {
 	if r.cfg.RawAtRegion || w.Op == opPageBatch {
 		return false
 	}
-	return w.Prep != prepFresh || warmsDevice(w) && r.warmExt != nil
+	return w.Prep != prepFresh || rawAtWarm(w) && r.warmExt != nil
 }
 
 // rezero zeroes the device blocks under a write-zeroes file again before
@@ -671,7 +679,7 @@ func (r *benchRun) runWorkload(ctx context.Context, w workload) (WorkloadResult,
 				return WorkloadResult{}, fmt.Errorf("flushing the device between phases: %w", err)
 			}
 			if (i == 0) == rawFirst {
-				if warmsDevice(w) && raw.ext != nil {
+				if rawAtWarm(w) && raw.ext != nil {
 					if err := checkWarmBlocks(eng.f, int64(r.v.BlockSize()), raw.ext); err != nil {
 						return WorkloadResult{}, err
 					}
