@@ -201,15 +201,16 @@ func FuzzSuperblock(f *testing.F) {
 	})
 }
 
-// FuzzRecover mutates the log of a journal holding two transactions and a
-// revoke: Open and Recover must not panic or hang.
-func FuzzRecover(f *testing.F) {
+// committedLog returns the device image of a v3-checksummed 64-bit journal
+// after n committed transactions, each logging one block and revoking
+// another, before any checkpoint.
+func committedLog(f *testing.F, n int) []byte {
 	dev := newTestDev(f)
 	j, err := Create(testConfig(dev), CreateOptions{CsumV3: true, Is64Bit: true})
 	if err != nil {
 		f.Fatal(err)
 	}
-	for i := range 2 {
+	for i := range n {
 		h, _ := j.Start(3)
 		h.GetWriteAccess(tHome0 + uint64(i))
 		h.Dirty(tHome0+uint64(i), bytes.Repeat([]byte{byte(i)}, tBS))
@@ -217,7 +218,13 @@ func FuzzRecover(f *testing.F) {
 		h.Stop()
 		j.Commit()
 	}
-	img := dev.snapshot()
+	return dev.snapshot()
+}
+
+// FuzzRecover mutates the log of a journal holding two transactions and a
+// revoke: Open and Recover must not panic or hang.
+func FuzzRecover(f *testing.F) {
+	img := committedLog(f, 2)
 	log := img[tJOff*tBS : (tJOff+12)*tBS]
 	f.Add(uint16(0), []byte{0})
 	f.Add(uint16(1024*2+12), []byte{0xff, 0xff})
@@ -239,20 +246,7 @@ func FuzzRecover(f *testing.F) {
 // CLI's journal command) and FastCommitBlocks: no panic or hang, fn called
 // at most once per log block, and every error wraps a sentinel.
 func FuzzScan(f *testing.F) {
-	dev := newTestDev(f)
-	j, err := Create(testConfig(dev), CreateOptions{CsumV3: true, Is64Bit: true})
-	if err != nil {
-		f.Fatal(err)
-	}
-	for i := range 3 {
-		h, _ := j.Start(3)
-		h.GetWriteAccess(tHome0 + uint64(i))
-		h.Dirty(tHome0+uint64(i), bytes.Repeat([]byte{byte(i)}, tBS))
-		h.Revoke(tHome0 + 5)
-		h.Stop()
-		j.Commit()
-	}
-	img := dev.snapshot()
+	img := committedLog(f, 3)
 	// The log before the checkpoint empties it: s_start points at the
 	// first transaction.
 	log := img[tJOff*tBS : (tJOff+12)*tBS]
