@@ -188,13 +188,10 @@ func (m *JournalIO) Dirty(blk uint64, b []byte) error {
 	return m.h.Dirty(blk, b)
 }
 
-// ZeroOut implements alloc.MetaIO: zeroes written directly on the device,
-// then flushed.
+// ZeroOut implements alloc.MetaIO: directly on the device, outside the
+// transaction, as alloc.DirectIO zeroes.
 func (m *JournalIO) ZeroOut(blk, n uint64) error {
-	if err := blockdev.WriteZeroes(m.Dev, int64(blk)*int64(m.BS), int64(n)*int64(m.BS)); err != nil {
-		return err
-	}
-	return m.Dev.Flush()
+	return alloc.NewDirectIO(m.Dev, m.BS).ZeroOut(blk, n)
 }
 
 // ReadBlock implements extent.BlockIO: the newest copy of pblk.

@@ -221,18 +221,24 @@ func committedLog(f *testing.F, n int) []byte {
 	return dev.snapshot()
 }
 
+// patchLog returns a copy of img with patch written into the first
+// logBlocks blocks of its journal at off (modulo their length), cut at
+// their end.
+func patchLog(img []byte, logBlocks int, off uint16, patch []byte) []byte {
+	im := bytes.Clone(img)
+	l := im[tJOff*tBS : (tJOff+logBlocks)*tBS]
+	copy(l[int(off)%len(l):], patch)
+	return im
+}
+
 // FuzzRecover mutates the log of a journal holding two transactions and a
 // revoke: Open and Recover must not panic or hang.
 func FuzzRecover(f *testing.F) {
 	img := committedLog(f, 2)
-	log := img[tJOff*tBS : (tJOff+12)*tBS]
 	f.Add(uint16(0), []byte{0})
 	f.Add(uint16(1024*2+12), []byte{0xff, 0xff})
 	f.Fuzz(func(t *testing.T, off uint16, patch []byte) {
-		l := append([]byte(nil), log...)
-		copy(l[int(off)%len(l):], patch)
-		im := append([]byte(nil), img...)
-		copy(im[tJOff*tBS:], l)
+		im := patchLog(img, 12, off, patch)
 		j, err := Open(testConfig(memDevFrom(im)))
 		if err != nil {
 			return
@@ -249,7 +255,6 @@ func FuzzScan(f *testing.F) {
 	img := committedLog(f, 3)
 	// The log before the checkpoint empties it: s_start points at the
 	// first transaction.
-	log := img[tJOff*tBS : (tJOff+12)*tBS]
 	f.Add(uint16(0), []byte{})
 	f.Add(uint16(0x1C), []byte{0, 0, 0, 5})           // s_start
 	f.Add(uint16(0x10), []byte{0, 0, 0, 4})           // s_maxlen
@@ -259,10 +264,7 @@ func FuzzScan(f *testing.F) {
 	f.Fuzz(func(t *testing.T, off uint16, patch []byte) {
 		wd := time.AfterFunc(10*time.Second, func() { panic(fmt.Sprintf("no result after 10s: off %d patch %x", off, patch)) })
 		defer wd.Stop()
-		l := append([]byte(nil), log...)
-		copy(l[int(off)%len(l):], patch)
-		im := append([]byte(nil), img...)
-		copy(im[tJOff*tBS:], l)
+		im := patchLog(img, 12, off, patch)
 		j, err := Open(testConfig(memDevFrom(im)))
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrIO) && !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrUnsupported) {
@@ -341,9 +343,7 @@ func FuzzRecoverFormats(f *testing.F) {
 		})
 		defer wd.Stop()
 		img := imgs[int(sel)%len(imgs)]
-		im := append([]byte(nil), img...)
-		l := im[tJOff*tBS : (tJOff+tJLen)*tBS]
-		copy(l[int(off)%len(l):], patch)
+		im := patchLog(img, tJLen, off, patch)
 		sentinel := func(what string, err error) {
 			if err != nil && !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrIO) && !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrUnsupported) {
 				t.Fatalf("%s: %v wraps no sentinel", what, err)
