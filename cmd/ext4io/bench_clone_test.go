@@ -151,10 +151,11 @@ func cloneTests(t *testing.T, root string) (pkgs, names []string) {
 		if err != nil {
 			return err
 		}
-		pkgs = append(pkgs, filepath.ToSlash(filepath.Join(".", rel)))
+		pkg := "."
 		if rel != "." {
-			pkgs[len(pkgs)-1] = "./" + pkgs[len(pkgs)-1]
+			pkg = "./" + filepath.ToSlash(rel)
 		}
+		pkgs = append(pkgs, pkg)
 		for _, n := range found {
 			if !seen[n] {
 				seen[n] = true

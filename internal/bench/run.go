@@ -299,9 +299,9 @@ type benchRun struct {
 	prog          *progress
 	v             *ext4io.Volume
 	vPrep         prepKind // what the volume's /bench.dat holds
-	// warmExt maps the bytes of the file warmFile wrote for a sequential
-	// writer to their device bytes: the blocks the writer's passes take
-	// again, where raw writes too (rawAtFile).
+	// warmExt maps the bytes of the file warmFile wrote for the direct
+	// sequential writer to their device bytes: the blocks the writer's
+	// passes take again, where raw writes too (rawAtWarm); nil otherwise.
 	warmExt      []rawExtent
 	rawPrep      prepKind
 	rawPrepValid bool
@@ -382,7 +382,11 @@ func (r *benchRun) prepareEngine(w workload) (engineSide, error) {
 			err = f.Fallocate(ext4io.FallocWriteZeroes, 0, r.region)
 		case prepFresh:
 			if warmsDevice(w) {
-				r.warmExt, err = warmFile(v, r.plan.SeqBudget)
+				var ext []rawExtent
+				ext, err = warmFile(v, r.plan.SeqBudget)
+				if rawAtWarm(w) {
+					r.warmExt = ext
+				}
 			}
 		}
 		if err == nil {
@@ -564,10 +568,10 @@ func (r *benchRun) prepareRaw(w workload, eng engineSide) (rawSide, *window, err
 // unless Config.RawAtRegion, for every workload on a prepared file, and
 // for the direct sequential writer of a new file at the blocks of the
 // file warmFile wrote, which its passes take again (rawAtWarm,
-// checkWarmBlocks). Other
-// fresh files have no blocks before the run. On the same blocks both
-// sides write into the same host pages or extents of an image file,
-// whose layout earlier workloads leave behind (docs/bench.md).
+// checkWarmBlocks). Other fresh files have no blocks before the run. On
+// the same blocks both sides write into the same host pages or extents
+// of an image file, whose layout earlier workloads leave behind
+// (docs/bench.md).
 func (r *benchRun) rawAtFile(w workload) bool {
 	if r.cfg.RawAtRegion || w.Op == opPageBatch {
 		return false
