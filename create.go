@@ -73,7 +73,7 @@ func (v *Volume) createInLocked(dir *File, base string, mode uint16, hint *inser
 	in := v.newInode(mode)
 	inheritGroup(dir, in)
 	v.makeNewInline(in) // inline_write.go
-	if err := v.writeInode(ino, in); err != nil {
+	if err := v.writeNewInode(ino, in); err != nil {
 		v.alloc.FreeInode(ino, false)
 		return nil, err
 	}

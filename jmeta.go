@@ -122,6 +122,14 @@ func (m *jmeta) Read(blk uint64) ([]byte, error) {
 
 // read is Read that also says whether the slice is the cache's.
 func (m *jmeta) read(blk uint64) (b []byte, shared bool, err error) {
+	return m.readOrZero(blk, nil)
+}
+
+// readOrZero is read, except that where blk would be read from the device
+// (no pending, committing, logged or cached copy) and zero reports true,
+// it returns a zeroed block instead, not cached: a new inode's table block
+// whose other inodes are all free (writeNewInode).
+func (m *jmeta) readOrZero(blk uint64, zero func() bool) (b []byte, shared bool, err error) {
 	m.mu.Lock()
 	if b, ok := m.pending[blk]; ok {
 		c := append([]byte(nil), b...)
@@ -144,6 +152,9 @@ func (m *jmeta) read(blk uint64) (b []byte, shared bool, err error) {
 	m.mu.Unlock()
 	b = make([]byte, m.v.bs)
 	if !m.j.Lookup(blk, b) {
+		if zero != nil && zero() {
+			return b, false, nil
+		}
 		if b, err = m.dev.Read(blk); err != nil {
 			return nil, false, err
 		}
@@ -251,6 +262,12 @@ func (m *jmeta) Dirty(blk uint64, b []byte) error {
 // Dirty pair for small changes to shared blocks (an inode in its inode
 // table block). fn runs with m.mu held and must not call m.
 func (m *jmeta) update(blk uint64, fn func(b []byte)) error {
+	return m.updateOrZero(blk, nil, fn)
+}
+
+// updateOrZero is update, starting from zeroes instead of the device's
+// copy where readOrZero would (zero may be nil).
+func (m *jmeta) updateOrZero(blk uint64, zero func() bool, fn func(b []byte)) error {
 	m.mu.Lock()
 	if p, ok := m.pending[blk]; ok {
 		fn(p)
@@ -258,7 +275,7 @@ func (m *jmeta) update(blk uint64, fn func(b []byte)) error {
 		return nil
 	}
 	m.mu.Unlock()
-	b, shared, err := m.read(blk)
+	b, shared, err := m.readOrZero(blk, zero)
 	if err != nil {
 		return err
 	}

@@ -125,6 +125,20 @@ func (v *Volume) syncInodeData(n *inode, times bool) error {
 }
 
 func (v *Volume) writeInode(ino uint32, in *layout.Inode) error {
+	return v.writeInodeFresh(ino, in, false)
+}
+
+// writeNewInode writes the inode a create has just allocated. With a
+// journal, an inode table block that would come from the device and
+// holds no other inode in use (by the inode bitmap) is built from
+// zeroes instead of read, as Linux's __ext4_get_inode_loc does for a
+// new inode: the other slots are free, so their old bytes matter to
+// nobody.
+func (v *Volume) writeNewInode(ino uint32, in *layout.Inode) error {
+	return v.writeInodeFresh(ino, in, true)
+}
+
+func (v *Volume) writeInodeFresh(ino uint32, in *layout.Inode, fresh bool) error {
 	v.fcTrackInode(ino)
 	g, idx := v.sb.InodeLocation(ino)
 	isz := v.sb.InodeSizeBytes()
@@ -138,7 +152,11 @@ func (v *Volume) writeInode(ino uint32, in *layout.Inode) error {
 	mu := v.blkLocks.lock(blk)
 	defer mu.Unlock()
 	if v.jm != nil {
-		if err := v.jm.update(blk, func(b []byte) { copy(b[off:off+isz], in.Raw) }); err != nil {
+		var zero func() bool
+		if fresh {
+			zero = func() bool { return v.alloc.OnlyInodeInBlock(ino) }
+		}
+		if err := v.jm.updateOrZero(blk, zero, func(b []byte) { copy(b[off:off+isz], in.Raw) }); err != nil {
 			return fmt.Errorf("ext4io: inode %d: %w", ino, err)
 		}
 		return nil

@@ -105,7 +105,7 @@ func (v *Volume) mknod(name string, mode fs.FileMode, dev uint64) error {
 	if ft == layout.ModeChr || ft == layout.ModeBlk {
 		layout.PutDeviceNumber(&in.Block, devMajor(dev), devMinor(dev))
 	}
-	if err := v.writeInode(ino, in); err != nil {
+	if err := v.writeNewInode(ino, in); err != nil {
 		v.alloc.FreeInode(ino, false)
 		return err
 	}

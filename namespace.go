@@ -368,7 +368,7 @@ func (v *Volume) mkdirIn(dir *File, base string, perm fs.FileMode) (*File, error
 	in := v.newInode(layout.ModeDir | unixMode(perm)&0o1777)
 	inheritGroup(dir, in)
 	in.LinksCount = 2
-	if err := v.writeInode(ino, in); err != nil {
+	if err := v.writeNewInode(ino, in); err != nil {
 		v.alloc.FreeInode(ino, true)
 		return nil, err
 	}
@@ -797,7 +797,7 @@ func (v *Volume) symlink(target, name string) error {
 		in.Block = [layout.InodeBlockSize]byte{}
 		copy(in.Block[:], target)
 	}
-	if err := v.writeInode(ino, in); err != nil {
+	if err := v.writeNewInode(ino, in); err != nil {
 		v.alloc.FreeInode(ino, false)
 		return err
 	}

@@ -247,6 +247,37 @@ func (a *Allocator) InodeInUse(ino uint32) (bool, error) {
 	return allSet(g.mu.ibitmap, idx, 1), nil
 }
 
+// OnlyInodeInBlock reports whether ino is the only inode its inode table
+// block holds in use, by the inode bitmap: every other inode sharing the
+// block is free. Linux's __ext4_get_inode_loc asks the same before it
+// builds a new inode's block from zeroes instead of reading it. False
+// when the group's bitmap is not loaded (the answer would cost a read of
+// its own) or ino is out of range.
+func (a *Allocator) OnlyInodeInBlock(ino uint32) bool {
+	if ino == 0 || ino > a.sb.InodesCount {
+		return false
+	}
+	gi := uint64((ino - 1) / a.ipg)
+	idx := uint64((ino - 1) % a.ipg)
+	per := a.bs / uint64(a.sb.InodeSizeBytes())
+	if per == 0 {
+		return false
+	}
+	start := idx - idx%per
+	g := a.g[gi]
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.mu.ibitmap == nil {
+		return false
+	}
+	for i := start; i < start+per && i < uint64(a.ipg); i++ {
+		if i != idx && allSet(g.mu.ibitmap, i, 1) {
+			return false
+		}
+	}
+	return true
+}
+
 // loadInodesLocked reads (or, for INODE_UNINIT, creates) the inode bitmap.
 func (a *Allocator) loadInodesLocked(gi uint64) error {
 	g := a.g[gi]
