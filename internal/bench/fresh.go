@@ -134,6 +134,9 @@ func freshKernel(ctx context.Context, c *config, env *kernelEnv) (*kernelEnv, er
 	if !c.fresh || !env.hasRun() {
 		return env, nil
 	}
+	if err := ctx.Err(); err != nil {
+		return env, err // not GiBs of backing file written for nothing
+	}
 	n, err := env.renew(ctx)
 	if err != nil {
 		return env, fmt.Errorf("new backing file: %w", err)

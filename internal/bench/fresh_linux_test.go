@@ -3,6 +3,7 @@
 package bench
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -177,4 +178,59 @@ func TestBenchFreshKernelPerWorkload(t *testing.T) {
 	}
 	assert.Empty(t, images(t, dir, true), "backing files left behind")
 	assert.Empty(t, images(t, dir, false), "image files left behind")
+}
+
+// TestBenchFreshInterrupted cancels the run once the third workload is
+// prepared on its new image (the cancel stops its phases), and, with root
+// and fio, when a Linux column's second run has its new backing file: the
+// run returns the context's error and leaves no image, backing file or
+// loop device behind.
+func TestBenchFreshInterrupted(t *testing.T) {
+	dir := shmDir(t)
+	t.Run("engine", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		n := 0
+		failWorkloadHook = func(workload) error {
+			if n++; n == 3 {
+				cancel()
+			}
+			return nil
+		}
+		t.Cleanup(func() { failWorkloadHook = nil })
+		_, err := Run(ctx, Config{Dir: dir, Size: 128 << 20, Runtime: 100 * time.Millisecond, Seed: 1, Repeat: 2,
+			Workloads: []string{"overwrite-2", "seqwrite-1m"}})
+		require.ErrorIs(t, err, context.Canceled)
+		assert.Equal(t, 3, n)
+		assert.Empty(t, images(t, dir, false), "image files left behind")
+	})
+	t.Run("linux", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("not root: the Linux columns need loop devices and mount")
+		}
+		if _, err := exec.LookPath("fio"); err != nil {
+			t.Skip("fio not installed")
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var backings []string
+		kernelRunHook = func(_ workload, e *kernelEnv) {
+			if backings = append(backings, e.backing); len(backings) == 2 {
+				cancel()
+			}
+		}
+		t.Cleanup(func() { kernelRunHook = nil })
+		_, err := Run(ctx, Config{Dir: dir, Size: 128 << 20, Runtime: time.Second, Seed: 1, Repeat: 2, Kernel: true,
+			Workloads: []string{"overwrite-2", "seqwrite-1m"}})
+		require.ErrorIs(t, err, context.Canceled)
+		require.Len(t, backings, 2)
+		assert.NotEqual(t, backings[0], backings[1])
+		assert.Empty(t, images(t, dir, true), "backing files left behind")
+		assert.Empty(t, images(t, dir, false), "image files left behind")
+		for _, b := range backings {
+			out, err := exec.Command("losetup", "-j", b).Output()
+			require.NoError(t, err)
+			assert.Empty(t, strings.TrimSpace(string(out)), "loop device still on %s", b)
+		}
+	})
 }
