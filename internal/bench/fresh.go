@@ -14,8 +14,9 @@ package bench
 // the pages it got at setup. Each new file is made, and the workload
 // prepared on it, before the previous one is closed and removed, so its
 // pages come from free memory rather than from the frames the old file
-// frees; the peak is two images (and, for a Linux column, two backing
-// files) at once, which chooseSize budgets for.
+// frees. At most two images exist at once beside the Linux backing
+// files, or one image beside a column's old and new backing files: the
+// peak chooseSize budgets for (freshPeak).
 //
 // On other host filesystems nothing changes: there the state the
 // workloads leave is the host filesystem's extents under the image, and
