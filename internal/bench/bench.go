@@ -108,6 +108,8 @@ type config struct {
 	// fsync-small workloads (no warmFree), for the tests that show what
 	// they cost.
 	keepHoles bool
+	// fresh gives every workload new host files (freshHost, fresh.go).
+	fresh bool
 }
 
 // newConfig checks c and fills in its defaults.
@@ -187,6 +189,14 @@ type backing struct {
 	desc      string
 }
 
+// replace makes b hold nb's device and file, and returns a backing
+// holding b's previous ones, for the caller to close.
+func (b *backing) replace(nb *backing) *backing {
+	old := *b
+	*b = *nb
+	return &old
+}
+
 func (b *backing) close() error {
 	err := b.dev.Close()
 	if b.temporary {
@@ -213,6 +223,20 @@ func chooseSize(c *config) (int64, error) {
 		return 0, fmt.Errorf("statfs %s: %w", c.Dir, err)
 	}
 	size := min(int64(defaultImageSize), free/3) &^ (64<<20 - 1)
+	if c.fresh {
+		// Two images at once, and the Linux columns' backing files, in
+		// RAM: the peak stays within three quarters of what tmpfs and
+		// the host's memory have available (fresh.go).
+		limit := min(free, memAvailable()) / 4 * 3
+		for size >= minImageSize && freshPeak(c, size) > limit {
+			size -= 64 << 20
+		}
+		if size < minImageSize {
+			return 0, fmt.Errorf("only %d MiB free in %s (tmpfs, %d MiB of memory available): a new image file per workload needs room for two at once and the Linux backing files (use --dir or --size)",
+				free>>20, c.Dir, memAvailable()>>20)
+		}
+		return size, nil
+	}
 	if size < minImageSize {
 		return 0, fmt.Errorf("only %d MiB free in %s: the bench needs at least %d MiB (use --dir or --size)", free>>20, c.Dir, 3*minImageSize>>20)
 	}
@@ -246,18 +270,7 @@ func openBacking(c *config) (*backing, error) {
 		if err != nil {
 			return nil, err
 		}
-		f, err := os.CreateTemp(c.Dir, "ext4io-bench-*.img")
-		if err != nil {
-			return nil, err
-		}
-		b.path, b.temporary = f.Name(), true
-		f.Close()
-		d, err := blockdev.CreateFile(b.path, size)
-		if err != nil {
-			os.Remove(b.path)
-			return nil, err
-		}
-		d.Close()
+		return tempBacking(c, size)
 	} else if _, err := os.Stat(b.path); errors.Is(err, os.ErrNotExist) {
 		size, err := chooseSize(c)
 		if err != nil {
@@ -270,26 +283,48 @@ func openBacking(c *config) (*backing, error) {
 		d.Close()
 	}
 	var err error
-	switch c.Backend {
-	case "file":
-		b.dev, err = blockdev.OpenFile(b.path, false)
-	case "direct":
-		b.dev, err = blockdev.OpenDirect(b.path, false)
-	case "mmap":
-		b.dev, err = openMmap(b.path)
-	}
-	if err != nil {
-		if b.temporary {
-			os.Remove(b.path)
-		}
+	if b.dev, err = openImage(c.Backend, b.path); err != nil {
 		return nil, err
 	}
-	kind := "image file"
-	if b.temporary {
-		kind = "temporary image file"
-	}
-	b.desc = fmt.Sprintf("%s %s (%d MiB, %s backend)", kind, b.path, b.dev.Size()>>20, c.Backend)
+	b.desc = fmt.Sprintf("image file %s (%d MiB, %s backend)", b.path, b.dev.Size()>>20, c.Backend)
 	return b, nil
+}
+
+// tempBacking creates a temporary image file of size bytes in c.Dir
+// (sparse) and opens it with c's backend.
+func tempBacking(c *config, size int64) (*backing, error) {
+	f, err := os.CreateTemp(c.Dir, "ext4io-bench-*.img")
+	if err != nil {
+		return nil, err
+	}
+	b := &backing{path: f.Name(), temporary: true}
+	f.Close()
+	d, err := blockdev.CreateFile(b.path, size)
+	if err != nil {
+		os.Remove(b.path)
+		return nil, err
+	}
+	d.Close()
+	if b.dev, err = openImage(c.Backend, b.path); err != nil {
+		os.Remove(b.path)
+		return nil, err
+	}
+	b.desc = fmt.Sprintf("temporary image file %s (%d MiB, %s backend)", b.path, b.dev.Size()>>20, c.Backend)
+	if c.fresh {
+		b.desc = fmt.Sprintf("temporary image files in %s, a new one per workload (tmpfs: fresh host pages) (%d MiB, %s backend)", c.Dir, b.dev.Size()>>20, c.Backend)
+	}
+	return b, nil
+}
+
+// openImage opens the image file at path with the file-based backend.
+func openImage(backend, path string) (blockdev.Device, error) {
+	switch backend {
+	case "direct":
+		return blockdev.OpenDirect(path, false)
+	case "mmap":
+		return openMmap(path)
+	}
+	return blockdev.OpenFile(path, false)
 }
 
 // regionFor returns the raw region size (also each workload's file size)
@@ -299,11 +334,12 @@ func regionFor(size int64) int64 {
 }
 
 func runBench(ctx context.Context, c *config) (*Report, error) {
+	c.fresh = freshHost(c)
 	b, err := openBacking(c)
 	if err != nil {
 		return nil, err
 	}
-	defer b.close()
+	defer b.close() // the current image: fresh images replace b's contents
 	size := b.dev.Size()
 	if c.Size > 0 && c.Size < size {
 		size = c.Size
@@ -325,9 +361,14 @@ func runBench(ctx context.Context, c *config) (*Report, error) {
 	if c.Log != nil {
 		// At the start, before minutes of workloads.
 		fmt.Fprintln(c.Log, plan.summary(c.workloads))
+		if c.fresh {
+			fmt.Fprintln(c.Log, freshSummary(c, size))
+		}
 	}
 	r := newBenchRun(c, b.dev, size, region, plan)
+	r.back = b
 	defer r.closeEngine()
+	defer r.retireImage()
 	desc := b.desc
 	if b.path != "" {
 		if st, err := os.Stat(b.path); err == nil && st.Mode().IsRegular() {
@@ -388,11 +429,17 @@ func runBench(ctx context.Context, c *config) (*Report, error) {
 		}
 		if round == 0 {
 			kenv, rep.Kernel = startKernel(ctx, kernelDir(c, b), region, false)
+			if c.fresh && rep.Kernel.Ran {
+				rep.Kernel.Notes = append(rep.Kernel.Notes, freshKernelNote)
+			}
 			if c.FastCommit {
 				rep.Kernel.Notes = append(rep.Kernel.Notes, "linux-default: mkfs.ext4's default features, no fast_commit")
 				info := KernelInfo{Skipped: "no workload selected whose Linux path fast_commit changes (" + strings.Join(fastCommitWorkloads(), ", ") + ")"}
 				if slices.ContainsFunc(c.workloads, fastCommitMatters) {
 					kenvFC, info = startKernel(ctx, kernelDir(c, b), region, true)
+					if c.fresh && info.Ran {
+						info.Notes = append(info.Notes, freshKernelNote)
+					}
 					info.Notes = append(info.Notes, "linux-fc: mkfs.ext4 -O fast_commit, run for "+strings.Join(fastCommitWorkloads(), ", ")+
 						" only (the other jobs do not fsync per operation: fast_commit does not change their path), "+
 						"interleaved with linux-default, which goes first in odd rounds and second in even ones")
@@ -430,7 +477,21 @@ func runBench(ctx context.Context, c *config) (*Report, error) {
 				}
 				r.prog.workload = fmt.Sprintf("[%s %s%d/%d] %s", label, roundTag(c, round), pos+1, n, s.res.Name)
 				r.prog.set("fio", "", time.Now(), 0)
-				m, note, err := env.run(ctx, c, w, s.res.Jobs)
+				var m *Measure
+				var note string
+				t0 := time.Now()
+				nenv, err := freshKernel(ctx, c, env)
+				if err == nil {
+					if fc {
+						kenvFC = nenv
+					} else {
+						kenv = nenv
+					}
+					swap := time.Since(t0)
+					if m, note, err = nenv.run(ctx, c, w, s.res.Jobs); m != nil {
+						m.PrepSecond += swap.Seconds()
+					}
+				}
 				if err != nil {
 					note, m = "failed: "+oneLine(err), nil
 				}
@@ -453,11 +514,16 @@ func runBench(ctx context.Context, c *config) (*Report, error) {
 // window on the filesystem's bytes for raw I/O at the engine file's
 // blocks, counted apart from the engine's.
 func newBenchRun(c *config, dev blockdev.Device, size, region int64, plan *spacePlan) *benchRun {
-	fsWin, fsDev := newWindow(dev, 0, size-region)
-	rawWin, rawDev := newWindow(dev, size-region, region)
-	rawFileWin, rawFileDev := newWindow(dev, 0, size-region)
-	return &benchRun{cfg: c, fsWin: fsWin, fsDev: fsDev, rawWin: rawWin, rawDev: rawDev,
-		rawFileWin: rawFileWin, rawFileDev: rawFileDev, region: region, plan: plan, prog: newProgress(c.Progress)}
+	r := &benchRun{cfg: c, size: size, region: region, plan: plan, prog: newProgress(c.Progress)}
+	r.setDevice(dev)
+	return r
+}
+
+// setDevice makes the bench's windows views of dev.
+func (r *benchRun) setDevice(dev blockdev.Device) {
+	r.fsWin, r.fsDev = newWindow(dev, 0, r.size-r.region)
+	r.rawWin, r.rawDev = newWindow(dev, r.size-r.region, r.region)
+	r.rawFileWin, r.rawFileDev = newWindow(dev, 0, r.size-r.region)
 }
 
 // roundOrder returns the indexes of n workloads in the order round (from

@@ -31,6 +31,11 @@
 // always in its window) counts against the engine. Fresh-file workloads
 // use the raw window.
 //
+// When the temporary image is in tmpfs, every workload gets a new image
+// file, and each Linux column a new backing file, loop device and
+// filesystem, made and prepared before the previous one is removed, so
+// that each workload's pages come from free memory (fresh.go).
+//
 // # Phases and rounds
 //
 // Each workload runs benchRounds phases per side, raw, engine, engine,

@@ -5,8 +5,10 @@ package bench
 // Config.Kernel: the same jobs with fio on Linux's ext4, mounted from a
 // loop device (losetup --direct-io=on) over a backing file of the same
 // kind as the bench's (same directory; /dev/shm for the memory backend).
-// It is set up once and serves every round (Config.Repeat). The loop
-// device, mount and file are always cleaned up.
+// It is set up once and serves every round (Config.Repeat), or, when the
+// run's host files are fresh per workload (tmpfs, fresh.go), set up anew
+// for every workload (renew). The loop device, mount and file are always
+// cleaned up.
 
 import (
 	"context"
@@ -25,11 +27,36 @@ import (
 
 // kernelEnv is a mounted kernel ext4 for the run.
 type kernelEnv struct {
+	dir                string // where the backing file is
+	fastCommit         bool
 	backing, loop, mnt string
 	region             int64
 	prepared           prepKind // what mnt/bench.dat holds
 	havePrep           bool
+	used               bool // a workload has run here
 	notes              []string
+}
+
+// kernelRunHook, set by tests, sees each Linux run's environment after
+// its preparation, before fio.
+var kernelRunHook func(w workload, e *kernelEnv)
+
+// hasRun reports whether a workload has run in e.
+func (e *kernelEnv) hasRun() bool { return e.used }
+
+// renew sets up a new environment like e, on a new backing file, loop
+// device and filesystem, and then tears e down. When the new one cannot
+// be set up, what of it was is torn down and e stays.
+func (e *kernelEnv) renew(ctx context.Context) (*kernelEnv, error) {
+	n, err := setupKernel(ctx, e.dir, e.region, e.fastCommit)
+	if err != nil {
+		if n != nil {
+			n.teardown()
+		}
+		return nil, err
+	}
+	e.teardown()
+	return n, nil
 }
 
 // startKernel checks that the kernel column can run and sets it up. env
@@ -66,7 +93,7 @@ func startKernel(ctx context.Context, dir string, region int64, fastCommit bool)
 }
 
 func setupKernel(ctx context.Context, dir string, region int64, fastCommit bool) (*kernelEnv, error) {
-	env := &kernelEnv{region: region}
+	env := &kernelEnv{dir: dir, fastCommit: fastCommit, region: region}
 	f, err := os.CreateTemp(dir, "ext4io-bench-kernel-*.img")
 	if err != nil {
 		return nil, fmt.Errorf("backing file: %w", err)
@@ -76,7 +103,7 @@ func setupKernel(ctx context.Context, dir string, region int64, fastCommit bool)
 	// written before their sequential writers run (warmsDevice), and a
 	// first write into a hole of the backing file would cost Linux the
 	// host's allocation they no longer pay.
-	err = fillSeq(f, 2*region+256<<20)
+	err = fillSeq(f, kernelBackingBytes(region))
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -244,12 +271,16 @@ type fioDir struct {
 }
 
 func (e *kernelEnv) run(ctx context.Context, c *config, w workload, jobs int) (*Measure, string, error) {
+	e.used = true
 	t0 := time.Now()
 	note, err := e.prepare(w)
 	if err != nil {
 		return nil, "", err
 	}
 	prep := time.Since(t0)
+	if kernelRunHook != nil {
+		kernelRunHook(w, e)
+	}
 	cmd := exec.CommandContext(ctx, "fio", e.fioArgs(c, w, jobs)...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr

@@ -295,10 +295,16 @@ type benchRun struct {
 	fsDev, rawDev blockdev.Device
 	rawFileWin    *window         // the filesystem's bytes, for raw at the file's blocks
 	rawFileDev    blockdev.Device // (--raw-at file)
-	region        int64
-	prog          *progress
-	v             *ext4io.Volume
-	vPrep         prepKind // what the volume's /bench.dat holds
+	size, region  int64           // the device's bytes the bench uses; the raw window's
+	// back is the bench's backing; with config.fresh each workload
+	// replaces its image file (fresh.go), and retired holds the previous
+	// one until the new one is prepared.
+	back      *backing
+	retired   *backing
+	imageUsed bool // back's image has served a workload
+	prog      *progress
+	v         *ext4io.Volume
+	vPrep     prepKind // what the volume's /bench.dat holds
 	// warmExt maps the bytes of the file warmFile wrote for the direct
 	// sequential writer to their device bytes: the blocks the writer's
 	// passes take again, where raw writes too (rawAtWarm); nil otherwise.
@@ -632,6 +638,10 @@ func (r *benchRun) runWorkload(ctx context.Context, w workload) (WorkloadResult,
 	var rawT, engT phaseTotals
 	t0 := time.Now()
 	r.prog.set("engine", "preparing", time.Time{}, 0)
+	defer r.retireImage() // after a failed preparation
+	if err := r.freshImage(); err != nil {
+		return WorkloadResult{}, err
+	}
 	eng, err := r.prepareEngine(w)
 	if err != nil {
 		return WorkloadResult{}, err
@@ -646,6 +656,10 @@ func (r *benchRun) runWorkload(ctx context.Context, w workload) (WorkloadResult,
 	r.prog.set("raw", "preparing", time.Time{}, 0)
 	raw, rawWin, err := r.prepareRaw(w, eng)
 	if err != nil {
+		return WorkloadResult{}, err
+	}
+	// Both sides are prepared on the new image: the previous one goes.
+	if err := r.retireImage(); err != nil {
 		return WorkloadResult{}, err
 	}
 	rawT.prep = time.Since(t0)
