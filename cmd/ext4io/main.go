@@ -121,7 +121,7 @@ func run(args []string, stdout, errw io.Writer) int {
 	}
 	name, args := args[0], args[1:]
 	if name == "help" || name == "-h" || name == "-help" || name == "--help" {
-		if len(args) == 0 {
+		if len(args) == 0 || args[0] == "help" {
 			usage(stdout)
 			return 0
 		}
