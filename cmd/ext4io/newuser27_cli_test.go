@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -16,5 +18,28 @@ func TestHelpHelp(t *testing.T) {
 	}
 	if !strings.Contains(out, "Run 'ext4io help COMMAND'") {
 		t.Errorf("help: %q", out)
+	}
+}
+
+// TestWriteDirectMisalignedNew: write --direct at an offset that is not
+// block-aligned fails with one line, before it creates PATH. It failed
+// after creating it, leaving a new empty file behind.
+func TestWriteDirectMisalignedNew(t *testing.T) {
+	img := filepath.Join(t.TempDir(), "img")
+	if _, errOut, code := runCmd(t, "mkfs", img, "16M"); code != 0 {
+		t.Fatal(errOut)
+	}
+	for _, off := range []string{"100", "512", "4097"} {
+		old := stdin
+		stdin = bytes.NewReader(make([]byte, 3*4096+10))
+		_, errOut, code := runCmd(t, "write", "--direct", "--offset", off, img, "new")
+		stdin = old
+		want := "ext4io write: --direct: offset " + off + " is not aligned to the 4096-byte block size: invalid argument\n"
+		if code != 1 || errOut != want {
+			t.Errorf("write --direct --offset %s: exit %d, %q; want exit 1 and %q", off, code, errOut, want)
+		}
+		if out, _, _ := runCmd(t, "ls", img); out != "lost+found\n" {
+			t.Errorf("write --direct --offset %s left: %q", off, out)
+		}
 	}
 }

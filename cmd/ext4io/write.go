@@ -81,6 +81,11 @@ func cmdWrite(args []string, w io.Writer) error {
 	perm := 0o666 &^ umask() // before the volume's goroutines start
 	err = withWritable(args[0], func(v *ext4io.Volume) (err error) {
 		name := args[1]
+		// Checked before the file is created, so that a misaligned
+		// direct write leaves no new empty file.
+		if bs := int64(v.BlockSize()); *direct && *offset%bs != 0 {
+			return fmt.Errorf("--direct: offset %d is not aligned to the %d-byte block size: %w", *offset, bs, ext4io.ErrInvalid)
+		}
 		f, err := v.OpenFile(name, os.O_RDWR, 0)
 		if errors.Is(err, ext4io.ErrNotFound) {
 			f, err = v.OpenFile(name, os.O_RDWR|os.O_CREATE, perm)
