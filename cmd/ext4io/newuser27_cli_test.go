@@ -43,3 +43,28 @@ func TestWriteDirectMisalignedNew(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteOffsetSuffix: write --offset takes the K, M, G, T and P
+// suffixes that every other size and offset of the command line takes
+// (fallocate's OFFSET, fstrim --offset, truncate's SIZE). "--offset 1K"
+// was refused: invalid value "1K" for flag -offset: parse error.
+func TestWriteOffsetSuffix(t *testing.T) {
+	img := filepath.Join(t.TempDir(), "img")
+	if _, errOut, code := runCmd(t, "mkfs", img, "16M"); code != 0 {
+		t.Fatal(errOut)
+	}
+	old := stdin
+	defer func() { stdin = old }()
+	stdin = strings.NewReader("hi\n")
+	if out, errOut, code := runCmd(t, "write", "--offset", "1K", img, "f"); code != 0 || out != "wrote 3 bytes at 1024\n" {
+		t.Fatalf("write --offset 1K: exit %d, %q %q", code, out, errOut)
+	}
+	if out, _, code := runCmd(t, "stat", img, "f"); code != 0 || !strings.Contains(out, "1027") {
+		t.Errorf("stat after write --offset 1K: %q", out)
+	}
+	stdin = strings.NewReader("hi\n")
+	want := `ext4io write: --offset: bad size "-3": want a non-negative number`
+	if _, errOut, code := runCmd(t, "write", "--offset", "-3", img, "f"); code != 2 || !strings.HasPrefix(errOut, want) {
+		t.Errorf("write --offset -3: exit %d, %q; want exit 2 and %q", code, errOut, want)
+	}
+}
