@@ -53,7 +53,7 @@ var commands = map[string]command{
 	"stat":   {usage: "stat IMAGE PATH", help: "Print the inode metadata of PATH (not following a final symlink).", run: cmdStat},
 	"fiemap": {usage: "fiemap IMAGE PATH", help: "Print one line per extent of PATH, like filefrag -v.", run: cmdFiemap},
 	"mkfs": {usage: "mkfs [-F] [-b BLOCKSIZE] [-O FEATURE,^FEATURE...] [-L LABEL] [-I INODESIZE] [-d DIR] IMAGE SIZE",
-		help: "Create IMAGE of SIZE bytes (K, M, G, T suffixes) and format it as ext4.\n" +
+		help: "Create IMAGE of SIZE bytes (K, M, G, T or P suffixes) and format it as ext4.\n" +
 			"An IMAGE that already holds ext4 is refused unless -F; a failed mkfs leaves no new file.\n" +
 			"-d DIR copies a host tree in as mkfs.ext4 -d: hard links, special files, holes, modes,\n" +
 			"owners, nanosecond times, xattrs. DIR is walked and checked first: a tree ext4 cannot\n" +
