@@ -264,6 +264,11 @@ func parseArgs(fs *flag.FlagSet, args []string, min, max int) ([]string, error) 
 			if errors.Is(err, flag.ErrHelp) {
 				return nil, errHelp
 			}
+			// A negative number where a size or offset goes reads as an
+			// unknown flag ("-1"); say what it is.
+			if n, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -"); ok && n != "" && n[0] >= '0' && n[0] <= '9' {
+				return nil, fmt.Errorf("%w: negative number -%s: sizes, offsets and lengths are 0 or more", errUsage, n)
+			}
 			return nil, fmt.Errorf("%w: %w", errUsage, err)
 		}
 		rest := fs.Args()

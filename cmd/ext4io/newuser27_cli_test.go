@@ -68,3 +68,31 @@ func TestWriteOffsetSuffix(t *testing.T) {
 		t.Errorf("write --offset -3: exit %d, %q; want exit 2 and %q", code, errOut, want)
 	}
 }
+
+// TestNegativeNumberArg: a negative number as an argument (fallocate's
+// LENGTH, truncate's SIZE, mkfs's SIZE) is a usage error that says it is
+// negative. It read "flag provided but not defined: -1".
+func TestNegativeNumberArg(t *testing.T) {
+	img := filepath.Join(t.TempDir(), "img")
+	if _, errOut, code := runCmd(t, "mkfs", img, "16M"); code != 0 {
+		t.Fatal(errOut)
+	}
+	for _, tc := range []struct {
+		args []string
+		num  string
+	}{
+		{[]string{"fallocate", img, "f", "0", "-1"}, "-1"},
+		{[]string{"truncate", img, "f", "-5"}, "-5"},
+		{[]string{"mkfs", img + "2", "-5M"}, "-5M"},
+	} {
+		_, errOut, code := runCmd(t, tc.args...)
+		want := "ext4io " + tc.args[0] + ": negative number " + tc.num + ": sizes, offsets and lengths are 0 or more\n"
+		if code != 2 || !strings.HasPrefix(errOut, want) {
+			t.Errorf("%q: exit %d, %q; want exit 2 and %q", tc.args, code, errOut, want)
+		}
+	}
+	// A flag's negative value is still a value.
+	if _, errOut, code := runCmd(t, "torture", "--atomic", "-1", "--duration", "1ms", "--max-rounds", "1", "--size", "16M", "--crash-every", "20", "--dir", t.TempDir()); code != 0 {
+		t.Errorf("torture --atomic -1: exit %d: %s", code, errOut)
+	}
+}
