@@ -147,7 +147,7 @@ func startMount(pos []string, opts string, debug bool, cpuprofile string) (s *fu
 	if o.FsName == "" {
 		o.FsName = image
 	}
-	v, err = ext4io.OpenImage(image, ext4io.Options{Writable: !o.ReadOnly, PageCacheBytes: mountCache(cache)})
+	v, err = openImageOpts(image, ext4io.Options{Writable: !o.ReadOnly, PageCacheBytes: mountCache(cache)})
 	if err != nil {
 		return nil, nil, nil, err
 	}
