@@ -55,6 +55,7 @@ var commands = map[string]command{
 	"mkfs": {usage: "mkfs [-F] [-b BLOCKSIZE] [-O FEATURE,^FEATURE...] [-L LABEL] [-I INODESIZE] [-d DIR] IMAGE SIZE",
 		help: "Create IMAGE of SIZE bytes (K, M, G, T or P suffixes) and format it as ext4.\n" +
 			"An IMAGE that already holds ext4 is refused unless -F; a failed mkfs leaves no new file.\n" +
+			"IMAGE may be an NBD URI: the first SIZE bytes of the export are formatted (docs/nbd.md).\n" +
 			"-d DIR copies a host tree in as mkfs.ext4 -d: hard links, special files, holes, modes,\n" +
 			"owners, nanosecond times, xattrs. DIR is walked and checked first: a tree ext4 cannot\n" +
 			"hold is refused before IMAGE is touched (docs/cli.md).", run: cmdMkfs},

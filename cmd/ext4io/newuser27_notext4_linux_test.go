@@ -1,12 +1,9 @@
 package main
 
 import (
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
-	"time"
 )
 
 // TestNotExt4Everywhere: a device without ext4 gets the one line "IMAGE:
@@ -28,32 +25,7 @@ func TestNotExt4Everywhere(t *testing.T) {
 		t.Errorf("mount of zeroes: exit %d, %q", code, errOut)
 	}
 
-	bin, err := exec.LookPath("nbdkit")
-	if err != nil {
-		t.Skip("nbdkit not installed (apt-get install nbdkit)")
-	}
-	sockDir, err := os.MkdirTemp("", "nbd") // socket paths are limited to 108 bytes
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(sockDir)
-	sock := filepath.Join(sockDir, "s")
-	srv := exec.Command(bin, "-f", "--exit-with-parent", "-U", sock, "memory", "16M")
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { srv.Process.Kill(); srv.Wait() }()
-	for i := 0; ; i++ {
-		if c, err := net.Dial("unix", sock); err == nil {
-			c.Close()
-			break
-		}
-		if i == 200 {
-			t.Fatal("nbdkit did not listen on its socket in 10 s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	uri := "nbd+unix:///?socket=" + sock
+	uri := serveNBD(t, "memory", "16M")
 	for _, cmd := range []string{"ls", "info", "fstrim"} {
 		if _, errOut, code := runCmd(t, cmd, uri); code != 1 || errOut != "ext4io "+cmd+": "+uri+": not an ext4 file system (bad magic)\n" {
 			t.Errorf("%s of an empty NBD export: exit %d, %q", cmd, code, errOut)
