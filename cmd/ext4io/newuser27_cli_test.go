@@ -2,9 +2,12 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ext4io/ext4io/internal/e2fs"
 )
 
 // TestHelpHelp: "ext4io help help", which the usage's last line invites
@@ -94,5 +97,40 @@ func TestNegativeNumberArg(t *testing.T) {
 	// A flag's negative value is still a value.
 	if _, errOut, code := runCmd(t, "torture", "--atomic", "-1", "--duration", "1ms", "--max-rounds", "1", "--size", "16M", "--crash-every", "20", "--dir", t.TempDir()); code != 0 {
 		t.Errorf("torture --atomic -1: exit %d: %s", code, errOut)
+	}
+}
+
+// TestPutPartial: a put that runs out of space while copying says that
+// the part it copied stays in the image, and where; the image stays
+// e2fsck-clean. The error named only the file that failed, and a user
+// did not know that a partial tree was left at DST.
+func TestPutPartial(t *testing.T) {
+	dir := t.TempDir()
+	img := filepath.Join(dir, "img")
+	if _, errOut, code := runCmd(t, "mkfs", img, "16M"); code != 0 {
+		t.Fatal(errOut)
+	}
+	src := filepath.Join(dir, "src")
+	if err := os.Mkdir(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte("not a hole "), 4<<20/11)
+	for _, name := range []string{"a", "b", "c", "d", "e"} { // 20 MiB of data
+		if err := os.WriteFile(filepath.Join(src, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, errOut, code := runCmd(t, "put", img, src, "/tree")
+	if code != 1 || !strings.Contains(errOut, "no space left on device") || !strings.HasSuffix(errOut, "; the part copied stays in the image at /tree\n") || strings.Count(errOut, "\n") != 1 {
+		t.Errorf("put of more than the image holds: exit %d, %q", code, errOut)
+	}
+	if out, _, code := runCmd(t, "ls", img, "/tree"); code != 0 || !strings.HasPrefix(out, "a\n") {
+		t.Errorf("ls /tree after the failed put: exit %d, %q", code, out)
+	}
+	e2fs.Fsck(t, img)
+	// A put refused at DST copies nothing, and says nothing of a part.
+	_, errOut, code = runCmd(t, "put", img, filepath.Join(src, "a"), "/tree/a")
+	if code != 1 || strings.Contains(errOut, "part copied") {
+		t.Errorf("put over an existing file: exit %d, %q", code, errOut)
 	}
 }
