@@ -53,15 +53,15 @@ func TestMountPointNotDir(t *testing.T) {
 	}
 }
 
-// mountChild runs ext4io mount IMAGE DIR in the test binary as a child
+// mountChild runs ext4io mount [OPTS] IMAGE DIR in the test binary as a child
 // process (TestMain), as the mount tests do, and returns its standard
 // error and exit code once it exits.
-func mountChild(t *testing.T, img, dir string) (string, int) {
+func mountChild(t *testing.T, img, dir string, opts ...string) (string, int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, os.Args[0], "mount", img, dir)
+	cmd := exec.CommandContext(ctx, os.Args[0], append(append([]string{"mount"}, opts...), img, dir)...)
 	cmd.Env = append(os.Environ(), mountChildEnv+"=1")
 	cmd.Stderr = &stderr
 	ready, readyW, err := os.Pipe()
@@ -99,5 +99,44 @@ func unmount(t *testing.T, dir string) {
 			return
 		}
 		t.Logf("%s: %v: %s", strings.Join(c, " "), err, out)
+	}
+}
+
+// TestMountFusermountRefuses: when fusermount3 refuses the mount (an
+// option it does not know), ext4io mount fails with one line holding
+// fusermount3's reason, in the foreground and with --background, whose
+// server has its standard error on /dev/null. The foreground printed
+// fusermount3's line and then "fusermount exited with code 256 "; the
+// background printed only the latter.
+func TestMountFusermountRefuses(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mount: not root")
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skip("mount: no /dev/fuse")
+	}
+	if _, err := exec.LookPath("fusermount3"); err != nil {
+		t.Skip("mount: no fusermount3 (Debian package fuse3)")
+	}
+	tmp := t.TempDir()
+	img, dir := filepath.Join(tmp, "img"), filepath.Join(tmp, "mnt")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, errs, code := runCmd(t, "mkfs", img, "32M"); code != 0 {
+		t.Fatalf("mkfs: exit %d: %s", code, errs)
+	}
+	want := "ext4io mount: mount " + dir + ": fusermount3: unknown option 'bogus'\n"
+	stderr, code := mountChild(t, img, dir, "-o", "bogus")
+	if code != 1 || stderr != want {
+		t.Errorf("mount -o bogus: exit %d, %q; want exit 1 and %q", code, stderr, want)
+	}
+	_, stderr, code = runCmd(t, "mount", "--background", "-o", "bogus", img, dir)
+	if code != 1 || stderr != want {
+		t.Errorf("mount --background -o bogus: exit %d, %q; want exit 1 and %q", code, stderr, want)
+	}
+	if fusetest.Mounted(dir) {
+		t.Error("left mounted")
+		unmount(t, dir)
 	}
 }
