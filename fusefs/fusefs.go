@@ -5,6 +5,7 @@ package fusefs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"golang.org/x/sys/unix"
 	"io"
 	iofs "io/fs"
@@ -96,6 +97,14 @@ func Mount(v *ext4io.Volume, dir string, o Options) (*Server, error) {
 	// over the file, and no Server to unmount it with.
 	if err := mountPoint(dir); err != nil {
 		return nil, err
+	}
+	// With auto_unmount fusermount3 stays running to unmount after the
+	// server exits, and go-fuse waits for it to exit before it serves the
+	// mount: the mount would be made and never answered.
+	for _, opt := range o.Extra {
+		if opt == "auto_unmount" {
+			return nil, fmt.Errorf("fusefs: mount option auto_unmount: not supported (the mount would never be served): %w", errors.ErrUnsupported)
+		}
 	}
 	s := &Server{v: v, ro: o.ReadOnly || !v.Writable(), dio: o.DirectIO, keep: o.KeepCache, bsize: uint32(v.BlockSize()), polled: make(chan struct{})}
 	root := &node{s: s}

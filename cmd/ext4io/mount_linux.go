@@ -234,8 +234,8 @@ func fusermountSays(dir string, mount func() error) error {
 	err = mount()
 	os.Stderr = saved
 	w.Close()
-	// A fusermount3 that stays behind (-o auto_unmount) keeps the pipe
-	// open: read what is there, not to the end.
+	// Read what is there, not to the end: a fusermount3 still running
+	// would keep the pipe open.
 	r.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
 	said, _ := io.ReadAll(r)
 	if err == nil || len(bytes.TrimSpace(said)) == 0 {

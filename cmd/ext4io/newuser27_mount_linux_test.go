@@ -140,3 +140,27 @@ func TestMountFusermountRefuses(t *testing.T) {
 		unmount(t, dir)
 	}
 }
+
+// TestMountAutoUnmount: -o auto_unmount is refused with one line before
+// anything is mounted. go-fuse waits for fusermount3 to exit, which with
+// auto_unmount stays running: the command hung with the mount made and
+// never served, and every access to it (ls DIR) hung too.
+func TestMountAutoUnmount(t *testing.T) {
+	tmp := t.TempDir()
+	img, dir := filepath.Join(tmp, "img"), filepath.Join(tmp, "mnt")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, errs, code := runCmd(t, "mkfs", img, "32M"); code != 0 {
+		t.Fatalf("mkfs: exit %d: %s", code, errs)
+	}
+	stderr, code := mountChild(t, img, dir, "-o", "auto_unmount")
+	want := "ext4io mount: fusefs: mount option auto_unmount: not supported (the mount would never be served): unsupported operation\n"
+	if code != 1 || stderr != want {
+		t.Errorf("mount -o auto_unmount: exit %d, %q; want exit 1 and %q", code, stderr, want)
+	}
+	if fusetest.Mounted(dir) {
+		t.Error("left mounted")
+		unmount(t, dir)
+	}
+}
