@@ -73,6 +73,9 @@ func cmdMkfs(args []string, w io.Writer) (err error) {
 		if tree, err = mkfsPlan(img, *srcDir, size, opts); err != nil {
 			return err
 		}
+	} else if _, err := scratchFormat(size, opts); err != nil {
+		// Bad options are refused before IMAGE is created or grown.
+		return err
 	}
 	// From here an interrupt stops the format or the import (checked
 	// between groups and between entries), which then fails as for any
@@ -163,17 +166,7 @@ var mkfsInodeCache = 1024
 // size bytes formatted with opts, and checks on a scratch device that
 // opts are good and the image has inodes enough for it.
 func mkfsPlan(img, src string, size int64, opts ext4io.FormatOptions) (*srcTree, error) {
-	scratch := superblockOnly{memdev.New(size)}
-	sopts := opts
-	sopts.NoDiscard = true
-	if err := ext4io.Format(scratch, sopts); err != nil {
-		return nil, err
-	}
-	buf := make([]byte, layout.SuperblockSize)
-	if _, err := scratch.ReadAt(buf, layout.SuperblockOffset); err != nil {
-		return nil, err
-	}
-	sb, err := layout.DecodeSuperblock(buf)
+	sb, err := scratchFormat(size, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -198,7 +191,22 @@ func mkfsPlan(img, src string, size int64, opts ext4io.FormatOptions) (*srcTree,
 	return tree, nil
 }
 
-// superblockOnly is the scratch device mkfsPlan formats: it keeps what
+// scratchFormat formats a scratch device of size bytes with opts, which
+// checks the options, and returns the superblock it got.
+func scratchFormat(size int64, opts ext4io.FormatOptions) (*layout.Superblock, error) {
+	scratch := superblockOnly{memdev.New(size)}
+	opts.NoDiscard = true
+	if err := ext4io.Format(scratch, opts); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, layout.SuperblockSize)
+	if _, err := scratch.ReadAt(buf, layout.SuperblockOffset); err != nil {
+		return nil, err
+	}
+	return layout.DecodeSuperblock(buf)
+}
+
+// superblockOnly is the scratch device scratchFormat formats: it keeps what
 // is written to its first 64 KiB (the primary superblock) and drops the
 // rest, which internal/mkfs never reads back; formatting it costs a few
 // milliseconds and kilobytes for any size.

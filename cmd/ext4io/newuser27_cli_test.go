@@ -134,3 +134,31 @@ func TestPutPartial(t *testing.T) {
 		t.Errorf("put over an existing file: exit %d, %q", code, errOut)
 	}
 }
+
+// TestMkfsBadOptionsTouchNothing: options Format refuses (a block size
+// that is not a power of two, an unknown feature, a long label) fail
+// before IMAGE is created or grown. A new IMAGE was created and removed
+// ("(x.img removed)"), and an existing small file was grown to SIZE and
+// left so.
+func TestMkfsBadOptionsTouchNothing(t *testing.T) {
+	dir := t.TempDir()
+	notes := filepath.Join(dir, "notes.img")
+	if err := os.WriteFile(notes, []byte("precious notes\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range [][]string{{"-b", "3000"}, {"-O", "bogus"}, {"-L", "a label of more than 16 bytes"}, {"-I", "100"}} {
+		for _, img := range []string{notes, filepath.Join(dir, "new.img")} {
+			args := append(append([]string{"mkfs"}, bad...), img, "64M")
+			_, errOut, code := runCmd(t, args...)
+			if code != 1 || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "invalid argument") || strings.Contains(errOut, "removed") {
+				t.Errorf("%q: exit %d, %q; want exit 1 and one line, nothing removed", args, code, errOut)
+			}
+		}
+	}
+	if b, err := os.ReadFile(notes); err != nil || string(b) != "precious notes\n" {
+		t.Errorf("notes.img after the failed mkfs: %d bytes, %v", len(b), err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "new.img")); !os.IsNotExist(err) {
+		t.Errorf("new.img: %v", err)
+	}
+}
