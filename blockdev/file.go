@@ -96,6 +96,11 @@ func hostErr(op, path string, err error) error {
 	if errors.As(err, &pe) {
 		err = pe.Err
 	}
+	if errors.Is(err, syscall.EISDIR) {
+		// A writable open of a directory: a wrong path, not an I/O error,
+		// said as a read-only open's check of the file type says it.
+		return fmt.Errorf("blockdev: %s %s: a directory, neither a regular file nor a block device: %w", op, path, ErrInvalid)
+	}
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) || errors.Is(err, fs.ErrExist) ||
 		errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.ENAMETOOLONG) || errors.Is(err, syscall.ELOOP) {
 		return fmt.Errorf("blockdev: %s %s: %w", op, path, err)

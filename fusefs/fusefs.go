@@ -5,6 +5,7 @@ package fusefs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"golang.org/x/sys/unix"
 	"io"
 	iofs "io/fs"
@@ -90,6 +91,21 @@ type Server struct {
 // does not implement FUSE_POLL can hang the whole process (see the
 // comment in Mount). Other processes may use it at any time.
 func Mount(v *ext4io.Volume, dir string, o Options) (*Server, error) {
+	// The mount point must be a directory. fusermount3 also mounts on a
+	// regular file; go-fuse's first open of the mount then fails and
+	// fs.Mount returns that error with the file system still mounted
+	// over the file, and no Server to unmount it with.
+	if err := mountPoint(dir); err != nil {
+		return nil, err
+	}
+	// With auto_unmount fusermount3 stays running to unmount after the
+	// server exits, and go-fuse waits for it to exit before it serves the
+	// mount: the mount would be made and never answered.
+	for _, opt := range o.Extra {
+		if opt == "auto_unmount" {
+			return nil, fmt.Errorf("fusefs: mount option auto_unmount: not supported (the mount would never be served): %w", errors.ErrUnsupported)
+		}
+	}
 	s := &Server{v: v, ro: o.ReadOnly || !v.Writable(), dio: o.DirectIO, keep: o.KeepCache, bsize: uint32(v.BlockSize()), polled: make(chan struct{})}
 	root := &node{s: s}
 	sec := time.Second
@@ -162,6 +178,23 @@ func Mount(v *ext4io.Volume, dir string, o Options) (*Server, error) {
 	}
 	s.srv = srv
 	return s, nil
+}
+
+// mountPoint checks that dir is an existing directory, with an
+// *fs.PathError of op "mount" naming dir when it is not.
+func mountPoint(dir string) error {
+	fi, err := os.Stat(dir)
+	var pe *iofs.PathError
+	switch {
+	case errors.As(err, &pe):
+		err = pe.Err
+	case err == nil && !fi.IsDir():
+		err = syscall.ENOTDIR
+	}
+	if err != nil {
+		return &iofs.PathError{Op: "mount", Path: dir, Err: err}
+	}
+	return nil
 }
 
 // Wait blocks until the file system is unmounted (fusermount3 -u, umount

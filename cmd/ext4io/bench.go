@@ -11,12 +11,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"runtime"
 	"runtime/pprof"
 	"runtime/trace"
 	"strings"
-	"syscall"
 
 	"github.com/ext4io/ext4io/internal/bench"
 )
@@ -141,7 +139,7 @@ func cmdBench(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := interruptible()
 	defer stop()
 	if f.gomaxprocs > 0 {
 		// Blocking pread/pwrite keep their P until the runtime hands it
@@ -200,6 +198,11 @@ func cmdBench(args []string, stdout io.Writer) error {
 	}
 	rep, err := bench.Run(ctx, f.cfg)
 	if err != nil {
+		if ctx.Err() != nil {
+			// The run stopped at the interrupt: say so rather than
+			// "context canceled".
+			return fmt.Errorf("interrupted: %w: no report", context.Cause(ctx))
+		}
 		return err
 	}
 	if f.svg != "" {

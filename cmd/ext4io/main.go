@@ -53,8 +53,9 @@ var commands = map[string]command{
 	"stat":   {usage: "stat IMAGE PATH", help: "Print the inode metadata of PATH (not following a final symlink).", run: cmdStat},
 	"fiemap": {usage: "fiemap IMAGE PATH", help: "Print one line per extent of PATH, like filefrag -v.", run: cmdFiemap},
 	"mkfs": {usage: "mkfs [-F] [-b BLOCKSIZE] [-O FEATURE,^FEATURE...] [-L LABEL] [-I INODESIZE] [-d DIR] IMAGE SIZE",
-		help: "Create IMAGE of SIZE bytes (K, M, G, T suffixes) and format it as ext4.\n" +
+		help: "Create IMAGE of SIZE bytes (K, M, G, T or P suffixes) and format it as ext4.\n" +
 			"An IMAGE that already holds ext4 is refused unless -F; a failed mkfs leaves no new file.\n" +
+			"IMAGE may be an NBD URI: the first SIZE bytes of the export are formatted (docs/nbd.md).\n" +
 			"-d DIR copies a host tree in as mkfs.ext4 -d: hard links, special files, holes, modes,\n" +
 			"owners, nanosecond times, xattrs. DIR is walked and checked first: a tree ext4 cannot\n" +
 			"hold is refused before IMAGE is touched (docs/cli.md).", run: cmdMkfs},
@@ -121,7 +122,7 @@ func run(args []string, stdout, errw io.Writer) int {
 	}
 	name, args := args[0], args[1:]
 	if name == "help" || name == "-h" || name == "-help" || name == "--help" {
-		if len(args) == 0 {
+		if len(args) == 0 || args[0] == "help" {
 			usage(stdout)
 			return 0
 		}
@@ -263,6 +264,11 @@ func parseArgs(fs *flag.FlagSet, args []string, min, max int) ([]string, error) 
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				return nil, errHelp
+			}
+			// A negative number where a size or offset goes reads as an
+			// unknown flag ("-1"); say what it is.
+			if n, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -"); ok && n != "" && n[0] >= '0' && n[0] <= '9' {
+				return nil, fmt.Errorf("%w: negative number -%s: sizes, offsets and lengths are 0 or more", errUsage, n)
 			}
 			return nil, fmt.Errorf("%w: %w", errUsage, err)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/ext4io/ext4io"
 	"github.com/ext4io/ext4io/blockdev"
 	"github.com/ext4io/ext4io/blockdev/memdev"
+	"github.com/ext4io/ext4io/blockdev/nbd"
 	"github.com/ext4io/ext4io/layout"
 )
 
@@ -37,10 +38,29 @@ func cmdMkfs(args []string, w io.Writer) (err error) {
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
-	_, serr := os.Stat(img)
-	created := errors.Is(serr, os.ErrNotExist)
+	var export blockdev.Device // IMAGE is an NBD URI: the export's first SIZE bytes
+	if nbd.IsURI(img) {
+		d, err := nbd.Open(img, nbd.Options{})
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		if size > d.Size() {
+			return fmt.Errorf("%s: SIZE %d is larger than the export's %d bytes: %w", img, size, d.Size(), ext4io.ErrInvalid)
+		}
+		export = sizedDevice{d, size}
+	}
+	created := false
+	if export == nil {
+		_, serr := os.Stat(img)
+		created = errors.Is(serr, os.ErrNotExist)
+	}
 	if !created && !*force {
-		if what, ok := existingExt4(img); ok {
+		what, ok := existingExt4(img)
+		if export != nil {
+			what, ok = existingExt4At(export)
+		}
+		if ok {
 			return fmt.Errorf("%s already contains an ext4 file system (%s); use -F to overwrite: %w", img, what, ext4io.ErrExist)
 		}
 	}
@@ -53,13 +73,16 @@ func cmdMkfs(args []string, w io.Writer) (err error) {
 		if tree, err = mkfsPlan(img, *srcDir, size, opts); err != nil {
 			return err
 		}
+	} else if _, err := scratchFormat(size, opts); err != nil {
+		// Bad options are refused before IMAGE is created or grown.
+		return err
 	}
 	// From here an interrupt stops the format or the import (checked
 	// between groups and between entries), which then fails as for any
 	// error: a new image is removed.
 	ctx, stop := interruptible()
 	defer stop()
-	if !created {
+	if !created && export == nil {
 		// Refuse before CreateFile grows the file: not under a writer,
 		// not while Linux has it mounted (Format claims it again).
 		if err := claimable(img); err != nil {
@@ -73,11 +96,15 @@ func cmdMkfs(args []string, w io.Writer) (err error) {
 			}
 		}()
 	}
-	dev, err := blockdev.CreateFile(img, size)
-	if err != nil {
-		return err
+	dev := export
+	if dev == nil {
+		f, err := blockdev.CreateFile(img, size)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		dev = f
 	}
-	defer dev.Close()
 	if err := ext4io.FormatContext(ctx, dev, opts); err != nil {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("interrupted: %w: %w", context.Cause(ctx), err)
@@ -139,17 +166,7 @@ var mkfsInodeCache = 1024
 // size bytes formatted with opts, and checks on a scratch device that
 // opts are good and the image has inodes enough for it.
 func mkfsPlan(img, src string, size int64, opts ext4io.FormatOptions) (*srcTree, error) {
-	scratch := superblockOnly{memdev.New(size)}
-	sopts := opts
-	sopts.NoDiscard = true
-	if err := ext4io.Format(scratch, sopts); err != nil {
-		return nil, err
-	}
-	buf := make([]byte, layout.SuperblockSize)
-	if _, err := scratch.ReadAt(buf, layout.SuperblockOffset); err != nil {
-		return nil, err
-	}
-	sb, err := layout.DecodeSuperblock(buf)
+	sb, err := scratchFormat(size, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +191,22 @@ func mkfsPlan(img, src string, size int64, opts ext4io.FormatOptions) (*srcTree,
 	return tree, nil
 }
 
-// superblockOnly is the scratch device mkfsPlan formats: it keeps what
+// scratchFormat formats a scratch device of size bytes with opts, which
+// checks the options, and returns the superblock it got.
+func scratchFormat(size int64, opts ext4io.FormatOptions) (*layout.Superblock, error) {
+	scratch := superblockOnly{memdev.New(size)}
+	opts.NoDiscard = true
+	if err := ext4io.Format(scratch, opts); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, layout.SuperblockSize)
+	if _, err := scratch.ReadAt(buf, layout.SuperblockOffset); err != nil {
+		return nil, err
+	}
+	return layout.DecodeSuperblock(buf)
+}
+
+// superblockOnly is the scratch device scratchFormat formats: it keeps what
 // is written to its first 64 KiB (the primary superblock) and drops the
 // rest, which internal/mkfs never reads back; formatting it costs a few
 // milliseconds and kilobytes for any size.
@@ -222,6 +254,16 @@ func parseSizeMin(s string, least int64) (int64, error) {
 	return n * mult, nil
 }
 
+// sizedDevice is the first size bytes of a Device: mkfs formats SIZE
+// bytes of an NBD export, as mkfs.ext4 formats the start of a block
+// device given a size.
+type sizedDevice struct {
+	blockdev.Device
+	size int64
+}
+
+func (d sizedDevice) Size() int64 { return d.size }
+
 // existingExt4 reports whether img holds an ext4 superblock (the magic),
 // and describes it: label, creation time, size.
 func existingExt4(img string) (string, bool) {
@@ -233,8 +275,13 @@ func existingExt4(img string) (string, bool) {
 		return "", false
 	}
 	defer f.Close()
+	return existingExt4At(f)
+}
+
+// existingExt4At is existingExt4 of the image r reads.
+func existingExt4At(r io.ReaderAt) (string, bool) {
 	buf := make([]byte, layout.SuperblockSize)
-	if _, err := f.ReadAt(buf, layout.SuperblockOffset); err != nil {
+	if _, err := r.ReadAt(buf, layout.SuperblockOffset); err != nil {
 		return "", false
 	}
 	sb, err := layout.DecodeSuperblock(buf)

@@ -1,16 +1,19 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/ext4io/ext4io"
 	"github.com/ext4io/ext4io/fusefs"
@@ -147,7 +150,7 @@ func startMount(pos []string, opts string, debug bool, cpuprofile string) (s *fu
 	if o.FsName == "" {
 		o.FsName = image
 	}
-	v, err = ext4io.OpenImage(image, ext4io.Options{Writable: !o.ReadOnly, PageCacheBytes: mountCache(cache)})
+	v, err = openImageOpts(image, ext4io.Options{Writable: !o.ReadOnly, PageCacheBytes: mountCache(cache)})
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -166,7 +169,11 @@ func startMount(pos []string, opts string, debug bool, cpuprofile string) (s *fu
 			pf.Close()
 		}
 	}
-	if s, err = fusefs.Mount(v, dir, o); err != nil {
+	err = fusermountSays(dir, func() (err error) {
+		s, err = fusefs.Mount(v, dir, o)
+		return err
+	})
+	if err != nil {
 		stop()
 		v.Close()
 		return nil, nil, nil, err
@@ -208,4 +215,40 @@ func memTotal() int64 {
 		}
 	}
 	return 0
+}
+
+// fusermountSays runs mount with os.Stderr on a pipe. go-fuse runs
+// fusermount3 with this process's standard error, and on a refusal
+// returns only "fusermount exited with code 256"; fusermount3's own
+// words ("unknown option 'bogus'") are then the error instead, one line,
+// also in a background server whose standard error is /dev/null. What it
+// says on a mount that works goes on to standard error.
+func fusermountSays(dir string, mount func() error) error {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return mount()
+	}
+	defer r.Close()
+	saved := os.Stderr
+	os.Stderr = w
+	err = mount()
+	os.Stderr = saved
+	w.Close()
+	// Read what is there, not to the end: a fusermount3 still running
+	// would keep the pipe open.
+	r.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	said, _ := io.ReadAll(r)
+	if err == nil || len(bytes.TrimSpace(said)) == 0 {
+		saved.Write(said)
+		return err
+	}
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(string(said)), "\n") {
+		// "/usr/bin/fusermount3: unknown option 'bogus'"
+		if prog, rest, ok := strings.Cut(l, ": "); ok && filepath.IsAbs(prog) {
+			l = filepath.Base(prog) + ": " + rest
+		}
+		lines = append(lines, l)
+	}
+	return fmt.Errorf("mount %s: %s", dir, strings.Join(lines, "; "))
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"path"
@@ -66,11 +67,19 @@ func cmdPut(args []string, w io.Writer) error {
 		if di, err := v.Stat(dst); err == nil && di.IsDir() {
 			dst = path.Join(dst, filepath.Base(src))
 		}
+		_, serr := v.Lstat(dst)
+		existed := serr == nil
 		im := newImporter(v)
 		im.noXattrs = !t.xattrs
 		ctx, stop := interruptible()
 		defer stop()
 		im.ctx = ctx
-		return im.one(t.root, dst, nil, nil)
+		err = im.one(t.root, dst, nil, nil)
+		if _, serr := v.Lstat(dst); err != nil && !existed && serr == nil {
+			// Out of space or interrupted while copying: what was copied
+			// stays, consistent, and the user needs to know where.
+			return fmt.Errorf("%w; the part copied stays in the image at %s", err, dst)
+		}
+		return err
 	})
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	iofs "io/fs"
@@ -20,11 +21,12 @@ func openImage(path string) (*ext4io.Volume, error) {
 	return openImageOpts(path, ext4io.Options{})
 }
 
-// openImageOpts opens an image, saying plainly when the file is not
-// ext4 at all rather than how its superblock failed to decode.
+// openImageOpts opens an image (a file, a block device or an NBD URI),
+// saying plainly when it is not ext4 at all rather than how its
+// superblock failed to decode.
 func openImageOpts(path string, opts ext4io.Options) (*ext4io.Volume, error) {
 	v, err := ext4io.OpenImage(path, opts)
-	if err != nil && notExt4(path) {
+	if err != nil && (errors.Is(err, ext4io.ErrNotExt4) || notExt4(path)) {
 		return nil, fmt.Errorf("%s: not an ext4 file system (bad magic)", path)
 	}
 	return v, err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -60,7 +61,18 @@ func cmdTorture(args []string, w io.Writer) error {
 	if *verbose {
 		cfg.Log = w
 	}
-	sum, err := torture.Run(cfg)
+	// An interrupt ends the run after the round under way, which removes
+	// its temporary images; a second one kills the process.
+	ctx, stop := interruptible()
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop()
+		if context.Cause(ctx) != context.Canceled {
+			fmt.Fprintln(os.Stderr, "ext4io torture: interrupted: stopping after this round (interrupt again to quit at once)")
+		}
+	}()
+	sum, err := torture.RunContext(ctx, cfg)
 	fmt.Fprintf(w, "torture: %v\n", sum)
 	return err
 }

@@ -67,20 +67,26 @@ var stdin io.Reader = os.Stdin
 
 func cmdWrite(args []string, w io.Writer) error {
 	fs := newFlags("write")
-	offset := fs.Int64("offset", 0, "byte offset in the file to write at")
+	offStr := fs.String("offset", "0", "byte offset in the file to write at (K, M, G, T or P suffixes)")
 	direct := fs.Bool("direct", false, "direct I/O for the whole blocks (the offset must be block-aligned); the last partial block goes through the page cache")
 	args, err := parseArgs(fs, args, 2, 2)
 	if err != nil {
 		return err
 	}
-	if *offset < 0 {
-		return fmt.Errorf("%w: negative offset %d", errUsage, *offset)
+	off, err := parseSize0(*offStr)
+	if err != nil {
+		return fmt.Errorf("%w: --offset: %w", errUsage, err)
 	}
 	var n, viaDirect int64
 	var tail int
 	perm := 0o666 &^ umask() // before the volume's goroutines start
 	err = withWritable(args[0], func(v *ext4io.Volume) (err error) {
 		name := args[1]
+		// Checked before the file is created, so that a misaligned
+		// direct write leaves no new empty file.
+		if bs := int64(v.BlockSize()); *direct && off%bs != 0 {
+			return fmt.Errorf("--direct: offset %d is not aligned to the %d-byte block size: %w", off, bs, ext4io.ErrInvalid)
+		}
 		f, err := v.OpenFile(name, os.O_RDWR, 0)
 		if errors.Is(err, ext4io.ErrNotFound) {
 			f, err = v.OpenFile(name, os.O_RDWR|os.O_CREATE, perm)
@@ -90,7 +96,7 @@ func cmdWrite(args []string, w io.Writer) error {
 		}
 		defer closeFile(f, &err)
 		if !*direct {
-			if n, err = io.Copy(io.NewOffsetWriter(f, *offset), stdin); err != nil {
+			if n, err = io.Copy(io.NewOffsetWriter(f, off), stdin); err != nil {
 				return err
 			}
 			return f.Sync()
@@ -100,14 +106,14 @@ func cmdWrite(args []string, w io.Writer) error {
 			return err
 		}
 		defer closeFile(d, &err)
-		k, rest, err := copyDirect(d, v.BlockSize(), *offset, stdin)
+		k, rest, err := copyDirect(d, v.BlockSize(), off, stdin)
 		if err != nil {
 			return err
 		}
 		// The last partial block cannot go direct (as with O_DIRECT): it
 		// goes through the page cache.
 		if len(rest) > 0 {
-			if _, err := f.WriteAt(rest, *offset+k); err != nil {
+			if _, err := f.WriteAt(rest, off+k); err != nil {
 				return err
 			}
 		}
@@ -121,9 +127,9 @@ func cmdWrite(args []string, w io.Writer) error {
 		return err
 	}
 	if *direct {
-		fmt.Fprintf(w, "wrote %d bytes at %d (%d direct, %d buffered)\n", n, *offset, viaDirect, tail)
+		fmt.Fprintf(w, "wrote %d bytes at %d (%d direct, %d buffered)\n", n, off, viaDirect, tail)
 	} else {
-		fmt.Fprintf(w, "wrote %d bytes at %d\n", n, *offset)
+		fmt.Fprintf(w, "wrote %d bytes at %d\n", n, off)
 	}
 	return nil
 }

@@ -67,6 +67,7 @@
 package torture
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -164,7 +165,13 @@ type runner struct {
 // Run tortures ext4io for cfg.Duration and returns what it did. The error
 // names the seed, where the image and op log were saved and the command
 // line that reruns the seed.
-func Run(cfg Config) (Summary, error) {
+func Run(cfg Config) (Summary, error) { return RunContext(context.Background(), cfg) }
+
+// RunContext is Run that also stops when ctx is done: the round under way
+// finishes, with its checks and the removal of its temporary files, and
+// no other starts. The error then wraps context.Cause(ctx) and says how
+// many rounds ran; the Summary counts them.
+func RunContext(ctx context.Context, cfg Config) (Summary, error) {
 	if cfg.Goroutines <= 0 {
 		cfg.Goroutines = 4
 	}
@@ -203,6 +210,13 @@ func Run(cfg Config) (Summary, error) {
 		return cfg.Duration <= 0 && cfg.MaxRounds > 0 || time.Now().Before(deadline)
 	}
 	for r.round == 0 || more() {
+		if ctx.Err() != nil {
+			rounds := "rounds"
+			if r.round == 1 {
+				rounds = "round"
+			}
+			return r.sum, fmt.Errorf("interrupted after %d %s: %w", r.round, rounds, context.Cause(ctx))
+		}
 		seed := r.rng.Uint64()
 		if cfg.RoundSeed != 0 {
 			seed = cfg.RoundSeed
