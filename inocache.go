@@ -184,7 +184,7 @@ func (v *Volume) demotable(n *inode) bool {
 		n.convBatch || n.touchEpoch.Load() != 0 || n.noReadahead.Load() {
 		return false
 	}
-	if n.conv.pending() || n.conv.resvHeld.Load() || n.conv.bits.dir.Load() != nil {
+	if n.conv.pending() || n.conv.resvHeld.Load() {
 		return false
 	}
 	if n.m != nil && (n.m.run.n.Load() != 0 || n.m.tree != nil && n.m.tree.Root() != n.in.Block) {
@@ -216,6 +216,15 @@ func (v *Volume) demotable(n *inode) bool {
 	}
 	if v.alloc != nil {
 		v.alloc.ReleasePrealloc(n.ino) // as ext4_clear_inode discards it
+	}
+	if n.conv.bits.dir.Load() != nil {
+		// Blocks queued writes made written may still be unwritten
+		// entries in the extent-status cache, which outlives n: a copy
+		// read again from disk would find them there without n's bits
+		// and read zeroes. Their conversions are in the tree (nothing is
+		// queued), so the entries are dropped and filled again from it.
+		// n itself keeps its bits, right for as long as anything holds n.
+		v.cache.Forget(n.ino)
 	}
 	return true
 }
