@@ -358,11 +358,21 @@ func (j *Journal) commitLoop() {
 	}
 }
 
+// maxHeldRevokes is how many revoke records the committed transactions
+// waiting for a checkpoint may keep in memory before the checkpoint
+// goroutine is woken whatever the log's use. A revoke record costs the log
+// a few bytes but memory a map entry or two: without this bound a
+// workload that frees and reallocates metadata blocks (directories made
+// and removed) would hold memory many times the size of half the log.
+const maxHeldRevokes = 1 << 16
+
 // kickCheckpoint wakes the checkpoint goroutine once more than half the
-// log is in use and committed transactions wait to be written home.
+// log is in use, or more than maxHeldRevokes revoke records are held, and
+// committed transactions wait to be written home.
 func (j *Journal) kickCheckpoint() {
 	j.mu.Lock()
-	low := j.mu.err == nil && j.mu.used > (j.last-j.first)/2 && len(j.mu.checkpoint) > 0
+	low := j.mu.err == nil && len(j.mu.checkpoint) > 0 &&
+		(j.mu.used > (j.last-j.first)/2 || j.mu.heldRevokes > maxHeldRevokes)
 	j.mu.Unlock()
 	if low {
 		select {
@@ -447,11 +457,13 @@ func (j *Journal) commitRunning() {
 		// home: Checkpoint refuses to run after an abort), so readers do
 		// not fall back to older home copies of its blocks.
 		j.mu.checkpoint = append(j.mu.checkpoint, t)
+		j.mu.heldRevokes += len(t.revokes)
 		j.abortLocked(err)
 		j.mu.Unlock()
 		return
 	}
 	j.mu.checkpoint = append(j.mu.checkpoint, t)
+	j.mu.heldRevokes += len(t.revokes)
 	j.mu.commitSeq = t.tid
 	// The Forgets whose revoke this transaction carries are committed:
 	// the blocks may be reused from now on (after WaitCheckpoint).
@@ -849,6 +861,7 @@ func (j *Journal) Checkpoint() error {
 	j.mu.checkpoint = j.mu.checkpoint[len(list):]
 	for _, t := range list {
 		j.dropNewestLocked(t)
+		j.mu.heldRevokes -= len(t.revokes)
 	}
 	tail, seq := j.mu.head, j.mu.nextTid
 	if j.mu.running != nil {
