@@ -180,8 +180,11 @@ func (v *Volume) demotable(n *inode) bool {
 	if n.freed || n.in.LinksCount == 0 || n.ino == layout.RootIno || v.specialIno(n.ino) {
 		return false // freed, orphans, system inodes: never demoted
 	}
+	// n.noReadahead does not keep n: the iomap ops whose writes it is
+	// about hold n (through their File), so while any is left getInode
+	// finds n itself, flag and all, and a copy read again has no ops.
 	if n.dirty || n.blocksChanged || n.sizeAhead.Load() || n.delayed != 0 || len(n.zeroing) != 0 ||
-		n.convBatch || n.touchEpoch.Load() != 0 || n.noReadahead.Load() {
+		n.convBatch || n.touchEpoch.Load() != 0 {
 		return false
 	}
 	if n.conv.pending() || n.conv.resvHeld.Load() {
