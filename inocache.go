@@ -220,7 +220,7 @@ func (v *Volume) demotable(n *inode) bool {
 	if v.alloc != nil {
 		v.alloc.ReleasePrealloc(n.ino) // as ext4_clear_inode discards it
 	}
-	if n.conv.bits.dir.Load() != nil {
+	if n.conv.bits.used() {
 		// Blocks queued writes made written may still be unwritten
 		// entries in the extent-status cache, which outlives n: a copy
 		// read again from disk would find them there without n's bits
