@@ -383,7 +383,8 @@ func (j *Journal) kickCheckpoint() {
 }
 
 // checkpointLoop is the checkpoint goroutine: the commit goroutine wakes
-// it once more than half the log is in use, so that commits, and the
+// it once more than half the log is in use (or maxHeldRevokes revoke
+// records are held, kickCheckpoint), so that commits, and the
 // fsyncs waiting for them, go on while it writes blocks home, and Start
 // rarely finds the log short of space (a transaction takes at most a
 // quarter of it).
@@ -754,7 +755,8 @@ func forgottenSince(evs []forgetEvent, tid uint32) bool {
 // forgotten blocks whose revoke has committed; see Forget), flushes the
 // file system device, then advances the log tail in the journal superblock (written with FUA), as jbd2_log_do_checkpoint and
 // jbd2_cleanup_journal_tail do. It runs in the background when the log is
-// half full and from Start when the log is short of space.
+// half full or the committed transactions hold many revoke records, and
+// from Start when the log is short of space.
 func (j *Journal) Checkpoint() error {
 	j.cpMu.Lock()
 	defer j.cpMu.Unlock()
