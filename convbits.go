@@ -42,11 +42,18 @@ import (
 // to a region). A lookup racing a completion sees the block unwritten or
 // written: the write has not returned yet.
 type convBits struct {
-	// dir is nil until the first region: lookups skip the directory
-	// before. Region r (lblk >> escRegionShift) is
+	// r0 is region 0, the first escRegion blocks, which hold every small
+	// file: kept out of the directory, it costs such a file one region
+	// instead of the directory's two levels (12 KiB more).
+	r0 atomic.Pointer[convRegion]
+	// dir is nil until the first region past region 0: lookups skip the
+	// directory before. Region r > 0 (lblk >> escRegionShift) is
 	// dir[r>>convLeafShift][r&(convLeafLen-1)].
 	dir atomic.Pointer[convDir]
 }
+
+// used reports whether a bit was ever set (a region exists).
+func (c *convBits) used() bool { return c.r0.Load() != nil || c.dir.Load() != nil }
 
 const (
 	convLeafShift = 10
@@ -63,6 +70,9 @@ type (
 
 // region returns region r, or nil if no bit was ever set in it.
 func (c *convBits) region(r uint32) *convRegion {
+	if r == 0 {
+		return c.r0.Load()
+	}
 	d := c.dir.Load()
 	if d == nil {
 		return nil
@@ -77,6 +87,14 @@ func (c *convBits) region(r uint32) *convRegion {
 // regionOrNew returns region r, creating it (and the directory levels to
 // it) if needed.
 func (c *convBits) regionOrNew(r uint32) *convRegion {
+	if r == 0 {
+		reg := c.r0.Load()
+		if reg == nil {
+			c.r0.CompareAndSwap(nil, new(convRegion))
+			reg = c.r0.Load()
+		}
+		return reg
+	}
 	d := c.dir.Load()
 	if d == nil {
 		c.dir.CompareAndSwap(nil, new(convDir))
@@ -111,12 +129,20 @@ func (c *convBits) set(lblk, n uint32) {
 // regions stay (a completion in another part of a region may be setting
 // bits in it): a region costs 1 KiB until the inode leaves memory.
 func (c *convBits) clear(lblk, n uint64) {
-	d := c.dir.Load()
-	if d == nil || n == 0 {
+	if n == 0 {
 		return
 	}
 	end := lblk + n
-	first, last := uint32(lblk>>escRegionShift), uint32(min(end-1, 1<<32-1)>>escRegionShift)
+	if lblk < escRegion {
+		if reg := c.r0.Load(); reg != nil {
+			reg.update(uint32(lblk), uint32(min(end, escRegion)-lblk), false)
+		}
+	}
+	d := c.dir.Load()
+	if d == nil || end <= escRegion {
+		return
+	}
+	first, last := uint32(max(lblk>>escRegionShift, 1)), uint32(min(end-1, 1<<32-1)>>escRegionShift)
 	for li := first >> convLeafShift; li <= last>>convLeafShift; li++ {
 		l := d[li].Load()
 		if l == nil {

@@ -180,11 +180,14 @@ func (v *Volume) demotable(n *inode) bool {
 	if n.freed || n.in.LinksCount == 0 || n.ino == layout.RootIno || v.specialIno(n.ino) {
 		return false // freed, orphans, system inodes: never demoted
 	}
+	// n.noReadahead does not keep n: the iomap ops whose writes it is
+	// about hold n (through their File), so while any is left getInode
+	// finds n itself, flag and all, and a copy read again has no ops.
 	if n.dirty || n.blocksChanged || n.sizeAhead.Load() || n.delayed != 0 || len(n.zeroing) != 0 ||
-		n.convBatch || n.touchEpoch.Load() != 0 || n.noReadahead.Load() {
+		n.convBatch || n.touchEpoch.Load() != 0 {
 		return false
 	}
-	if n.conv.pending() || n.conv.resvHeld.Load() || n.conv.bits.dir.Load() != nil {
+	if n.conv.pending() || n.conv.resvHeld.Load() {
 		return false
 	}
 	if n.m != nil && (n.m.run.n.Load() != 0 || n.m.tree != nil && n.m.tree.Root() != n.in.Block) {
@@ -216,6 +219,15 @@ func (v *Volume) demotable(n *inode) bool {
 	}
 	if v.alloc != nil {
 		v.alloc.ReleasePrealloc(n.ino) // as ext4_clear_inode discards it
+	}
+	if n.conv.bits.used() {
+		// Blocks queued writes made written may still be unwritten
+		// entries in the extent-status cache, which outlives n: a copy
+		// read again from disk would find them there without n's bits
+		// and read zeroes. Their conversions are in the tree (nothing is
+		// queued), so the entries are dropped and filled again from it.
+		// n itself keeps its bits, right for as long as anything holds n.
+		v.cache.Forget(n.ino)
 	}
 	return true
 }

@@ -96,6 +96,10 @@ type Journal struct {
 		running    *transaction   // accepting handles; nil if none yet
 		committing *transaction   // being written to the log
 		checkpoint []*transaction // committed, not yet home; oldest first
+		// heldRevokes counts the revoke records of the transactions in
+		// checkpoint, which they keep in memory until checkpointed
+		// (maxHeldRevokes).
+		heldRevokes int
 		// cpUpTo is the newest transaction a checkpoint in progress
 		// writes home, valid while cpActive (MarkHome).
 		cpUpTo    uint32

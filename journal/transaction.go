@@ -358,11 +358,21 @@ func (j *Journal) commitLoop() {
 	}
 }
 
+// maxHeldRevokes is how many revoke records the committed transactions
+// waiting for a checkpoint may keep in memory before the checkpoint
+// goroutine is woken whatever the log's use. A revoke record costs the log
+// a few bytes but memory a map entry or two: without this bound a
+// workload that frees and reallocates metadata blocks (directories made
+// and removed) would hold memory many times the size of half the log.
+const maxHeldRevokes = 1 << 16
+
 // kickCheckpoint wakes the checkpoint goroutine once more than half the
-// log is in use and committed transactions wait to be written home.
+// log is in use, or more than maxHeldRevokes revoke records are held, and
+// committed transactions wait to be written home.
 func (j *Journal) kickCheckpoint() {
 	j.mu.Lock()
-	low := j.mu.err == nil && j.mu.used > (j.last-j.first)/2 && len(j.mu.checkpoint) > 0
+	low := j.mu.err == nil && len(j.mu.checkpoint) > 0 &&
+		(j.mu.used > (j.last-j.first)/2 || j.mu.heldRevokes > maxHeldRevokes)
 	j.mu.Unlock()
 	if low {
 		select {
@@ -373,7 +383,8 @@ func (j *Journal) kickCheckpoint() {
 }
 
 // checkpointLoop is the checkpoint goroutine: the commit goroutine wakes
-// it once more than half the log is in use, so that commits, and the
+// it once more than half the log is in use (or maxHeldRevokes revoke
+// records are held, kickCheckpoint), so that commits, and the
 // fsyncs waiting for them, go on while it writes blocks home, and Start
 // rarely finds the log short of space (a transaction takes at most a
 // quarter of it).
@@ -447,11 +458,13 @@ func (j *Journal) commitRunning() {
 		// home: Checkpoint refuses to run after an abort), so readers do
 		// not fall back to older home copies of its blocks.
 		j.mu.checkpoint = append(j.mu.checkpoint, t)
+		j.mu.heldRevokes += len(t.revokes)
 		j.abortLocked(err)
 		j.mu.Unlock()
 		return
 	}
 	j.mu.checkpoint = append(j.mu.checkpoint, t)
+	j.mu.heldRevokes += len(t.revokes)
 	j.mu.commitSeq = t.tid
 	// The Forgets whose revoke this transaction carries are committed:
 	// the blocks may be reused from now on (after WaitCheckpoint).
@@ -742,7 +755,8 @@ func forgottenSince(evs []forgetEvent, tid uint32) bool {
 // forgotten blocks whose revoke has committed; see Forget), flushes the
 // file system device, then advances the log tail in the journal superblock (written with FUA), as jbd2_log_do_checkpoint and
 // jbd2_cleanup_journal_tail do. It runs in the background when the log is
-// half full and from Start when the log is short of space.
+// half full or the committed transactions hold many revoke records, and
+// from Start when the log is short of space.
 func (j *Journal) Checkpoint() error {
 	j.cpMu.Lock()
 	defer j.cpMu.Unlock()
@@ -849,6 +863,7 @@ func (j *Journal) Checkpoint() error {
 	j.mu.checkpoint = j.mu.checkpoint[len(list):]
 	for _, t := range list {
 		j.dropNewestLocked(t)
+		j.mu.heldRevokes -= len(t.revokes)
 	}
 	tail, seq := j.mu.head, j.mu.nextTid
 	if j.mu.running != nil {
