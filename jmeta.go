@@ -194,10 +194,15 @@ func (m *jmeta) readAt(blk uint64, off int, dst []byte) error {
 
 // readLoggedAt is readAt from blk's last logged copy (the cache's, the
 // journal's or the device's), ignoring its pending and committing copies.
+// A copy read from the journal or the device fills the cache, as read's
+// does: it is the clean copy the cache holds.
 func (m *jmeta) readLoggedAt(blk uint64, off int, dst []byte) error {
 	m.mu.Lock()
+	var gen uint64
 	if m.cache != nil {
-		if b, _, ok := m.cache.get(blk); ok {
+		var b []byte
+		var ok bool
+		if b, gen, ok = m.cache.get(blk); ok {
 			copy(dst, b[off:])
 			m.mu.Unlock()
 			return nil
@@ -212,6 +217,9 @@ func (m *jmeta) readLoggedAt(blk uint64, off int, dst []byte) error {
 		}
 	}
 	copy(dst, b[off:])
+	if m.cache != nil {
+		m.cache.put(blk, b, gen)
+	}
 	return nil
 }
 

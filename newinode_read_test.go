@@ -206,3 +206,41 @@ func TestNewInodeBlockConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestNewInodeBlockFastCommitReadOnce: with fast commits, a created
+// inode's fast commit compares the slot with its last logged copy (what
+// a replay keeps past the tag), so the block is read from the device;
+// that read fills the metadata cache, and the block's other new inodes
+// find it there: each inode table block is read once, not once per file.
+func TestNewInodeBlockFastCommitReadOnce(t *testing.T) {
+	img := filepath.Join(t.TempDir(), "img")
+	fdev, err := blockdev.CreateFile(img, 256<<20)
+	require.NoError(t, err)
+	require.NoError(t, ext4io.Format(fdev, ext4io.FormatOptions{NoDiscard: true, FastCommit: true}))
+	dev := &blockReadLog{Device: fdev, read: map[int64]int{}}
+	v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
+	require.NoError(t, err)
+	dev.mu.Lock()
+	dev.on = true
+	dev.mu.Unlock()
+	var inos []uint32
+	for i := range 64 {
+		f, err := v.Create(fmt.Sprintf("f%d", i))
+		require.NoError(t, err)
+		_, err = f.WriteAt([]byte("x"), 0)
+		require.NoError(t, err)
+		require.NoError(t, f.Sync())
+		inos = append(inos, f.Ino())
+		require.NoError(t, f.Close())
+	}
+	dev.mu.Lock()
+	dev.on = false
+	dev.mu.Unlock()
+	require.NoError(t, v.Close())
+	require.NoError(t, fdev.Close())
+	blocks := inodeBlocks(t, img, inos)
+	for _, ino := range inos {
+		require.LessOrEqual(t, dev.read[blocks[ino]], 1, "inode %d's table block %d read %d times", ino, blocks[ino], dev.read[blocks[ino]])
+	}
+	ext4iotest.Fsck(t, img)
+}
