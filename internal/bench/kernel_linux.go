@@ -221,9 +221,12 @@ func fillZero(f *os.File, n int64) error {
 // fioArgs maps a workload onto fio options: psync, time_based, the same
 // region, I/O size and job count.
 func (e *kernelEnv) fioArgs(c *config, w workload, jobs int) []string {
-	secs := strconv.FormatFloat(c.Runtime.Seconds(), 'f', 3, 64)
+	// In milliseconds: fio takes a fraction of a second ("0.300s") as no
+	// limit, and a job then runs until it has done all its I/O
+	// (fsync-small's 20,000 files a job fill a small filesystem).
+	ms := strconv.FormatInt(max(c.Runtime.Milliseconds(), 1), 10)
 	a := []string{"--name=" + w.Name, "--ioengine=psync", "--group_reporting=1", "--output-format=json",
-		"--bs=" + strconv.Itoa(w.IOSize), "--numjobs=" + strconv.Itoa(jobs), "--runtime=" + secs + "s",
+		"--bs=" + strconv.Itoa(w.IOSize), "--numjobs=" + strconv.Itoa(jobs), "--runtime=" + ms + "ms",
 		"--fallocate=none", "--randrepeat=0", "--norandommap=1"}
 	if w.Direct {
 		a = append(a, "--direct=1")

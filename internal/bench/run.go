@@ -257,12 +257,16 @@ func (e engineSide) Sync() error                              { return e.f.Sync(
 
 // Reset truncates the file and commits: blocks freed by a transaction
 // are allocatable only once it has committed, and the delayed write-back
-// of a fast buffered writer could otherwise want them first (ENOSPC).
+// of a fast buffered writer could otherwise want them first (ENOSPC). It
+// is the volume's Sync, a full commit: with fast commits the file's Sync
+// would log the truncate as a fast commit, which leaves the freed blocks
+// busy until the next full commit, and the next pass would allocate past
+// them.
 func (e engineSide) Reset() error {
 	if err := e.f.Truncate(0); err != nil {
 		return err
 	}
-	return e.f.Sync()
+	return e.v.Sync()
 }
 
 func (e engineSide) SmallFile(n int64, p []byte) error {
@@ -396,7 +400,7 @@ func (r *benchRun) prepareEngine(w workload) (engineSide, error) {
 			}
 		}
 		if err == nil {
-			err = f.Sync()
+			err = v.Sync() // a full commit: the warmed file's truncate frees its blocks (Reset)
 		}
 		f.Close()
 		if err != nil {
