@@ -218,3 +218,47 @@ func TestHeldBytesMarkHome(t *testing.T) {
 		t.Fatalf("after Checkpoint: %d bytes held", held)
 	}
 }
+
+// TestHeldBytesDefaultLogRhythm: with the default bound, a log of 64 MiB
+// (mkfs.ext4's for filesystems of 4 to 16 GiB with 4 KiB blocks, and the
+// largest it gives below) is checkpointed when half of it is in use, as
+// before the bound: its copies cannot pass 32 MiB first, so the bound
+// neither wakes the checkpoint goroutine nor makes Start checkpoint before
+// the log's use does. Here 1 KiB blocks, 65536 of them, and transactions
+// of 256 distinct blocks: with 6 descriptor and commit blocks each, a
+// bound of 31 MiB would be passed before the log is half full.
+func TestHeldBytesDefaultLogRhythm(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills half of a 64 MiB log")
+	}
+	const logBlocks, bs, perTxn = 65536, 1024, 256
+	homeBlocks := logBlocks/2 + 2*perTxn
+	dev := newMemDev(int64(1+logBlocks+homeBlocks) * bs)
+	j, err := Create(Config{Dev: dev, BlockSize: bs, Blocks: logBlocks, CommitInterval: -1,
+		Map: func(b uint32) (uint64, error) { return uint64(b) + 1, nil }},
+		CreateOptions{CsumV3: true, Is64Bit: true, NoZeroLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if j.maxHeld != DefaultMaxHeldBytes {
+		t.Fatalf("bound %d, want the default %d", j.maxHeld, DefaultMaxHeldBytes)
+	}
+	home := uint64(1 + logBlocks)
+	for i := 0; ; i++ {
+		commitDistinct(t, j, home+uint64(i*perTxn), perTxn)
+		j.mu.Lock()
+		half := j.mu.used > (j.last-j.first)/2
+		held, over, hard := j.mu.heldBytes, j.heldOverLocked(j.maxHeld), j.heldOverLocked(j.maxHeldHard())
+		j.mu.Unlock()
+		if over && !half || hard {
+			t.Fatalf("after %d commits: %d bytes of copies held wake the checkpoint (Start checkpoints: %v) before the log is half full", i+1, held, hard)
+		}
+		if half {
+			if st := j.Stats(); st.SpaceWaits != 0 {
+				t.Fatalf("%d space waits", st.SpaceWaits)
+			}
+			break
+		}
+	}
+}
