@@ -60,6 +60,10 @@
 // partly on disk, as on Linux). Without a journal, run e2fsck after a
 // crash.
 //
+// Memory: a writable volume's caches are bounded as its [Options] say, and
+// so are the journal's committed metadata copies waiting for a checkpoint
+// (Options.MetaCacheBytes), whatever the size of the log.
+//
 // One writer: a writable Open and Format claim the device until Close and
 // fail with ErrBusy while another Volume, process or Linux mount holds it
 // (with the mmp feature, as Linux does, across nodes too). Read-only opens

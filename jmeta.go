@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -726,6 +727,20 @@ func (v *Volume) endOpAt(s int) error {
 	return nil
 }
 
+// journalHeldBytes is the bound on the committed block copies the journal
+// of a volume with metadata cache budget mcache keeps until a checkpoint
+// (Options.MetaCacheBytes): twice the cache's budget, at least
+// journal.DefaultMaxHeldBytes.
+func journalHeldBytes(mcache int64) int64 {
+	if mcache == 0 {
+		mcache = defaultMetaCacheBytes
+	}
+	if mcache > math.MaxInt64/2 {
+		return math.MaxInt64
+	}
+	return max(journal.DefaultMaxHeldBytes, 2*mcache)
+}
+
 // startJournal opens the journal of a writable volume, sets needs_recovery
 // (as Linux does while mounted) and switches metadata to jmeta.
 func (v *Volume) startJournal() error {
@@ -734,6 +749,7 @@ func (v *Volume) startJournal() error {
 		return err
 	}
 	cfg.CommitInterval = 0 // jbd2's 5 s
+	cfg.MaxHeldBytes = journalHeldBytes(v.opts.MetaCacheBytes)
 	if v.home.h != nil {
 		cfg.Dev = (&homeDev{inner: v.home.inner, h: v.home.h, journal: true}).wrap()
 	}

@@ -75,6 +75,16 @@ type Options struct {
 	// xattr blocks, so that each is read once and not copied per access;
 	// blocks changed by the running or committing transaction are held
 	// apart from it until logged, whatever the budget.
+	//
+	// It also bounds the copies of committed metadata blocks the journal
+	// keeps until a checkpoint writes them home: past twice the budget,
+	// at least 32 MiB, the background checkpoint starts, and past twice
+	// that a new change waits for a checkpoint. Without it memory would
+	// grow with the log (up to half of it: 512 MiB with the 1 GiB log
+	// mkfs.ext4 gives filesystems of 128 GiB or more); logs of up to 64
+	// MiB, the default below 16 GiB, fill half before reaching it. The
+	// journal's copies become the cache's once logged, so the two
+	// overlap.
 	MetaCacheBytes int64
 	// PageCacheBytes bounds the page cache of a writable volume, which
 	// holds the pages of buffered writes until write-back (0: 64 MiB;
@@ -988,9 +998,11 @@ type Counters struct {
 	// once per transaction however often it changed in it).
 	JournalLogBlocks uint64
 	// JournalCheckpoints counts checkpoint rounds (committed transactions'
-	// blocks written home to free log space); JournalSpaceWaits counts
-	// journal handles that found the log short of space and waited for,
-	// or ran, a commit or checkpoint first (journal.Stats.SpaceWaits).
+	// blocks written home to free log space and the memory of their
+	// copies); JournalSpaceWaits counts journal handles that found the log
+	// short of space, or the copies over twice their bound
+	// (MetaCacheBytes), and waited for, or ran, a commit or checkpoint
+	// first (journal.Stats.SpaceWaits).
 	JournalCheckpoints, JournalSpaceWaits uint64
 	// BufferedWrites counts writes through the page cache (no journal
 	// handle, no metadata update); DelallocBlocks counts blocks allocated

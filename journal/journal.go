@@ -42,6 +42,14 @@ type Config struct {
 	MinBatchTime, MaxBatchTime time.Duration
 	// Now supplies commit timestamps; nil means time.Now.
 	Now func() time.Time
+	// MaxHeldBytes bounds the block copies committed transactions keep
+	// in memory until a checkpoint writes them home: past it the
+	// checkpoint goroutine is woken whatever the log's use, and past
+	// twice it Start checkpoints before a handle joins, as it does when
+	// the log is short of space. Zero means DefaultMaxHeldBytes; negative,
+	// no bound (checkpoints only as the log fills, so memory grows with
+	// the log's size).
+	MaxHeldBytes int64
 	// FastCommit, when set, is called by Recover on a journal with the
 	// fast_commit feature, after the log's blocks are written home and
 	// before the journal superblock is emptied (as jbd2 calls
@@ -64,9 +72,10 @@ type Journal struct {
 	fcFirst    uint32 // first fast-commit block (j_fc_first); 0 without fast_commit
 	fcLast     uint32 // j_fc_last (s_maxlen); fast commits use [fcFirst, fcLast)
 	fcReplay   FastCommitReplayer
-	fcState        // fast commits written (fcwrite.go)
-	maxTxn     int // largest log footprint of one transaction
-	maxCredits int // MaxCredits: the most credits whose log footprint fits maxTxn
+	fcState          // fast commits written (fcwrite.go)
+	maxTxn     int   // largest log footprint of one transaction
+	maxCredits int   // MaxCredits: the most credits whose log footprint fits maxTxn
+	maxHeld    int64 // Config.MaxHeldBytes, the default applied; negative: none
 	interval   time.Duration
 	minBatch   time.Duration // Config.MinBatchTime
 	maxBatch   time.Duration // Config.MaxBatchTime; negative: no batching
@@ -100,6 +109,12 @@ type Journal struct {
 		// checkpoint, which they keep in memory until checkpointed
 		// (maxHeldRevokes).
 		heldRevokes int
+		// heldBytes counts the bytes of the block copies the transactions
+		// in checkpoint keep (their non-nil buffers: MarkHome drops
+		// some), once per transaction holding a copy, shared with the
+		// metadata cache (DirtyOwned) or not: the journal keeps each
+		// alive until checkpointed (maxHeld).
+		heldBytes int64
 		// cpUpTo is the newest transaction a checkpoint in progress
 		// writes home, valid while cpActive (MarkHome).
 		cpUpTo    uint32
@@ -162,6 +177,10 @@ func Open(cfg Config) (*Journal, error) {
 		minBatch: max(cfg.MinBatchTime, 0), maxBatch: cfg.MaxBatchTime}
 	if j.maxBatch == 0 {
 		j.maxBatch = 15 * time.Millisecond
+	}
+	j.maxHeld = cfg.MaxHeldBytes
+	if j.maxHeld == 0 {
+		j.maxHeld = DefaultMaxHeldBytes
 	}
 	if j.fsdev == nil {
 		j.fsdev = j.dev
@@ -714,9 +733,10 @@ type Stats struct {
 	LogBlocks   uint64 // blocks written to the log
 	BatchWaits  uint64 // Syncs that waited for others to join their transaction
 	// SpaceWaits counts Starts that found the log short of space for
-	// their transaction and checkpointed, or waited for a commit or a
-	// checkpoint, before going on: the background checkpoint had not kept
-	// up, and the caller paid for the log's tail itself.
+	// their transaction, or the committed transactions holding more than
+	// twice Config.MaxHeldBytes, and checkpointed, or waited for a commit
+	// or a checkpoint, before going on: the background checkpoint had not
+	// kept up, and the caller paid for the log's tail itself.
 	SpaceWaits uint64
 }
 
@@ -799,9 +819,11 @@ func (j *Journal) MarkHome(tid uint32, blks []uint64) (done bool) {
 			t.home = make(map[uint64]struct{})
 		}
 		t.home[b] = struct{}{}
-		if !wait {
+		if !wait && t.buffers[b] != nil {
 			// The key stays: the block is still logged in t.
 			t.buffers[b] = nil
+			t.held--
+			j.mu.heldBytes -= int64(j.bs)
 		}
 	}
 	j.mu.Unlock()

@@ -3,6 +3,7 @@ package journal
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"time"
 
@@ -25,6 +26,7 @@ type transaction struct {
 	// written to the home location itself (MarkHome): a checkpoint
 	// skips them and Lookup does not return them.
 	home    map[uint64]struct{}
+	held    int       // non-nil buffers, counted in Journal.mu.heldBytes once committed
 	born    time.Time // when the first handle joined
 	syncers int       // Syncs that asked for its commit
 	start   uint32    // first log block, once committing
@@ -56,8 +58,10 @@ type Handle struct {
 
 // Start returns a handle with room for credits changes (each GetWriteAccess
 // of a block new to the transaction, and each Revoke, takes one) joined to
-// the running transaction. When the transaction or the log has no room it
-// waits for a commit or runs a checkpoint instead of failing.
+// the running transaction. When the transaction or the log has no room,
+// or the committed transactions hold more than twice Config.MaxHeldBytes
+// of block copies, it waits for a commit or runs a checkpoint instead of
+// failing.
 //
 // No deadlock: Start only waits for commits and checkpoints, and a commit
 // only waits for open handles to Stop. So a goroutine must not call Start
@@ -154,6 +158,20 @@ func (j *Journal) start(credits, limit int) (*Handle, error) {
 			t.locked = true
 			j.requestCommitLocked(t.tid)
 			j.waitLocked()
+			continue
+		}
+		if len(j.mu.checkpoint) > 0 && j.heldOverLocked(j.maxHeldHard()) {
+			// The background checkpoint has not kept up with commits:
+			// write the committed copies home before adding more.
+			if !short {
+				short = true
+				j.stats.spaceWaits.Add(1)
+			}
+			j.mu.Unlock()
+			if err := j.Checkpoint(); err != nil {
+				return nil, err
+			}
+			j.mu.Lock()
 			continue
 		}
 		free := int(j.last-j.first) - int(j.mu.used) - logSlack
@@ -366,13 +384,44 @@ func (j *Journal) commitLoop() {
 // and removed) would hold memory many times the size of half the log.
 const maxHeldRevokes = 1 << 16
 
+// DefaultMaxHeldBytes is Config.MaxHeldBytes's default: half of the
+// 64 MiB log mkfs.ext4 gives file systems from 4 to 16 GiB (with 4 KiB
+// blocks), so that logs of up to 64 MiB are checkpointed as they fill,
+// as before the bound, while larger ones hold no more.
+const DefaultMaxHeldBytes = 32 << 20
+
+// holdCommittedLocked moves t, just committed (or failed to), onto the
+// checkpoint list and counts what it keeps in memory. j.mu is held.
+func (j *Journal) holdCommittedLocked(t *transaction) {
+	j.mu.checkpoint = append(j.mu.checkpoint, t)
+	j.mu.heldRevokes += len(t.revokes)
+	t.held = len(t.buffers) // all non-nil: MarkHome drops copies of committed transactions only
+	j.mu.heldBytes += int64(t.held) * int64(j.bs)
+}
+
+// heldOverLocked reports whether the committed transactions hold more
+// than limit bytes of block copies (never with no bound). j.mu is held.
+func (j *Journal) heldOverLocked(limit int64) bool {
+	return j.maxHeld >= 0 && j.mu.heldBytes > limit
+}
+
+// maxHeldHard is the bytes of block copies held past which Start
+// checkpoints itself: twice maxHeld.
+func (j *Journal) maxHeldHard() int64 {
+	if j.maxHeld > math.MaxInt64/2 {
+		return math.MaxInt64
+	}
+	return 2 * j.maxHeld
+}
+
 // kickCheckpoint wakes the checkpoint goroutine once more than half the
-// log is in use, or more than maxHeldRevokes revoke records are held, and
-// committed transactions wait to be written home.
+// log is in use, more than maxHeldRevokes revoke records are held, or
+// more than maxHeld bytes of block copies, and committed transactions
+// wait to be written home.
 func (j *Journal) kickCheckpoint() {
 	j.mu.Lock()
 	low := j.mu.err == nil && len(j.mu.checkpoint) > 0 &&
-		(j.mu.used > (j.last-j.first)/2 || j.mu.heldRevokes > maxHeldRevokes)
+		(j.mu.used > (j.last-j.first)/2 || j.mu.heldRevokes > maxHeldRevokes || j.heldOverLocked(j.maxHeld))
 	j.mu.Unlock()
 	if low {
 		select {
@@ -384,7 +433,8 @@ func (j *Journal) kickCheckpoint() {
 
 // checkpointLoop is the checkpoint goroutine: the commit goroutine wakes
 // it once more than half the log is in use (or maxHeldRevokes revoke
-// records are held, kickCheckpoint), so that commits, and the
+// records, or maxHeld bytes of block copies, are held: kickCheckpoint),
+// so that commits, and the
 // fsyncs waiting for them, go on while it writes blocks home, and Start
 // rarely finds the log short of space (a transaction takes at most a
 // quarter of it).
@@ -457,14 +507,12 @@ func (j *Journal) commitRunning() {
 		// Keep the failed transaction visible to Lookup (never written
 		// home: Checkpoint refuses to run after an abort), so readers do
 		// not fall back to older home copies of its blocks.
-		j.mu.checkpoint = append(j.mu.checkpoint, t)
-		j.mu.heldRevokes += len(t.revokes)
+		j.holdCommittedLocked(t)
 		j.abortLocked(err)
 		j.mu.Unlock()
 		return
 	}
-	j.mu.checkpoint = append(j.mu.checkpoint, t)
-	j.mu.heldRevokes += len(t.revokes)
+	j.holdCommittedLocked(t)
 	j.mu.commitSeq = t.tid
 	// The Forgets whose revoke this transaction carries are committed:
 	// the blocks may be reused from now on (after WaitCheckpoint).
@@ -755,8 +803,9 @@ func forgottenSince(evs []forgetEvent, tid uint32) bool {
 // forgotten blocks whose revoke has committed; see Forget), flushes the
 // file system device, then advances the log tail in the journal superblock (written with FUA), as jbd2_log_do_checkpoint and
 // jbd2_cleanup_journal_tail do. It runs in the background when the log is
-// half full or the committed transactions hold many revoke records, and
-// from Start when the log is short of space.
+// half full or the committed transactions hold many revoke records or more
+// than Config.MaxHeldBytes of block copies, and from Start when the log is
+// short of space or they hold twice that.
 func (j *Journal) Checkpoint() error {
 	j.cpMu.Lock()
 	defer j.cpMu.Unlock()
@@ -864,6 +913,7 @@ func (j *Journal) Checkpoint() error {
 	for _, t := range list {
 		j.dropNewestLocked(t)
 		j.mu.heldRevokes -= len(t.revokes)
+		j.mu.heldBytes -= int64(t.held) * int64(j.bs)
 	}
 	tail, seq := j.mu.head, j.mu.nextTid
 	if j.mu.running != nil {
