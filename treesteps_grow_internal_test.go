@@ -63,7 +63,7 @@ func TestRemoveStepsMappingGrows(t *testing.T) {
 			require.NoError(t, err)
 			f, err := v.Create("f")
 			require.NoError(t, err)
-			const small, big = 2 * 84 * 60, 2 * 84 * 1100
+			const small, big = 2 * 84 * 60, 2 * 84 * 700
 			fragment(t, f, 0, small)
 			if punch {
 				_, err := f.WriteAt(make([]byte, 1024), (small+big)*1024)
