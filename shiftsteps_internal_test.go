@@ -78,6 +78,7 @@ func TestShiftTreeLargerThanLog(t *testing.T) {
 // the limit (shiftFitsLocked), the shift runs in one operation, commits
 // and moves the data; e2fsck accepts the image after a reopen.
 func TestShiftTreeFitsLog(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []FallocMode{FallocCollapseRange, FallocInsertRange} {
 		t.Run(mode.String(), func(t *testing.T) {
 			const n = 2 * 84 * 190

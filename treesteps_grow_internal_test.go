@@ -100,6 +100,7 @@ func TestRemoveStepsMappingGrows(t *testing.T) {
 // TestTruncateDeepTreeSmallFree shrinks a file whose tree is deep by a
 // few blocks: one operation frees them, as before steps existed.
 func TestTruncateDeepTreeSmallFree(t *testing.T) {
+	t.Parallel()
 	mem := memdev.NewBlockSize(256<<20, 1024)
 	const n = 2 * 84 * 300
 	v, f := smallLogFile(t, mem, n)
@@ -117,6 +118,7 @@ func TestTruncateDeepTreeSmallFree(t *testing.T) {
 // grows it, from between two steps of a stepped truncate: the first
 // truncate ends the steps and sets its size last.
 func TestTruncateStepsSecondTruncate(t *testing.T) {
+	t.Parallel()
 	mem := memdev.NewBlockSize(256<<20, 1024)
 	const n = 2 * 84 * 300
 	v, f := smallLogFile(t, mem, n)
