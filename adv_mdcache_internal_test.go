@@ -17,6 +17,7 @@ import (
 // from several goroutines at once, which TestMetaCacheModel's
 // no-journal case does not do (its workers take turns).
 func TestMetaCacheConcurrentNoJournal(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name      string
 		features  string

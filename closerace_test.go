@@ -27,6 +27,7 @@ import (
 // (Close writes everything back, synced or not), and one whose Unlink
 // returned nil is gone. Run it under -race.
 func TestCloseDuringOperations(t *testing.T) {
+	t.Parallel()
 	iters := 50
 	if testing.Short() {
 		iters = 5

@@ -77,6 +77,7 @@ func bigEmptyDir(t *testing.T, dev blockdev.Device, more ...string) (*Volume, in
 // It is freed in steps (orphanSteps); later writes work, the blocks are
 // free, and e2fsck accepts the image.
 func TestRmdirLargerThanLog(t *testing.T) {
+	t.Parallel()
 	for _, rename := range []bool{false, true} {
 		t.Run(map[bool]string{false: "rmdir", true: "rename"}[rename], func(t *testing.T) {
 			mem := memdev.NewBlockSize(64<<20, 1024)
@@ -190,6 +191,7 @@ func TestRmdirStepsCrash(t *testing.T) {
 // replaying the journal must not write the directory's logged blocks over
 // the file's data, so each step revokes the blocks it frees.
 func TestRmdirStepsRevoke(t *testing.T) {
+	t.Parallel()
 	mem := memdev.NewBlockSize(64<<20, 1024)
 	c, err := errordev.NewCrashable(mem)
 	require.NoError(t, err)
@@ -240,6 +242,7 @@ func TestRmdirStepsRevoke(t *testing.T) {
 // read an inode whose name is already gone and report it corrupt, also
 // for a small directory; not a matter of the steps.)
 func TestRmdirStepsConcurrent(t *testing.T) {
+	t.Parallel()
 	mem := memdev.NewBlockSize(64<<20, 1024)
 	v, _ := bigEmptyDir(t, mem, "d2")
 	data := bytes.Repeat([]byte("0123456789abcdef"), 4096)

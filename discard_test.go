@@ -96,6 +96,7 @@ func checkFiles(t *testing.T, v *ext4io.Volume, want map[string][]byte) {
 // block. The surviving files must read back intact (a block written
 // before its discard would read as zeroes) and the image pass e2fsck.
 func TestDiscardAfterCommit(t *testing.T) {
+	t.Parallel()
 	for _, bs := range []int{1024, 4096} {
 		t.Run(fmt.Sprint(bs), func(t *testing.T) {
 			base := memdev.NewBlockSize(64<<20, 4096)

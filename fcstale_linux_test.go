@@ -27,6 +27,7 @@ import (
 // inode slots that hold the old files' inodes: their i_block has the
 // extent magic and extents to blocks the new files now use.
 func TestFastCommitOverOldFilesystem(t *testing.T) {
+	t.Parallel()
 	for _, fo := range []ext4io.FormatOptions{
 		{},
 		{InodeSize: 128},
@@ -87,6 +88,7 @@ func fcMarkItableZeroed(t *testing.T, dev *memdev.Device) {
 // filesystem's tree (not the unlinked file's own, whose blocks no other
 // file could have taken), so the create must not be a fast commit.
 func TestFastCommitOverOldFilesystemReusedNumber(t *testing.T) {
+	t.Parallel()
 	base := fcReusedDisk(t, ext4io.FormatOptions{})
 	fcMarkItableZeroed(t, base)
 	crash, err := errordev.NewCrashable(base)
@@ -202,6 +204,7 @@ func fcReusedDisk(t *testing.T, fo ext4io.FormatOptions) *memdev.Device {
 // projid, random bytes. Each fast commit over them must replay clean and
 // equal in e2fsck, ext4io and Linux, and the files must have no xattrs.
 func TestFastCommitOverHostileInodeSlots(t *testing.T) {
+	t.Parallel()
 	for kind := range fcHostileKinds {
 		for _, fo := range []ext4io.FormatOptions{
 			{},

@@ -157,6 +157,7 @@ func fcNoXattrsAfterReplay(t *testing.T, crashImg string, want map[string][]byte
 // which keeps the stale bytes past each INODE tag, gives the fsynced
 // files without xattrs.
 func TestFastCommitOverStaleInodeSlots(t *testing.T) {
+	t.Parallel()
 	const size = 64 << 20
 	base := memdev.New(size)
 	fill := make([]byte, 1<<20)

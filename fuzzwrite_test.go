@@ -169,6 +169,9 @@ func FuzzWriteImage(f *testing.F) {
 		if len(in) == 0 {
 			return
 		}
+		// The seeds run in parallel as a test (fuzzing ignores it): each
+		// damages its own overlay of the shared, read-only bases.
+		t.Parallel()
 		bases, targets := fuzzWriteBase(t)
 		bi := int(in[0]&0x7f) % len(bases)
 		b := bases[bi]

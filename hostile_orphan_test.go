@@ -26,6 +26,7 @@ import (
 // What Linux accepts (a linked directory, a linked file with a huge size:
 // interrupted truncates) is processed, and e2fsck finds the image clean.
 func TestHostileOrphanList(t *testing.T) {
+	t.Parallel()
 	src := filepath.Join(t.TempDir(), "src")
 	require.NoError(t, os.WriteFile(src, bytes.Repeat([]byte("0123456789abcdef"), 1250), 0o644))
 	for _, c := range []struct {

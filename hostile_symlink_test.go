@@ -90,6 +90,7 @@ func errString(err error) string {
 // namespace operations did not commit and retry as writes do (Linux's
 // ext4_symlink retries after ext4_should_retry_alloc).
 func TestHostileSymlinkChurnNoSpace(t *testing.T) {
+	t.Parallel()
 	v, img := openOSVolume(t)
 	st, err := v.Statfs()
 	require.NoError(t, err)

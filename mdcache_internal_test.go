@@ -71,6 +71,7 @@ func checkMetaCache(t *testing.T, v *Volume) (checked int) {
 // read against an in-memory model of each goroutine's files, the cache
 // against the journal and device, and the image with e2fsck.
 func TestMetaCacheModel(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name      string
 		features  string

@@ -20,8 +20,8 @@ import (
 // freed one (its size and generation) with the new file's blocks unowned.
 func TestOrphanStepsNumberReused(t *testing.T) {
 	t.Parallel()
-	mem := memdev.NewBlockSize(256<<20, 1024)
-	v, f, _ := bigTreeFile(t, mem)
+	mem, _ := bigTreeImage(t)
+	v, f := bigTreeFile(t, mem)
 	ino := f.ino
 	require.NoError(t, v.Remove("big"))
 	data := bytes.Repeat([]byte{0x5a}, 300<<10)

@@ -45,7 +45,7 @@ func shiftEstimate(t *testing.T, n int64) {
 	require.NoError(t, v.Sync())
 	rng := rand.New(rand.NewPCG(uint64(n), 2))
 	least, shifts := math.MaxInt, 0
-	for range 1500 {
+	for range 500 {
 		size := f.Size() / 1024
 		mode := FallocInsertRange
 		first := uint64(size - 1 - rng.Int64N(min(size-10, 3000)))
@@ -83,7 +83,7 @@ func shiftEstimate(t *testing.T, n int64) {
 		assert.LessOrEqual(t, changed, est, "%v at %d, %d blocks: changed more than counted", mode, first, ln)
 	}
 	t.Logf("%d shifts, depth %d, least margin %d blocks", shifts, f.m.tree.Depth(), least)
-	require.Greater(t, shifts, 1000)
+	require.Greater(t, shifts, 300)
 	require.NoError(t, f.CheckTree())
 	require.NoError(t, f.Close())
 	require.NoError(t, v.Close())

@@ -30,9 +30,8 @@ func TestShiftTreeLargerThanLog(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []FallocMode{FallocCollapseRange, FallocInsertRange} {
 		t.Run(mode.String(), func(t *testing.T) {
-			const n = 2 * 84 * 1100
-			mem := memdev.NewBlockSize(256<<20, 1024)
-			v, f := smallLogFile(t, mem, n)
+			mem, _ := bigTreeImage(t)
+			v, f := bigTreeFile(t, mem)
 			mark := bytes.Repeat([]byte{0x5A}, 1024)
 			_, err := f.WriteAt(mark, 2*1024)
 			require.NoError(t, err)
@@ -79,6 +78,7 @@ func TestShiftTreeLargerThanLog(t *testing.T) {
 // the limit (shiftFitsLocked), the shift runs in one operation, commits
 // and moves the data; e2fsck accepts the image after a reopen.
 func TestShiftTreeFitsLog(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []FallocMode{FallocCollapseRange, FallocInsertRange} {
 		t.Run(mode.String(), func(t *testing.T) {
 			const n = 2 * 84 * 190

@@ -21,6 +21,7 @@ import (
 // another file in the same groups write, direct and atomic, under -race:
 // every tree checks and e2fsck accepts the image.
 func TestTruncateStepsConcurrentWriters(t *testing.T) {
+	t.Parallel()
 	mem := memdev.NewBlockSize(256<<20, 1024)
 	require.NoError(t, Format(mem, FormatOptions{BlockSize: 1024, JournalBlocks: 1024}))
 	v, err := Open(mem, Options{Writable: true, PageCacheBytes: -1})

@@ -17,6 +17,7 @@ import (
 // reservation, and the free count matches the allocator's after a Sync
 // and e2fsck's image.
 func TestTruncateStepsDelayedPages(t *testing.T) {
+	t.Parallel()
 	mem := memdev.NewBlockSize(256<<20, 1024)
 	require.NoError(t, Format(mem, FormatOptions{BlockSize: 1024, JournalBlocks: 1024}))
 	v, err := Open(mem, Options{Writable: true})

@@ -2,7 +2,10 @@ package ext4io
 
 import (
 	"bytes"
+	"errors"
 	"io/fs"
+	"os"
+	"sync"
 	"testing"
 
 	"github.com/ext4io/ext4io/blockdev"
@@ -20,25 +23,8 @@ import (
 // it with ErrNoSpace and the volume stopped committing.
 func TestTruncateTreeLargerThanLog(t *testing.T) {
 	t.Parallel()
-	mem := memdev.NewBlockSize(256<<20, 1024)
-	require.NoError(t, Format(mem, FormatOptions{BlockSize: 1024, JournalBlocks: 1024}))
-	v, err := Open(mem, Options{Writable: true, PageCacheBytes: -1})
-	require.NoError(t, err)
-	f, err := v.Create("big")
-	require.NoError(t, err)
-	// Written and unwritten blocks alternate: one extent a block.
-	const nblk = 2 * 84 * 1100
-	require.NoError(t, f.Fallocate(FallocAllocate, 0, nblk*1024))
-	mark := func(i int64) []byte { return bytes.Repeat([]byte{byte(i/2%251 + 1)}, 1024) }
-	for i := int64(0); i < nblk; i += 2 {
-		_, err := f.WriteAt(mark(i), i*1024)
-		require.NoError(t, err)
-	}
-	require.NoError(t, v.Sync())
-	leaves := 0
-	require.NoError(t, f.m.tree.Blocks(func(uint64, int) error { leaves++; return nil }))
-	require.Greater(t, leaves, v.jm.j.MaxLargeCredits(), "the tree's blocks alone exceed one transaction")
-
+	mem, _ := bigTreeImage(t)
+	v, f := bigTreeFile(t, mem)
 	const keep = 1001 // blocks kept, the last one partly
 	size := int64(keep*1024 - 100)
 	require.NoError(t, f.Truncate(size))
@@ -48,7 +34,7 @@ func TestTruncateTreeLargerThanLog(t *testing.T) {
 	require.NoError(t, v.Close())
 	ext4iotest.FsckDev(t, mem)
 
-	v, err = Open(mem, Options{})
+	v, err := Open(mem, Options{})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, v.Close()) }()
 	f, err = v.Open("big")
@@ -60,7 +46,7 @@ func TestTruncateTreeLargerThanLog(t *testing.T) {
 	got := make([]byte, 1024)
 	for _, i := range []int64{0, 2, 998, keep - 1} {
 		n, _ := f.ReadAt(got, i*1024)
-		want := mark(i)
+		want := bigTreeMark(i)
 		if i%2 == 1 {
 			want = make([]byte, 1024)
 		}
@@ -69,29 +55,80 @@ func TestTruncateTreeLargerThanLog(t *testing.T) {
 	}
 }
 
-// bigTreeFile formats a volume with a 1024-block journal and 1 KiB blocks
-// on dev and writes file "big" whose extent tree has more blocks than the
-// whole log takes in one transaction. It returns the open volume and file
-// and the free block count before the file.
-func bigTreeFile(t *testing.T, dev blockdev.Device) (*Volume, *File, uint64) {
-	require.NoError(t, Format(dev, FormatOptions{BlockSize: 1024, JournalBlocks: 1024}))
+// bigTreeBlocks is the size in blocks of the file bigTreeImage holds.
+const bigTreeBlocks = 2 * 84 * 1100
+
+// bigTreeMark is the contents of the file's block i when i is even.
+func bigTreeMark(i int64) []byte { return bytes.Repeat([]byte{byte(i/2%251 + 1)}, 1024) }
+
+// bigTree is the image bigTreeImage clones, built once for the tests of
+// the test binary that need it: writing its tree is most of their time.
+var bigTree struct {
+	once sync.Once
+	mem  *memdev.Device
+	free uint64 // free blocks before the file
+	err  error
+}
+
+// bigTreeImage returns a copy of a volume with 1 KiB blocks and a
+// 1024-block journal whose file "big", bigTreeBlocks long, alternates
+// written blocks (bigTreeMark) and unwritten ones: one extent a block, a
+// tree with more blocks than the whole log takes in one transaction. It
+// also returns the free block count before the file.
+func bigTreeImage(t *testing.T) (*memdev.Device, uint64) {
+	t.Helper()
+	bigTree.once.Do(func() { bigTree.mem, bigTree.free, bigTree.err = buildBigTree() })
+	require.NoError(t, bigTree.err)
+	mem, err := bigTree.mem.Clone()
+	require.NoError(t, err)
+	return mem, bigTree.free
+}
+
+func buildBigTree() (*memdev.Device, uint64, error) {
+	mem := memdev.NewBlockSize(256<<20, 1024)
+	if err := Format(mem, FormatOptions{BlockSize: 1024, JournalBlocks: 1024}); err != nil {
+		return nil, 0, err
+	}
+	v, err := Open(mem, Options{Writable: true, PageCacheBytes: -1})
+	if err != nil {
+		return nil, 0, err
+	}
+	free := v.sb.FreeBlocksCount
+	err = func() error {
+		f, err := v.Create("big")
+		if err != nil {
+			return err
+		}
+		if err := f.Fallocate(FallocAllocate, 0, bigTreeBlocks*1024); err != nil {
+			return err
+		}
+		for i := int64(0); i < bigTreeBlocks; i += 2 {
+			if _, err := f.WriteAt(bigTreeMark(i), i*1024); err != nil {
+				return err
+			}
+		}
+		return f.Close()
+	}()
+	if err := errors.Join(err, v.Close()); err != nil {
+		return nil, 0, err
+	}
+	return mem, free, nil
+}
+
+// bigTreeFile opens dev, bigTreeImage's copy or a device over it,
+// writable without a page cache, and its file "big" for writing; the
+// file's tree has more blocks than the whole log takes in one
+// transaction.
+func bigTreeFile(t *testing.T, dev blockdev.Device) (*Volume, *File) {
+	t.Helper()
 	v, err := Open(dev, Options{Writable: true, PageCacheBytes: -1})
 	require.NoError(t, err)
-	free := v.sb.FreeBlocksCount
-	f, err := v.Create("big")
+	f, err := v.OpenFile("big", os.O_RDWR, 0)
 	require.NoError(t, err)
-	const nblk = 2 * 84 * 1100
-	require.NoError(t, f.Fallocate(FallocAllocate, 0, nblk*1024))
-	b := make([]byte, 1024)
-	for i := int64(0); i < nblk; i += 2 {
-		_, err := f.WriteAt(b, i*1024)
-		require.NoError(t, err)
-	}
-	require.NoError(t, v.Sync())
 	blocks := 0
 	require.NoError(t, f.m.tree.Blocks(func(uint64, int) error { blocks++; return nil }))
-	require.Greater(t, blocks, v.jm.j.MaxLargeCredits())
-	return v, f, free
+	require.Greater(t, blocks, v.jm.j.MaxLargeCredits(), "the tree's blocks alone exceed one transaction")
+	return v, f
 }
 
 // TestRemoveTreeLargerThanLog removes a closed file whose tree is larger
@@ -100,8 +137,8 @@ func bigTreeFile(t *testing.T, dev blockdev.Device) (*Volume, *File, uint64) {
 // ENOENT from its rmdir attempt.
 func TestRemoveTreeLargerThanLog(t *testing.T) {
 	t.Parallel()
-	mem := memdev.NewBlockSize(256<<20, 1024)
-	v, f, _ := bigTreeFile(t, mem)
+	mem, _ := bigTreeImage(t)
+	v, f := bigTreeFile(t, mem)
 	require.NoError(t, f.Close())
 	require.NoError(t, v.Remove("big"))
 	require.NoError(t, v.Sync())
@@ -117,10 +154,10 @@ func TestRemoveTreeLargerThanLog(t *testing.T) {
 // the second on every later writable open.
 func TestOrphanTreeLargerThanLog(t *testing.T) {
 	t.Parallel()
-	mem := memdev.NewBlockSize(256<<20, 1024)
+	mem, free := bigTreeImage(t)
 	c, err := errordev.NewCrashable(mem)
 	require.NoError(t, err)
-	v, f, free := bigTreeFile(t, c)
+	v, f := bigTreeFile(t, c)
 	require.NoError(t, v.Remove("big"))
 	require.NoError(t, v.Sync())
 	img, err := c.Crash(errordev.CrashOptions{})
@@ -147,8 +184,8 @@ func TestPunchTreeLargerThanLog(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []FallocMode{FallocPunchHole, FallocZeroRange} {
 		t.Run(mode.String(), func(t *testing.T) {
-			mem := memdev.NewBlockSize(256<<20, 1024)
-			v, f, _ := bigTreeFile(t, mem)
+			mem, _ := bigTreeImage(t)
+			v, f := bigTreeFile(t, mem)
 			size := f.Size()
 			const lo, hi = 1000 * 1024, 2 * 84 * 1000 * 1024 // whole blocks
 			data := bytes.Repeat([]byte{7}, 1024)
