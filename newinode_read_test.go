@@ -61,6 +61,30 @@ func inodeBlocks(t *testing.T, img string, inos []uint32) map[uint32]int64 {
 	return got
 }
 
+// createSyncedLogged creates n files prefix0..prefix(n-1) on v, each
+// written ("file i\n") and fsynced, with dev logging the blocks read
+// meanwhile, and returns their inode numbers.
+func createSyncedLogged(t *testing.T, v *ext4io.Volume, dev *blockReadLog, prefix string, n int) []uint32 {
+	t.Helper()
+	dev.mu.Lock()
+	dev.on = true
+	dev.mu.Unlock()
+	var inos []uint32
+	for i := range n {
+		f, err := v.Create(fmt.Sprintf("%s%d", prefix, i))
+		require.NoError(t, err)
+		_, err = f.WriteAt([]byte(fmt.Sprintf("file %d\n", i)), 0)
+		require.NoError(t, err)
+		require.NoError(t, f.Sync())
+		inos = append(inos, f.Ino())
+		require.NoError(t, f.Close())
+	}
+	dev.mu.Lock()
+	dev.on = false
+	dev.mu.Unlock()
+	return inos
+}
+
 // TestNewInodeBlockNotRead: creating files whose inode table block holds
 // no other inode in use does not read that block from the device (it
 // starts from zeroes, as Linux's __ext4_get_inode_loc does for a new
@@ -78,22 +102,7 @@ func TestNewInodeBlockNotRead(t *testing.T) {
 	require.NoError(t, v.Sync())
 
 	// 128 files: 8 inode table blocks of 16 inodes, none read.
-	dev.mu.Lock()
-	dev.on = true
-	dev.mu.Unlock()
-	var inos []uint32
-	for i := range 128 {
-		f, err := v.Create(fmt.Sprintf("d/f%d", i))
-		require.NoError(t, err)
-		_, err = f.WriteAt([]byte(fmt.Sprintf("file %d\n", i)), 0)
-		require.NoError(t, err)
-		require.NoError(t, f.Sync())
-		inos = append(inos, f.Ino())
-		require.NoError(t, f.Close())
-	}
-	dev.mu.Lock()
-	dev.on = false
-	dev.mu.Unlock()
+	inos := createSyncedLogged(t, v, dev, "d/f", 128)
 	require.NoError(t, v.Close())
 	require.NoError(t, fdev.Close())
 	blocks := inodeBlocks(t, img, inos)
@@ -220,22 +229,7 @@ func TestNewInodeBlockFastCommitReadOnce(t *testing.T) {
 	dev := &blockReadLog{Device: fdev, read: map[int64]int{}}
 	v, err := ext4io.Open(dev, ext4io.Options{Writable: true})
 	require.NoError(t, err)
-	dev.mu.Lock()
-	dev.on = true
-	dev.mu.Unlock()
-	var inos []uint32
-	for i := range 64 {
-		f, err := v.Create(fmt.Sprintf("f%d", i))
-		require.NoError(t, err)
-		_, err = f.WriteAt([]byte("x"), 0)
-		require.NoError(t, err)
-		require.NoError(t, f.Sync())
-		inos = append(inos, f.Ino())
-		require.NoError(t, f.Close())
-	}
-	dev.mu.Lock()
-	dev.on = false
-	dev.mu.Unlock()
+	inos := createSyncedLogged(t, v, dev, "f", 64)
 	require.NoError(t, v.Close())
 	require.NoError(t, fdev.Close())
 	blocks := inodeBlocks(t, img, inos)
