@@ -23,15 +23,7 @@ import (
 // endpoint is not connected", the image not clean (needs_recovery) and a
 // file written and closed through the mount was lost.
 func TestMountSignalsUnmount(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mount: not root")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skip("mount: no /dev/fuse")
-	}
-	if _, err := exec.LookPath("fusermount3"); err != nil {
-		t.Skip("mount: no fusermount3 (Debian package fuse3)")
-	}
+	needFuseMount(t)
 	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM} {
 		t.Run(sig.String(), func(t *testing.T) { mountSignal(t, sig, false, false) })
 	}

@@ -14,10 +14,10 @@ import (
 	"github.com/ext4io/ext4io/fusefs/fusetest"
 )
 
-// TestMountCommand runs ext4io mount, writes through the mount, unmounts
-// with fusermount3 -u and checks that the command returned after marking
-// the file system clean.
-func TestMountCommand(t *testing.T) {
+// needFuseMount skips t unless ext4io mount can mount here: root,
+// /dev/fuse and fusermount3.
+func needFuseMount(t *testing.T) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("mount: not root")
 	}
@@ -27,6 +27,13 @@ func TestMountCommand(t *testing.T) {
 	if _, err := exec.LookPath("fusermount3"); err != nil {
 		t.Skip("mount: no fusermount3 (Debian package fuse3)")
 	}
+}
+
+// TestMountCommand runs ext4io mount, writes through the mount, unmounts
+// with fusermount3 -u and checks that the command returned after marking
+// the file system clean.
+func TestMountCommand(t *testing.T) {
+	needFuseMount(t)
 	tmp := t.TempDir()
 	img, dir := filepath.Join(tmp, "img"), filepath.Join(tmp, "mnt")
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -115,15 +122,7 @@ func TestMain(m *testing.M) {
 // server close the volume clean, and a mount that cannot start fails in
 // the parent with the child's error.
 func TestMountBackground(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mount: not root")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skip("mount: no /dev/fuse")
-	}
-	if _, err := exec.LookPath("fusermount3"); err != nil {
-		t.Skip("mount: no fusermount3 (Debian package fuse3)")
-	}
+	needFuseMount(t)
 	tmp := t.TempDir()
 	img, dir := filepath.Join(tmp, "img"), filepath.Join(tmp, "mnt")
 	if err := os.Mkdir(dir, 0o755); err != nil {

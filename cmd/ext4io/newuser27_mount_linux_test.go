@@ -109,15 +109,7 @@ func unmount(t *testing.T, dir string) {
 // fusermount3's line and then "fusermount exited with code 256 "; the
 // background printed only the latter.
 func TestMountFusermountRefuses(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mount: not root")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skip("mount: no /dev/fuse")
-	}
-	if _, err := exec.LookPath("fusermount3"); err != nil {
-		t.Skip("mount: no fusermount3 (Debian package fuse3)")
-	}
+	needFuseMount(t)
 	tmp := t.TempDir()
 	img, dir := filepath.Join(tmp, "img"), filepath.Join(tmp, "mnt")
 	if err := os.Mkdir(dir, 0o755); err != nil {
