@@ -142,6 +142,15 @@ func (m *jmeta) readOrZero(blk uint64, zero func() bool) (b []byte, shared bool,
 		m.mu.Unlock()
 		return c, false, nil
 	}
+	return m.loggedUnlock(blk, zero)
+}
+
+// loggedUnlock returns blk's last logged copy: the cache's, else the
+// journal's or the device's, which then fills the cache (shared: the
+// slice is the cache's). Where it would come from the device and zero
+// (may be nil) reports true, it is a zeroed block instead, not cached.
+// m.mu is held on entry and released.
+func (m *jmeta) loggedUnlock(blk uint64, zero func() bool) (b []byte, shared bool, err error) {
 	var gen uint64
 	if m.cache != nil {
 		var hit bool
@@ -199,28 +208,11 @@ func (m *jmeta) readAt(blk uint64, off int, dst []byte) error {
 // does: it is the clean copy the cache holds.
 func (m *jmeta) readLoggedAt(blk uint64, off int, dst []byte) error {
 	m.mu.Lock()
-	var gen uint64
-	if m.cache != nil {
-		var b []byte
-		var ok bool
-		if b, gen, ok = m.cache.get(blk); ok {
-			copy(dst, b[off:])
-			m.mu.Unlock()
-			return nil
-		}
-	}
-	m.mu.Unlock()
-	b := make([]byte, m.v.bs)
-	if !m.j.Lookup(blk, b) {
-		var err error
-		if b, err = m.dev.Read(blk); err != nil {
-			return err
-		}
+	b, _, err := m.loggedUnlock(blk, nil)
+	if err != nil {
+		return err
 	}
 	copy(dst, b[off:])
-	if m.cache != nil {
-		m.cache.put(blk, b, gen)
-	}
 	return nil
 }
 
